@@ -1,0 +1,223 @@
+//! The op registry. Adding an op means, in predictable places:
+//! - a type implementing [`Op`] in a file of this folder, holding its shape rule (`infer`) and
+//!   its CPU reference kernel (`run_cpu`), registered by that file's `register`;
+//! - a GLSL compute shader `shaders/<name>.comp`, named by the op's `gpu` description.
+//!
+//! An op never touches Vulkan: `gpu` only describes which shader to dispatch over which
+//! buffers with which push constants; the Vulkan layer records it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::OnceLock;
+
+use crate::tensor::{DType, Tensor, numel};
+
+mod attrs;
+pub mod util;
+
+mod batchnorm;
+mod cast;
+mod concat;
+mod conv;
+mod elementwise;
+mod gather;
+mod matmul;
+mod pool;
+mod shape_ops;
+mod softmax;
+mod transpose;
+
+pub use attrs::{AttrValue, Attrs};
+
+/// A concrete value type: element type and shape, all sizes known.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueType {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl ValueType {
+    pub fn new(dtype: DType, shape: Vec<usize>) -> ValueType {
+        ValueType { dtype, shape }
+    }
+
+    pub fn of(t: &Tensor) -> ValueType {
+        ValueType::new(t.dtype(), t.shape().to_vec())
+    }
+
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+}
+
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{:?}", self.dtype, self.shape)
+    }
+}
+
+/// What a shape rule sees of one input: its type, and its value when that is known while
+/// planning (an initializer, a Constant, or something folded from them). Rules like Reshape's
+/// need the value of their shape input.
+#[derive(Clone, Copy, Debug)]
+pub struct InferInput<'a> {
+    pub ty: &'a ValueType,
+    pub value: Option<&'a Tensor>,
+}
+
+/// Why an op cannot be built or run. The graph layer adds the node's name and op type.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OpError {
+    /// The node is malformed or its inputs do not fit its rule.
+    #[error("{0}")]
+    Invalid(String),
+    /// Legal ONNX that this runtime does not implement (a dtype, an attribute value...).
+    #[error("not supported: {0}")]
+    Unsupported(String),
+}
+
+impl OpError {
+    pub fn invalid(msg: impl Into<String>) -> OpError {
+        OpError::Invalid(msg.into())
+    }
+    pub fn unsupported(msg: impl Into<String>) -> OpError {
+        OpError::Unsupported(msg.into())
+    }
+}
+
+/// One op instance, with its attributes already decoded and checked.
+///
+/// Inputs are positional; an omitted optional input is `None`. Trailing omitted inputs may be
+/// absent from the slice altogether, so index with `.get(i)`.
+pub trait Op: Send + Sync + fmt::Debug {
+    /// Shape and dtype rule: output types from input types (and known input values).
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError>;
+
+    /// Reference kernel. `outputs` are the types `infer` gave for these inputs.
+    fn run_cpu(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &[ValueType],
+    ) -> Result<Vec<Tensor>, OpError>;
+
+    /// The GPU kernels for these concrete types, or `None` when this op has no shader for
+    /// them; the planner then keeps the op on the CPU backend.
+    fn gpu(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        None
+    }
+
+    /// True when output 0 is input 0's bytes under another shape (Reshape, Flatten, Squeeze,
+    /// Unsqueeze, Identity): on a GPU such an op costs nothing, its output aliases its input.
+    fn is_view(&self) -> bool {
+        false
+    }
+
+    /// Rough arithmetic cost, for the planner. Defaults to one operation per output element.
+    fn flops(&self, _inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
+        outputs.iter().map(|o| o.numel() as u64).sum()
+    }
+}
+
+/// The GPU side of an op: scratch buffers it needs and the dispatches to record, in order.
+/// The Vulkan layer puts a barrier between two dispatches only when the second reads or writes
+/// what the first wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuKernel {
+    /// Sizes in bytes of temporary buffers, addressed as `BufRef::Scratch(i)`.
+    pub scratch: Vec<u64>,
+    pub dispatches: Vec<Dispatch>,
+}
+
+/// One compute dispatch. Push constants are laid out as: the device address (uint64) of each
+/// buffer in `buffers`, in order, then `params` as 32-bit words. With lavapipe's 128-byte limit,
+/// `8 * buffers.len() + 4 * params.len()` must stay within 128.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatch {
+    /// Shader name: the file `shaders/<shader>.comp`.
+    pub shader: &'static str,
+    pub buffers: Vec<BufRef>,
+    /// Shape and stride parameters; floats as `f32::to_bits`.
+    pub params: Vec<u32>,
+    /// Workgroup counts; see [`util::groups_1d`] for large 1-D launches.
+    pub groups: [u32; 3],
+}
+
+/// A buffer a dispatch reads or writes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BufRef {
+    Input(usize),
+    Output(usize),
+    Scratch(usize),
+    /// A small read-only table (index maps, per-input offsets) uploaded once when recording.
+    Table(Vec<u32>),
+}
+
+/// Everything a builder sees of a node.
+pub struct NodeSpec<'a> {
+    pub name: &'a str,
+    pub op_type: &'a str,
+    pub attrs: &'a Attrs,
+    /// Opset version of the node's domain.
+    pub opset: i64,
+    pub num_inputs: usize,
+    pub num_outputs: usize,
+}
+
+pub type Builder = fn(&NodeSpec<'_>) -> Result<Box<dyn Op>, OpError>;
+
+/// Op type (default domain) to builder.
+pub struct Registry {
+    builders: BTreeMap<&'static str, Builder>,
+}
+
+impl Registry {
+    pub fn add(&mut self, op_type: &'static str, builder: Builder) {
+        let previous = self.builders.insert(op_type, builder);
+        debug_assert!(previous.is_none(), "op {op_type} registered twice");
+    }
+
+    pub fn get(&self, op_type: &str) -> Option<Builder> {
+        self.builders.get(op_type).copied()
+    }
+
+    pub fn op_types(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.builders.keys().copied()
+    }
+}
+
+/// The registry of every op this build supports.
+pub fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut r = Registry {
+            builders: BTreeMap::new(),
+        };
+        batchnorm::register(&mut r);
+        cast::register(&mut r);
+        concat::register(&mut r);
+        conv::register(&mut r);
+        elementwise::register(&mut r);
+        gather::register(&mut r);
+        matmul::register(&mut r);
+        pool::register(&mut r);
+        shape_ops::register(&mut r);
+        softmax::register(&mut r);
+        transpose::register(&mut r);
+        r
+    })
+}
+
+/// Builds the op for a node of the default domain.
+pub fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    match registry().get(spec.op_type) {
+        Some(builder) => builder(spec),
+        None => Err(OpError::unsupported(format!(
+            "op type '{}' is not implemented",
+            spec.op_type
+        ))),
+    }
+}

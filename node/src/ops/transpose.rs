@@ -1,0 +1,5 @@
+//! (to be written)
+
+use super::Registry;
+
+pub fn register(_r: &mut Registry) {}

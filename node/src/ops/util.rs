@@ -1,0 +1,121 @@
+//! Helpers shared by op rules and kernels.
+
+use super::{InferInput, OpError, ValueType};
+use crate::tensor::Tensor;
+
+/// The present input `i`, or an error naming it.
+pub fn req<'a, T: Copy>(inputs: &[Option<T>], i: usize) -> Result<T, OpError>
+where
+    T: 'a,
+{
+    inputs
+        .get(i)
+        .copied()
+        .flatten()
+        .ok_or_else(|| OpError::invalid(format!("input {i} is required but missing")))
+}
+
+/// The input `i` if present.
+pub fn opt<T: Copy>(inputs: &[Option<T>], i: usize) -> Option<T> {
+    inputs.get(i).copied().flatten()
+}
+
+/// The value of input `i` when it is known at planning time, or an error saying it must be.
+pub fn const_input<'a>(
+    inputs: &[Option<InferInput<'a>>],
+    i: usize,
+    what: &str,
+) -> Result<&'a Tensor, OpError> {
+    req(inputs, i)?.value.ok_or_else(|| {
+        OpError::unsupported(format!(
+            "{what} (input {i}) must be known when the model is planned, not computed at run time"
+        ))
+    })
+}
+
+/// Normalises a possibly negative axis for a tensor of `rank`.
+pub fn axis(a: i64, rank: usize) -> Result<usize, OpError> {
+    let r = rank as i64;
+    if a < -r || a >= r.max(1) {
+        return Err(OpError::invalid(format!("axis {a} is out of range for rank {rank}")));
+    }
+    Ok(if a < 0 { (a + r) as usize } else { a as usize })
+}
+
+/// Numpy-style broadcast of two shapes.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, OpError> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for i in 0..rank {
+        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
+        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(OpError::invalid(format!(
+                    "shapes {a:?} and {b:?} cannot be broadcast together"
+                )));
+            }
+        };
+    }
+    Ok(out)
+}
+
+/// Element strides of `shape` as seen from a broadcast `out` shape: 0 on broadcast axes.
+pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let own = crate::tensor::strides(shape);
+    let pad = out.len() - shape.len();
+    (0..out.len())
+        .map(|i| if i < pad || shape[i - pad] == 1 { 0 } else { own[i - pad] })
+        .collect()
+}
+
+/// Workgroup counts for a 1-D launch of `n` invocations in groups of `wg`, folded into y when
+/// x would pass the 65,535 limit every Vulkan device guarantees. Shaders index with
+/// `gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x`.
+pub fn groups_1d(n: usize, wg: u32) -> [u32; 3] {
+    let groups = n.div_ceil(wg as usize).max(1) as u64;
+    if groups <= 65_535 {
+        [groups as u32, 1, 1]
+    } else {
+        let y = groups.div_ceil(65_535);
+        [groups.div_ceil(y) as u32, y as u32, 1]
+    }
+}
+
+/// Checks an input's dtype against the ones an op accepts.
+pub fn expect_dtype(
+    ty: &ValueType,
+    allowed: &[crate::tensor::DType],
+    what: &str,
+) -> Result<(), OpError> {
+    if allowed.contains(&ty.dtype) {
+        Ok(())
+    } else {
+        Err(OpError::unsupported(format!(
+            "{what} of type {} (supported: {})",
+            ty.dtype,
+            allowed.iter().map(|d| d.onnx_name()).collect::<Vec<_>>().join(", ")
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasting_follows_numpy() {
+        assert_eq!(broadcast_shapes(&[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
+        assert!(broadcast_shapes(&[2, 3], &[4]).is_err());
+        assert_eq!(broadcast_strides(&[4, 1], &[2, 4, 3]), vec![0, 1, 0]);
+    }
+
+    #[test]
+    fn large_launches_fold_into_y() {
+        let g = groups_1d(256 * 70_000, 256);
+        assert!(g[0] <= 65_535 && (g[0] as u64) * (g[1] as u64) >= 70_000);
+    }
+}

@@ -1,0 +1,353 @@
+//! Host tensors: a dtype, a shape and bytes that may live inside the model's memory mapping.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use bytemuck::Pod;
+use bytes::Bytes;
+
+/// Element types, numbered as ONNX's `TensorProto.DataType` so conversion is a lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    U8,
+    I8,
+    U16,
+    I16,
+    I32,
+    I64,
+    Bool,
+    F16,
+    F64,
+    U32,
+    U64,
+    BF16,
+}
+
+impl DType {
+    pub const ALL: [DType; 13] = [
+        DType::F32,
+        DType::U8,
+        DType::I8,
+        DType::U16,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::Bool,
+        DType::F16,
+        DType::F64,
+        DType::U32,
+        DType::U64,
+        DType::BF16,
+    ];
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 | DType::I8 | DType::Bool => 1,
+            DType::U16 | DType::I16 | DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+        }
+    }
+
+    /// ONNX `TensorProto.DataType` code.
+    pub fn onnx_code(self) -> i32 {
+        match self {
+            DType::F32 => 1,
+            DType::U8 => 2,
+            DType::I8 => 3,
+            DType::U16 => 4,
+            DType::I16 => 5,
+            DType::I32 => 6,
+            DType::I64 => 7,
+            DType::Bool => 9,
+            DType::F16 => 10,
+            DType::F64 => 11,
+            DType::U32 => 12,
+            DType::U64 => 13,
+            DType::BF16 => 16,
+        }
+    }
+
+    pub fn from_onnx_code(code: i32) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.onnx_code() == code)
+    }
+
+    /// The name ONNX uses in its operator documentation (`tensor(float)` -> "float").
+    pub fn onnx_name(self) -> &'static str {
+        match self {
+            DType::F32 => "float",
+            DType::U8 => "uint8",
+            DType::I8 => "int8",
+            DType::U16 => "uint16",
+            DType::I16 => "int16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::Bool => "bool",
+            DType::F16 => "float16",
+            DType::F64 => "double",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
+            DType::BF16 => "bfloat16",
+        }
+    }
+
+    /// numpy's dtype descriptor for .npy headers (little-endian).
+    pub fn npy_descr(self) -> &'static str {
+        match self {
+            DType::F32 => "<f4",
+            DType::U8 => "|u1",
+            DType::I8 => "|i1",
+            DType::U16 => "<u2",
+            DType::I16 => "<i2",
+            DType::I32 => "<i4",
+            DType::I64 => "<i8",
+            DType::Bool => "|b1",
+            DType::F16 => "<f2",
+            DType::F64 => "<f8",
+            DType::U32 => "<u4",
+            DType::U64 => "<u8",
+            // numpy has no bfloat16; ml_dtypes writes it as raw 2-byte void.
+            DType::BF16 => "<V2",
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.onnx_name())
+    }
+}
+
+/// Rust element types that map onto a [`DType`].
+pub trait Element: Pod + Send + Sync + 'static {
+    const DTYPE: DType;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {
+        $(impl Element for $t { const DTYPE: DType = DType::$d; })*
+    };
+}
+element!(f32 => F32, f64 => F64, i8 => I8, u8 => U8, i16 => I16, u16 => U16, i32 => I32,
+    i64 => I64, u32 => U32, u64 => U64, half::f16 => F16, half::bf16 => BF16);
+
+/// Number of elements of a shape (1 for a scalar).
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// Row-major strides, in elements.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// A dense, row-major host tensor. The bytes are shared and immutable: cloning is cheap, and an
+/// initializer's bytes point straight into the model file's memory mapping.
+#[derive(Clone, PartialEq)]
+pub struct Tensor {
+    dtype: DType,
+    shape: Vec<usize>,
+    data: Bytes,
+}
+
+/// Keeps a typed vector alive as the owner of a [`Bytes`] view of it, so kernels can hand over
+/// their output without a copy.
+struct PodVec<T: Pod>(Vec<T>);
+
+impl<T: Pod> AsRef<[u8]> for PodVec<T> {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
+impl Tensor {
+    /// Wraps raw little-endian bytes. Fails when the length does not match the shape.
+    pub fn from_bytes(dtype: DType, shape: Vec<usize>, data: Bytes) -> Result<Tensor, TensorError> {
+        let want = numel(&shape) * dtype.size();
+        if data.len() != want {
+            return Err(TensorError::SizeMismatch {
+                dtype,
+                shape,
+                expected: want,
+                actual: data.len(),
+            });
+        }
+        Ok(Tensor { dtype, shape, data })
+    }
+
+    pub fn from_vec<T: Element>(shape: Vec<usize>, values: Vec<T>) -> Tensor {
+        assert_eq!(
+            numel(&shape),
+            values.len(),
+            "Tensor::from_vec: shape {shape:?} does not hold {} values",
+            values.len()
+        );
+        Tensor {
+            dtype: T::DTYPE,
+            shape,
+            data: Bytes::from_owner(PodVec(values)),
+        }
+    }
+
+    /// Booleans are stored one byte each, 0 or 1, as ONNX does.
+    pub fn from_bools(shape: Vec<usize>, values: Vec<bool>) -> Tensor {
+        let bytes: Vec<u8> = values.into_iter().map(u8::from).collect();
+        assert_eq!(numel(&shape), bytes.len());
+        Tensor {
+            dtype: DType::Bool,
+            shape,
+            data: Bytes::from(bytes),
+        }
+    }
+
+    pub fn scalar<T: Element>(value: T) -> Tensor {
+        Tensor::from_vec(vec![], vec![value])
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(dtype: DType, shape: Vec<usize>) -> Tensor {
+        let n = numel(&shape) * dtype.size();
+        Tensor {
+            dtype,
+            shape,
+            data: Bytes::from(vec![0u8; n]),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    pub fn bytes(&self) -> &Bytes {
+        &self.data
+    }
+
+    /// Same bytes, another shape with the same element count (Reshape and friends).
+    pub fn reshaped(&self, shape: Vec<usize>) -> Result<Tensor, TensorError> {
+        Tensor::from_bytes(self.dtype, shape, self.data.clone())
+    }
+
+    /// The elements as `T`, borrowed when the bytes are aligned for `T` and copied otherwise
+    /// (an initializer inside the mapping may sit at any offset).
+    pub fn view<T: Element>(&self) -> Result<Cow<'_, [T]>, TensorError> {
+        if T::DTYPE != self.dtype {
+            return Err(TensorError::WrongDType {
+                expected: T::DTYPE,
+                actual: self.dtype,
+            });
+        }
+        Ok(match bytemuck::try_cast_slice::<u8, T>(&self.data) {
+            Ok(s) => Cow::Borrowed(s),
+            Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(&self.data)),
+        })
+    }
+
+    /// The elements as bools (any non-zero byte is true).
+    pub fn view_bool(&self) -> Result<Vec<bool>, TensorError> {
+        if self.dtype != DType::Bool {
+            return Err(TensorError::WrongDType {
+                expected: DType::Bool,
+                actual: self.dtype,
+            });
+        }
+        Ok(self.data.iter().map(|&b| b != 0).collect())
+    }
+
+    /// Integer elements widened to i64, for shape and index arithmetic.
+    pub fn to_i64_vec(&self) -> Result<Vec<i64>, TensorError> {
+        Ok(match self.dtype {
+            DType::I64 => self.view::<i64>()?.into_owned(),
+            DType::I32 => self.view::<i32>()?.iter().map(|&v| v as i64).collect(),
+            DType::I16 => self.view::<i16>()?.iter().map(|&v| v as i64).collect(),
+            DType::I8 => self.view::<i8>()?.iter().map(|&v| v as i64).collect(),
+            DType::U8 | DType::Bool => self.data.iter().map(|&v| v as i64).collect(),
+            DType::U16 => self.view::<u16>()?.iter().map(|&v| v as i64).collect(),
+            DType::U32 => self.view::<u32>()?.iter().map(|&v| v as i64).collect(),
+            DType::U64 => self.view::<u64>()?.iter().map(|&v| v as i64).collect(),
+            other => {
+                return Err(TensorError::WrongDType {
+                    expected: DType::I64,
+                    actual: other,
+                });
+            }
+        })
+    }
+
+    /// Elements converted to f64, for comparisons in tests and tools.
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>, TensorError> {
+        Ok(match self.dtype {
+            DType::F32 => self.view::<f32>()?.iter().map(|&v| v as f64).collect(),
+            DType::F64 => self.view::<f64>()?.into_owned(),
+            DType::F16 => self.view::<half::f16>()?.iter().map(|v| v.to_f64()).collect(),
+            DType::BF16 => self.view::<half::bf16>()?.iter().map(|v| v.to_f64()).collect(),
+            _ => self.to_i64_vec()?.into_iter().map(|v| v as f64).collect(),
+        })
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor<{}>{:?}", self.dtype, self.shape)
+    }
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum TensorError {
+    #[error("tensor of {dtype} {shape:?} needs {expected} bytes but has {actual}")]
+    SizeMismatch {
+        dtype: DType,
+        shape: Vec<usize>,
+        expected: usize,
+        actual: usize,
+    },
+    #[error("expected a tensor of {expected}, got {actual}")]
+    WrongDType { expected: DType, actual: DType },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unaligned_bytes_are_copied_not_misread() {
+        let raw: Vec<u8> = (0..9).collect();
+        let b = Bytes::from(raw).slice(1..9);
+        let t = Tensor::from_bytes(DType::F32, vec![2], b.clone()).unwrap();
+        let v = t.view::<f32>().unwrap();
+        assert_eq!(bytemuck::cast_slice::<f32, u8>(&v), &b[..]);
+    }
+
+    #[test]
+    fn wrong_length_is_an_error() {
+        let e = Tensor::from_bytes(DType::F32, vec![3], Bytes::from(vec![0u8; 8])).unwrap_err();
+        assert!(matches!(e, TensorError::SizeMismatch { expected: 12, actual: 8, .. }));
+    }
+
+    #[test]
+    fn strides_are_row_major() {
+        assert_eq!(strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(strides(&[]), Vec::<usize>::new());
+    }
+}
