@@ -52,7 +52,7 @@ pub fn read_npy(path: &Path) -> Result<Tensor, TensorFileError> {
         descr,
         fortran_order,
         shape,
-    } = npy_header::parse(&file[start..header_end]).map_err(|e| not_npy(e))?;
+    } = npy_header::parse(&file[start..header_end]).map_err(not_npy)?;
     let dtype = npy_header::dtype_of(&descr).map_err(invalid)?;
     if fortran_order {
         return Err(invalid(

@@ -53,7 +53,12 @@ impl Parser<'_> {
     fn string(&mut self) -> Result<String, String> {
         let q = match self.peek() {
             Some(q @ (b'\'' | b'"')) => q,
-            _ => return Err(format!("expected a string at byte {} of the header", self.i)),
+            _ => {
+                return Err(format!(
+                    "expected a string at byte {} of the header",
+                    self.i
+                ));
+            }
         };
         self.i += 1;
         let start = self.i;
@@ -92,9 +97,9 @@ impl Parser<'_> {
                     // Python 2 wrote long integers with an L suffix.
                     let digits = w.strip_suffix(b"L").unwrap_or(w);
                     let text = std::str::from_utf8(digits).unwrap_or("");
-                    let d = text.parse::<usize>().map_err(|_| {
-                        format!("shape entry '{}' is not a size", w.escape_ascii())
-                    })?;
+                    let d = text
+                        .parse::<usize>()
+                        .map_err(|_| format!("shape entry '{}' is not a size", w.escape_ascii()))?;
                     dims.push(d);
                     if self.peek() == Some(b',') {
                         self.i += 1;
@@ -149,7 +154,10 @@ pub(crate) fn parse(text: &[u8]) -> Result<Header, String> {
         }
     }
     if p.peek().is_some() {
-        return Err(format!("unexpected text after the header's dict, at byte {}", p.i));
+        return Err(format!(
+            "unexpected text after the header's dict, at byte {}",
+            p.i
+        ));
     }
     Ok(Header {
         descr: descr.ok_or("the header has no 'descr'")?,
@@ -190,18 +198,23 @@ pub(crate) fn dtype_of(descr: &str) -> Result<DType, String> {
     Ok(dtype)
 }
 
-/// The header numpy would write for a C-order array, padded so the data starts at a multiple
-/// of 64 bytes, with its preamble (magic, version, length).
+/// The header numpy (2.x) writes for a C-order array, with its preamble (magic, version,
+/// length), padded so the data starts at a multiple of 64 bytes.
 pub(crate) fn encode(dtype: DType, shape: &[usize]) -> Vec<u8> {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     let tuple = match dims.len() {
         1 => format!("({},)", dims[0]),
         _ => format!("({})", dims.join(", ")),
     };
-    let dict = format!(
+    let mut dict = format!(
         "{{'descr': '{}', 'fortran_order': False, 'shape': {tuple}, }}",
         dtype.npy_descr()
     );
+    // numpy leaves room for the first axis to grow to 21 digits, so that appending to a file
+    // can rewrite the header in place; doing the same keeps our files byte-identical to its.
+    if let Some(first) = dims.first() {
+        dict.push_str(&" ".repeat(21usize.saturating_sub(first.len())));
+    }
     // Version 1 has a 2-byte length; headers longer than that need version 2's 4 bytes.
     let v1_total = (10 + dict.len() + 1).next_multiple_of(64);
     let (version, preamble) = if v1_total - 10 <= u16::MAX as usize {

@@ -16,12 +16,13 @@ pub fn read_pb(path: &Path) -> Result<(String, Tensor), TensorFileError> {
         source,
     })?;
     // A .pb may keep its data externally, relative to its own folder, as models do.
-    let tensor = onnx::tensor_from_proto(&proto, Some(&onnx::model_dir(path))).map_err(
-        |source| TensorFileError::Tensor {
-            path: path.to_path_buf(),
-            source,
-        },
-    )?;
+    let tensor =
+        onnx::tensor_from_proto(&proto, Some(&onnx::model_dir(path))).map_err(|source| {
+            TensorFileError::Tensor {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
     Ok((proto.name, tensor))
 }
 

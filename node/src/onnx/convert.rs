@@ -18,7 +18,11 @@ use crate::tensor::DType;
 /// operators mean.
 const MIN_IR_VERSION: i64 = 3;
 
-pub(crate) fn model(m: &ModelProto, path: &Path, files: &ExternalFiles) -> Result<ModelDef, LoadError> {
+pub(crate) fn model(
+    m: &ModelProto,
+    path: &Path,
+    files: &ExternalFiles,
+) -> Result<ModelDef, LoadError> {
     let Some(graph) = &m.graph else {
         return Err(LoadError::NoGraph {
             path: path.to_path_buf(),
@@ -97,7 +101,11 @@ struct Converter<'a> {
 
 impl Converter<'_> {
     fn graph(&self, g: &GraphProto) -> Result<GraphDef, LoadError> {
-        let gname = if g.name.is_empty() { "(unnamed)" } else { &g.name };
+        let gname = if g.name.is_empty() {
+            "(unnamed)"
+        } else {
+            &g.name
+        };
         if let Some(s) = g.sparse_initializer.first() {
             let name = s.values.as_ref().map_or("", |v| v.name.as_str());
             return Err(LoadError::Unsupported(format!(
@@ -129,7 +137,11 @@ impl Converter<'_> {
             .collect::<Result<_, _>>()?;
         // Types of intermediates are hints: those vkml cannot represent are dropped, and any
         // op that really produces such a value is refused later, by name.
-        let value_info = g.value_info.iter().filter_map(|v| value_def(v).ok()).collect();
+        let value_info = g
+            .value_info
+            .iter()
+            .filter_map(|v| value_def(v).ok())
+            .collect();
 
         let mut used: HashSet<String> = g
             .node
@@ -233,9 +245,12 @@ impl Converter<'_> {
             }
             AttributeType::Floats => AttrValue::Floats(a.floats.clone()),
             AttributeType::Ints => AttrValue::Ints(a.ints.clone()),
-            AttributeType::Strings => {
-                AttrValue::Strings(a.strings.iter().map(|s| text(s)).collect::<Result<_, _>>()?)
-            }
+            AttributeType::Strings => AttrValue::Strings(
+                a.strings
+                    .iter()
+                    .map(|s| text(s))
+                    .collect::<Result<_, _>>()?,
+            ),
             AttributeType::Tensors => AttrValue::Tensors(
                 a.tensors
                     .iter()
@@ -330,7 +345,9 @@ fn value_def(v: &ValueInfoProto) -> Result<ValueDef, String> {
     };
     let t = match value {
         TypeValue::TensorType(t) => t,
-        TypeValue::SequenceType(_) => return Err("is a sequence; only tensors are supported".into()),
+        TypeValue::SequenceType(_) => {
+            return Err("is a sequence; only tensors are supported".into());
+        }
         TypeValue::MapType(_) => return Err("is a map; only tensors are supported".into()),
         TypeValue::OptionalType(_) => {
             return Err("is an optional; only tensors are supported".into());
@@ -341,12 +358,16 @@ fn value_def(v: &ValueInfoProto) -> Result<ValueDef, String> {
         TypeValue::OpaqueType(_) => return Err("is opaque; only tensors are supported".into()),
     };
     if t.elem_type != 0 {
-        def.dtype = Some(DType::from_onnx_code(t.elem_type).ok_or_else(|| {
-            match onnx_type_name(t.elem_type) {
-                Some(name) => format!("has element type {name}, which vkml does not support"),
-                None => format!("has element type code {}, which ONNX does not define", t.elem_type),
-            }
-        })?);
+        def.dtype =
+            Some(DType::from_onnx_code(t.elem_type).ok_or_else(|| {
+                match onnx_type_name(t.elem_type) {
+                    Some(name) => format!("has element type {name}, which vkml does not support"),
+                    None => format!(
+                        "has element type code {}, which ONNX does not define",
+                        t.elem_type
+                    ),
+                }
+            })?);
     }
     def.dims = t.shape.as_ref().map(|s| {
         s.dim

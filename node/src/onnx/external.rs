@@ -86,7 +86,9 @@ impl ExternalFiles {
             )));
         }
 
-        let data = self.map(&real).map_err(|e| fail_at(format!("cannot read it: {e}")))?;
+        let data = self
+            .map(&real)
+            .map_err(|e| fail_at(format!("cannot read it: {e}")))?;
         let size = data.len() as u64;
         if loc.offset > size {
             return Err(fail_at(format!(
@@ -101,7 +103,9 @@ impl ExternalFiles {
             )));
         };
         if length != nbytes as u64 {
-            return Err(fail_at(format!("the range holds {length} bytes, but {what}")));
+            return Err(fail_at(format!(
+                "the range holds {length} bytes, but {what}"
+            )));
         }
         // Both ends are within `size`, which is a usize (the mapping's length).
         Ok(data.slice(loc.offset as usize..end as usize))
@@ -157,14 +161,18 @@ fn check_relative(file: &Path) -> Result<(), String> {
     for c in file.components() {
         match c {
             Component::Prefix(_) | Component::RootDir => {
-                return Err("absolute paths are not allowed; external data must be given \
+                return Err(
+                    "absolute paths are not allowed; external data must be given \
                             relative to the model's folder"
-                    .into());
+                        .into(),
+                );
             }
             Component::ParentDir => {
-                return Err("'..' is not allowed in the path; external data must stay inside \
+                return Err(
+                    "'..' is not allowed in the path; external data must stay inside \
                             the model's folder"
-                    .into());
+                        .into(),
+                );
             }
             Component::CurDir | Component::Normal(_) => {}
         }

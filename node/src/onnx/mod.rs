@@ -10,7 +10,7 @@ mod external;
 mod mmap;
 mod tensor;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Types generated from node/proto/onnx.proto (our subset of the ONNX schema).
 #[allow(clippy::all, clippy::pedantic, missing_docs)]

@@ -114,7 +114,8 @@ pub(crate) fn convert_tensor(
             )));
         }
         // A slice of the decoded buffer: when that buffer is the file's mapping, no copy.
-        return Tensor::from_bytes(dtype, shape, t.raw_data.clone()).map_err(|e| bad(e.to_string()));
+        return Tensor::from_bytes(dtype, shape, t.raw_data.clone())
+            .map_err(|e| bad(e.to_string()));
     }
 
     let count = |field: &str, n: usize| -> Result<(), LoadError> {
@@ -172,7 +173,12 @@ pub(crate) fn convert_tensor(
         // Booleans as 0/1 bytes; any non-zero entry is true, as numpy converts them.
         DType::Bool => {
             ints("int32_data")?;
-            Bytes::from(t.int32_data.iter().map(|&v| u8::from(v != 0)).collect::<Vec<u8>>())
+            Bytes::from(
+                t.int32_data
+                    .iter()
+                    .map(|&v| u8::from(v != 0))
+                    .collect::<Vec<u8>>(),
+            )
         }
         // float16 and bfloat16 keep their 16 bits in the low half of each int32 entry.
         DType::F16 | DType::BF16 => {

@@ -23,10 +23,37 @@ fn unaligned_offsets_and_shared_mapping() {
     let graph = GraphProto {
         name: "g".into(),
         initializer: vec![
-            external_tensor("a", 1, &[2], &[("location", "weights.bin"), ("offset", "3"), ("length", "8")]),
-            external_tensor("b", 7, &[1], &[("location", "./weights.bin"), ("offset", "12"), ("length", "8")]),
+            external_tensor(
+                "a",
+                1,
+                &[2],
+                &[
+                    ("location", "weights.bin"),
+                    ("offset", "3"),
+                    ("length", "8"),
+                ],
+            ),
+            external_tensor(
+                "b",
+                7,
+                &[1],
+                &[
+                    ("location", "./weights.bin"),
+                    ("offset", "12"),
+                    ("length", "8"),
+                ],
+            ),
             // No length: to the end of the file.
-            external_tensor("c", 1, &[1], &[("location", "weights.bin"), ("offset", "20"), ("checksum", "x")]),
+            external_tensor(
+                "c",
+                1,
+                &[1],
+                &[
+                    ("location", "weights.bin"),
+                    ("offset", "20"),
+                    ("checksum", "x"),
+                ],
+            ),
         ],
         ..Default::default()
     };
@@ -64,7 +91,10 @@ fn paths_leaving_the_folder_are_refused() {
     std::fs::create_dir(&model).unwrap();
     let t = external_tensor("w", 1, &[2], &[("location", "../secret.bin")]);
     let e = tensor_from_proto(&t, Some(&model)).unwrap_err().to_string();
-    assert!(e.contains("'..' is not allowed") && e.contains("'w'"), "{e}");
+    assert!(
+        e.contains("'..' is not allowed") && e.contains("'w'"),
+        "{e}"
+    );
     let t = external_tensor("w", 1, &[2], &[("location", "sub/../../secret.bin")]);
     assert!(tensor_from_proto(&t, Some(&model)).is_err());
 
@@ -78,7 +108,10 @@ fn paths_leaving_the_folder_are_refused() {
         std::os::unix::fs::symlink(outer.join("secret.bin"), model.join("link.bin")).unwrap();
         let t = external_tensor("w", 1, &[2], &[("location", "link.bin")]);
         let e = tensor_from_proto(&t, Some(&model)).unwrap_err().to_string();
-        assert!(e.contains("outside the model's folder") && e.contains("symbolic link"), "{e}");
+        assert!(
+            e.contains("outside the model's folder") && e.contains("symbolic link"),
+            "{e}"
+        );
         // A link that stays inside the folder is fine.
         std::fs::write(model.join("real.bin"), f32_bytes(&[4.0, 5.0])).unwrap();
         std::os::unix::fs::symlink(model.join("real.bin"), model.join("inside.bin")).unwrap();
@@ -94,12 +127,24 @@ fn bad_ranges_and_files_name_file_offset_and_length() {
     write_weights(&dir);
 
     let e = ext_err(&dir, &[("location", "missing.bin")]).to_string();
-    assert!(e.contains("missing.bin") && e.contains("cannot open"), "{e}");
-
-    let e = ext_err(&dir, &[("location", "weights.bin"), ("offset", "20"), ("length", "8")])
-        .to_string();
     assert!(
-        e.contains("weights.bin") && e.contains("offset 20") && e.contains("length 8")
+        e.contains("missing.bin") && e.contains("cannot open"),
+        "{e}"
+    );
+
+    let e = ext_err(
+        &dir,
+        &[
+            ("location", "weights.bin"),
+            ("offset", "20"),
+            ("length", "8"),
+        ],
+    )
+    .to_string();
+    assert!(
+        e.contains("weights.bin")
+            && e.contains("offset 20")
+            && e.contains("length 8")
             && e.contains("past the end of the file (24 bytes)"),
         "{e}"
     );
@@ -108,11 +153,24 @@ fn bad_ranges_and_files_name_file_offset_and_length() {
     assert!(e.contains("beyond the end"), "{e}");
 
     // The range exists but does not hold the tensor's 8 bytes.
-    let e = ext_err(&dir, &[("location", "weights.bin"), ("offset", "3"), ("length", "4")])
-        .to_string();
-    assert!(e.contains("holds 4 bytes") && e.contains("needs 8 bytes"), "{e}");
+    let e = ext_err(
+        &dir,
+        &[
+            ("location", "weights.bin"),
+            ("offset", "3"),
+            ("length", "4"),
+        ],
+    )
+    .to_string();
+    assert!(
+        e.contains("holds 4 bytes") && e.contains("needs 8 bytes"),
+        "{e}"
+    );
     let e = ext_err(&dir, &[("location", "weights.bin"), ("offset", "0")]).to_string();
-    assert!(e.contains("to the end of the file") && e.contains("holds 24 bytes"), "{e}");
+    assert!(
+        e.contains("to the end of the file") && e.contains("holds 24 bytes"),
+        "{e}"
+    );
 
     let e = ext_err(&dir, &[("location", "weights.bin"), ("offset", "-1")]).to_string();
     assert!(e.contains("'-1'"), "{e}");

@@ -90,7 +90,9 @@ pub(crate) fn tensor_value(name: &str, elem: i32, dims: Option<&[D]>) -> ValueIn
             .map(|d| Dimension {
                 value: match d {
                     D::V(n) => Some(tensor_shape_proto::dimension::Value::DimValue(*n)),
-                    D::P(p) => Some(tensor_shape_proto::dimension::Value::DimParam(p.to_string())),
+                    D::P(p) => Some(tensor_shape_proto::dimension::Value::DimParam(
+                        p.to_string(),
+                    )),
                     D::Unset => None,
                 },
                 denotation: String::new(),

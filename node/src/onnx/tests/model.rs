@@ -44,13 +44,23 @@ fn sample_graph() -> GraphProto {
             ..attr("scales", AttributeType::Floats)
         },
         AttributeProto {
-            strings: vec![bytes::Bytes::from_static(b"a"), bytes::Bytes::from_static(b"b")],
+            strings: vec![
+                bytes::Bytes::from_static(b"a"),
+                bytes::Bytes::from_static(b"b"),
+            ],
             ..attr("names", AttributeType::Strings)
         },
     ];
     let mut constant = node("Constant", "", &[], &["c"]);
     constant.attribute = vec![AttributeProto {
-        t: Some(raw_tensor("", 7, &[2], &[7, 0, 0, 0, 0, 0, 0, 0, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF])),
+        t: Some(raw_tensor(
+            "",
+            7,
+            &[2],
+            &[
+                7, 0, 0, 0, 0, 0, 0, 0, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            ],
+        )),
         ..attr("value", AttributeType::Tensor)
     }];
     let body = GraphProto {
@@ -119,13 +129,26 @@ fn converts_a_model() {
     assert_eq!(g.inputs[0].dtype, Some(DType::F32));
     assert_eq!(
         g.inputs[0].dims,
-        Some(vec![Dim::Sym("batch".into()), Dim::Fixed(3), Dim::Sym("?".into())])
+        Some(vec![
+            Dim::Sym("batch".into()),
+            Dim::Fixed(3),
+            Dim::Sym("?".into())
+        ])
     );
-    assert_eq!((g.inputs[1].dtype, g.inputs[1].dims.clone()), (Some(DType::Bool), Some(vec![])));
-    assert_eq!((g.outputs[0].dtype, g.outputs[0].dims.clone()), (Some(DType::F16), None));
+    assert_eq!(
+        (g.inputs[1].dtype, g.inputs[1].dims.clone()),
+        (Some(DType::Bool), Some(vec![]))
+    );
+    assert_eq!(
+        (g.outputs[0].dtype, g.outputs[0].dims.clone()),
+        (Some(DType::F16), None)
+    );
     assert_eq!(g.value_info.len(), 1);
     assert_eq!(g.value_info[0].dtype, None);
-    assert_eq!(g.value_info[0].dims, Some(vec![Dim::Sym("?".into()), Dim::Sym("?".into())]));
+    assert_eq!(
+        g.value_info[0].dims,
+        Some(vec![Dim::Sym("?".into()), Dim::Sym("?".into())])
+    );
 
     assert_eq!(g.initializers.len(), 1);
     assert_eq!(g.initializers[0].0, "w");
@@ -147,7 +170,10 @@ fn converts_a_model() {
     assert!(matches!(a.get("names"), Some(AttrValue::Strings(s)) if s == &["a", "b"]));
 
     let c = g.nodes[1].attrs.tensor_opt("value").unwrap().unwrap();
-    assert_eq!((c.dtype(), c.to_i64_vec().unwrap()), (DType::I64, vec![7, -8]));
+    assert_eq!(
+        (c.dtype(), c.to_i64_vec().unwrap()),
+        (DType::I64, vec![7, -8])
+    );
 
     let Some(AttrValue::Graph(body)) = g.nodes[2].attrs.get("then_branch") else {
         panic!("then_branch is not a graph");
@@ -192,7 +218,11 @@ fn load_maps_the_file() {
         let hi = usize::from_str_radix(hi, 16).unwrap();
         (lo..hi).contains(&addr) && std::path::Path::new(file) == real
     });
-    assert!(hit, "initializer at {addr:#x} is not inside a mapping of {}", real.display());
+    assert!(
+        hit,
+        "initializer at {addr:#x} is not inside a mapping of {}",
+        real.display()
+    );
 }
 
 #[test]
@@ -206,11 +236,18 @@ fn truncated_files_are_errors_not_panics() {
         let e = load(&path).expect_err("a truncated model loaded");
         if matches!(e, LoadError::Decode { .. }) {
             decode_errors += 1;
-            assert!(e.to_string().contains("t.onnx is not a valid ONNX model: "), "{e}");
+            assert!(
+                e.to_string().contains("t.onnx is not a valid ONNX model: "),
+                "{e}"
+            );
         }
     }
     // Most cut points fall inside a field; the rest lose the graph or the opset import.
-    assert!(decode_errors > full.len() / 2, "{decode_errors} of {}", full.len());
+    assert!(
+        decode_errors > full.len() / 2,
+        "{decode_errors} of {}",
+        full.len()
+    );
 
     // A file cut in the middle of the graph.
     let path = dir.join("half.onnx");
@@ -245,7 +282,11 @@ fn opset_and_ir_checks() {
     let mut m = model_with(GraphProto::default());
     m.opset_import[0].domain = "com.example".into();
     let e = load_from_bytes(m.encode_to_vec().into(), None).unwrap_err();
-    assert!(e.to_string().contains("no opset of the default ONNX domain"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("no opset of the default ONNX domain"),
+        "{e}"
+    );
 
     let mut m = model_with(GraphProto::default());
     m.opset_import.push(OperatorSetIdProto {
@@ -263,7 +304,9 @@ fn opset_and_ir_checks() {
 
 fn load_graph_err(g: GraphProto) -> String {
     let m: ModelProto = model_with(g);
-    load_from_bytes(m.encode_to_vec().into(), None).unwrap_err().to_string()
+    load_from_bytes(m.encode_to_vec().into(), None)
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -271,9 +314,9 @@ fn unsupported_graph_features_are_named() {
     let seq = ValueInfoProto {
         name: "s".into(),
         r#type: Some(TypeProto {
-            value: Some(type_proto::Value::SequenceType(Box::new(type_proto::Sequence {
-                elem_type: None,
-            }))),
+            value: Some(type_proto::Value::SequenceType(Box::new(
+                type_proto::Sequence { elem_type: None },
+            ))),
             denotation: String::new(),
         }),
         ..Default::default()
@@ -297,7 +340,10 @@ fn unsupported_graph_features_are_named() {
         node: vec![n],
         ..Default::default()
     });
-    assert!(e.contains("attribute 'bodies' of node 'lp' (Loop)") && e.contains("GRAPHS"), "{e}");
+    assert!(
+        e.contains("attribute 'bodies' of node 'lp' (Loop)") && e.contains("GRAPHS"),
+        "{e}"
+    );
 
     let mut n = node("Relu", "r", &[], &[]);
     n.attribute = vec![attr("a", AttributeType::Int), attr("a", AttributeType::Int)];
@@ -316,7 +362,9 @@ fn unsupported_graph_features_are_named() {
         domain: "".into(),
         ..Default::default()
     }];
-    let e = load_from_bytes(m.encode_to_vec().into(), None).unwrap_err().to_string();
+    let e = load_from_bytes(m.encode_to_vec().into(), None)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("model-local function 'Gelu2'"), "{e}");
 
     // An attribute tensor with a bad size is named after its node and attribute.

@@ -39,7 +39,10 @@ fn unhex(s: &str) -> Vec<u8> {
 #[test]
 fn reads_a_model_written_by_python_onnx() {
     let def = load_from_bytes(unhex(MODEL_HEX).into(), None).unwrap();
-    assert_eq!((def.ir_version, def.opset, def.producer.as_str()), (8, 17, "handmade"));
+    assert_eq!(
+        (def.ir_version, def.opset, def.producer.as_str()),
+        (8, 17, "handmade")
+    );
     let g = &def.graph;
     assert_eq!(g.name, "main");
 
@@ -55,12 +58,21 @@ fn reads_a_model_written_by_python_onnx() {
     // W is both input and initializer; only X and cond must be fed.
     let inputs: Vec<&str> = g.inputs.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(inputs, ["X", "cond"]);
-    assert_eq!(g.inputs[0].dims, Some(vec![Dim::Sym("batch".into()), Dim::Fixed(1)]));
+    assert_eq!(
+        g.inputs[0].dims,
+        Some(vec![Dim::Sym("batch".into()), Dim::Fixed(1)])
+    );
     assert_eq!(g.inputs[1].dims, Some(vec![]));
-    assert_eq!(g.outputs[0].dims, Some(vec![Dim::Sym("batch".into()), Dim::Sym("?".into())]));
+    assert_eq!(
+        g.outputs[0].dims,
+        Some(vec![Dim::Sym("batch".into()), Dim::Sym("?".into())])
+    );
     assert_eq!(g.outputs[1].dims, None);
     assert_eq!(g.value_info[0].dtype, Some(DType::F16));
-    assert_eq!(g.value_info[0].dims, Some(vec![Dim::Fixed(4), Dim::Sym("n".into())]));
+    assert_eq!(
+        g.value_info[0].dims,
+        Some(vec![Dim::Fixed(4), Dim::Sym("n".into())])
+    );
 
     let names: Vec<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names, ["Constant_0", "mm", "If_2", "Custom_3"]);
@@ -70,8 +82,14 @@ fn reads_a_model_written_by_python_onnx() {
     let Some(AttrValue::Graph(else_g)) = g.nodes[2].attrs.get("else_branch") else {
         panic!("no else_branch graph");
     };
-    assert_eq!((else_g.name.as_str(), else_g.nodes[0].name.as_str()), ("else_body", "neg"));
-    assert_eq!(else_g.outputs[0].dims, Some(vec![Dim::Fixed(1), Dim::Fixed(3)]));
+    assert_eq!(
+        (else_g.name.as_str(), else_g.nodes[0].name.as_str()),
+        ("else_body", "neg")
+    );
+    assert_eq!(
+        else_g.outputs[0].dims,
+        Some(vec![Dim::Fixed(1), Dim::Fixed(3)])
+    );
 
     let custom = &g.nodes[3];
     assert_eq!(custom.domain, "");

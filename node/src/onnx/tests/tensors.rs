@@ -34,7 +34,12 @@ fn raw_data_every_dtype() {
         (4, DType::U16, &[1], &[0xFF, 0xFF]),
         (5, DType::I16, &[2], &[0xFE, 0xFF, 0x2C, 0x01]),
         (6, DType::I32, &[1], &[0xFF, 0xFF, 0xFF, 0xFF]),
-        (7, DType::I64, &[1], &[0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]),
+        (
+            7,
+            DType::I64,
+            &[1],
+            &[0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF],
+        ),
         (9, DType::Bool, &[2], &[1, 0]),
         (10, DType::F16, &[1], &[0x00, 0x3C]),
         (11, DType::F64, &[], &[0, 0, 0, 0, 0, 0, 0xF8, 0x3F]),
@@ -51,16 +56,28 @@ fn raw_data_every_dtype() {
     }
     // Spot checks that the bytes mean what the hand encodings say.
     assert_eq!(
-        ok(&raw_tensor("t", 1, &[2], &[0, 0, 0xC0, 0x3F, 0, 0, 0, 0xC0]))
-            .view::<f32>()
-            .unwrap()[..],
+        ok(&raw_tensor(
+            "t",
+            1,
+            &[2],
+            &[0, 0, 0xC0, 0x3F, 0, 0, 0, 0xC0]
+        ))
+        .view::<f32>()
+        .unwrap()[..],
         [1.5, -2.0]
     );
     assert_eq!(
-        ok(&raw_tensor("t", 11, &[], &[0, 0, 0, 0, 0, 0, 0xF8, 0x3F])).to_f64_vec().unwrap(),
+        ok(&raw_tensor("t", 11, &[], &[0, 0, 0, 0, 0, 0, 0xF8, 0x3F]))
+            .to_f64_vec()
+            .unwrap(),
         [1.5]
     );
-    assert_eq!(ok(&raw_tensor("t", 16, &[1], &[0x80, 0x3F])).to_f64_vec().unwrap(), [1.0]);
+    assert_eq!(
+        ok(&raw_tensor("t", 16, &[1], &[0x80, 0x3F]))
+            .to_f64_vec()
+            .unwrap(),
+        [1.0]
+    );
 }
 
 #[test]
@@ -77,7 +94,9 @@ fn typed_fields_every_dtype() {
     t.int64_data = vec![-8, 1 << 40];
     assert_eq!(
         &ok(&t).bytes()[..],
-        &[0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0, 0, 1, 0, 0]
+        &[
+            0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0, 0, 1, 0, 0
+        ]
     );
 
     let mut t = typed(13, &[1]);
@@ -129,7 +148,10 @@ fn bad_tensors_are_errors_naming_the_tensor() {
     let mut t = typed(1, &[3]);
     t.float_data = vec![1.0, 2.0];
     let e = err(&t);
-    assert!(e.contains("'t'") && e.contains("float_data") && e.contains("found 2"), "{e}");
+    assert!(
+        e.contains("'t'") && e.contains("float_data") && e.contains("found 2"),
+        "{e}"
+    );
 
     // Typed data in the wrong field counts as missing.
     let mut t = typed(1, &[1]);
@@ -138,7 +160,10 @@ fn bad_tensors_are_errors_naming_the_tensor() {
 
     // raw_data of the wrong size.
     let e = err(&raw_tensor("w", 1, &[2, 2], &[0; 12]));
-    assert!(e.contains("'w'") && e.contains("12 bytes") && e.contains("16"), "{e}");
+    assert!(
+        e.contains("'w'") && e.contains("12 bytes") && e.contains("16"),
+        "{e}"
+    );
 
     // Values that do not fit the element type.
     let mut t = typed(3, &[1]);
@@ -172,7 +197,10 @@ fn unsupported_and_unknown_dtypes_name_the_tensor() {
     assert!(e.to_string().contains("complex64"), "{e}");
 
     let e = tensor_from_proto(&typed(99, &[1]), None).unwrap_err();
-    assert!(matches!(&e, LoadError::UnknownDType { tensor, code: 99 } if tensor == "t"), "{e:?}");
+    assert!(
+        matches!(&e, LoadError::UnknownDType { tensor, code: 99 } if tensor == "t"),
+        "{e:?}"
+    );
 }
 
 #[test]
