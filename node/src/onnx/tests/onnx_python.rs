@@ -22,7 +22,8 @@
 //! m.SerializeToString().hex()
 //! ```
 
-use super::super::load_from_bytes;
+use super::super::{load, load_from_bytes};
+use super::TempDir;
 use crate::model::Dim;
 use crate::ops::AttrValue;
 use crate::tensor::DType;
@@ -100,4 +101,45 @@ fn reads_a_model_written_by_python_onnx() {
     // Python writes repeated floats unpacked; prost must read both encodings.
     assert_eq!(a.floats_opt("scales").unwrap().unwrap(), [1.0, 2.5]);
     assert!(matches!(a.get("names"), Some(AttrValue::Strings(s)) if s == &["a", "b"]));
+}
+
+// A model saved by onnx 1.22 with its weights in one external file (unaligned offsets):
+// inits = [numpy_helper.from_array(np.arange(n, dtype=dt) * 3 - 1, f"w_{np.dtype(dt).name}")
+//          for n, dt in [(5, float32), (3, int8), (7, float16), (2, float64), (4, int64),
+//                        (3, uint16)]]
+// g = make_graph([make_node("Identity", ["w_float32"], ["y"])], "g", [],
+//                [make_tensor_value_info("y", FLOAT, [5])], initializer=inits)
+// onnx.save_model(make_model(g, opset_imports=[make_opsetid("", 18)]), "ext.onnx",
+//     save_as_external_data=True, all_tensors_to_one_file=True, location="ext.data",
+//     size_threshold=0)
+const EXT_MODEL_HEX: &str = "080d3ac3030a180a09775f666c6f6174333212017922084964656e746974791201672a42080510014209775f666c6f617433326a140a086c6f636174696f6e12086578742e646174616a0b0a066f66667365741201306a0c0a066c656e6774681202323070012a3f080310034206775f696e74386a140a086c6f636174696f6e12086578742e646174616a0c0a066f6666736574120232306a0b0a066c656e67746812013370012a430807100a4209775f666c6f617431366a140a086c6f636174696f6e12086578742e646174616a0c0a066f6666736574120232336a0c0a066c656e6774681202313470012a430802100b4209775f666c6f617436346a140a086c6f636174696f6e12086578742e646174616a0c0a066f6666736574120233376a0c0a066c656e6774681202313670012a41080410074207775f696e7436346a140a086c6f636174696f6e12086578742e646174616a0c0a066f6666736574120235336a0c0a066c656e6774681202333270012a41080310044208775f75696e7431366a140a086c6f636174696f6e12086578742e646174616a0c0a066f6666736574120238356a0b0a066c656e6774681201367001620f0a0179120a0a08080112040a02080542040a001012";
+const EXT_DATA_HEX: &str = "000080bf000000400000a0400000004100003041ff020500bc0040004500488049004b404c000000000000f0bf0000000000000040ffffffffffffffff020000000000000005000000000000000800000000000000ffff02000500";
+
+#[test]
+fn reads_external_data_saved_by_python_onnx() {
+    let dir = TempDir::new("pyext");
+    std::fs::write(dir.join("ext.onnx"), unhex(EXT_MODEL_HEX)).unwrap();
+    std::fs::write(dir.join("ext.data"), unhex(EXT_DATA_HEX)).unwrap();
+    let def = load(&dir.join("ext.onnx")).unwrap();
+    let got: Vec<(&str, DType, Vec<f64>)> = def
+        .graph
+        .initializers
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.dtype(), t.to_f64_vec().unwrap()))
+        .collect();
+    // numpy_helper.to_array of the same tensors, by hand: arange(n) * 3 - 1.
+    let want: Vec<(&str, DType, Vec<f64>)> = vec![
+        ("w_float32", DType::F32, vec![-1.0, 2.0, 5.0, 8.0, 11.0]),
+        ("w_int8", DType::I8, vec![-1.0, 2.0, 5.0]),
+        (
+            "w_float16",
+            DType::F16,
+            vec![-1.0, 2.0, 5.0, 8.0, 11.0, 14.0, 17.0],
+        ),
+        ("w_float64", DType::F64, vec![-1.0, 2.0]),
+        ("w_int64", DType::I64, vec![-1.0, 2.0, 5.0, 8.0]),
+        ("w_uint16", DType::U16, vec![65535.0, 2.0, 5.0]),
+    ];
+    assert_eq!(got, want);
+    assert_eq!(def.opset, 18);
 }
