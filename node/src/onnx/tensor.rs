@@ -114,8 +114,12 @@ pub(crate) fn convert_tensor(
             )));
         }
         // A slice of the decoded buffer: when that buffer is the file's mapping, no copy.
-        return Tensor::from_bytes(dtype, shape, t.raw_data.clone())
-            .map_err(|e| bad(e.to_string()));
+        let mut data = t.raw_data.clone();
+        // vkml's booleans are exactly 0 or 1; other non-zero bytes mean true, as in numpy.
+        if dtype == DType::Bool && data.iter().any(|&b| b > 1) {
+            data = data.iter().map(|&b| u8::from(b != 0)).collect();
+        }
+        return Tensor::from_bytes(dtype, shape, data).map_err(|e| bad(e.to_string()));
     }
 
     let count = |field: &str, n: usize| -> Result<(), LoadError> {

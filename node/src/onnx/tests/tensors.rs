@@ -136,6 +136,12 @@ fn typed_fields_every_dtype() {
 }
 
 #[test]
+fn raw_booleans_become_zero_or_one() {
+    let t = ok(&raw_tensor("b", 9, &[3], &[0, 2, 255]));
+    assert_eq!(&t.bytes()[..], &[0, 1, 1]);
+}
+
+#[test]
 fn empty_tensor_needs_no_data() {
     let t = ok(&typed(1, &[0, 3]));
     assert_eq!(t.shape(), &[0, 3]);
