@@ -17,6 +17,7 @@ use super::Registry;
 use binary::{BinKind, Binary};
 use unary::{UnKind, Unary};
 
+pub use broadcast::collapse;
 pub use unary::Real;
 
 pub fn register(r: &mut Registry) {

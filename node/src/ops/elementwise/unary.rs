@@ -56,6 +56,7 @@ pub trait Real: Element + Copy + PartialOrd + Default {
     fn sub(self, o: Self) -> Self;
     fn div(self, o: Self) -> Self;
     fn to_f64(self) -> f64;
+    fn is_nan(self) -> bool;
     fn from_f64(v: f64) -> Self;
 }
 
@@ -70,6 +71,7 @@ macro_rules! real {
             fn sub(self, o: Self) -> Self { self - o }
             fn div(self, o: Self) -> Self { self / o }
             fn to_f64(self) -> f64 { self as f64 }
+            fn is_nan(self) -> bool { <$t>::is_nan(self) }
             fn from_f64(v: f64) -> Self { v as $t }
         }
     )*};
