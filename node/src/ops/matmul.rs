@@ -1029,6 +1029,9 @@ mod tests {
         assert_eq!(&d.params[7..10], &[0, 12, 0]);
         assert_eq!(&d.params[12..15], &[0, 0, 18]);
         let i = ValueType::new(DType::I32, vec![2, 2]);
-        assert!(op.gpu(&[Some(&i), Some(&i)], std::slice::from_ref(&i)).is_none());
+        assert!(
+            op.gpu(&[Some(&i), Some(&i)], std::slice::from_ref(&i))
+                .is_none()
+        );
     }
 }
