@@ -1,4 +1,4 @@
-//! (to be written)
+//! (being written)
 
 use super::Registry;
 
