@@ -12,7 +12,7 @@ mod float;
 pub(super) mod geometry;
 mod gpu;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
 
