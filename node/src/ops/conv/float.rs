@@ -1,0 +1,117 @@
+//! The element types the CPU kernels of Conv, the pools and BatchNormalization accept (f32,
+//! f64), with the one GEMM they share.
+
+use std::ops::{Add, AddAssign, Div, Mul, Sub};
+
+use crate::tensor::{DType, Element};
+
+pub trait Float:
+    Element
+    + Copy
+    + Default
+    + PartialOrd
+    + Add<Output = Self>
+    + AddAssign
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+{
+    const LOWEST: Self;
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64;
+
+    /// `c[i * ldc + j] = sum_p a[i * k + p] * b[p * n + j]` for an `m x k` row-major `a` and a
+    /// `k x n` row-major `b`; `c` is overwritten, never read.
+    fn gemm(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self], ldc: usize);
+}
+
+/// The dtypes [`Float`] covers, for shape rules' error messages.
+pub const FLOAT_DTYPES: [DType; 2] = [DType::F32, DType::F64];
+
+/// Bounds every pointer matrixmultiply will touch, so the unsafe calls below stay in bounds.
+fn check_gemm(m: usize, k: usize, n: usize, a: usize, b: usize, c: usize, ldc: usize) {
+    assert!(ldc >= n, "gemm: ldc {ldc} < n {n}");
+    assert!(a >= m * k, "gemm: a holds {a} < {m}x{k}");
+    assert!(b >= k * n, "gemm: b holds {b} < {k}x{n}");
+    assert!(
+        m == 0 || n == 0 || c >= (m - 1) * ldc + n,
+        "gemm: c too small"
+    );
+}
+
+macro_rules! float {
+    ($t:ty, $gemm:path) => {
+        impl Float for $t {
+            const LOWEST: Self = <$t>::MIN;
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn gemm(
+                m: usize,
+                k: usize,
+                n: usize,
+                a: &[Self],
+                b: &[Self],
+                c: &mut [Self],
+                ldc: usize,
+            ) {
+                check_gemm(m, k, n, a.len(), b.len(), c.len(), ldc);
+                if m == 0 || n == 0 {
+                    return;
+                }
+                if k == 0 {
+                    for row in c.chunks_mut(ldc).take(m) {
+                        row[..n].fill(0.0);
+                    }
+                    return;
+                }
+                // SAFETY: matrixmultiply reads a[i*k + p] and b[p*n + j] and writes
+                // c[i*ldc + j] for i < m, p < k, j < n; check_gemm asserted that each slice
+                // holds those indices, and `c` is a unique borrow, so nothing aliases it.
+                // With beta = 0 the old contents of `c` are never read.
+                unsafe {
+                    $gemm(
+                        m,
+                        k,
+                        n,
+                        1.0,
+                        a.as_ptr(),
+                        k as isize,
+                        1,
+                        b.as_ptr(),
+                        n as isize,
+                        1,
+                        0.0,
+                        c.as_mut_ptr(),
+                        ldc as isize,
+                        1,
+                    );
+                }
+            }
+        }
+    };
+}
+
+float!(f32, matrixmultiply::sgemm);
+float!(f64, matrixmultiply::dgemm);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemm_multiplies_into_a_strided_block() {
+        // [1 2 3; 4 5 6] x [1 0; 0 1; 1 1] = [4 5; 10 11], written with row stride 3.
+        let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let b = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0];
+        let mut c = [-1.0f32; 5];
+        f32::gemm(2, 3, 2, &a, &b, &mut c, 3);
+        assert_eq!(c, [4.0, 5.0, -1.0, 10.0, 11.0]);
+        let mut c = [7.0f64; 4];
+        f64::gemm(2, 0, 2, &[], &[], &mut c, 2);
+        assert_eq!(c, [0.0; 4]);
+    }
+}

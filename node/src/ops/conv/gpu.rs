@@ -1,0 +1,125 @@
+//! The GPU side of Conv: which shader, over which buffers, with which parameters.
+//!
+//! Both shaders read the same parameter table (a `BufRef::Table`, since 3-D geometry does
+//! not fit the 128-byte push-constant budget next to five buffer addresses). Its layout is
+//! mirrored by the `P_*` constants in shaders/conv_gemm.comp and shaders/conv_direct.comp.
+
+use super::ConvShape;
+use crate::ops::util::groups_1d;
+use crate::ops::{BufRef, Dispatch, GpuKernel};
+
+/// Output pixels x output channels per workgroup of the implicit GEMM (shaders/conv_gemm.comp).
+const TILE_M: usize = 64;
+const TILE_N: usize = 64;
+/// Below this many output channels per group, a 64-wide channel tile would be mostly idle:
+/// the direct shader is used instead (depthwise, ResNeXt-style narrow groups).
+const MIN_GEMM_OCG: usize = 16;
+
+/// Largest element count the shaders index with 32-bit arithmetic.
+const MAX_ELEMS: usize = i32::MAX as usize;
+
+pub fn kernel(s: &ConvShape, has_bias: bool) -> Option<GpuKernel> {
+    let a = s.axes3();
+    let x_len = s.n * s.c * s.in_plane();
+    let w_len = s.oc * s.cg() * s.kernel_volume();
+    let y_len = s.n * s.oc * s.out_plane();
+    if [x_len, w_len, y_len].iter().any(|&l| l > MAX_ELEMS) || y_len == 0 {
+        return None;
+    }
+    let m = s.n * s.out_plane();
+    let tiles_m = m.div_ceil(TILE_M);
+    let tiles_n = s.ocg().div_ceil(TILE_N);
+    let mut table: Vec<u32> = vec![s.n as u32, s.c as u32];
+    table.extend(a.iter().map(|a| a.input as u32));
+    table.push(s.oc as u32);
+    table.extend(a.iter().map(|a| a.output as u32));
+    table.extend(a.iter().map(|a| a.kernel as u32));
+    table.extend(a.iter().map(|a| a.stride as u32));
+    table.extend(a.iter().map(|a| a.dilation as u32));
+    table.extend(a.iter().map(|a| a.pad_begin as u32));
+    table.extend([s.group, s.cg(), s.ocg(), tiles_m, tiles_n].map(|v| v as u32));
+    debug_assert_eq!(table.len(), 26);
+
+    // Without B the shaders read zeros, so they need no branch on it.
+    let bias = if has_bias {
+        BufRef::Input(2)
+    } else {
+        BufRef::Table(vec![0; s.oc])
+    };
+    let buffers = vec![
+        BufRef::Input(0),
+        BufRef::Input(1),
+        bias,
+        BufRef::Output(0),
+        BufRef::Table(table),
+    ];
+    let dispatch = if s.ocg() < MIN_GEMM_OCG {
+        Dispatch {
+            shader: "conv_direct",
+            buffers,
+            params: vec![],
+            groups: groups_1d(y_len, 256),
+        }
+    } else {
+        let tiles = tiles_m * tiles_n * s.group;
+        Dispatch {
+            shader: "conv_gemm",
+            buffers,
+            params: vec![],
+            // One workgroup per tile; groups_1d folds the count into y past 65,535.
+            groups: groups_1d(tiles * 256, 256),
+        }
+    };
+    Some(GpuKernel {
+        scratch: vec![],
+        dispatches: vec![dispatch],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::conv::geometry::Axis;
+
+    fn axis(input: usize, kernel: usize) -> Axis {
+        Axis {
+            input,
+            output: input - kernel + 1,
+            kernel,
+            stride: 1,
+            dilation: 1,
+            pad_begin: 0,
+            pad_end: 0,
+        }
+    }
+
+    #[test]
+    fn shader_choice_and_push_constant_budget() {
+        let s = ConvShape {
+            n: 1,
+            c: 32,
+            oc: 32,
+            group: 32,
+            axes: vec![axis(8, 3), axis(8, 3)],
+        };
+        let k = kernel(&s, false).unwrap();
+        assert_eq!(k.dispatches[0].shader, "conv_direct");
+        let s = ConvShape {
+            n: 2,
+            c: 8,
+            oc: 128,
+            group: 1,
+            axes: vec![axis(10, 3)],
+        };
+        let k = kernel(&s, true).unwrap();
+        let d = &k.dispatches[0];
+        assert_eq!(d.shader, "conv_gemm");
+        // 2 * 8 outputs -> 1 pixel tile, 2 channel tiles.
+        assert_eq!(d.groups, [2, 1, 1]);
+        assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);
+        let BufRef::Table(t) = &d.buffers[4] else {
+            panic!("no table")
+        };
+        assert_eq!(&t[..5], &[2, 8, 1, 1, 10]);
+    }
+}

@@ -1,0 +1,342 @@
+//! MaxPool (opsets 1, 8, 10, 11, 12, 22), AveragePool (1, 7, 10, 11, 19, 22) and the global
+//! pools (GlobalAveragePool, GlobalMaxPool), for 1 to 3 spatial axes.
+//!
+//! Conventions where the spec leaves room, chosen to match onnxruntime:
+//! - ceil_mode drops a last window that would start past the input and its leading padding;
+//! - AveragePool with count_include_pad divides by the taps inside the input and its explicit
+//!   padding, not the part of a ceil_mode window that overhangs both;
+//! - a window that covers no input element gives the lowest finite value (max) or 0 (average).
+
+mod cpu;
+mod gpu;
+#[cfg(test)]
+mod tests;
+
+use super::conv::geometry::{Axis, WindowAttrs};
+use super::conv::{FLOAT_DTYPES, Float};
+use super::util::req;
+use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::tensor::{DType, Tensor};
+
+pub fn register(r: &mut Registry) {
+    r.add("MaxPool", build_max);
+    r.add("AveragePool", build_avg);
+    r.add("GlobalAveragePool", build_global_avg);
+    r.add("GlobalMaxPool", build_global_max);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolKind {
+    Max,
+    Avg { count_include_pad: bool },
+}
+
+impl PoolKind {
+    fn op_name(self) -> &'static str {
+        match self {
+            PoolKind::Max => "MaxPool",
+            PoolKind::Avg { .. } => "AveragePool",
+        }
+    }
+}
+
+fn flag(spec: &NodeSpec<'_>, name: &str) -> Result<bool, OpError> {
+    match spec.attrs.int(name, 0)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(OpError::invalid(format!(
+            "{}: '{name}' must be 0 or 1, got {v}",
+            spec.op_type
+        ))),
+    }
+}
+
+fn check_arity(spec: &NodeSpec<'_>, max_outputs: usize) -> Result<(), OpError> {
+    if spec.num_inputs != 1 {
+        return Err(OpError::invalid(format!(
+            "{} takes 1 input, got {}",
+            spec.op_type, spec.num_inputs
+        )));
+    }
+    if !(1..=max_outputs).contains(&spec.num_outputs) {
+        return Err(OpError::invalid(format!(
+            "{} has at most {max_outputs} output(s), got {}",
+            spec.op_type, spec.num_outputs
+        )));
+    }
+    Ok(())
+}
+
+fn build_pool(spec: &NodeSpec<'_>, kind: PoolKind) -> Result<Box<dyn Op>, OpError> {
+    // MaxPool's optional Indices output exists from opset 8.
+    let max_outputs = if kind == PoolKind::Max && spec.opset >= 8 {
+        2
+    } else {
+        1
+    };
+    check_arity(spec, max_outputs)?;
+    let window = WindowAttrs::parse(spec.op_type, spec.attrs)?;
+    if window.kernel_shape.is_none() {
+        return Err(OpError::invalid(format!(
+            "{}: the 'kernel_shape' attribute is required",
+            spec.op_type
+        )));
+    }
+    Ok(Box::new(Pool {
+        kind,
+        window,
+        ceil_mode: flag(spec, "ceil_mode")?,
+        // Only shapes how Indices are numbered; the pooled values do not depend on it.
+        column_major_indices: flag(spec, "storage_order")?,
+        indices: spec.num_outputs == 2,
+    }))
+}
+
+fn build_max(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    build_pool(spec, PoolKind::Max)
+}
+
+fn build_avg(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    let count_include_pad = flag(spec, "count_include_pad")?;
+    build_pool(spec, PoolKind::Avg { count_include_pad })
+}
+
+fn build_global_avg(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    check_arity(spec, 1)?;
+    Ok(Box::new(GlobalPool { max: false }))
+}
+
+fn build_global_max(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    check_arity(spec, 1)?;
+    Ok(Box::new(GlobalPool { max: true }))
+}
+
+/// MaxPool or AveragePool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    kind: PoolKind,
+    window: WindowAttrs,
+    ceil_mode: bool,
+    column_major_indices: bool,
+    /// MaxPool's second output is wanted.
+    indices: bool,
+}
+
+/// A pool resolved against an input shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolShape {
+    pub n: usize,
+    pub c: usize,
+    pub axes: Vec<Axis>,
+}
+
+impl PoolShape {
+    pub fn in_plane(&self) -> usize {
+        self.axes.iter().map(|a| a.input).product()
+    }
+    pub fn out_plane(&self) -> usize {
+        self.axes.iter().map(|a| a.output).product()
+    }
+    pub fn output_shape(&self) -> Vec<usize> {
+        let mut s = vec![self.n, self.c];
+        s.extend(self.axes.iter().map(|a| a.output));
+        s
+    }
+    /// Padded in front to three axes that do nothing, as Conv does.
+    pub fn axes3(&self) -> [Axis; 3] {
+        let unit = Axis {
+            input: 1,
+            output: 1,
+            kernel: 1,
+            stride: 1,
+            dilation: 1,
+            pad_begin: 0,
+            pad_end: 0,
+        };
+        let mut out = [unit; 3];
+        out[3 - self.axes.len()..].copy_from_slice(&self.axes);
+        out
+    }
+}
+
+fn check_float(op: &str, dtype: DType) -> Result<(), OpError> {
+    if FLOAT_DTYPES.contains(&dtype) {
+        Ok(())
+    } else {
+        Err(OpError::unsupported(format!(
+            "{op} on {dtype} (implemented: float, double)"
+        )))
+    }
+}
+
+impl Pool {
+    fn name(&self) -> &'static str {
+        self.kind.op_name()
+    }
+
+    fn shape(&self, x: &[usize]) -> Result<PoolShape, OpError> {
+        let op = self.name();
+        if x.len() < 3 {
+            return Err(OpError::invalid(format!(
+                "{op}: X must be N x C x spatial..., got shape {x:?}"
+            )));
+        }
+        if x.len() > 5 {
+            return Err(OpError::unsupported(format!(
+                "{op} with {} spatial axes (1 to 3 are implemented)",
+                x.len() - 2
+            )));
+        }
+        let kernel = self.window.kernel_shape.as_deref().unwrap_or_default();
+        let axes = self.window.resolve(op, &x[2..], kernel, self.ceil_mode)?;
+        Ok(PoolShape {
+            n: x[0],
+            c: x[1],
+            axes,
+        })
+    }
+
+    fn run_typed<T: Float>(&self, s: &PoolShape, x: &Tensor) -> Result<Vec<Tensor>, OpError> {
+        let xv = x
+            .view::<T>()
+            .map_err(|e| OpError::invalid(format!("{}: {e}", self.name())))?;
+        let shape = s.output_shape();
+        Ok(match self.kind {
+            PoolKind::Max => {
+                let (y, idx) = cpu::max_pool(s, &xv, self.indices, self.column_major_indices);
+                let mut out = vec![Tensor::from_vec(shape.clone(), y)];
+                if let Some(idx) = idx {
+                    out.push(Tensor::from_vec(shape, idx));
+                }
+                out
+            }
+            PoolKind::Avg { count_include_pad } => {
+                vec![Tensor::from_vec(
+                    shape,
+                    cpu::avg_pool(s, &xv, count_include_pad),
+                )]
+            }
+        })
+    }
+}
+
+impl Op for Pool {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
+        let x = req(inputs, 0)?.ty;
+        check_float(self.name(), x.dtype)?;
+        let shape = self.shape(&x.shape)?.output_shape();
+        let mut out = vec![ValueType::new(x.dtype, shape.clone())];
+        if self.indices {
+            out.push(ValueType::new(DType::I64, shape));
+        }
+        Ok(out)
+    }
+
+    fn run_cpu(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _outputs: &[ValueType],
+    ) -> Result<Vec<Tensor>, OpError> {
+        let x = req(inputs, 0)?;
+        check_float(self.name(), x.dtype())?;
+        let s = self.shape(x.shape())?;
+        match x.dtype() {
+            DType::F32 => self.run_typed::<f32>(&s, x),
+            _ => self.run_typed::<f64>(&s, x),
+        }
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        let x = super::util::opt(inputs, 0)?;
+        // Indices are produced on the CPU only: the planner keeps such a node there.
+        if x.dtype != DType::F32 || self.indices {
+            return None;
+        }
+        gpu::pool(&self.shape(&x.shape).ok()?, self.kind)
+    }
+
+    fn flops(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
+        let taps: usize = self.window.kernel_shape.iter().flatten().product();
+        let out = outputs.first().map_or(0, |o| o.numel());
+        let _ = inputs;
+        (out * taps) as u64
+    }
+}
+
+/// GlobalAveragePool or GlobalMaxPool: one value per (batch, channel).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GlobalPool {
+    max: bool,
+}
+
+impl GlobalPool {
+    fn name(&self) -> &'static str {
+        if self.max {
+            "GlobalMaxPool"
+        } else {
+            "GlobalAveragePool"
+        }
+    }
+
+    /// (planes, plane size, output shape).
+    fn shape(&self, x: &[usize]) -> Result<(usize, usize, Vec<usize>), OpError> {
+        if x.len() < 2 {
+            return Err(OpError::invalid(format!(
+                "{}: X must be N x C x spatial..., got shape {x:?}",
+                self.name()
+            )));
+        }
+        let plane: usize = x[2..].iter().product();
+        if plane == 0 {
+            return Err(OpError::invalid(format!(
+                "{}: X has shape {x:?}, with no spatial elements to pool",
+                self.name()
+            )));
+        }
+        let mut out = x.to_vec();
+        out[2..].fill(1);
+        Ok((x[0] * x[1], plane, out))
+    }
+}
+
+impl Op for GlobalPool {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
+        let x = req(inputs, 0)?.ty;
+        check_float(self.name(), x.dtype)?;
+        Ok(vec![ValueType::new(x.dtype, self.shape(&x.shape)?.2)])
+    }
+
+    fn run_cpu(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _outputs: &[ValueType],
+    ) -> Result<Vec<Tensor>, OpError> {
+        let x = req(inputs, 0)?;
+        check_float(self.name(), x.dtype())?;
+        let (_, plane, shape) = self.shape(x.shape())?;
+        let err = |e| OpError::invalid(format!("{}: {e}", self.name()));
+        Ok(vec![match x.dtype() {
+            DType::F32 => Tensor::from_vec(
+                shape,
+                cpu::global_pool(&x.view::<f32>().map_err(err)?, plane, self.max),
+            ),
+            _ => Tensor::from_vec(
+                shape,
+                cpu::global_pool(&x.view::<f64>().map_err(err)?, plane, self.max),
+            ),
+        }])
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        let x = super::util::opt(inputs, 0)?;
+        if x.dtype != DType::F32 {
+            return None;
+        }
+        let (planes, plane, _) = self.shape(&x.shape).ok()?;
+        gpu::global_pool(planes, plane, self.max)
+    }
+
+    fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
+        super::util::opt(inputs, 0).map_or(0, |x| x.numel() as u64)
+    }
+}
