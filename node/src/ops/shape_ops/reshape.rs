@@ -95,7 +95,7 @@ pub(super) fn reshape_shape(
                 "the other dimensions hold zero elements, so -1 is ambiguous".into(),
             ));
         }
-        if total % known != 0 {
+        if !total.is_multiple_of(known) {
             return Err(fail(format!(
                 "{total} elements do not divide into rows of {known}"
             )));

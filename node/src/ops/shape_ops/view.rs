@@ -26,7 +26,7 @@ pub(super) fn reshape_to(
 /// whose size is a whole number of words: a partial last word would be written past the end.
 pub(in crate::ops) fn copy_kernel(ty: &ValueType) -> Option<GpuKernel> {
     let bytes = ty.bytes();
-    if bytes % 4 != 0 {
+    if !bytes.is_multiple_of(4) {
         return None;
     }
     let words = u32::try_from(bytes / 4).ok()?;
