@@ -111,3 +111,38 @@ pub fn assert_err(r: Result<impl std::fmt::Debug, OpError>, unsupported: bool, n
         }
     }
 }
+
+/// Deterministic pseudo-random bytes (xorshift), for tests that compare two implementations.
+pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 24) as u8
+        })
+        .collect()
+}
+
+/// A tensor of random bytes. Bools are kept 0 or 1, as ONNX stores them.
+pub fn random_tensor(dtype: crate::tensor::DType, shape: &[usize], seed: u64) -> Tensor {
+    let mut b = random_bytes(crate::tensor::numel(shape) * dtype.size(), seed);
+    if dtype == crate::tensor::DType::Bool {
+        b.iter_mut().for_each(|v| *v &= 1);
+    }
+    Tensor::from_bytes(dtype, shape.to_vec(), b.into()).expect("sizes match")
+}
+
+/// What the GPU shaders see: a tensor's bytes as little-endian 32-bit words (whole words only).
+pub fn words(t: &Tensor) -> Vec<u32> {
+    assert!(t.bytes().len().is_multiple_of(4));
+    t.bytes()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+pub fn from_words(w: &[u32]) -> Vec<u8> {
+    w.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
