@@ -163,11 +163,12 @@ fn gpu_params(shape: &[usize], perm: &[usize], es: usize) -> Option<Vec<u32>> {
             *s /= eb / es;
         }
     }
-    let packed = eb < 4;
-    if (packed && !(matches!(eb, 1 | 2) && total_bytes.is_multiple_of(4)))
-        || (!packed && !eb.is_multiple_of(4))
-        || w.dims.len() > GPU_RANK
-    {
+    let layout_ok = if eb < 4 {
+        matches!(eb, 1 | 2) && total_bytes.is_multiple_of(4)
+    } else {
+        eb.is_multiple_of(4)
+    };
+    if !layout_ok || w.dims.len() > GPU_RANK {
         return None;
     }
     let words = u32::try_from(total_bytes / 4).ok()?;
