@@ -333,3 +333,28 @@ fn gpu_clamps_out_of_range_indices() {
     let got: Vec<f32> = got.into_iter().map(f32::from_bits).collect();
     assert_eq!(got, vec![30., 10., 30., 10., 10.]);
 }
+
+#[test]
+fn kernel_buffers_and_push_constants() {
+    let op = op("Gather", 13, vec![("axis", AttrValue::Int(1))], 2).unwrap();
+    let d = ValueType::new(DType::F32, vec![300, 2]);
+    let i = ValueType::new(DType::I64, vec![2]);
+    let k = op.gpu(&[Some(&d), Some(&i)], &[]).expect("a kernel");
+    let d = &k.dispatches[0];
+    assert_eq!(
+        d.buffers,
+        vec![BufRef::Input(0), BufRef::Input(1), BufRef::Output(0)]
+    );
+    assert_eq!(d.groups, [3, 1, 1]);
+    assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);
+    let empty = ValueType::new(DType::I64, vec![0]);
+    assert!(
+        op.gpu(
+            &[Some(&ValueType::new(DType::F32, vec![3, 2])), Some(&empty)],
+            &[]
+        )
+        .unwrap()
+        .dispatches
+        .is_empty()
+    );
+}

@@ -228,3 +228,13 @@ fn gpu_parameters_reproduce_the_cpu_kernel() {
     // Every 4- and 8-byte case above has a kernel.
     assert!(gpu_params(&[3, 1, 4, 2, 5], &[4, 3, 2, 1, 0], 8).is_some());
 }
+
+#[test]
+fn kernel_fits_the_push_constant_limit() {
+    let op = op("Transpose", 13, perm_attr(&[5, 0, 3, 1, 4, 2]), 1).unwrap();
+    let x = ValueType::new(DType::F32, vec![2, 3, 2, 2, 3, 2]);
+    let k = op.gpu(&[Some(&x)], &[]).expect("a kernel");
+    let d = &k.dispatches[0];
+    assert_eq!((d.shader, d.groups), ("transpose", [1, 1, 1]));
+    assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);
+}
