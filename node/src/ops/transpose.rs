@@ -143,46 +143,6 @@ fn strided<const N: usize>(dst: &mut [u8], src: &[u8], base: usize, stride: usiz
     }
 }
 
-/// The largest rank the GPU kernel walks (after merging axes).
-const GPU_RANK: usize = 6;
-
-/// The push-constant words of `shaders/transpose.comp`: output word count, element bytes,
-/// then six output dims and six input strides (in elements), padded at the front with unit
-/// axes. Elements are either a whole number of 32-bit words, or 1 or 2 bytes packed into
-/// words (then both tensors must be a whole number of words, so no word is partly outside).
-fn gpu_params(shape: &[usize], perm: &[usize], es: usize) -> Option<Vec<u32>> {
-    let mut w = walk(shape, perm);
-    let total_bytes = numel(shape) * es;
-    let mut eb = es;
-    // A last axis that stays last is one contiguous run in both tensors: make it the element,
-    // so e.g. f16 channels-last moves as words.
-    if w.strides.last() == Some(&1) && (w.dims.last().unwrap_or(&1) * es).is_multiple_of(4) {
-        eb = w.dims.pop().unwrap_or(1) * es;
-        w.strides.pop();
-        for s in &mut w.strides {
-            *s /= eb / es;
-        }
-    }
-    let layout_ok = if eb < 4 {
-        matches!(eb, 1 | 2) && total_bytes.is_multiple_of(4)
-    } else {
-        eb.is_multiple_of(4)
-    };
-    if !layout_ok || w.dims.len() > GPU_RANK {
-        return None;
-    }
-    let words = u32::try_from(total_bytes / 4).ok()?;
-    // Every element index and source offset must fit the shader's 32-bit arithmetic.
-    u32::try_from(total_bytes / eb).ok()?;
-    let pad = GPU_RANK - w.dims.len();
-    let mut params = vec![words, eb as u32];
-    params.extend(std::iter::repeat_n(1, pad));
-    params.extend(w.dims.iter().map(|&d| d as u32));
-    params.extend(std::iter::repeat_n(0, pad));
-    params.extend(w.strides.iter().map(|&s| s as u32));
-    Some(params)
-}
-
 impl Op for Transpose {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let x = req(inputs, 0)?.ty;
@@ -214,17 +174,18 @@ impl Op for Transpose {
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = inputs.first().copied().flatten()?;
         let perm = self.perm(x.shape.len()).ok()?;
-        let params = gpu_params(&x.shape, &perm, x.dtype.size())?;
-        let words = params[0] as usize;
-        let dispatches = if words == 0 {
-            Vec::new()
-        } else {
-            vec![Dispatch {
-                shader: "transpose",
-                buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-                params,
-                groups: groups_1d(words, 256),
-            }]
+        let dispatch = |shader, groups, params: Vec<u32>| Dispatch {
+            shader,
+            buffers: vec![BufRef::Input(0), BufRef::Output(0)],
+            params,
+            groups,
+        };
+        let dispatches = match gpu::plan(&x.shape, &perm, x.dtype.size())? {
+            gpu::Plan::Empty => Vec::new(),
+            gpu::Plan::Words(p) => vec![dispatch("transpose", groups_1d(p[0] as usize, 256), p)],
+            gpu::Plan::Tiled(p) => {
+                vec![dispatch("transpose_tiled", groups_1d(p[0] as usize, 1), p)]
+            }
         };
         Some(GpuKernel {
             scratch: Vec::new(),
@@ -236,6 +197,8 @@ impl Op for Transpose {
         0
     }
 }
+
+mod gpu;
 
 #[cfg(test)]
 mod tests;

@@ -1,3 +1,4 @@
+use super::gpu::{Plan, plan};
 use super::*;
 use crate::ops::shape_ops::testkit::*;
 use crate::tensor::DType;
@@ -153,22 +154,72 @@ fn walks_merge_adjacent_axes() {
 fn gpu_params_by_hand() {
     // f32 [2, 3] -> [3, 2]: out axis 0 walks input stride 1, out axis 1 stride 3.
     assert_eq!(
-        gpu_params(&[2, 3], &[1, 0], 4).unwrap(),
-        vec![6, 4, 1, 1, 1, 1, 3, 2, 0, 0, 0, 0, 1, 3]
+        plan(&[2, 3], &[1, 0], 4).unwrap(),
+        Plan::Words(vec![6, 4, 1, 1, 1, 1, 3, 2, 0, 0, 0, 0, 1, 3])
     );
     // f16 [2, 3, 4] perm [1, 0, 2]: the kept last axis (4 x 2 bytes) becomes an 8-byte element.
     assert_eq!(
-        gpu_params(&[2, 3, 4], &[1, 0, 2], 2).unwrap(),
-        vec![12, 8, 1, 1, 1, 1, 3, 2, 0, 0, 0, 0, 1, 3]
+        plan(&[2, 3, 4], &[1, 0, 2], 2).unwrap(),
+        Plan::Words(vec![12, 8, 1, 1, 1, 1, 3, 2, 0, 0, 0, 0, 1, 3])
     );
     // u8 [2, 2] transposed: packed bytes, one output word.
     assert_eq!(
-        gpu_params(&[2, 2], &[1, 0], 1).unwrap(),
-        vec![1, 1, 1, 1, 1, 1, 2, 2, 0, 0, 0, 0, 1, 2]
+        plan(&[2, 2], &[1, 0], 1).unwrap(),
+        Plan::Words(vec![1, 1, 1, 1, 1, 1, 2, 2, 0, 0, 0, 0, 1, 2])
     );
     // 9 bytes are not whole words; rank 7 after merging is past the kernel's reach.
-    assert!(gpu_params(&[3, 3], &[1, 0], 1).is_none());
-    assert!(gpu_params(&[2; 7], &[6, 5, 4, 3, 2, 1, 0], 4).is_none());
+    assert!(plan(&[3, 3], &[1, 0], 1).is_none());
+    assert!(plan(&[2; 7], &[6, 5, 4, 3, 2, 1, 0], 4).is_none());
+    assert_eq!(plan(&[3, 0], &[1, 0], 4), Some(Plan::Empty));
+    // f32 [2, 20, 3, 17] perm [0, 3, 2, 1]: walk dims [2, 17, 3, 20], input strides
+    // [1020, 1, 17, 51]. Tiles: a = axis 1 (17), b = axis 3 (20, input stride 51); output
+    // strides [1020, 60, 20, 1]; batch axes 0 and 2.
+    assert_eq!(
+        plan(&[2, 20, 3, 17], &[0, 3, 2, 1], 4).unwrap(),
+        Plan::Tiled(vec![
+            6, 1, 1, 17, 20, 51, 60, 1, 1, 2, 3, 0, 0, 1020, 17, 0, 0, 1020, 20
+        ])
+    );
+}
+
+/// transpose_tiled.comp's arithmetic: every workgroup's tile, every invocation's words.
+fn emulate_tiled(p: &[u32], x: &[u32], n: usize) -> Vec<u32> {
+    let mut y = vec![0xDEAD_BEEF; n];
+    let (groups, tiles_a, tiles_b, da, db, sb, oa) = (p[0], p[1], p[2], p[3], p[4], p[5], p[6]);
+    let (bdims, bin, bout) = (&p[7..11], &p[11..15], &p[15..19]);
+    for g in 0..groups {
+        let (tb, t) = (g % tiles_b, g / tiles_b);
+        let (ta, mut bi) = (t % tiles_a, t / tiles_a);
+        let (mut ib0, mut ob0) = (0, 0);
+        for k in (0..4).rev() {
+            let c = bi % bdims[k];
+            bi /= bdims[k];
+            ib0 += c * bin[k];
+            ob0 += c * bout[k];
+        }
+        let mut tile = [[0u32; 33]; 32];
+        for ty in 0..8 {
+            for tx in 0..32 {
+                for r in (0..32).step_by(8) {
+                    let (ia, ib) = (ta * 32 + tx, tb * 32 + ty + r);
+                    if ia < da && ib < db {
+                        tile[(ty + r) as usize][tx as usize] = x[(ib0 + ia + ib * sb) as usize];
+                    }
+                }
+            }
+        }
+        for ty in 0..8 {
+            for tx in 0..32 {
+                for r in (0..32).step_by(8) {
+                    let (a, b) = (ta * 32 + ty + r, tb * 32 + tx);
+                    if a < da && b < db {
+                        y[(ob0 + a * oa + b) as usize] = tile[tx as usize][(ty + r) as usize];
+                    }
+                }
+            }
+        }
+    }
+    y
 }
 
 /// transpose.comp's arithmetic, word by word, so the parameters are checked on every machine;
@@ -203,7 +254,11 @@ fn emulate(params: &[u32], x: &[u32]) -> Vec<u32> {
 
 #[test]
 fn gpu_parameters_reproduce_the_cpu_kernel() {
-    let cases: [(&[usize], &[usize]); 6] = [
+    let cases: [(&[usize], &[usize]); 10] = [
+        (&[40, 50], &[1, 0]),
+        (&[2, 20, 3, 17], &[0, 3, 2, 1]),
+        (&[3, 33, 2, 65], &[2, 3, 0, 1]),
+        (&[2, 17, 2, 3, 18, 2], &[5, 1, 0, 4, 3, 2]),
         (&[2, 3], &[1, 0]),
         (&[3, 1, 4, 2, 5], &[4, 3, 2, 1, 0]),
         (&[2, 3, 4, 6], &[0, 2, 3, 1]),
@@ -211,22 +266,29 @@ fn gpu_parameters_reproduce_the_cpu_kernel() {
         (&[4, 6], &[1, 0]),
         (&[7, 4], &[0, 1]),
     ];
-    let mut checked = 0;
+    let (mut checked, mut tiled) = (0, 0);
     for (i, (shape, perm)) in cases.into_iter().enumerate() {
         for dtype in [DType::F32, DType::I64, DType::F16, DType::U8, DType::Bool] {
             let x = random_tensor(dtype, shape, i as u64);
-            let Some(params) = gpu_params(shape, perm, dtype.size()) else {
-                continue;
+            let got = match plan(shape, perm, dtype.size()) {
+                None => continue,
+                Some(Plan::Empty) => Vec::new(),
+                Some(Plan::Words(p)) => from_words(&emulate(&p, &words(&x))),
+                Some(Plan::Tiled(p)) => {
+                    tiled += 1;
+                    from_words(&emulate_tiled(&p, &words(&x), x.bytes().len() / 4))
+                }
             };
-            let got = from_words(&emulate(&params, &words(&x)));
             assert_eq!(got, naive(&x, perm), "{dtype} {shape:?} {perm:?}");
             checked += 1;
         }
     }
-    // Only u8 and bool [2, 3] (6 bytes, not whole words) have no kernel.
-    assert_eq!(checked, 28);
+    // Only u8 and bool [2, 3] and [3, 33, 2, 65] (not whole words) have no kernel.
+    assert_eq!(checked, 46);
+    // f32 on the first three cases; [40, 50] as f16 is packed, not tiled.
+    assert_eq!(tiled, 3);
     // Every 4- and 8-byte case above has a kernel.
-    assert!(gpu_params(&[3, 1, 4, 2, 5], &[4, 3, 2, 1, 0], 8).is_some());
+    assert!(plan(&[3, 1, 4, 2, 5], &[4, 3, 2, 1, 0], 8).is_some());
 }
 
 #[test]
@@ -236,5 +298,14 @@ fn kernel_fits_the_push_constant_limit() {
     let k = op.gpu(&[Some(&x)], &[]).expect("a kernel");
     let d = &k.dispatches[0];
     assert_eq!((d.shader, d.groups), ("transpose", [1, 1, 1]));
+    assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);
+    // A big 2-D f32 transpose goes through tiles: 2 x 3 tiles of 32, one workgroup each.
+    let x = ValueType::new(DType::F32, vec![40, 70]);
+    let k = op.gpu(&[Some(&x)], &[]);
+    assert!(k.is_none(), "perm of rank 6 does not fit rank 2");
+    let op = super::super::shape_ops::testkit::op("Transpose", 13, vec![], 1).unwrap();
+    let k = op.gpu(&[Some(&x)], &[]).expect("a kernel");
+    let d = &k.dispatches[0];
+    assert_eq!((d.shader, d.groups), ("transpose_tiled", [6, 1, 1]));
     assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);
 }
