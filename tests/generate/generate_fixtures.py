@@ -23,6 +23,12 @@ import op_models  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(HERE))
 # Past this, the fixture set stops being "small" and the repository starts to bloat.
 FIXTURES_BUDGET = 3 * 1024 * 1024
+GITATTRIBUTES = "# Generated binaries: never diffed or merged as text.\n*.onnx binary\n*.pb binary\n*.npy binary\n*.bin binary\n"
+
+
+def write_gitattributes(folder):
+    with open(os.path.join(folder, ".gitattributes"), "w") as f:
+        f.write(GITATTRIBUTES)
 
 
 def dir_size(path):
@@ -45,6 +51,7 @@ def main():
     if os.path.isdir(args.fixtures):
         shutil.rmtree(args.fixtures)
     os.makedirs(args.fixtures)
+    write_gitattributes(args.fixtures)
 
     models.gen_mnist(args.fixtures)
     models.gen_mlp(args.fixtures)
@@ -62,6 +69,7 @@ def main():
 
     if not args.skip_bench_models:
         models.gen_bench_models(args.bench_models)
+        write_gitattributes(args.bench_models)
         print(f"add chains in {os.path.relpath(args.bench_models, REPO)}: "
               + ", ".join(f"{f} {os.path.getsize(os.path.join(args.bench_models, f)) // 1024} KiB"
                           for f in sorted(os.listdir(args.bench_models))))
