@@ -62,7 +62,8 @@ def main():
     models.gen_malformed(args.fixtures)
 
     size = dir_size(args.fixtures)
-    print(f"{len(ops)} op fixtures, {len(os.listdir(args.fixtures))} folders, {size / 1024:.0f} KiB "
+    folders = [f for f in os.listdir(args.fixtures) if os.path.isdir(os.path.join(args.fixtures, f))]
+    print(f"{len(ops)} op fixtures, {len(folders)} folders, {size / 1024:.0f} KiB "
           f"in {os.path.relpath(args.fixtures, REPO)}")
     if size > FIXTURES_BUDGET:
         raise SystemExit(f"fixtures take {size} bytes, over the {FIXTURES_BUDGET} budget")
@@ -72,7 +73,7 @@ def main():
         write_gitattributes(args.bench_models)
         print(f"add chains in {os.path.relpath(args.bench_models, REPO)}: "
               + ", ".join(f"{f} {os.path.getsize(os.path.join(args.bench_models, f)) // 1024} KiB"
-                          for f in sorted(os.listdir(args.bench_models))))
+                          for f in sorted(os.listdir(args.bench_models)) if f.endswith(".onnx")))
 
 
 if __name__ == "__main__":

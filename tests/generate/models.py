@@ -164,8 +164,8 @@ def gen_output_names(root):
 
 
 def gen_external_data(root):
-    """y = Relu(x @ W + b) with W and b in weights.bin at odd offsets (3 and 3 + |W| + 5), and a
-    small initializer kept inline, so the loader handles unaligned external tensors."""
+    """y = Relu((x @ W + b) * scale) with W and b in weights.bin at odd offsets (3 and
+    3 + |W| + 6 = 201) and `scale` inline, so the loader must handle unaligned external tensors."""
     name = "external_data"
     d = os.path.join(root, name)
     os.makedirs(d, exist_ok=True)
@@ -179,7 +179,7 @@ def gen_external_data(root):
         offset = len(blob)
         blob += arr.tobytes()
         placed.append((tname, arr, offset))
-        blob += b"\xee" * 5
+        blob += b"\xee" * 6
     with open(os.path.join(d, "weights.bin"), "wb") as f:
         f.write(bytes(blob))
     inits = []
