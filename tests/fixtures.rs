@@ -187,3 +187,47 @@ fn mlp_on_vulkan_index_0() {
     }
     common::check_fixture("mlp", DeviceSelection::VulkanIndex(0));
 }
+
+/// The comparison itself must be able to fail: every reference matches itself, and a copy with
+/// one element nudged past the tolerance does not.
+#[test]
+fn comparison_catches_a_nudged_element() {
+    for name in common::all_fixture_names() {
+        for set in common::data_sets(&name) {
+            common::assert_outputs_match(&name, &set.outputs, &set.outputs);
+            for (out, reference) in &set.outputs {
+                if reference.dtype() != vkml::DType::F32 || reference.numel() == 0 {
+                    continue;
+                }
+                let mut values = reference.view::<f32>().unwrap().into_owned();
+                let last = values.len() - 1;
+                values[last] += 3e-4 * values[last].abs() + 3e-5;
+                let nudged = vkml::Tensor::from_vec(reference.shape().to_vec(), values);
+                let caught = std::panic::catch_unwind(|| {
+                    common::assert_tensor_close(out, &nudged, reference);
+                });
+                assert!(
+                    caught.is_err(),
+                    "{name}/{out}: a nudged element passed the comparison"
+                );
+            }
+        }
+    }
+}
+
+/// The data sets read back with the names the graphs declare, and in-range sizes.
+#[test]
+fn data_sets_are_readable() {
+    let mut total = 0;
+    for name in common::all_fixture_names() {
+        for set in common::data_sets(&name) {
+            assert!(!set.outputs.is_empty(), "{name}");
+            assert!(
+                set.outputs.iter().all(|(n, _)| !n.is_empty()),
+                "{name}: unnamed output"
+            );
+            total += 1;
+        }
+    }
+    assert!(total >= common::all_fixture_names().len());
+}
