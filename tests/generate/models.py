@@ -1,0 +1,246 @@
+"""Whole-model fixtures: the MNIST-like CNN (static and dynamic batch), an MLP, add chains,
+awkward output names, external weights, and malformed files for error tests."""
+
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from common import init, make_model, rng_for, run_reference, save_fixture, value_info, write_tensor
+
+
+def he(rng, shape, fan_in, gain=1.0):
+    return (rng.standard_normal(shape) * gain * np.sqrt(2.0 / fan_in)).astype(np.float32)
+
+
+def mnist_weights():
+    rng = rng_for("mnist_cnn")
+    return {
+        "conv1.weight": he(rng, (8, 1, 5, 5), 25),
+        "conv1.bias": (rng.standard_normal(8) * 0.1).astype(np.float32),
+        "conv2.weight": he(rng, (16, 8, 5, 5), 200),
+        "conv2.bias": (rng.standard_normal(16) * 0.1).astype(np.float32),
+        "fc1.weight": he(rng, (64, 400), 400),
+        "fc1.bias": (rng.standard_normal(64) * 0.1).astype(np.float32),
+        # Small last layer: logits of a few units, so the softmax is far from one-hot.
+        "fc2.weight": he(rng, (10, 64), 64, gain=2.5),
+        "fc2.bias": (rng.standard_normal(10) * 0.1).astype(np.float32),
+    }
+
+
+def mnist_images(rng, batch):
+    """Digit-like inputs: a bright random stroke on a dim noisy background, in [0, 1]."""
+    imgs = rng.random((batch, 1, 28, 28), dtype=np.float32) * 0.2
+    for b in range(batch):
+        r0, c0 = rng.integers(6, 12, size=2)
+        r1, c1 = rng.integers(16, 22, size=2)
+        for t in np.linspace(0.0, 1.0, 40):
+            r, c = int(r0 + (r1 - r0) * t), int(c0 + (c1 - c0) * t)
+            imgs[b, 0, r - 1 : r + 2, c - 1 : c + 2] = 1.0
+    return imgs
+
+
+def mnist_cnn(dynamic):
+    w = mnist_weights()
+    inits = [init(k, v) for k, v in w.items()]
+    nodes = [
+        helper.make_node("Conv", ["input", "conv1.weight", "conv1.bias"], ["c1"], name="conv1",
+                         kernel_shape=[5, 5], pads=[2, 2, 2, 2]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "conv2.weight", "conv2.bias"], ["c2"], name="conv2",
+                         kernel_shape=[5, 5]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("MaxPool", ["r2"], ["p2"], name="pool2", kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    if dynamic:
+        # The exporter's shape arithmetic for x.view(x.size(0), -1).
+        inits += [init("zero", np.array(0, np.int64)), init("axes0", np.array([0], np.int64)),
+                  init("minus_one", np.array([-1], np.int64))]
+        nodes += [
+            helper.make_node("Shape", ["p2"], ["p2_shape"], name="shape"),
+            helper.make_node("Gather", ["p2_shape", "zero"], ["batch"], name="gather_batch", axis=0),
+            helper.make_node("Unsqueeze", ["batch", "axes0"], ["batch_1d"], name="unsqueeze_batch"),
+            helper.make_node("Concat", ["batch_1d", "minus_one"], ["flat_shape"], name="concat_shape",
+                             axis=0),
+        ]
+        batch = "N"
+    else:
+        inits.append(init("flat_shape", np.array([1, 400], np.int64)))
+        batch = 1
+    nodes += [
+        helper.make_node("Reshape", ["p2", "flat_shape"], ["flat"], name="flatten"),
+        helper.make_node("Gemm", ["flat", "fc1.weight", "fc1.bias"], ["f1"], name="fc1", transB=1),
+        helper.make_node("Relu", ["f1"], ["r3"], name="relu3"),
+        helper.make_node("Gemm", ["r3", "fc2.weight", "fc2.bias"], ["logits"], name="fc2", transB=1),
+        helper.make_node("Softmax", ["logits"], ["probabilities"], name="softmax", axis=1),
+    ]
+    name = "mnist_cnn_dynamic" if dynamic else "mnist_cnn"
+    return make_model(name, nodes, [value_info("input", np.float32, [batch, 1, 28, 28])],
+                      [value_info("probabilities", np.float32, [batch, 10])], inits)
+
+
+def gen_mnist(root):
+    rng = rng_for("mnist_cnn/inputs")
+    # Four data sets for the static model: the concurrency test feeds different inputs per run.
+    sets = [{"input": mnist_images(rng, 1)} for _ in range(4)]
+    d = save_fixture(root, "mnist_cnn", mnist_cnn(False), sets)
+    # The same input as .npy, for the CLI's `--input NAME=FILE.npy`.
+    np.save(os.path.join(d, "input_0.npy"), sets[0]["input"])
+    rng = rng_for("mnist_cnn_dynamic/inputs")
+    save_fixture(root, "mnist_cnn_dynamic", mnist_cnn(True),
+                 [{"input": mnist_images(rng, 3)}, {"input": mnist_images(rng, 5)}])
+
+
+def gen_mlp(root):
+    rng = rng_for("mlp")
+    w1 = he(rng, (64, 32), 64)
+    b1 = (rng.standard_normal(32) * 0.1).astype(np.float32)
+    w2 = he(rng, (32, 32), 32, gain=0.7)
+    b2 = (rng.standard_normal(32) * 0.1).astype(np.float32)
+    w3 = he(rng, (32, 10), 32)
+    b3 = (rng.standard_normal(10) * 0.1).astype(np.float32)
+    inits = [init("w1", w1), init("b1", b1), init("w2", w2), init("b2", b2), init("w3", w3), init("b3", b3)]
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], name="layer1"),
+        helper.make_node("Relu", ["h1"], ["a1"], name="relu"),
+        helper.make_node("MatMul", ["a1", "w2"], ["m2"], name="layer2_matmul"),
+        helper.make_node("Add", ["m2", "b2"], ["h2"], name="layer2_bias"),
+        helper.make_node("Tanh", ["h2"], ["a2"], name="tanh"),
+        helper.make_node("MatMul", ["a2", "w3"], ["m3"], name="layer3_matmul"),
+        helper.make_node("Add", ["m3", "b3"], ["h3"], name="layer3_bias"),
+        helper.make_node("Sigmoid", ["h3"], ["y"], name="sigmoid"),
+    ]
+    model = make_model("mlp", nodes, [value_info("x", np.float32, [4, 64])],
+                       [value_info("y", np.float32, [4, 10])], inits)
+    rng = rng_for("mlp/inputs")
+    sets = [{"x": rng.standard_normal((4, 64)).astype(np.float32)} for _ in range(8)]
+    save_fixture(root, "mlp", model, sets)
+
+
+def add_chain(n, shape, name):
+    """y = x + c1 + ... + cn: one Add node per constant, each feeding the next."""
+    rng = rng_for(f"add_chain/{shape}")
+    nodes, inits = [], []
+    prev = "x"
+    for i in range(n):
+        c = f"c{i}"
+        # Mostly positive constants: the sum grows away from zero, so relative checks bite.
+        inits.append(init(c, rng.uniform(-0.01, 0.03, size=shape).astype(np.float32)))
+        out = "y" if i == n - 1 else f"s{i}"
+        nodes.append(helper.make_node("Add", [prev, c], [out], name=f"add{i}"))
+        prev = out
+    return make_model(name, nodes, [value_info("x", np.float32, shape)],
+                      [value_info("y", np.float32, shape)], inits)
+
+
+def gen_add_chain(root):
+    rng = rng_for("add_chain_1000/inputs")
+    save_fixture(root, "add_chain_1000", add_chain(1000, [1, 16], "add_chain_1000"),
+                 [{"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(2)])
+
+
+def gen_bench_models(out_dir, sizes=(1, 10, 100, 1000, 10000)):
+    """Add chains on float[1] for the dispatch-cost benchmarks (no reference outputs)."""
+    os.makedirs(out_dir, exist_ok=True)
+    for n in sizes:
+        onnx.save_model(add_chain(n, [1], f"add_chain_{n}"), os.path.join(out_dir, f"add_chain_{n}.onnx"))
+
+
+def gen_output_names(root):
+    """Value names with '/' and ':' as TF and PyTorch exporters write them, for the CLI's
+    output-file naming."""
+    nodes = [
+        helper.make_node("Relu", ["input:0"], ["features/relu:0"], name="model/relu"),
+        helper.make_node("Softmax", ["features/relu:0"], ["scores/softmax:0"], name="model/softmax",
+                         axis=-1),
+    ]
+    model = make_model("output_names", nodes, [value_info("input:0", np.float32, [2, 5])],
+                       [value_info("scores/softmax:0", np.float32, [2, 5]),
+                        value_info("features/relu:0", np.float32, [2, 5])])
+    rng = rng_for("output_names")
+    save_fixture(root, "output_names", model, [{"input:0": rng.standard_normal((2, 5)).astype(np.float32)}])
+
+
+def gen_external_data(root):
+    """y = Relu((x @ W + b) * scale) with W and b in weights.bin at odd offsets (3 and
+    3 + |W| + 6 = 201) and `scale` inline, so the loader must handle unaligned external tensors."""
+    name = "external_data"
+    d = os.path.join(root, name)
+    os.makedirs(d, exist_ok=True)
+    rng = rng_for(name)
+    w = rng.standard_normal((8, 6)).astype(np.float32) * 0.5
+    b = rng.standard_normal(6).astype(np.float32) * 0.1
+    scale = np.array([2.0], np.float32)
+    blob = bytearray(b"\x01\x02\x03")
+    placed = []
+    for tname, arr in (("W", w), ("b", b)):
+        offset = len(blob)
+        blob += arr.tobytes()
+        placed.append((tname, arr, offset))
+        blob += b"\xee" * 6
+    with open(os.path.join(d, "weights.bin"), "wb") as f:
+        f.write(bytes(blob))
+    inits = []
+    for tname, arr, offset in placed:
+        t = TensorProto(name=tname, data_type=TensorProto.FLOAT, dims=list(arr.shape))
+        t.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", "weights.bin"), ("offset", str(offset)), ("length", str(arr.nbytes))):
+            entry = t.external_data.add()
+            entry.key, entry.value = k, v
+        inits.append(t)
+    inits.append(init("scale", scale))
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["xw"], name="matmul"),
+        helper.make_node("Add", ["xw", "b"], ["xwb"], name="bias"),
+        helper.make_node("Mul", ["xwb", "scale"], ["scaled"], name="scale"),
+        helper.make_node("Relu", ["scaled"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(nodes, name, [value_info("x", np.float32, [3, 8])],
+                              [value_info("y", np.float32, [3, 6])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="vkml-fixtures", ir_version=8)
+    path = os.path.join(d, "model.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    onnx.checker.check_model(path, full_check=True)
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    # onnxruntime reads the side file itself: the reference does not depend on our reading of it.
+    outputs = run_reference(path, {"x": x})
+    ref = np.maximum((x @ w + b) * scale, 0)
+    assert np.allclose(outputs[0][1], ref, rtol=1e-5, atol=1e-6)
+    from common import write_data_set
+    write_data_set(d, 0, {"x": x}, outputs)
+
+
+def gen_malformed(root):
+    d = os.path.join(root, "malformed")
+    os.makedirs(d, exist_ok=True)
+    # Cut inside the graph field: a length-delimited field that runs past the end of the file.
+    full = open(os.path.join(root, "mnist_cnn", "model.onnx"), "rb").read()
+    cut = full[: len(full) * 3 // 5]
+    try:
+        onnx.load_model_from_string(cut)
+    except Exception:
+        pass
+    else:
+        raise SystemExit("truncated model still parses; choose another cut")
+    with open(os.path.join(d, "truncated.onnx"), "wb") as f:
+        f.write(cut)
+    # A well-formed model with an op outside the supported list.
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("LpNormalization", ["r"], ["y"], name="lp_norm_node", axis=-1, p=2),
+    ]
+    model = make_model("unsupported_op", nodes, [value_info("x", np.float32, [2, 4])],
+                       [value_info("y", np.float32, [2, 4])])
+    onnx.save_model(model, os.path.join(d, "unsupported_op.onnx"))
+    # 'n' (0x6e) reads as protobuf field 13 with wire type 6, which does not exist; '\x93' is not
+    # numpy's magic: no tensor reader can take this for a tensor.
+    for fname in ("not_a_tensor.pb", "not_a_tensor.npy"):
+        with open(os.path.join(d, fname), "wb") as f:
+            f.write(b"not a tensor, just some text\n")
+    # A tensor with the right name but the wrong shape and dtype for mnist_cnn's input.
+    write_tensor(os.path.join(d, "wrong_shape_input.pb"), "input", np.zeros((1, 1, 27, 28), np.float32))
+    write_tensor(os.path.join(d, "wrong_dtype_input.pb"), "input", np.zeros((1, 1, 28, 28), np.int32))
