@@ -1,1 +1,207 @@
-fn main() {}
+//! `vkml-node`: run ONNX models on this machine's GPUs and CPU.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use vkml::{DeviceSelection, Session, SessionOptions, Tensor};
+
+#[derive(Parser)]
+#[command(name = "vkml-node", version, about = "Vulkan ONNX inference runtime", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a model once (or --repeat N times) and write its outputs as .npy files.
+    Run {
+        /// The .onnx model file.
+        model: PathBuf,
+        /// An input as NAME=FILE, FILE being .npy or an ONNX TensorProto .pb. Repeatable.
+        #[arg(long = "input", value_name = "NAME=FILE")]
+        inputs: Vec<String>,
+        /// Feed DIR/input_<i>.pb to the graph inputs in order (ONNX's test-data layout).
+        #[arg(long, value_name = "DIR", conflicts_with = "inputs")]
+        test_data: Option<PathBuf>,
+        /// Where to write DIR/<output name>.npy.
+        #[arg(long, value_name = "DIR", default_value = "out")]
+        output_dir: PathBuf,
+        /// auto (every GPU and the CPU), cpu, vulkan, or vulkan:N.
+        #[arg(long, default_value = "auto")]
+        device: DeviceSelection,
+        /// Run N times and report the latency distribution.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
+        /// Cap every device's memory budget, in bytes.
+        #[arg(long, value_name = "BYTES")]
+        device_memory_limit: Option<u64>,
+    },
+    /// List the Vulkan devices and the CPU, with memory budgets and features.
+    Devices,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match real_main(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Devices => devices(),
+        Command::Run {
+            model,
+            inputs,
+            test_data,
+            output_dir,
+            device,
+            repeat,
+            device_memory_limit,
+        } => {
+            let session = Session::load(
+                &model,
+                SessionOptions {
+                    devices: device,
+                    device_memory_limit,
+                },
+            )
+            .with_context(|| format!("cannot load {}", model.display()))?;
+            let fed = read_inputs(&session, &inputs, test_data.as_deref())?;
+            let named: Vec<(&str, Tensor)> =
+                fed.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+            let summary = session.plan_summary(&named)?;
+            eprintln!(
+                "plan: {} ({} chunks, {} transfers)",
+                summary
+                    .ops_per_device
+                    .iter()
+                    .map(|(d, n)| format!("{n} ops on {d}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                summary.chunks,
+                summary.transfers
+            );
+            let mut times = Vec::with_capacity(repeat as usize);
+            let mut outputs = Vec::new();
+            for _ in 0..repeat {
+                let t0 = Instant::now();
+                outputs = session.run(&named)?;
+                times.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            std::fs::create_dir_all(&output_dir)
+                .with_context(|| format!("cannot create {}", output_dir.display()))?;
+            for (name, t) in &outputs {
+                let path = output_dir.join(format!("{}.npy", sanitize(name)));
+                vkml::io::write_npy(&path, t)?;
+                println!(
+                    "{name}: {} {:?} -> {}",
+                    t.dtype(),
+                    t.shape(),
+                    path.display()
+                );
+            }
+            if repeat > 1 {
+                times.sort_by(f64::total_cmp);
+                let q = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
+                println!(
+                    "latency over {repeat} runs: median {:.1} us, p10 {:.1} us, p90 {:.1} us, min {:.1} us, max {:.1} us",
+                    q(0.5),
+                    q(0.1),
+                    q(0.9),
+                    times[0],
+                    times[times.len() - 1]
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Output names become file names: anything but letters, digits, '.', '_' and '-' is '_'.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn read_inputs(
+    session: &Session,
+    inputs: &[String],
+    test_data: Option<&Path>,
+) -> Result<Vec<(String, Tensor)>> {
+    let declared = session.inputs();
+    if let Some(dir) = test_data {
+        return declared
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let path = dir.join(format!("input_{i}.pb"));
+                let (_, t) = vkml::io::read_pb(&path)?;
+                Ok((d.name.clone(), t))
+            })
+            .collect();
+    }
+    let mut out = Vec::new();
+    for spec in inputs {
+        let Some((name, file)) = spec.split_once('=') else {
+            bail!("--input '{spec}' should be NAME=FILE");
+        };
+        let t = vkml::io::read_tensor_file(Path::new(file))?;
+        out.push((name.to_string(), t));
+    }
+    Ok(out)
+}
+
+fn devices() -> Result<()> {
+    println!(
+        "cpu: {} threads, memory budget {} MiB",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        vkml::exec::cpu_memory() >> 20
+    );
+    match vkml::session::vulkan() {
+        Err(e) => println!("vulkan: none ({e})"),
+        Ok(v) => {
+            for g in v.gpus() {
+                let i = g.info();
+                println!(
+                    "vulkan:{}: {} [{}, {}] Vulkan {}, driver {}\n  memory budget {} MiB, shared memory {} KiB, subgroup {}, push constants {} B, fp16 {}, int64 {}, cooperative matrix {}",
+                    i.index,
+                    i.name,
+                    i.vendor,
+                    i.device_type,
+                    i.api_version,
+                    i.driver,
+                    i.memory_budget >> 20,
+                    i.max_shared_memory / 1024,
+                    i.subgroup_size,
+                    i.max_push_constants,
+                    i.fp16,
+                    i.int64,
+                    i.cooperative_matrix
+                );
+            }
+        }
+    }
+    Ok(())
+}

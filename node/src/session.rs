@@ -1,11 +1,23 @@
 //! The API: load a model once, run it many times from many threads.
-//! (Signatures fixed; bodies being written.)
+//!
+//! ```no_run
+//! use vkml::{Session, SessionOptions, Tensor};
+//! let session = Session::load("model.onnx", SessionOptions::default())?;
+//! let x = Tensor::from_vec(vec![1, 4], vec![1.0f32, 2.0, 3.0, 4.0]);
+//! let outputs = session.run(&[("x", x)])?;
+//! # Ok::<(), vkml::Error>(())
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::error::Result;
-use crate::model::ValueDef;
+use crate::device::vulkan::Vulkan;
+use crate::error::{Error, Result};
+use crate::exec::{Device, Executable};
+use crate::graph::Graph;
+use crate::model::{Dim, ValueDef};
+use crate::ops::ValueType;
 use crate::tensor::Tensor;
 
 /// Which devices a session may use.
@@ -20,6 +32,22 @@ pub enum DeviceSelection {
     Vulkan,
     /// One Vulkan GPU, by its index in `vkml-node devices`.
     VulkanIndex(usize),
+}
+
+impl std::str::FromStr for DeviceSelection {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(DeviceSelection::Auto),
+            "cpu" => Ok(DeviceSelection::Cpu),
+            "vulkan" => Ok(DeviceSelection::Vulkan),
+            _ => s
+                .strip_prefix("vulkan:")
+                .and_then(|n| n.parse().ok())
+                .map(DeviceSelection::VulkanIndex)
+                .ok_or_else(|| format!("'{s}' is not a device: use auto, cpu, vulkan or vulkan:N")),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -37,27 +65,171 @@ pub struct PlanSummary {
     pub chunks: usize,
 }
 
+/// The process's Vulkan instance, created on first use.
+pub fn vulkan() -> std::result::Result<&'static Vulkan, Error> {
+    static VULKAN: OnceLock<std::result::Result<Vulkan, String>> = OnceLock::new();
+    VULKAN
+        .get_or_init(|| Vulkan::new().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| Error::Device(format!("Vulkan is not available: {e}")))
+}
+
+/// A loaded model. Plans are made per set of input shapes and cached, so runs with shapes
+/// seen before record nothing and allocate nothing on the GPU.
 pub struct Session {
-    _private: (),
+    graph: Arc<Graph>,
+    devices: Vec<Device>,
+    limit: Option<u64>,
+    plans: Mutex<BTreeMap<Vec<ValueType>, Arc<Executable>>>,
 }
 
 impl Session {
-    pub fn load(_path: impl AsRef<Path>, _options: SessionOptions) -> Result<Session> {
-        todo!()
+    pub fn load(path: impl AsRef<Path>, options: SessionOptions) -> Result<Session> {
+        let model = crate::onnx::load(path.as_ref())?;
+        let graph = Arc::new(Graph::from_model(&model)?);
+        let devices = select_devices(options.devices)?;
+        let session = Session {
+            graph,
+            devices,
+            limit: options.device_memory_limit,
+            plans: Mutex::new(BTreeMap::new()),
+        };
+        // With static input shapes, plan now: a model that cannot run fails at load.
+        let static_types: Option<Vec<ValueType>> = session
+            .graph
+            .inputs
+            .iter()
+            .map(|(_, d)| {
+                let dims = d.dims.as_ref()?;
+                let shape = dims
+                    .iter()
+                    .map(|x| {
+                        if let Dim::Fixed(n) = x {
+                            Some(*n)
+                        } else {
+                            None
+                        }
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                Some(ValueType::new(d.dtype?, shape))
+            })
+            .collect();
+        if let Some(types) = static_types {
+            session.executable(types)?;
+        }
+        Ok(session)
     }
+
     /// Inputs the caller must feed, as declared by the model.
-    pub fn inputs(&self) -> &[ValueDef] {
-        todo!()
+    pub fn inputs(&self) -> Vec<ValueDef> {
+        self.graph.inputs.iter().map(|(_, d)| d.clone()).collect()
     }
-    pub fn outputs(&self) -> &[ValueDef] {
-        todo!()
+
+    pub fn outputs(&self) -> Vec<ValueDef> {
+        self.graph.outputs.iter().map(|(_, d)| d.clone()).collect()
     }
+
+    fn executable(&self, types: Vec<ValueType>) -> Result<Arc<Executable>> {
+        if let Some(e) = self.plans.lock().expect("plans").get(&types) {
+            return Ok(e.clone());
+        }
+        let spec = self.graph.specialize(&types)?;
+        let exe = Arc::new(Executable::new(
+            self.graph.clone(),
+            spec,
+            self.devices.clone(),
+            self.limit,
+        )?);
+        self.plans.lock().expect("plans").insert(types, exe.clone());
+        Ok(exe)
+    }
+
+    /// Puts named inputs in the graph's order, with clear errors for missing and extra ones.
+    fn order<'a>(&self, inputs: &'a [(&str, Tensor)]) -> Result<Vec<&'a Tensor>> {
+        let mut by_name: BTreeMap<&str, &Tensor> = BTreeMap::new();
+        for (name, t) in inputs {
+            if by_name.insert(name, t).is_some() {
+                return Err(Error::Input(format!("'{name}' is given twice")));
+            }
+        }
+        let declared: Vec<&str> = self
+            .graph
+            .inputs
+            .iter()
+            .map(|(_, d)| d.name.as_str())
+            .collect();
+        for name in by_name.keys() {
+            if !declared.contains(name) {
+                return Err(Error::Input(format!(
+                    "the model has no input named '{name}' (its inputs: {})",
+                    declared.join(", ")
+                )));
+            }
+        }
+        declared
+            .iter()
+            .map(|n| {
+                by_name
+                    .get(n)
+                    .copied()
+                    .ok_or_else(|| Error::Input(format!("missing input '{n}'")))
+            })
+            .collect()
+    }
+
     /// Runs once. Outputs come back in the graph's output order.
-    pub fn run(&self, _inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
-        todo!()
+    pub fn run(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
+        let ordered = self.order(inputs)?;
+        let types = ordered.iter().map(|t| ValueType::of(t)).collect();
+        let exe = self.executable(types)?;
+        let outs = exe.run(ordered.into_iter().cloned().collect())?;
+        Ok(self
+            .graph
+            .outputs
+            .iter()
+            .map(|(_, d)| d.name.clone())
+            .zip(outs)
+            .collect())
     }
+
     /// The placement used for inputs of these shapes (planning them if needed).
-    pub fn plan_summary(&self, _inputs: &[(&str, Tensor)]) -> Result<PlanSummary> {
-        todo!()
+    pub fn plan_summary(&self, inputs: &[(&str, Tensor)]) -> Result<PlanSummary> {
+        let ordered = self.order(inputs)?;
+        let exe = self.executable(ordered.iter().map(|t| ValueType::of(t)).collect())?;
+        Ok(exe.summary().clone())
     }
+}
+
+fn select_devices(sel: DeviceSelection) -> Result<Vec<Device>> {
+    let gpus = || -> Result<Vec<Device>> {
+        let v = vulkan()?;
+        if v.gpus().is_empty() {
+            return Err(Error::Device("no Vulkan GPU found".into()));
+        }
+        Ok(v.gpus().iter().cloned().map(Device::Gpu).collect())
+    };
+    Ok(match sel {
+        DeviceSelection::Cpu => vec![Device::Cpu],
+        DeviceSelection::Vulkan => gpus()?,
+        DeviceSelection::VulkanIndex(i) => {
+            let all = gpus()?;
+            let n = all.len();
+            vec![all.into_iter().nth(i).ok_or_else(|| {
+                Error::Device(format!(
+                    "there is no vulkan:{i}; this machine has {n} Vulkan device(s)"
+                ))
+            })?]
+        }
+        DeviceSelection::Auto => {
+            let mut d = match gpus() {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::info!("running on the CPU only: {e}");
+                    Vec::new()
+                }
+            };
+            d.push(Device::Cpu);
+            d
+        }
+    })
 }

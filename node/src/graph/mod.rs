@@ -1,1 +1,314 @@
-//! (to be written)
+//! The graph IR: values by index, ops built from the registry, a topological order, and
+//! specialisation to concrete input shapes (dtype and shape inference with constant folding,
+//! which resolves the Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains exporters emit).
+
+use std::collections::BTreeMap;
+
+use crate::error::{Error, Result};
+use crate::model::{Dim, ModelDef, ValueDef};
+use crate::ops::{self, InferInput, NodeSpec, Op, ValueType};
+use crate::tensor::Tensor;
+
+pub type ValueId = usize;
+
+pub struct Node {
+    pub name: String,
+    pub op_type: String,
+    pub op: Box<dyn Op>,
+    /// None for an omitted optional input.
+    pub inputs: Vec<Option<ValueId>>,
+    pub outputs: Vec<ValueId>,
+}
+
+pub struct Graph {
+    pub value_names: Vec<String>,
+    /// In a topological order.
+    pub nodes: Vec<Node>,
+    /// Initializer values.
+    pub initializers: Vec<Option<Tensor>>,
+    pub inputs: Vec<(ValueId, ValueDef)>,
+    pub outputs: Vec<(ValueId, ValueDef)>,
+}
+
+/// The graph at concrete input types: every value's type, the values known before running,
+/// and the nodes left to run.
+pub struct Specialized {
+    pub types: Vec<Option<ValueType>>,
+    pub consts: Vec<Option<Tensor>>,
+    /// Indices into `Graph::nodes`, in topological order.
+    pub live: Vec<usize>,
+}
+
+fn node_err(node: &str, op_type: &str, e: impl std::fmt::Display) -> Error {
+    Error::Node {
+        node: node.to_string(),
+        op_type: op_type.to_string(),
+        message: e.to_string(),
+    }
+}
+
+impl Graph {
+    pub fn from_model(model: &ModelDef) -> Result<Graph> {
+        let g = &model.graph;
+        let mut ids: BTreeMap<String, ValueId> = BTreeMap::new();
+        let mut names: Vec<String> = Vec::new();
+        let mut id = |name: &str, names: &mut Vec<String>| -> ValueId {
+            *ids.entry(name.to_string()).or_insert_with(|| {
+                names.push(name.to_string());
+                names.len() - 1
+            })
+        };
+        let mut init = BTreeMap::new();
+        for (name, t) in &g.initializers {
+            init.insert(id(name, &mut names), t.clone());
+        }
+        let inputs: Vec<(ValueId, ValueDef)> = g
+            .inputs
+            .iter()
+            .map(|v| (id(&v.name, &mut names), v.clone()))
+            .collect();
+        let mut producer: BTreeMap<ValueId, usize> = BTreeMap::new();
+        let mut raw = Vec::new();
+        for (n, node) in g.nodes.iter().enumerate() {
+            if !node.domain.is_empty() {
+                return Err(node_err(
+                    &node.name,
+                    &node.op_type,
+                    format!("not supported: operator domain '{}'", node.domain),
+                ));
+            }
+            let op = ops::build(&NodeSpec {
+                name: &node.name,
+                op_type: &node.op_type,
+                attrs: &node.attrs,
+                opset: model.opset,
+                num_inputs: node.inputs.len(),
+                num_outputs: node.outputs.len(),
+            })
+            .map_err(|e| node_err(&node.name, &node.op_type, e))?;
+            let ins: Vec<Option<ValueId>> = node
+                .inputs
+                .iter()
+                .map(|s| (!s.is_empty()).then(|| id(s, &mut names)))
+                .collect();
+            let outs: Vec<ValueId> = node.outputs.iter().map(|s| id(s, &mut names)).collect();
+            for &o in &outs {
+                if producer.insert(o, n).is_some() || init.contains_key(&o) {
+                    return Err(node_err(
+                        &node.name,
+                        &node.op_type,
+                        format!("value '{}' is produced twice", names[o]),
+                    ));
+                }
+            }
+            raw.push((node, op, ins, outs));
+        }
+        let outputs: Vec<(ValueId, ValueDef)> = g
+            .outputs
+            .iter()
+            .map(|v| (id(&v.name, &mut names), v.clone()))
+            .collect();
+        let is_input: Vec<bool> = {
+            let mut v = vec![false; names.len()];
+            for (i, _) in &inputs {
+                v[*i] = true;
+            }
+            v
+        };
+        // Kahn's algorithm in file order, so a sorted file keeps its order.
+        let mut pending: Vec<usize> = raw
+            .iter()
+            .map(|(_, _, ins, _)| {
+                ins.iter()
+                    .flatten()
+                    .filter(|v| producer.contains_key(v))
+                    .count()
+            })
+            .collect();
+        let mut users: BTreeMap<ValueId, Vec<usize>> = BTreeMap::new();
+        for (n, (node, _, ins, _)) in raw.iter().enumerate() {
+            for &v in ins.iter().flatten() {
+                if !producer.contains_key(&v) && !init.contains_key(&v) && !is_input[v] {
+                    return Err(node_err(
+                        &node.name,
+                        &node.op_type,
+                        format!(
+                            "input '{}' is produced by no node, initializer or graph input",
+                            names[v]
+                        ),
+                    ));
+                }
+                if producer.contains_key(&v) {
+                    users.entry(v).or_default().push(n);
+                }
+            }
+        }
+        let mut ready: std::collections::BTreeSet<usize> =
+            (0..raw.len()).filter(|&n| pending[n] == 0).collect();
+        let mut order = Vec::with_capacity(raw.len());
+        while let Some(n) = ready.pop_first() {
+            order.push(n);
+            for &o in &raw[n].3 {
+                for &u in users.get(&o).map(Vec::as_slice).unwrap_or(&[]) {
+                    pending[u] -= 1;
+                    if pending[u] == 0 {
+                        ready.insert(u);
+                    }
+                }
+            }
+        }
+        if order.len() != raw.len() {
+            return Err(Error::Unsupported("the graph has a cycle".into()));
+        }
+        for (v, def) in &outputs {
+            if !producer.contains_key(v) && !init.contains_key(v) && !is_input[*v] {
+                return Err(Error::Unsupported(format!(
+                    "graph output '{}' is produced by nothing",
+                    def.name
+                )));
+            }
+        }
+        let mut slots: Vec<Option<_>> = raw.into_iter().map(Some).collect();
+        let nodes = order
+            .into_iter()
+            .map(|n| {
+                let (node, op, inputs, outputs) = slots[n].take().expect("each node once");
+                Node {
+                    name: node.name.clone(),
+                    op_type: node.op_type.clone(),
+                    op,
+                    inputs,
+                    outputs,
+                }
+            })
+            .collect();
+        let mut initializers = vec![None; names.len()];
+        for (v, t) in init {
+            initializers[v] = Some(t);
+        }
+        Ok(Graph {
+            value_names: names,
+            nodes,
+            initializers,
+            inputs,
+            outputs,
+        })
+    }
+
+    /// Checks the caller's input types against the declared ones (symbolic sizes take the
+    /// given size, consistently) and infers every value.
+    pub fn specialize(&self, inputs: &[ValueType]) -> Result<Specialized> {
+        let n = self.value_names.len();
+        let mut types: Vec<Option<ValueType>> = vec![None; n];
+        let mut consts: Vec<Option<Tensor>> = self.initializers.clone();
+        for (v, t) in consts.iter().enumerate() {
+            if let Some(t) = t {
+                types[v] = Some(ValueType::of(t));
+            }
+        }
+        let mut syms: BTreeMap<&str, usize> = BTreeMap::new();
+        for ((v, def), ty) in self.inputs.iter().zip(inputs) {
+            check_input(def, ty, &mut syms)?;
+            types[*v] = Some(ty.clone());
+        }
+        let mut live = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let in_types: Vec<Option<InferInput<'_>>> = node
+                .inputs
+                .iter()
+                .map(|v| {
+                    v.map(|v| InferInput {
+                        ty: types[v]
+                            .as_ref()
+                            .expect("topological order: inputs are typed"),
+                        value: consts[v].as_ref(),
+                    })
+                })
+                .collect();
+            let out_types = node
+                .op
+                .infer(&in_types)
+                .map_err(|e| node_err(&node.name, &node.op_type, e))?;
+            if out_types.len() != node.outputs.len() {
+                return Err(node_err(
+                    &node.name,
+                    &node.op_type,
+                    format!(
+                        "gives {} outputs, the node names {}",
+                        out_types.len(),
+                        node.outputs.len()
+                    ),
+                ));
+            }
+            let foldable = node.inputs.iter().flatten().all(|&v| consts[v].is_some());
+            if foldable {
+                let args: Vec<Option<&Tensor>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| v.and_then(|v| consts[v].as_ref()))
+                    .collect();
+                let outs = node
+                    .op
+                    .run_cpu(&args, &out_types)
+                    .map_err(|e| node_err(&node.name, &node.op_type, e))?;
+                for (&o, t) in node.outputs.iter().zip(outs) {
+                    consts[o] = Some(t);
+                }
+            } else {
+                live.push(i);
+            }
+            for (&o, t) in node.outputs.iter().zip(out_types) {
+                types[o] = Some(t);
+            }
+        }
+        Ok(Specialized {
+            types,
+            consts,
+            live,
+        })
+    }
+}
+
+fn check_input<'a>(
+    def: &'a ValueDef,
+    ty: &ValueType,
+    syms: &mut BTreeMap<&'a str, usize>,
+) -> Result<()> {
+    if let Some(d) = def.dtype
+        && d != ty.dtype
+    {
+        return Err(Error::Input(format!(
+            "'{}' must be a tensor of {d}, got {}",
+            def.name, ty.dtype
+        )));
+    }
+    if let Some(dims) = &def.dims {
+        let shape_str = dims
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if dims.len() != ty.shape.len() {
+            return Err(Error::Input(format!(
+                "'{}' must have shape [{shape_str}] (rank {}), got {:?}",
+                def.name,
+                dims.len(),
+                ty.shape
+            )));
+        }
+        for (d, &got) in dims.iter().zip(&ty.shape) {
+            let ok = match d {
+                Dim::Fixed(n) => *n == got,
+                Dim::Sym(s) if s == "?" => true,
+                Dim::Sym(s) => *syms.entry(s.as_str()).or_insert(got) == got,
+            };
+            if !ok {
+                return Err(Error::Input(format!(
+                    "'{}' must have shape [{shape_str}], got {:?}",
+                    def.name, ty.shape
+                )));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,403 @@
+//! A GPU's share of a plan: where each value lives, and the chunks recorded into command
+//! lists once per execution context, then replayed on every run.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::device::vulkan::{CommandList, Gpu, GpuBuffer, MemoryUse, Step};
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Specialized, ValueId};
+use crate::ops::{BufRef, GpuKernel};
+
+use super::arena::{self, Interval};
+
+fn dev_err(e: impl std::fmt::Display) -> Error {
+    Error::Device(e.to_string())
+}
+
+/// Which buffer of a context a value sits in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Region {
+    Weights,
+    Import,
+    Arena,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Loc {
+    pub region: Region,
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+/// The layout of one GPU's values, the same for every context.
+pub struct GpuLayout {
+    pub gpu: Arc<Gpu>,
+    pub locs: BTreeMap<ValueId, Loc>,
+    /// Values the host writes before a chunk runs: (value, offset in the import buffer).
+    pub imports: Vec<(ValueId, u64)>,
+    import_size: u64,
+    arena_size: u64,
+    /// Per chunk (plan chunk id): values copied out at its end, with their readback offsets.
+    pub exports: BTreeMap<usize, Vec<(ValueId, u64)>>,
+    readback_size: u64,
+    /// Scratch offsets of each live op (by position in the plan).
+    scratch: BTreeMap<usize, Vec<u64>>,
+    weights: GpuBuffer,
+}
+
+/// What a GPU needs to know about the plan's ops placed on it.
+pub struct GpuOps<'a> {
+    /// (position in plan, chunk id) of every op on this GPU, in order.
+    pub ops: Vec<(usize, usize)>,
+    /// Values produced on this GPU that must be read back: graph outputs and cut edges.
+    pub exported: Vec<ValueId>,
+    pub kernels: &'a [Option<GpuKernel>],
+}
+
+impl GpuLayout {
+    pub fn new(
+        gpu: Arc<Gpu>,
+        graph: &Graph,
+        spec: &Specialized,
+        on: &GpuOps<'_>,
+    ) -> Result<GpuLayout> {
+        let bytes = |v: ValueId| spec.types[v].as_ref().map_or(0, |t| t.bytes() as u64);
+        let mut locs: BTreeMap<ValueId, Loc> = BTreeMap::new();
+        let mut weight_list: Vec<ValueId> = Vec::new();
+        let mut imports: Vec<(ValueId, u64)> = Vec::new();
+        let mut import_size = 0;
+        let mut intervals: Vec<Interval> = Vec::new();
+        let mut interval_of: BTreeMap<ValueId, usize> = BTreeMap::new();
+        let mut scratch_reqs: Vec<(usize, usize)> = Vec::new(); // (op position, interval index)
+        let mut root: BTreeMap<ValueId, ValueId> = BTreeMap::new();
+        let last_pos = on.ops.last().map_or(0, |o| o.0);
+        let chunk_end: BTreeMap<usize, usize> = on.ops.iter().map(|&(p, c)| (c, p)).collect();
+        for &(pos, chunk) in &on.ops {
+            let node = &graph.nodes[spec.live[pos]];
+            for &v in node.inputs.iter().flatten() {
+                let r = *root.get(&v).unwrap_or(&v);
+                if let Some(&i) = interval_of.get(&r) {
+                    intervals[i].end = intervals[i].end.max(pos);
+                    continue;
+                }
+                if locs.contains_key(&r) {
+                    continue;
+                }
+                let b = bytes(r);
+                if spec.consts[r].is_some() {
+                    weight_list.push(r);
+                    locs.insert(
+                        r,
+                        Loc {
+                            region: Region::Weights,
+                            offset: 0,
+                            bytes: b,
+                        },
+                    );
+                } else {
+                    let off = import_size;
+                    import_size += b.div_ceil(arena::ALIGN).max(1) * arena::ALIGN;
+                    imports.push((r, off));
+                    locs.insert(
+                        r,
+                        Loc {
+                            region: Region::Import,
+                            offset: off,
+                            bytes: b,
+                        },
+                    );
+                }
+            }
+            if node.op.is_view() {
+                let src = node.inputs[0].expect("views have an input");
+                let r = *root.get(&src).unwrap_or(&src);
+                root.insert(node.outputs[0], r);
+                continue;
+            }
+            for &o in &node.outputs {
+                interval_of.insert(o, intervals.len());
+                intervals.push(Interval {
+                    bytes: bytes(o),
+                    start: pos,
+                    end: pos,
+                });
+            }
+            if let Some(k) = &on.kernels[pos] {
+                for &s in &k.scratch {
+                    scratch_reqs.push((pos, intervals.len()));
+                    intervals.push(Interval {
+                        bytes: s,
+                        start: pos,
+                        end: pos,
+                    });
+                }
+            }
+            let _ = chunk;
+        }
+        // Exported values live until their chunk's copy-out at its end.
+        let producer_chunk: BTreeMap<ValueId, usize> = on
+            .ops
+            .iter()
+            .flat_map(|&(pos, c)| {
+                graph.nodes[spec.live[pos]]
+                    .outputs
+                    .iter()
+                    .map(move |&o| (o, c))
+            })
+            .collect();
+        let mut exports: BTreeMap<usize, Vec<(ValueId, u64)>> = BTreeMap::new();
+        let mut readback_size = 0;
+        for &v in &on.exported {
+            let r = *root.get(&v).unwrap_or(&v);
+            let c = producer_chunk[&v];
+            if let Some(&i) = interval_of.get(&r) {
+                intervals[i].end = intervals[i]
+                    .end
+                    .max(chunk_end[&c])
+                    .max(last_pos.min(chunk_end[&c]));
+            }
+            exports.entry(c).or_default().push((v, readback_size));
+            readback_size += bytes(v).div_ceil(arena::ALIGN).max(1) * arena::ALIGN;
+        }
+        let (offsets, arena_size) = arena::assign(&intervals);
+        for (&v, &i) in &interval_of {
+            locs.insert(
+                v,
+                Loc {
+                    region: Region::Arena,
+                    offset: offsets[i],
+                    bytes: intervals[i].bytes,
+                },
+            );
+        }
+        let mut scratch: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        for (pos, i) in scratch_reqs {
+            scratch.entry(pos).or_default().push(offsets[i]);
+        }
+        for (v, r) in &root {
+            let l = *locs.get(r).expect("a view's source is placed");
+            locs.insert(
+                *v,
+                Loc {
+                    bytes: bytes(*v),
+                    ..l
+                },
+            );
+        }
+        // Weights: one device-local buffer, filled once through a staging copy.
+        let mut weight_size = 0;
+        for v in &weight_list {
+            let l = locs.get_mut(v).expect("listed");
+            l.offset = weight_size;
+            weight_size += l.bytes.div_ceil(arena::ALIGN).max(1) * arena::ALIGN;
+        }
+        let weights = gpu
+            .create_buffer(weight_size.max(4), MemoryUse::Device, "weights")
+            .map_err(dev_err)?;
+        if weight_size > 0 {
+            let staging = gpu
+                .create_buffer(weight_size, MemoryUse::Upload, "weight staging")
+                .map_err(dev_err)?;
+            for v in &weight_list {
+                let t = spec.consts[*v].as_ref().expect("a weight");
+                staging.write(locs[v].offset, t.bytes()).map_err(dev_err)?;
+            }
+            let list = gpu
+                .record(&[Step::Copy {
+                    src: &staging,
+                    src_offset: 0,
+                    dst: &weights,
+                    dst_offset: 0,
+                    bytes: weight_size,
+                }])
+                .map_err(dev_err)?;
+            let value = gpu.submit(&list).map_err(dev_err)?;
+            gpu.wait(value, std::time::Duration::from_secs(600))
+                .map_err(dev_err)?;
+        }
+        Ok(GpuLayout {
+            gpu,
+            locs,
+            imports,
+            import_size,
+            arena_size,
+            exports,
+            readback_size,
+            scratch,
+            weights,
+        })
+    }
+
+    /// Allocates a context's buffers and records every chunk of this GPU.
+    pub fn context(
+        &self,
+        graph: &Graph,
+        spec: &Specialized,
+        on: &GpuOps<'_>,
+    ) -> Result<GpuContext> {
+        let g = &self.gpu;
+        let arena = g
+            .create_buffer(self.arena_size.max(4), MemoryUse::Device, "arena")
+            .map_err(dev_err)?;
+        let import = g
+            .create_buffer(self.import_size.max(4), MemoryUse::Upload, "imports")
+            .map_err(dev_err)?;
+        let readback = g
+            .create_buffer(self.readback_size.max(4), MemoryUse::Readback, "readback")
+            .map_err(dev_err)?;
+        let mut tables = Vec::new();
+        let mut lists = BTreeMap::new();
+        let mut chunks: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for &(pos, c) in &on.ops {
+            chunks.entry(c).or_default().push(pos);
+        }
+        for (c, positions) in chunks {
+            let buf = |r: Region| match r {
+                Region::Weights => &self.weights,
+                Region::Import => &import,
+                Region::Arena => &arena,
+            };
+            let mut steps: Vec<Step<'_>> = Vec::new();
+            let mut hazards = Hazards::default();
+            for pos in positions {
+                let node = &graph.nodes[spec.live[pos]];
+                let Some(kernel) = &on.kernels[pos] else {
+                    continue;
+                };
+                for d in &kernel.dispatches {
+                    let mut addrs = Vec::new();
+                    let mut reads = Vec::new();
+                    let mut writes = Vec::new();
+                    for r in &d.buffers {
+                        let (addr, range, write) = match r {
+                            BufRef::Input(i) => {
+                                let v =
+                                    node.inputs.get(*i).copied().flatten().ok_or_else(|| {
+                                        Error::Device(format!(
+                                            "{}: kernel reads absent input {i}",
+                                            node.name
+                                        ))
+                                    })?;
+                                let l = self.locs[&v];
+                                (
+                                    buf(l.region).address() + l.offset,
+                                    (l.region, l.offset, l.bytes),
+                                    false,
+                                )
+                            }
+                            BufRef::Output(i) => {
+                                let l = self.locs[&node.outputs[*i]];
+                                (
+                                    buf(l.region).address() + l.offset,
+                                    (l.region, l.offset, l.bytes),
+                                    true,
+                                )
+                            }
+                            BufRef::Scratch(i) => {
+                                let off = self.scratch[&pos][*i];
+                                (
+                                    arena.address() + off,
+                                    (Region::Arena, off, kernel.scratch[*i]),
+                                    true,
+                                )
+                            }
+                            BufRef::Table(words) => {
+                                let bytes: &[u8] = bytemuck::cast_slice(words);
+                                let t = g
+                                    .create_buffer(
+                                        bytes.len().max(4) as u64,
+                                        MemoryUse::Upload,
+                                        "table",
+                                    )
+                                    .map_err(dev_err)?;
+                                t.write(0, bytes).map_err(dev_err)?;
+                                let a = t.address();
+                                tables.push(t);
+                                addrs.push(a);
+                                continue;
+                            }
+                        };
+                        addrs.push(addr);
+                        if write {
+                            writes.push(range)
+                        } else {
+                            reads.push(range)
+                        }
+                    }
+                    if hazards.conflicts(&reads, &writes) {
+                        steps.push(Step::Barrier);
+                        hazards = Hazards::default();
+                    }
+                    hazards.add(reads, writes);
+                    steps.push(Step::Dispatch {
+                        shader: d.shader,
+                        addrs,
+                        params: d.params.clone(),
+                        groups: d.groups,
+                    });
+                }
+            }
+            if let Some(ex) = self.exports.get(&c) {
+                steps.push(Step::Barrier);
+                for &(v, off) in ex {
+                    let l = self.locs[&v];
+                    if l.bytes > 0 {
+                        steps.push(Step::Copy {
+                            src: buf(l.region),
+                            src_offset: l.offset,
+                            dst: &readback,
+                            dst_offset: off,
+                            bytes: l.bytes,
+                        });
+                    }
+                }
+            }
+            let list = g.record(&steps).map_err(dev_err)?;
+            lists.insert(c, list);
+        }
+        Ok(GpuContext {
+            lists,
+            import,
+            readback,
+            _arena: arena,
+            _tables: tables,
+        })
+    }
+}
+
+/// One context's buffers and recorded chunks: a run holds it exclusively.
+pub struct GpuContext {
+    pub lists: BTreeMap<usize, CommandList>,
+    pub import: GpuBuffer,
+    pub readback: GpuBuffer,
+    _arena: GpuBuffer,
+    _tables: Vec<GpuBuffer>,
+}
+
+/// Byte ranges read and written since the last barrier: a dispatch needs a barrier before it
+/// only when it reads what was written, or writes what was read or written.
+#[derive(Default)]
+struct Hazards {
+    reads: Vec<(Region, u64, u64)>,
+    writes: Vec<(Region, u64, u64)>,
+}
+
+fn overlap(a: &(Region, u64, u64), b: &(Region, u64, u64)) -> bool {
+    a.0 == b.0 && a.1 < b.1 + b.2.max(1) && b.1 < a.1 + a.2.max(1)
+}
+
+impl Hazards {
+    fn conflicts(&self, reads: &[(Region, u64, u64)], writes: &[(Region, u64, u64)]) -> bool {
+        reads
+            .iter()
+            .any(|r| self.writes.iter().any(|w| overlap(r, w)))
+            || writes
+                .iter()
+                .any(|w| self.writes.iter().chain(&self.reads).any(|x| overlap(w, x)))
+    }
+    fn add(&mut self, reads: Vec<(Region, u64, u64)>, writes: Vec<(Region, u64, u64)>) {
+        self.reads.extend(reads);
+        self.writes.extend(writes);
+    }
+}

@@ -1,0 +1,132 @@
+//! From a specialised graph and this machine's devices to the planner's input, and back.
+
+use std::sync::Arc;
+
+use vkml_planner::{
+    CostGraph, DeviceInventory, DeviceKind, OpCost, Snapshot, ValueCost, ValueKind,
+};
+
+use crate::device::vulkan::Gpu;
+use crate::graph::{Graph, Specialized};
+use crate::ops::{GpuKernel, ValueType};
+
+/// A device of this machine, in the planner's device order.
+#[derive(Clone)]
+pub enum Device {
+    Gpu(Arc<Gpu>),
+    Cpu,
+}
+
+impl Device {
+    pub fn name(&self) -> String {
+        match self {
+            Device::Gpu(g) => format!("vulkan:{}", g.info().index),
+            Device::Cpu => "cpu".into(),
+        }
+    }
+}
+
+/// Bytes of memory the CPU backend may use: what the kernel says is available.
+pub fn cpu_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or(8 << 30)
+}
+
+pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
+    let cap = |b: u64| limit.map_or(b, |l| b.min(l));
+    let devs = devices
+        .iter()
+        .map(|d| match d {
+            Device::Gpu(g) => {
+                let info = g.info();
+                // lavapipe is a GPU API over the CPU: far slower per op than real hardware.
+                let (rate, overhead) = if info.is_cpu {
+                    (5_000, 8_000)
+                } else {
+                    (20_000_000, 1_500)
+                };
+                DeviceInventory {
+                    name: d.name(),
+                    kind: DeviceKind::Gpu,
+                    memory_budget: cap(info.memory_budget),
+                    flops_per_us: rate,
+                    op_overhead_ns: overhead,
+                }
+            }
+            Device::Cpu => DeviceInventory {
+                name: "cpu".into(),
+                kind: DeviceKind::Cpu,
+                memory_budget: cap(cpu_memory()),
+                flops_per_us: 10_000,
+                op_overhead_ns: 300,
+            },
+        })
+        .collect();
+    Snapshot::single("local", devs)
+}
+
+/// The cost graph of the live ops, and each live op's GPU kernel (when it has one).
+pub fn cost_graph(
+    graph: &Graph,
+    spec: &Specialized,
+    inputs: &[usize],
+) -> (CostGraph, Vec<Option<GpuKernel>>) {
+    let n = graph.value_names.len();
+    let mut values: Vec<ValueCost> = (0..n)
+        .map(|v| ValueCost {
+            bytes: spec.types[v].as_ref().map_or(0, |t| t.bytes() as u64),
+            kind: if spec.consts[v].is_some() {
+                ValueKind::Weight
+            } else if inputs.contains(&v) {
+                ValueKind::Input
+            } else {
+                ValueKind::Computed
+            },
+            output: false,
+        })
+        .collect();
+    for (v, _) in &graph.outputs {
+        values[*v].output = true;
+    }
+    let mut kernels = Vec::new();
+    let ops = spec
+        .live
+        .iter()
+        .map(|&i| {
+            let node = &graph.nodes[i];
+            let in_types: Vec<Option<&ValueType>> = node
+                .inputs
+                .iter()
+                .map(|v| v.and_then(|v| spec.types[v].as_ref()))
+                .collect();
+            let out_types: Vec<ValueType> = node
+                .outputs
+                .iter()
+                .map(|&o| spec.types[o].clone().expect("typed"))
+                .collect();
+            let kernel = if node.op.is_view() {
+                None
+            } else {
+                node.op.gpu(&in_types, &out_types)
+            };
+            let gpu = node.op.is_view() || kernel.is_some();
+            kernels.push(kernel);
+            OpCost {
+                name: node.name.clone(),
+                inputs: node.inputs.iter().flatten().copied().collect(),
+                outputs: node.outputs.clone(),
+                flops: node.op.flops(&in_types, &out_types),
+                gpu,
+                view: node.op.is_view(),
+            }
+        })
+        .collect();
+    (CostGraph { ops, values }, kernels)
+}
