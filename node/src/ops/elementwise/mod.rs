@@ -9,6 +9,8 @@ mod broadcast;
 mod unary;
 
 #[cfg(test)]
+mod gpu_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 pub(in crate::ops) mod testutil;
