@@ -6,7 +6,8 @@
 //
 // A[z] is M x K with element (i, p) at offA(z) + i * rsA + p * csA, B[z] is K x N likewise, so
 // transposes are only strides. Batch index z = gl_WorkGroupID.z splits over three batch axes as
-// z = (i0 * nb1 + i1) * nb2 + i2, each operand having its own batch strides (0 = broadcast).
+// z = (i0 * nb1 + i1) * nb2 + i2, each operand having its own batch strides (0 = broadcast),
+// from base offsets offA, offB, offY (further batch axes are further dispatches).
 // C (when has_c) is M x N with strides rsC, csC (0 = broadcast); Y is dense [batch, M, N].
 //
 // Each 16x16 workgroup computes a 64x64 tile of Y, 4x4 elements per invocation, streaming
@@ -40,6 +41,9 @@ layout(push_constant, scalar) uniform P {
     float alpha;
     float beta;
     uint has_c;
+    uint offA;
+    uint offB;
+    uint offY;
 } p;
 
 const uint BM = 64;
@@ -64,8 +68,8 @@ void main() {
     uint t = z / p.nb2;
     uint i1 = t % p.nb1;
     uint i0 = t / p.nb1;
-    uint offA = i0 * p.bA0 + i1 * p.bA1 + i2 * p.bA2;
-    uint offB = i0 * p.bB0 + i1 * p.bB1 + i2 * p.bB2;
+    uint offA = p.offA + i0 * p.bA0 + i1 * p.bA1 + i2 * p.bA2;
+    uint offB = p.offB + i0 * p.bB0 + i1 * p.bB1 + i2 * p.bB2;
 
     // Neighbouring invocations load along whichever axis is contiguous in memory.
     bool aKFast = p.csA == 1u;
@@ -112,7 +116,7 @@ void main() {
         barrier();
     }
 
-    uint offY = z * p.M * p.N;
+    uint offY = p.offY + z * p.M * p.N;
     for (uint i = 0u; i < 4u; ++i) {
         uint m = m0 + ty + 16u * i;
         if (m >= p.M) continue;

@@ -255,7 +255,7 @@ impl Op for Cast {
 
 #[cfg(test)]
 mod tests {
-    use super::super::elementwise::testutil::{build, run1};
+    use super::super::elementwise::testutil::{build, gpu_matches_cpu, run1};
     use super::*;
     use crate::ops::AttrValue;
 
@@ -435,5 +435,46 @@ mod tests {
         );
         let h = ValueType::new(DType::F16, vec![3]);
         assert!(op.gpu(&[Some(&h)], &[same]).is_none());
+    }
+
+    #[test]
+    fn gpu_cast_matches_cpu() {
+        let f = Tensor::from_vec(
+            vec![12],
+            vec![
+                3.9f32,
+                -3.9,
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                1e10,
+                -1e10,
+                -0.5,
+                16_777_216.0,
+                2147483520.0,
+                -2147483648.0,
+                9.3e18,
+            ],
+        );
+        let i32s = Tensor::from_vec(vec![5], vec![0i32, -1, i32::MAX, i32::MIN, 16_777_217]);
+        let i64s = Tensor::from_vec(
+            vec![6],
+            vec![0i64, -1, i64::MAX, i64::MIN, (1 << 40) + 3, 0x1_2345_6789],
+        );
+        let to =
+            |d: DType| build("Cast", 13, &[("to", AttrValue::Int(d.onnx_code() as i64))]).unwrap();
+        for (x, d) in [
+            (&f, DType::I32),
+            (&f, DType::I64),
+            (&i32s, DType::F32),
+            (&i64s, DType::F32),
+            (&i32s, DType::I64),
+            (&i64s, DType::I32),
+            (&i64s, DType::I64),
+            (&f, DType::F32),
+        ] {
+            // Integer -> float must round exactly as the CPU does.
+            gpu_matches_cpu(&*to(d), &[Some(x)], 0.0);
+        }
     }
 }

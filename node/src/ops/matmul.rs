@@ -589,28 +589,32 @@ struct GpuGemm {
     sizes: [usize; 3],
 }
 
+/// Most dispatches one product may take (one per index of the batch axes beyond three).
+const MAX_DISPATCHES: usize = 4096;
+
 /// Push-constant words of `gemm.comp`, after its four buffer addresses (A, B, C, Y):
 /// M, N, K, nb1, nb2, A's rs, cs and three batch strides, the same for B, C's rs and cs,
-/// alpha, beta, has_c. Batch index z (workgroup z) splits as ((i0 * nb1) + i1) * nb2 + i2.
+/// alpha, beta, has_c, then the element offsets of this dispatch's first A, B and Y matrices.
+/// Batch index z (workgroup z) splits as ((i0 * nb1) + i1) * nb2 + i2. Batch axes beyond the
+/// innermost three (after collapsing) become separate dispatches, each with its own offsets.
 fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
     let word = |v: usize| u32::try_from(v).ok();
     if g.sizes.iter().any(|&s| word(s).is_none()) {
         return None;
     }
     let lay = collapse(&g.batch, &[g.a_batch.clone(), g.b_batch.clone()]);
-    if lay.dims.len() > GPU_BATCH_RANK {
-        return None;
-    }
-    let pad = GPU_BATCH_RANK - lay.dims.len();
-    let padded = |v: &[usize], fill: usize| -> Vec<usize> {
+    let r = lay.dims.len();
+    let split = r.saturating_sub(GPU_BATCH_RANK);
+    let pad = GPU_BATCH_RANK.saturating_sub(r);
+    let inner = |v: &[usize], fill: usize| -> Vec<usize> {
         let mut p = vec![fill; pad];
-        p.extend_from_slice(v);
+        p.extend_from_slice(&v[split..]);
         p
     };
     let (dims, sa, sb) = (
-        padded(&lay.dims, 1),
-        padded(&lay.strides[0], 0),
-        padded(&lay.strides[1], 0),
+        inner(&lay.dims, 1),
+        inner(&lay.strides[0], 0),
+        inner(&lay.strides[1], 0),
     );
     let (rc, cc) = g.c.unwrap_or((0, 0));
     let words = [
@@ -626,20 +630,35 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
         g.beta.to_bits(),
         u32::from(g.c.is_some()),
     ]);
-    let groups = [g.n.div_ceil(TILE), g.m.div_ceil(TILE), numel(&g.batch)];
+    let groups = [g.n.div_ceil(TILE), g.m.div_ceil(TILE), numel(&dims)];
     if groups.iter().any(|&v| v > 65_535) {
         return None;
     }
-    if groups.contains(&0) {
+    let lead = &lay.dims[..split];
+    let count = numel(lead);
+    if groups.contains(&0) || count == 0 {
         // An empty output: nothing to compute.
         return Some(GpuKernel {
             scratch: vec![],
             dispatches: vec![],
         });
     }
-    Some(GpuKernel {
-        scratch: vec![],
-        dispatches: vec![Dispatch {
+    if count > MAX_DISPATCHES {
+        return None;
+    }
+    let mut dispatches = Vec::with_capacity(count);
+    for z in 0..count {
+        let (mut oa, mut ob, mut rem) = (0, 0, z);
+        for ax in (0..split).rev() {
+            let i = rem % lead[ax];
+            rem /= lead[ax];
+            oa += i * lay.strides[0][ax];
+            ob += i * lay.strides[1][ax];
+        }
+        let oy = z * groups[2] * g.m * g.n;
+        let mut p = params.clone();
+        p.extend([word(oa)?, word(ob)?, word(oy)?]);
+        dispatches.push(Dispatch {
             shader: "gemm",
             // Without a C term the shader never reads its C buffer; A stands in for it.
             buffers: vec![
@@ -648,15 +667,21 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
                 BufRef::Input(if g.c.is_some() { 2 } else { 0 }),
                 BufRef::Output(0),
             ],
-            params,
+            params: p,
             groups: groups.map(|v| v as u32),
-        }],
+        });
+    }
+    Some(GpuKernel {
+        scratch: vec![],
+        dispatches,
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::elementwise::testutil::{Rng, assert_close, build, f64s, run, run1};
+    use super::super::elementwise::testutil::{
+        Rng, assert_close, build, f64s, gpu_matches_cpu, run, run1,
+    };
     use super::*;
     use crate::ops::AttrValue;
 
@@ -1012,7 +1037,10 @@ mod tests {
         assert_eq!(d.buffers[2], BufRef::Input(2));
         assert_eq!(&d.params[..7], &[130, 65, 7, 1, 1, 1, 130]);
         assert_eq!(&d.params[10..12], &[65, 1]);
-        assert_eq!(&d.params[15..], &[1, 0, 1f32.to_bits(), 2f32.to_bits(), 1]);
+        assert_eq!(
+            &d.params[15..],
+            &[1, 0, 1f32.to_bits(), 2f32.to_bits(), 1, 0, 0, 0]
+        );
         assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);
 
         let op = build("MatMul", 13, &[]).unwrap();
@@ -1028,10 +1056,77 @@ mod tests {
         assert_eq!(&d.params[3..5], &[2, 5]);
         assert_eq!(&d.params[7..10], &[0, 12, 0]);
         assert_eq!(&d.params[12..15], &[0, 0, 18]);
+        // Four batch axes that cannot merge: one dispatch per index of the outermost.
+        let (a, b) = (
+            ValueType::new(DType::F32, vec![2, 1, 3, 1, 4, 5]),
+            ValueType::new(DType::F32, vec![1, 2, 1, 3, 5, 2]),
+        );
+        let out = ValueType::new(DType::F32, vec![2, 2, 3, 3, 4, 2]);
+        let k = op.gpu(&[Some(&a), Some(&b)], &[out]).unwrap();
+        assert_eq!(k.dispatches.len(), 2);
+        assert_eq!(k.dispatches[1].groups, [1, 1, 18]);
+        assert_eq!(&k.dispatches[1].params[20..], &[3 * 20, 0, 18 * 8]);
+        assert!(
+            k.dispatches
+                .iter()
+                .all(|d| 8 * d.buffers.len() + 4 * d.params.len() <= 128)
+        );
         let i = ValueType::new(DType::I32, vec![2, 2]);
         assert!(
             op.gpu(&[Some(&i), Some(&i)], std::slice::from_ref(&i))
                 .is_none()
         );
+    }
+
+    #[test]
+    fn gpu_matmul_matches_cpu() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[1, 1], &[1, 1]),
+            (&[37, 61], &[61, 19]),
+            (&[3, 128, 256], &[3, 256, 64]),
+            (&[65, 130], &[130, 67]),
+            (&[70, 1], &[1, 129]),
+            (&[5, 0], &[0, 3]),
+            (&[3], &[3]),
+            (&[5, 2, 3], &[3]),
+            (&[3], &[5, 3, 4]),
+            (&[2, 1, 4, 3], &[3, 3, 5]),
+            (&[2, 1, 3, 4, 5], &[1, 2, 1, 5, 2]),
+            (&[2, 1, 3, 1, 4, 5], &[1, 2, 1, 3, 5, 2]),
+            (&[3, 1, 2, 1, 2, 1, 2, 3], &[1, 2, 1, 2, 1, 2, 3, 2]),
+        ];
+        let mut rng = Rng::new(31);
+        for (a, b) in cases {
+            let (x, y) = (rng.tensor_f32(a), rng.tensor_f32(b));
+            let op = build("MatMul", 13, &[]).unwrap();
+            gpu_matches_cpu(&*op, &[Some(&x), Some(&y)], 1e-4);
+        }
+    }
+
+    #[test]
+    fn gpu_gemm_every_transpose_scale_and_c_shape() {
+        let (m, k, n) = (70, 33, 65);
+        let mut rng = Rng::new(32);
+        let c_shapes: &[Option<&[usize]>] =
+            &[None, Some(&[]), Some(&[n]), Some(&[m, 1]), Some(&[m, n])];
+        for ta in [false, true] {
+            for tb in [false, true] {
+                for (alpha, beta) in [(1.0f32, 1.0f32), (0.5, -2.0), (-1.5, 0.0)] {
+                    for cs in c_shapes {
+                        let a = rng.tensor_f32(&if ta { [k, m] } else { [m, k] });
+                        let b = rng.tensor_f32(&if tb { [n, k] } else { [k, n] });
+                        let c = cs.map(|s| rng.tensor_f32(s));
+                        let attrs = [
+                            ("alpha", AttrValue::Float(alpha)),
+                            ("beta", AttrValue::Float(beta)),
+                            ("transA", AttrValue::Int(ta as i64)),
+                            ("transB", AttrValue::Int(tb as i64)),
+                        ];
+                        let op = build("Gemm", 13, &attrs).unwrap();
+                        gpu_matches_cpu(&*op, &[Some(&a), Some(&b), c.as_ref()], 1e-4);
+                    }
+                }
+            }
+        }
     }
 }

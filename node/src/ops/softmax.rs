@@ -187,7 +187,9 @@ impl Op for Softmax {
 
 #[cfg(test)]
 mod tests {
-    use super::super::elementwise::testutil::{Rng, assert_close, build, f64s, run1};
+    use super::super::elementwise::testutil::{
+        Rng, assert_close, build, f64s, gpu_matches_cpu, run1,
+    };
     use super::*;
     use crate::ops::AttrValue;
 
@@ -302,5 +304,35 @@ mod tests {
         assert_eq!(k.dispatches[0].params, vec![3, 1, 70_000]);
         let g = k.dispatches[0].groups;
         assert!(g[0] <= 65_535 && g[0] * g[1] >= 70_000);
+    }
+
+    #[test]
+    fn gpu_softmax_matches_cpu() {
+        let mut rng = Rng::new(41);
+        let cases: &[(i64, Option<i64>, &[usize])] = &[
+            (13, None, &[1, 3]),
+            (13, None, &[37, 1000]),
+            (13, Some(1), &[2, 3, 4]),
+            (13, Some(0), &[5, 7]),
+            (11, None, &[2, 3, 4]),
+            (11, Some(0), &[3, 300]),
+            (13, None, &[70_000, 3]),
+            (13, None, &[1]),
+        ];
+        for (opset, axis, shape) in cases {
+            // Spread of +-50: exp without the max subtracted would lose everything.
+            let v: Vec<f32> = rng
+                .f32s(shape.iter().product())
+                .iter()
+                .map(|x| x * 50.0)
+                .collect();
+            let x = Tensor::from_vec(shape.to_vec(), v);
+            let attrs: Vec<(&str, AttrValue)> = axis
+                .map(|a| ("axis", AttrValue::Int(a)))
+                .into_iter()
+                .collect();
+            let op = build("Softmax", *opset, &attrs).unwrap();
+            gpu_matches_cpu(&*op, &[Some(&x)], 1e-4);
+        }
     }
 }

@@ -237,6 +237,9 @@ impl Op for Binary {
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let (a, b) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?);
         let out = outputs.first()?;
+        if a.dtype != b.dtype {
+            return None;
+        }
         let shader = self.kind.shader(a.dtype)?;
         let b_shape = self.b_shape(&a.shape, &b.shape).ok()?;
         let params = binary_params(&a.shape, &b_shape, &out.shape)?;

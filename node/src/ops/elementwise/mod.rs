@@ -2,12 +2,16 @@
 //!
 //! - `broadcast`: the CPU loops (fast paths for equal shapes and scalars, a collapsed strided
 //!   walk otherwise, rayon past 64K elements) and the axis collapsing the GPU parameters share;
-//! - `binary`, `unary`: the op types, their shape rules and GPU descriptions.
+//! - `binary`, `unary`: the op types, their shape rules and GPU descriptions;
+//! - `tests` (CPU against naive references), `gpu_tests` (shaders against the CPU kernels), and
+//!   `testutil`, which the matmul, softmax and cast tests share.
 
 mod binary;
 mod broadcast;
 mod unary;
 
+#[cfg(test)]
+mod gpu_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -102,3 +102,35 @@ pub fn assert_close(got: &[f64], want: &[f64], tol: f64) {
 pub fn f64s(t: &Tensor) -> Vec<f64> {
     t.to_f64_vec().expect("float tensor")
 }
+
+/// Runs `op` on the GPU through the Vulkan test harness and on the CPU, and compares: floats
+/// within `tol` relative (absolute below magnitude 1), integers and bools exactly. Returns
+/// quietly when the harness skips (`VKML_SKIP_VULKAN=1` and no device).
+pub fn gpu_matches_cpu(op: &dyn Op, inputs: &[Option<&Tensor>], tol: f64) {
+    let types: Vec<Option<ValueType>> = inputs.iter().map(|t| t.map(ValueType::of)).collect();
+    let infer_in: Vec<Option<InferInput<'_>>> = types
+        .iter()
+        .zip(inputs)
+        .map(|(ty, t)| ty.as_ref().map(|ty| InferInput { ty, value: *t }))
+        .collect();
+    let out_types = op.infer(&infer_in).expect("shape rule");
+    let cpu = op.run_cpu(inputs, &out_types).expect("CPU kernel");
+    let gpu = match crate::device::vulkan::testing::run_op(op, inputs, &out_types) {
+        Ok(g) => g,
+        Err(e) if e == "skipped" => return,
+        Err(e) => panic!("GPU run of {op:?} on {types:?} failed: {e}"),
+    };
+    assert_eq!(gpu.len(), cpu.len());
+    for (g, c) in gpu.iter().zip(&cpu) {
+        assert_eq!(ValueType::of(g), ValueType::of(c), "{op:?} on {types:?}");
+        if c.dtype().is_float() {
+            assert_close(&f64s(g), &f64s(c), tol);
+        } else {
+            assert_eq!(
+                g.to_i64_vec().unwrap(),
+                c.to_i64_vec().unwrap(),
+                "{op:?} on {types:?}"
+            );
+        }
+    }
+}
