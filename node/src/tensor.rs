@@ -300,8 +300,16 @@ impl Tensor {
         Ok(match self.dtype {
             DType::F32 => self.view::<f32>()?.iter().map(|&v| v as f64).collect(),
             DType::F64 => self.view::<f64>()?.into_owned(),
-            DType::F16 => self.view::<half::f16>()?.iter().map(|v| v.to_f64()).collect(),
-            DType::BF16 => self.view::<half::bf16>()?.iter().map(|v| v.to_f64()).collect(),
+            DType::F16 => self
+                .view::<half::f16>()?
+                .iter()
+                .map(|v| v.to_f64())
+                .collect(),
+            DType::BF16 => self
+                .view::<half::bf16>()?
+                .iter()
+                .map(|v| v.to_f64())
+                .collect(),
             _ => self.to_i64_vec()?.into_iter().map(|v| v as f64).collect(),
         })
     }
@@ -342,7 +350,14 @@ mod tests {
     #[test]
     fn wrong_length_is_an_error() {
         let e = Tensor::from_bytes(DType::F32, vec![3], Bytes::from(vec![0u8; 8])).unwrap_err();
-        assert!(matches!(e, TensorError::SizeMismatch { expected: 12, actual: 8, .. }));
+        assert!(matches!(
+            e,
+            TensorError::SizeMismatch {
+                expected: 12,
+                actual: 8,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -1,5 +1,439 @@
-//! (to be written)
+//! Cast between every element type of [`DType`].
+//!
+//! Semantics follow C casts where those are defined and saturate where C leaves them undefined:
+//! integer to integer wraps (two's complement); float to integer truncates toward zero, with
+//! NaN giving 0 and out-of-range values the nearest limit; anything to bool is `!= 0` (so NaN is
+//! true); bool to anything is 0 or 1; floats round to nearest-even when narrowing. The
+//! `saturate` attribute (opset 19) concerns float8 types only, which this runtime lacks.
 
-use super::Registry;
+use bytes::Bytes;
+use half::{bf16, f16};
+use rayon::prelude::*;
 
-pub fn register(_r: &mut Registry) {}
+use super::util::{groups_1d, req};
+use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::tensor::{DType, Element, Tensor};
+
+pub fn register(r: &mut Registry) {
+    r.add("Cast", Cast::build);
+}
+
+#[derive(Debug)]
+struct Cast {
+    to: DType,
+}
+
+/// Opset 1 names the target type as a string of `TensorProto.DataType`'s enum.
+fn dtype_by_name(name: &str) -> Option<DType> {
+    DType::ALL.into_iter().find(|d| {
+        let proto = match d {
+            DType::F32 => "FLOAT",
+            DType::F64 => "DOUBLE",
+            DType::F16 => "FLOAT16",
+            DType::BF16 => "BFLOAT16",
+            other => return other.onnx_name().eq_ignore_ascii_case(name),
+        };
+        proto.eq_ignore_ascii_case(name)
+    })
+}
+
+impl Cast {
+    fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+        let to = match spec.attrs.get("to") {
+            None => return Err(OpError::invalid("Cast: attribute 'to' is required")),
+            Some(super::AttrValue::String(name)) => dtype_by_name(name)
+                .ok_or_else(|| OpError::unsupported(format!("Cast: target type '{name}'")))?,
+            Some(_) => {
+                let code = spec.attrs.int("to", 0)?;
+                let code32 = i32::try_from(code).unwrap_or(-1);
+                DType::from_onnx_code(code32).ok_or_else(|| match code {
+                    8 => OpError::unsupported("Cast: to string"),
+                    _ => OpError::unsupported(format!("Cast: target type code {code}")),
+                })?
+            }
+        };
+        Ok(Box::new(Cast { to }))
+    }
+}
+
+/// A value on its way between two types: integers exactly (i128 holds every i64 and u64),
+/// floats as f64 (which holds every f16, bf16 and f32 exactly).
+#[derive(Clone, Copy, Debug)]
+enum Wide {
+    Int(i128),
+    Float(f64),
+}
+
+trait Src: Copy + Send + Sync {
+    fn wide(self) -> Wide;
+}
+
+trait Dst: Copy + Send {
+    fn from_wide(w: Wide) -> Self;
+}
+
+/// A bool as ONNX stores it: one byte, non-zero meaning true.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(transparent)]
+struct BoolByte(u8);
+
+macro_rules! int_types {
+    ($($t:ty),*) => {$(
+        impl Src for $t {
+            fn wide(self) -> Wide { Wide::Int(self as i128) }
+        }
+        impl Dst for $t {
+            fn from_wide(w: Wide) -> Self {
+                match w {
+                    // `as` wraps between integers and saturates from floats (NaN -> 0).
+                    Wide::Int(i) => i as $t,
+                    Wide::Float(f) => f as $t,
+                }
+            }
+        }
+    )*};
+}
+int_types!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+macro_rules! float_types {
+    ($($t:ty),*) => {$(
+        impl Src for $t {
+            fn wide(self) -> Wide { Wide::Float(self as f64) }
+        }
+        impl Dst for $t {
+            fn from_wide(w: Wide) -> Self {
+                match w {
+                    // Straight from i128, so rounding happens once.
+                    Wide::Int(i) => i as $t,
+                    Wide::Float(f) => f as $t,
+                }
+            }
+        }
+    )*};
+}
+float_types!(f32, f64);
+
+macro_rules! half_types {
+    ($($t:ty),*) => {$(
+        impl Src for $t {
+            fn wide(self) -> Wide { Wide::Float(self.to_f64()) }
+        }
+        impl Dst for $t {
+            fn from_wide(w: Wide) -> Self {
+                match w {
+                    // Integers up to 2^53 are exact in f64, and larger ones overflow f16 (its
+                    // maximum is 65504) or sit far beyond bf16's 8-bit precision.
+                    Wide::Int(i) => <$t>::from_f64(i as f64),
+                    Wide::Float(f) => <$t>::from_f64(f),
+                }
+            }
+        }
+    )*};
+}
+half_types!(f16, bf16);
+
+impl Src for BoolByte {
+    fn wide(self) -> Wide {
+        Wide::Int(i128::from(self.0 != 0))
+    }
+}
+
+impl Dst for BoolByte {
+    fn from_wide(w: Wide) -> Self {
+        BoolByte(u8::from(match w {
+            Wide::Int(i) => i != 0,
+            // NaN != 0, so NaN is true, as in C.
+            Wide::Float(f) => f != 0.0,
+        }))
+    }
+}
+
+const PARALLEL_MIN: usize = 64 * 1024;
+
+fn convert<S: Src, D: Dst>(src: &[S]) -> Vec<D> {
+    if src.len() >= PARALLEL_MIN {
+        src.par_iter().map(|&s| D::from_wide(s.wide())).collect()
+    } else {
+        src.iter().map(|&s| D::from_wide(s.wide())).collect()
+    }
+}
+
+fn typed<T: Element>(t: &Tensor) -> Result<std::borrow::Cow<'_, [T]>, OpError> {
+    t.view::<T>().map_err(|e| OpError::invalid(e.to_string()))
+}
+
+/// Every element of `t`, converted to `D`.
+fn cast_to<D: Dst>(t: &Tensor) -> Result<Vec<D>, OpError> {
+    Ok(match t.dtype() {
+        DType::F32 => convert::<f32, D>(&typed(t)?),
+        DType::F64 => convert::<f64, D>(&typed(t)?),
+        DType::F16 => convert::<f16, D>(&typed(t)?),
+        DType::BF16 => convert::<bf16, D>(&typed(t)?),
+        DType::I8 => convert::<i8, D>(&typed(t)?),
+        DType::I16 => convert::<i16, D>(&typed(t)?),
+        DType::I32 => convert::<i32, D>(&typed(t)?),
+        DType::I64 => convert::<i64, D>(&typed(t)?),
+        DType::U8 => convert::<u8, D>(&typed(t)?),
+        DType::U16 => convert::<u16, D>(&typed(t)?),
+        DType::U32 => convert::<u32, D>(&typed(t)?),
+        DType::U64 => convert::<u64, D>(&typed(t)?),
+        DType::Bool => convert::<BoolByte, D>(bytemuck::cast_slice::<u8, BoolByte>(t.bytes())),
+    })
+}
+
+fn vec_tensor<D: Dst + Element>(t: &Tensor) -> Result<Tensor, OpError> {
+    Ok(Tensor::from_vec(t.shape().to_vec(), cast_to::<D>(t)?))
+}
+
+impl Op for Cast {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
+        let x = req(inputs, 0)?.ty;
+        Ok(vec![ValueType::new(self.to, x.shape.clone())])
+    }
+
+    fn run_cpu(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _outputs: &[ValueType],
+    ) -> Result<Vec<Tensor>, OpError> {
+        let x = req(inputs, 0)?;
+        if x.dtype() == self.to {
+            return Ok(vec![x.clone()]);
+        }
+        let y = match self.to {
+            DType::F32 => vec_tensor::<f32>(x)?,
+            DType::F64 => vec_tensor::<f64>(x)?,
+            DType::F16 => vec_tensor::<f16>(x)?,
+            DType::BF16 => vec_tensor::<bf16>(x)?,
+            DType::I8 => vec_tensor::<i8>(x)?,
+            DType::I16 => vec_tensor::<i16>(x)?,
+            DType::I32 => vec_tensor::<i32>(x)?,
+            DType::I64 => vec_tensor::<i64>(x)?,
+            DType::U8 => vec_tensor::<u8>(x)?,
+            DType::U16 => vec_tensor::<u16>(x)?,
+            DType::U32 => vec_tensor::<u32>(x)?,
+            DType::U64 => vec_tensor::<u64>(x)?,
+            DType::Bool => {
+                let bytes: Vec<u8> = cast_to::<BoolByte>(x)?.into_iter().map(|b| b.0).collect();
+                Tensor::from_bytes(DType::Bool, x.shape().to_vec(), Bytes::from(bytes))
+                    .map_err(|e| OpError::invalid(e.to_string()))?
+            }
+        };
+        Ok(vec![y])
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        let x = req(inputs, 0).ok()?;
+        let n = x.numel();
+        let (shader, count) = match (x.dtype, self.to) {
+            (DType::F32, DType::I32) => ("cast_f32_i32", n),
+            (DType::I32, DType::F32) => ("cast_i32_f32", n),
+            (DType::F32, DType::I64) => ("cast_f32_i64", n),
+            (DType::I64, DType::F32) => ("cast_i64_f32", n),
+            (DType::I32, DType::I64) => ("cast_i32_i64", n),
+            (DType::I64, DType::I32) => ("cast_i64_i32", n),
+            // A cast to the same type is a copy; 4- and 8-byte types copy as 32-bit words.
+            (a, b) if a == b && a.size() % 4 == 0 => ("cast_copy32", n * a.size() / 4),
+            _ => return None,
+        };
+        let count32 = u32::try_from(count).ok()?;
+        Some(GpuKernel {
+            scratch: vec![],
+            dispatches: if count == 0 {
+                vec![]
+            } else {
+                vec![Dispatch {
+                    shader,
+                    buffers: vec![BufRef::Input(0), BufRef::Output(0)],
+                    params: vec![count32],
+                    groups: groups_1d(count, 256),
+                }]
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::elementwise::testutil::{build, run1};
+    use super::*;
+    use crate::ops::AttrValue;
+
+    fn cast(x: &Tensor, to: DType) -> Tensor {
+        let op = build("Cast", 19, &[("to", AttrValue::Int(to.onnx_code() as i64))]).unwrap();
+        run1(&*op, &[x]).unwrap()
+    }
+
+    #[test]
+    fn float_to_int_truncates_and_saturates() {
+        let x = Tensor::from_vec(
+            vec![8],
+            vec![
+                3.9f32,
+                -3.9,
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                1e10,
+                -1e10,
+                -0.5,
+            ],
+        );
+        let y = cast(&x, DType::I32);
+        let want = [3, -3, 0, i32::MAX, i32::MIN, i32::MAX, i32::MIN, 0];
+        assert_eq!(&*y.view::<i32>().unwrap(), &want);
+        let y = cast(&x, DType::I64);
+        assert_eq!(
+            &*y.view::<i64>().unwrap(),
+            &[
+                3,
+                -3,
+                0,
+                i64::MAX,
+                i64::MIN,
+                10_000_000_000,
+                -10_000_000_000,
+                0
+            ]
+        );
+        let y = cast(&x, DType::U8);
+        assert_eq!(&*y.view::<u8>().unwrap(), &[3, 0, 0, 255, 0, 255, 0, 0]);
+        let y = cast(&x, DType::I8);
+        assert_eq!(
+            &*y.view::<i8>().unwrap(),
+            &[3, -3, 0, 127, -128, 127, -128, 0]
+        );
+    }
+
+    #[test]
+    fn int_to_int_wraps() {
+        let x = Tensor::from_vec(vec![4], vec![-1i32, 256, 300, i32::MIN]);
+        assert_eq!(
+            &*cast(&x, DType::U8).view::<u8>().unwrap(),
+            &[255, 0, 44, 0]
+        );
+        assert_eq!(
+            &*cast(&x, DType::I64).view::<i64>().unwrap(),
+            &[-1, 256, 300, -2147483648]
+        );
+        let x = Tensor::from_vec(vec![2], vec![u64::MAX, 1u64 << 63]);
+        assert_eq!(
+            &*cast(&x, DType::I64).view::<i64>().unwrap(),
+            &[-1, i64::MIN]
+        );
+        let x = Tensor::from_vec(vec![1], vec![-1i64]);
+        assert_eq!(&*cast(&x, DType::U64).view::<u64>().unwrap(), &[u64::MAX]);
+    }
+
+    #[test]
+    fn bools() {
+        let x = Tensor::from_vec(vec![5], vec![0f32, -0.0, f32::NAN, 2.0, -1e-30]);
+        assert_eq!(
+            cast(&x, DType::Bool).view_bool().unwrap(),
+            vec![false, false, true, true, true]
+        );
+        let x = Tensor::from_vec(vec![3], vec![0i64, 5, -1]);
+        assert_eq!(
+            cast(&x, DType::Bool).view_bool().unwrap(),
+            vec![false, true, true]
+        );
+        let b = Tensor::from_bools(vec![3], vec![true, false, true]);
+        assert_eq!(
+            &*cast(&b, DType::F32).view::<f32>().unwrap(),
+            &[1.0, 0.0, 1.0]
+        );
+        assert_eq!(&*cast(&b, DType::I64).view::<i64>().unwrap(), &[1, 0, 1]);
+        // A bool byte other than 1 still reads as true and comes out as 1.
+        let odd = Tensor::from_bytes(DType::Bool, vec![2], Bytes::from(vec![0u8, 7])).unwrap();
+        assert_eq!(&*cast(&odd, DType::U8).view::<u8>().unwrap(), &[0, 1]);
+    }
+
+    #[test]
+    fn float_widths_round_to_nearest() {
+        let x = Tensor::from_vec(vec![4], vec![0.1f64, 1e40, -1e-50, 16_777_217.0]);
+        let y = cast(&x, DType::F32);
+        assert_eq!(
+            &*y.view::<f32>().unwrap(),
+            &[0.1f32, f32::INFINITY, -0.0, 16_777_216.0]
+        );
+        let x = Tensor::from_vec(vec![4], vec![65504f32, 1e5, 0.1, -2.5]);
+        let y = cast(&x, DType::F16);
+        let h: Vec<f32> = y
+            .view::<f16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_f32())
+            .collect();
+        assert_eq!(h, vec![65504.0, f32::INFINITY, 0.099975586, -2.5]);
+        let y = cast(&cast(&x, DType::BF16), DType::F64);
+        assert_eq!(
+            &*y.view::<f64>().unwrap(),
+            &[65536.0, 99840.0, 0.10009765625, -2.5]
+        );
+        // i64 -> f32 rounds once: 2^24 + 1 is a tie that goes to even.
+        let x = Tensor::from_vec(vec![2], vec![(1i64 << 24) + 1, (1i64 << 24) + 3]);
+        assert_eq!(
+            &*cast(&x, DType::F32).view::<f32>().unwrap(),
+            &[16_777_216.0, 16_777_220.0]
+        );
+        // f16 -> i32 goes through the exact value.
+        let x = Tensor::from_vec(vec![2], vec![f16::from_f32(-7.75), f16::NAN]);
+        assert_eq!(&*cast(&x, DType::I32).view::<i32>().unwrap(), &[-7, 0]);
+    }
+
+    #[test]
+    fn attribute_forms_and_errors() {
+        let x = Tensor::from_vec(vec![2], vec![1.5f32, 2.5]);
+        let op = build("Cast", 1, &[("to", AttrValue::String("INT32".into()))]).unwrap();
+        assert_eq!(&*run1(&*op, &[&x]).unwrap().view::<i32>().unwrap(), &[1, 2]);
+        let op = build("Cast", 1, &[("to", AttrValue::String("float16".into()))]).unwrap();
+        assert_eq!(run1(&*op, &[&x]).unwrap().dtype(), DType::F16);
+        assert!(build("Cast", 13, &[]).is_err());
+        let e = build("Cast", 13, &[("to", AttrValue::Int(8))])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("string"), "{e}");
+        assert!(build("Cast", 13, &[("to", AttrValue::Int(17))]).is_err());
+        assert!(build("Cast", 1, &[("to", AttrValue::String("COMPLEX64".into()))]).is_err());
+        // Same type: the tensor itself.
+        assert_eq!(cast(&x, DType::F32), x);
+    }
+
+    #[test]
+    fn every_pair_converts_a_small_integer_exactly() {
+        let x = Tensor::from_vec(vec![3], vec![0i64, 1, 100]);
+        for from in DType::ALL {
+            for to in DType::ALL {
+                let y = cast(&cast(&x, from), to);
+                let want: Vec<f64> = if from == DType::Bool || to == DType::Bool {
+                    vec![0.0, 1.0, 1.0]
+                } else {
+                    vec![0.0, 1.0, 100.0]
+                };
+                assert_eq!(y.to_f64_vec().unwrap(), want, "{from} -> {to}");
+                assert_eq!(y.dtype(), to);
+            }
+        }
+    }
+
+    #[test]
+    fn gpu_kernels_for_simple_pairs() {
+        let op = build("Cast", 13, &[("to", AttrValue::Int(7))]).unwrap();
+        let x = ValueType::new(DType::F32, vec![3, 5]);
+        let k = op
+            .gpu(&[Some(&x)], &[ValueType::new(DType::I64, vec![3, 5])])
+            .unwrap();
+        assert_eq!(
+            (k.dispatches[0].shader, &k.dispatches[0].params[..]),
+            ("cast_f32_i64", &[15u32][..])
+        );
+        let same = ValueType::new(DType::I64, vec![3, 5]);
+        let k = op.gpu(&[Some(&same)], std::slice::from_ref(&same)).unwrap();
+        assert_eq!(
+            (k.dispatches[0].shader, &k.dispatches[0].params[..]),
+            ("cast_copy32", &[30u32][..])
+        );
+        let h = ValueType::new(DType::F16, vec![3]);
+        assert!(op.gpu(&[Some(&h)], &[same]).is_none());
+    }
+}

@@ -1,5 +1,200 @@
-//! (to be written)
+//! Gather: rows of one axis picked by an index tensor. Viewing data as [outer, axis, inner],
+//! output (o, j) is the inner block at row indices[j] of outer slice o; both kernels move those
+//! blocks as raw bytes, so one kernel serves every dtype.
 
-use super::Registry;
+use super::util::{groups_1d, req};
+use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::tensor::{DType, Tensor, numel};
 
-pub fn register(_r: &mut Registry) {}
+pub fn register(r: &mut Registry) {
+    r.add("Gather", build);
+}
+
+#[derive(Debug)]
+struct Gather {
+    /// Negative counts from the back, at every opset (Gather-1 already allowed it).
+    axis: i64,
+}
+
+fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    Ok(Box::new(Gather {
+        axis: spec.attrs.int("axis", 0)?,
+    }))
+}
+
+/// Sizes of one gather.
+#[derive(Debug, Clone, PartialEq)]
+struct Layout {
+    shape: Vec<usize>,
+    axis: usize,
+    outer: usize,
+    /// Size of the gathered axis.
+    rows: usize,
+    /// Number of indices.
+    picks: usize,
+    inner: usize,
+}
+
+impl Gather {
+    fn layout(&self, data: &[usize], indices: &ValueType) -> Result<Layout, OpError> {
+        if !matches!(indices.dtype, DType::I32 | DType::I64) {
+            return Err(OpError::invalid(format!(
+                "Gather indices must be int32 or int64, found {}",
+                indices.dtype
+            )));
+        }
+        let r = data.len() as i64;
+        if r == 0 {
+            return Err(OpError::invalid(
+                "Gather data must have rank 1 or more, found a scalar",
+            ));
+        }
+        if self.axis < -r || self.axis >= r {
+            return Err(OpError::invalid(format!(
+                "Gather axis {} is outside [{}, {}] for data of shape {data:?}",
+                self.axis,
+                -r,
+                r - 1
+            )));
+        }
+        let axis = if self.axis < 0 {
+            self.axis + r
+        } else {
+            self.axis
+        } as usize;
+        let shape = [&data[..axis], &indices.shape[..], &data[axis + 1..]].concat();
+        Ok(Layout {
+            shape,
+            axis,
+            outer: numel(&data[..axis]),
+            rows: data[axis],
+            picks: numel(&indices.shape),
+            inner: numel(&data[axis + 1..]),
+        })
+    }
+}
+
+/// The indices as rows of the gathered axis: negative ones count from the end; any outside
+/// [-rows, rows - 1] is an error naming it.
+fn rows(indices: &Tensor, l: &Layout) -> Result<Vec<usize>, OpError> {
+    let values = indices
+        .to_i64_vec()
+        .map_err(|e| OpError::invalid(format!("Gather indices: {e}")))?;
+    let s = l.rows as i64;
+    values
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| {
+            let row = if v < 0 { v + s } else { v };
+            if (0..s).contains(&row) {
+                Ok(row as usize)
+            } else {
+                Err(OpError::invalid(format!(
+                    "Gather index {v} (element {k} of the indices) is out of range for axis {} \
+                     of size {}: indices must lie in [{}, {}]",
+                    l.axis,
+                    l.rows,
+                    -s,
+                    s - 1
+                )))
+            }
+        })
+        .collect()
+}
+
+impl Op for Gather {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
+        let data = req(inputs, 0)?;
+        let indices = req(inputs, 1)?;
+        let l = self.layout(&data.ty.shape, indices.ty)?;
+        // Indices known while planning are checked now, so a bad model fails at load.
+        if let Some(t) = indices.value {
+            rows(t, &l)?;
+        }
+        Ok(vec![ValueType::new(data.ty.dtype, l.shape)])
+    }
+
+    fn run_cpu(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _outputs: &[ValueType],
+    ) -> Result<Vec<Tensor>, OpError> {
+        let data = req(inputs, 0)?;
+        let indices = req(inputs, 1)?;
+        let l = self.layout(data.shape(), &ValueType::of(indices))?;
+        let rows = rows(indices, &l)?;
+        let block = l.inner * data.dtype().size();
+        let src = data.bytes();
+        let mut out = Vec::with_capacity(l.outer * l.picks * block);
+        for o in 0..l.outer {
+            for &row in &rows {
+                let at = (o * l.rows + row) * block;
+                out.extend_from_slice(&src[at..at + block]);
+            }
+        }
+        let y = Tensor::from_bytes(data.dtype(), l.shape, out.into())
+            .map_err(|e| OpError::invalid(e.to_string()))?;
+        Ok(vec![y])
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        let data = inputs.first().copied().flatten()?;
+        let indices = inputs.get(1).copied().flatten()?;
+        let l = self.layout(&data.shape, indices).ok()?;
+        let params = gpu_params(&l, data, indices.dtype)?;
+        let dispatches = if params[0] == 0 {
+            Vec::new()
+        } else {
+            vec![Dispatch {
+                shader: "gather",
+                buffers: vec![BufRef::Input(0), BufRef::Input(1), BufRef::Output(0)],
+                groups: groups_1d(params[0] as usize, 256),
+                params,
+            }]
+        };
+        Some(GpuKernel {
+            scratch: Vec::new(),
+            dispatches,
+        })
+    }
+
+    fn flops(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
+        0
+    }
+}
+
+/// The push-constant words of `shaders/gather.comp`: [output words, element bytes, inner
+/// (elements), picks, rows, index words (1 for int32, 2 for int64)]. When the inner block is a
+/// whole number of words it is the element (inner = 1); otherwise 1- and 2-byte elements are
+/// packed into words, which needs both data and output to be whole words.
+fn gpu_params(l: &Layout, data: &ValueType, index: DType) -> Option<Vec<u32>> {
+    let es = data.dtype.size();
+    let block = l.inner * es;
+    let out_bytes = l.outer * l.picks * block;
+    let (eb, inner) = if block.is_multiple_of(4) && block > 0 {
+        (block, 1)
+    } else if es < 4 && data.bytes().is_multiple_of(4) && out_bytes.is_multiple_of(4) {
+        (es, l.inner)
+    } else if out_bytes == 0 {
+        (4, 1)
+    } else {
+        return None;
+    };
+    // The shader's arithmetic is 32-bit, and rows are compared as signed.
+    u32::try_from(data.bytes() / eb).ok()?;
+    u32::try_from(out_bytes / eb).ok()?;
+    i32::try_from(l.rows).ok()?;
+    let idx_words = if index == DType::I64 { 2 } else { 1 };
+    let words = u32::try_from(out_bytes / 4).ok()?;
+    Some(vec![
+        words,
+        eb as u32,
+        u32::try_from(inner).ok()?,
+        u32::try_from(l.picks).ok()?,
+        l.rows as u32,
+        idx_words,
+    ])
+}
+
+#[cfg(test)]
+mod tests;

@@ -37,7 +37,9 @@ pub fn const_input<'a>(
 pub fn axis(a: i64, rank: usize) -> Result<usize, OpError> {
     let r = rank as i64;
     if a < -r || a >= r.max(1) {
-        return Err(OpError::invalid(format!("axis {a} is out of range for rank {rank}")));
+        return Err(OpError::invalid(format!(
+            "axis {a} is out of range for rank {rank}"
+        )));
     }
     Ok(if a < 0 { (a + r) as usize } else { a as usize })
 }
@@ -47,8 +49,16 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, OpError>
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -68,7 +78,13 @@ pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     let own = crate::tensor::strides(shape);
     let pad = out.len() - shape.len();
     (0..out.len())
-        .map(|i| if i < pad || shape[i - pad] == 1 { 0 } else { own[i - pad] })
+        .map(|i| {
+            if i < pad || shape[i - pad] == 1 {
+                0
+            } else {
+                own[i - pad]
+            }
+        })
         .collect()
 }
 
@@ -97,7 +113,11 @@ pub fn expect_dtype(
         Err(OpError::unsupported(format!(
             "{what} of type {} (supported: {})",
             ty.dtype,
-            allowed.iter().map(|d| d.onnx_name()).collect::<Vec<_>>().join(", ")
+            allowed
+                .iter()
+                .map(|d| d.onnx_name())
+                .collect::<Vec<_>>()
+                .join(", ")
         )))
     }
 }
@@ -108,7 +128,10 @@ mod tests {
 
     #[test]
     fn broadcasting_follows_numpy() {
-        assert_eq!(broadcast_shapes(&[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
+        assert_eq!(
+            broadcast_shapes(&[2, 1, 3], &[4, 1]).unwrap(),
+            vec![2, 4, 3]
+        );
         assert!(broadcast_shapes(&[2, 3], &[4]).is_err());
         assert_eq!(broadcast_strides(&[4, 1], &[2, 4, 3]), vec![0, 1, 0]);
     }

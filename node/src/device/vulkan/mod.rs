@@ -1,1 +1,36 @@
-//! (to be written)
+//! The Vulkan backend: the only home of `unsafe` in VKML.
+//!
+//! - [`Vulkan`] loads the loader at run time and opens every usable GPU as a [`Gpu`];
+//! - [`Gpu::create_buffer`] gives [`GpuBuffer`]s, addressed by shaders through their device
+//!   address (no descriptor sets anywhere: see docs/SHADERS.md);
+//! - [`Gpu::record`] turns a list of [`Step`]s into a [`CommandList`], recorded once and
+//!   replayed by [`Gpu::submit`] as often as wanted, with no allocation, recording or
+//!   descriptor update per run;
+//! - completion is one timeline semaphore per GPU: [`Gpu::submit`] returns the value that
+//!   signals the list's completion, [`Gpu::wait`] / [`Gpu::wait_spin`] wait for it.
+//!
+//! Lifetimes are kept by reference counts rather than by the caller's discipline: a buffer and
+//! a command list keep their `Gpu` alive, a command list keeps alive every buffer its steps
+//! touch, and dropping a command list waits for its last submission first.
+
+mod buffer;
+mod error;
+mod gpu;
+mod info;
+mod instance;
+mod pipeline;
+mod record;
+mod shaders;
+mod submit;
+pub mod testing;
+
+#[cfg(test)]
+mod tests;
+
+pub use buffer::{GpuBuffer, MemoryUse};
+pub use error::VulkanError;
+pub use gpu::Gpu;
+pub use info::GpuInfo;
+pub use instance::{Vulkan, validation_messages};
+pub use record::{CommandList, Step};
+pub use shaders::shader_names;

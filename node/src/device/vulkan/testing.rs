@@ -1,0 +1,321 @@
+//! Running one op's GPU kernel on real inputs, for tests that compare a shader with the op's
+//! CPU reference kernel.
+//!
+//! ```ignore
+//! let gpu = vkml::device::vulkan::testing::run_op(&*op, &[Some(&a), Some(&b)], &out_types)?;
+//! let cpu = op.run_cpu(&[Some(&a), Some(&b)], &out_types)?;
+//! ```
+//!
+//! Without a Vulkan device `run_op` panics, unless `VKML_SKIP_VULKAN=1`, when it returns
+//! `Err("skipped")`. `VKML_TEST_GPU=<index>` picks a GPU other than the first.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{Gpu, GpuBuffer, MemoryUse, Step, Vulkan, VulkanError};
+use crate::ops::{BufRef, Op, ValueType};
+use crate::tensor::Tensor;
+
+/// Written over every output and scratch buffer before the kernel runs, so an element the
+/// kernel forgets to write reads back as NaN (floats) or -1 / 0xFF (integers, bools) rather
+/// than as a plausible zero.
+const POISON: u32 = 0xFFFF_FFFF;
+
+/// The process-wide Vulkan instance used by tests, or why there is none.
+pub fn vulkan() -> Result<&'static Vulkan, &'static VulkanError> {
+    static VULKAN: OnceLock<Result<Vulkan, VulkanError>> = OnceLock::new();
+    VULKAN.get_or_init(Vulkan::new).as_ref()
+}
+
+/// The GPU tests run on: `VKML_TEST_GPU` (an index) or the first. Panics without one unless
+/// `VKML_SKIP_VULKAN=1`, when it returns `None`.
+pub fn test_gpu() -> Option<&'static Gpu> {
+    let skip = std::env::var("VKML_SKIP_VULKAN").is_ok_and(|v| v == "1");
+    let vulkan = match vulkan() {
+        Ok(v) => v,
+        Err(_) if skip => return None,
+        Err(e) => panic!(
+            "no Vulkan device for GPU tests: {e}. Install a driver (Mesa's lavapipe runs on the \
+             CPU: package mesa-vulkan-drivers) or set VKML_SKIP_VULKAN=1 to skip these tests"
+        ),
+    };
+    let index = std::env::var("VKML_TEST_GPU")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    match vulkan.gpus().get(index) {
+        Some(gpu) => Some(gpu),
+        None => panic!(
+            "VKML_TEST_GPU={index} but only {} Vulkan GPU(s) exist",
+            vulkan.gpus().len()
+        ),
+    }
+}
+
+/// Runs `op`'s GPU kernel on `inputs` and returns its outputs, of the types `outputs`.
+///
+/// Each present input goes into its own upload buffer, each output and scratch buffer gets a
+/// device buffer (poisoned first), tables become small upload buffers; the dispatches run with
+/// a barrier between each pair, then the outputs are copied to readback buffers.
+pub fn run_op(
+    op: &dyn Op,
+    inputs: &[Option<&Tensor>],
+    outputs: &[ValueType],
+) -> Result<Vec<Tensor>, String> {
+    let Some(gpu) = test_gpu() else {
+        return Err("skipped".into());
+    };
+    run_op_on(gpu, op, inputs, outputs)
+}
+
+/// [`run_op`] on a given GPU.
+pub fn run_op_on(
+    gpu: &Gpu,
+    op: &dyn Op,
+    inputs: &[Option<&Tensor>],
+    outputs: &[ValueType],
+) -> Result<Vec<Tensor>, String> {
+    let types: Vec<Option<ValueType>> = inputs.iter().map(|t| t.map(ValueType::of)).collect();
+    let type_refs: Vec<Option<&ValueType>> = types.iter().map(Option::as_ref).collect();
+    let kernel = op
+        .gpu(&type_refs, outputs)
+        .ok_or_else(|| format!("{op:?} has no GPU kernel for inputs {types:?}"))?;
+    let e = |e: VulkanError| e.to_string();
+
+    let mut input_bufs: Vec<Option<GpuBuffer>> = Vec::new();
+    for (i, t) in inputs.iter().enumerate() {
+        input_bufs.push(match t {
+            Some(t) => {
+                let buf = gpu
+                    .create_buffer(
+                        t.bytes().len() as u64,
+                        MemoryUse::Upload,
+                        &format!("input {i}"),
+                    )
+                    .map_err(e)?;
+                buf.write(0, t.bytes()).map_err(e)?;
+                Some(buf)
+            }
+            None => None,
+        });
+    }
+    let output_bufs = outputs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            gpu.create_buffer(o.bytes() as u64, MemoryUse::Device, &format!("output {i}"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    let scratch_bufs = kernel
+        .scratch
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| gpu.create_buffer(b, MemoryUse::Device, &format!("scratch {i}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    let readback_bufs = outputs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            gpu.create_buffer(
+                o.bytes() as u64,
+                MemoryUse::Readback,
+                &format!("readback {i}"),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+
+    let mut tables = Vec::new();
+    let mut steps = Vec::new();
+    for buf in output_bufs.iter().chain(&scratch_bufs) {
+        steps.push(Step::Fill {
+            dst: buf,
+            offset: 0,
+            bytes: buf.size(),
+            value: POISON,
+        });
+    }
+    steps.push(Step::Barrier);
+    for (d, dispatch) in kernel.dispatches.iter().enumerate() {
+        if d > 0 {
+            steps.push(Step::Barrier);
+        }
+        let mut addrs = Vec::new();
+        for r in &dispatch.buffers {
+            let addr = match r {
+                BufRef::Input(i) => input_bufs
+                    .get(*i)
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| format!("dispatch {d} reads input {i}, which is absent"))?
+                    .address(),
+                BufRef::Output(i) => output_bufs
+                    .get(*i)
+                    .ok_or_else(|| format!("dispatch {d} writes output {i}, which does not exist"))?
+                    .address(),
+                BufRef::Scratch(i) => scratch_bufs
+                    .get(*i)
+                    .ok_or_else(|| format!("dispatch {d} uses scratch {i}, which does not exist"))?
+                    .address(),
+                BufRef::Table(words) => {
+                    let bytes: &[u8] = bytemuck::cast_slice(words);
+                    let t = gpu
+                        .create_buffer(
+                            bytes.len() as u64,
+                            MemoryUse::Upload,
+                            &format!("table of dispatch {d}"),
+                        )
+                        .map_err(e)?;
+                    t.write(0, bytes).map_err(e)?;
+                    let a = t.address();
+                    tables.push(t);
+                    a
+                }
+            };
+            addrs.push(addr);
+        }
+        steps.push(Step::Dispatch {
+            shader: dispatch.shader,
+            addrs,
+            params: dispatch.params.clone(),
+            groups: dispatch.groups,
+        });
+    }
+    steps.push(Step::Barrier);
+    for (o, r) in output_bufs.iter().zip(&readback_bufs) {
+        steps.push(Step::Copy {
+            src: o,
+            src_offset: 0,
+            dst: r,
+            dst_offset: 0,
+            bytes: o.size(),
+        });
+    }
+
+    let list = gpu.record(&steps).map_err(e)?;
+    let value = gpu.submit(&list).map_err(e)?;
+    // Generous: lavapipe on a loaded CI machine is slow.
+    if !gpu.wait(value, Duration::from_secs(300)).map_err(e)? {
+        return Err("the GPU kernel did not finish within 300 s".into());
+    }
+    outputs
+        .iter()
+        .zip(&readback_bufs)
+        .map(|(ty, r)| {
+            let mut data = vec![0u8; ty.bytes()];
+            r.read(0, &mut data).map_err(e)?;
+            Tensor::from_bytes(ty.dtype, ty.shape.clone(), Bytes::from(data))
+                .map_err(|x| x.to_string())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{Dispatch, GpuKernel, InferInput, OpError};
+    use crate::tensor::DType;
+
+    /// out = 2 * (x + 1) + table, through a scratch buffer and a table, in two dispatches;
+    /// with `short`, the second dispatch leaves the last element unwritten.
+    #[derive(Debug)]
+    struct TwoStep {
+        short: bool,
+    }
+
+    const TABLE: [f32; 5] = [0.5, -1.0, 4.0, 0.0, 8.0];
+
+    impl Op for TwoStep {
+        fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
+            Ok(vec![inputs[0].unwrap().ty.clone()])
+        }
+        fn run_cpu(&self, _: &[Option<&Tensor>], _: &[ValueType]) -> Result<Vec<Tensor>, OpError> {
+            unreachable!("the harness never runs the CPU kernel")
+        }
+        fn gpu(&self, inputs: &[Option<&ValueType>], _: &[ValueType]) -> Option<GpuKernel> {
+            let n = inputs[0]?.numel() as u32;
+            let table = TABLE.iter().map(|v| v.to_bits()).collect();
+            Some(GpuKernel {
+                scratch: vec![4 * n as u64],
+                dispatches: vec![
+                    Dispatch {
+                        shader: "test_add_scalar",
+                        buffers: vec![BufRef::Input(0), BufRef::Scratch(0)],
+                        params: vec![n, 1f32.to_bits()],
+                        groups: [1, 1, 1],
+                    },
+                    Dispatch {
+                        shader: "test_axpy",
+                        buffers: vec![BufRef::Scratch(0), BufRef::Table(table), BufRef::Output(0)],
+                        params: vec![n - u32::from(self.short), 2f32.to_bits()],
+                        groups: [1, 1, 1],
+                    },
+                ],
+            })
+        }
+    }
+
+    fn input() -> Tensor {
+        Tensor::from_vec(vec![5], vec![1.0f32, 2.0, 3.0, -4.0, 0.25])
+    }
+
+    #[test]
+    fn run_op_runs_every_dispatch_in_order() {
+        if test_gpu().is_none() {
+            return;
+        }
+        let x = input();
+        let out = run_op(
+            &TwoStep { short: false },
+            &[Some(&x)],
+            &[ValueType::new(DType::F32, vec![5])],
+        )
+        .unwrap();
+        let got = out[0].view::<f32>().unwrap();
+        // 2 * (x + 1) + table, by hand.
+        assert_eq!(&got[..], &[4.5, 5.0, 12.0, -6.0, 10.5]);
+    }
+
+    #[test]
+    fn run_op_poisons_what_the_kernel_does_not_write() {
+        if test_gpu().is_none() {
+            return;
+        }
+        let x = input();
+        let out = run_op(
+            &TwoStep { short: true },
+            &[Some(&x)],
+            &[ValueType::new(DType::F32, vec![5])],
+        )
+        .unwrap();
+        let got = out[0].view::<f32>().unwrap();
+        assert_eq!(&got[..4], &[4.5, 5.0, 12.0, -6.0]);
+        assert!(got[4].is_nan());
+    }
+
+    #[test]
+    fn run_op_without_a_kernel_is_an_error() {
+        #[derive(Debug)]
+        struct CpuOnly;
+        impl Op for CpuOnly {
+            fn infer(&self, _: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
+                Ok(vec![])
+            }
+            fn run_cpu(
+                &self,
+                _: &[Option<&Tensor>],
+                _: &[ValueType],
+            ) -> Result<Vec<Tensor>, OpError> {
+                Ok(vec![])
+            }
+        }
+        if test_gpu().is_none() {
+            return;
+        }
+        let err = run_op(&CpuOnly, &[Some(&input())], &[]).unwrap_err();
+        assert!(err.contains("no GPU kernel"), "{err}");
+    }
+}

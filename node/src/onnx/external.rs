@@ -1,0 +1,181 @@
+//! External data: tensors whose bytes live in another file beside the model. Each file is
+//! memory-mapped once per load and sliced per tensor, at any offset (aligned or not).
+//!
+//! The paths come from the model file, which may come from anyone, so they must not reach
+//! outside the model's folder: absolute paths and `..` components are refused before touching
+//! the file system, and a symbolic link that resolves outside the folder is refused after.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use bytes::Bytes;
+
+use super::LoadError;
+use super::mmap::map_file;
+use super::proto::TensorProto;
+
+/// The model's folder and the external files mapped so far.
+pub(crate) struct ExternalFiles {
+    dir: Option<PathBuf>,
+    maps: RefCell<HashMap<PathBuf, Bytes>>,
+}
+
+/// Where one tensor's bytes are, as its external_data entries say.
+struct Location {
+    file: PathBuf,
+    offset: u64,
+    length: Option<u64>,
+}
+
+impl ExternalFiles {
+    pub(crate) fn new(dir: Option<&Path>) -> ExternalFiles {
+        ExternalFiles {
+            dir: dir.map(Path::to_path_buf),
+            maps: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// The tensor's bytes. `nbytes` is what its type and shape need; `what` says so in words.
+    pub(crate) fn read(
+        &self,
+        t: &TensorProto,
+        label: &str,
+        nbytes: usize,
+        what: &str,
+    ) -> Result<Bytes, LoadError> {
+        let loc = parse_entries(t, label)?;
+        let fail = |problem: String| LoadError::ExternalData {
+            tensor: label.to_string(),
+            file: loc.file.clone(),
+            offset: loc.offset,
+            length: loc.length,
+            problem,
+        };
+        let Some(dir) = &self.dir else {
+            return Err(fail(
+                "external data is relative to the model's folder, and this tensor was not read \
+                 from a file"
+                    .into(),
+            ));
+        };
+        check_relative(&loc.file).map_err(fail)?;
+        let path = dir.join(&loc.file);
+        let fail_at = |problem: String| LoadError::ExternalData {
+            tensor: label.to_string(),
+            file: path.clone(),
+            offset: loc.offset,
+            length: loc.length,
+            problem,
+        };
+        let real = path
+            .canonicalize()
+            .map_err(|e| fail_at(format!("cannot open it: {e}")))?;
+        let real_dir = dir.canonicalize().map_err(|e| {
+            fail_at(format!(
+                "cannot resolve the model's folder {}: {e}",
+                dir.display()
+            ))
+        })?;
+        if !real.starts_with(&real_dir) {
+            return Err(fail_at(format!(
+                "it resolves to {}, outside the model's folder {} (through a symbolic link); \
+                 external data must stay inside the model's folder",
+                real.display(),
+                real_dir.display()
+            )));
+        }
+
+        let data = self
+            .map(&real)
+            .map_err(|e| fail_at(format!("cannot read it: {e}")))?;
+        let size = data.len() as u64;
+        if loc.offset > size {
+            return Err(fail_at(format!(
+                "the offset lies beyond the end of the file ({size} bytes)"
+            )));
+        }
+        let length = loc.length.unwrap_or(size - loc.offset);
+        let end = loc.offset.checked_add(length).filter(|&e| e <= size);
+        let Some(end) = end else {
+            return Err(fail_at(format!(
+                "the range runs past the end of the file ({size} bytes)"
+            )));
+        };
+        if length != nbytes as u64 {
+            return Err(fail_at(format!(
+                "the range holds {length} bytes, but {what}"
+            )));
+        }
+        // Both ends are within `size`, which is a usize (the mapping's length).
+        Ok(data.slice(loc.offset as usize..end as usize))
+    }
+
+    fn map(&self, real: &Path) -> std::io::Result<Bytes> {
+        if let Some(b) = self.maps.borrow().get(real) {
+            return Ok(b.clone());
+        }
+        let b = map_file(real)?;
+        self.maps.borrow_mut().insert(real.to_path_buf(), b.clone());
+        Ok(b)
+    }
+}
+
+fn parse_entries(t: &TensorProto, label: &str) -> Result<Location, LoadError> {
+    let mut file = None;
+    let mut offset = 0u64;
+    let mut length = None;
+    for e in &t.external_data {
+        let number = |v: &str| -> Result<u64, LoadError> {
+            v.trim().parse::<u64>().map_err(|_| LoadError::BadTensor {
+                tensor: label.to_string(),
+                message: format!(
+                    "external_data '{}' is '{v}', not a non-negative integer",
+                    e.key
+                ),
+            })
+        };
+        match e.key.as_str() {
+            "location" => file = Some(PathBuf::from(&e.value)),
+            "offset" => offset = number(&e.value)?,
+            "length" => length = Some(number(&e.value)?),
+            // "checksum" and anything newer: not needed to read the bytes.
+            _ => {}
+        }
+    }
+    match file {
+        Some(file) if !file.as_os_str().is_empty() => Ok(Location {
+            file,
+            offset,
+            length,
+        }),
+        _ => Err(LoadError::BadTensor {
+            tensor: label.to_string(),
+            message: "data_location is EXTERNAL but external_data has no 'location'".into(),
+        }),
+    }
+}
+
+/// Refuses, from the text alone, paths that could leave the model's folder.
+fn check_relative(file: &Path) -> Result<(), String> {
+    for c in file.components() {
+        match c {
+            Component::Prefix(_) | Component::RootDir => {
+                return Err(
+                    "absolute paths are not allowed; external data must be given \
+                            relative to the model's folder"
+                        .into(),
+                );
+            }
+            Component::ParentDir => {
+                return Err(
+                    "'..' is not allowed in the path; external data must stay inside \
+                            the model's folder"
+                        .into(),
+                );
+            }
+            Component::CurDir | Component::Normal(_) => {}
+        }
+    }
+    Ok(())
+}

@@ -1,5 +1,0 @@
-//! (to be written)
-
-use super::Registry;
-
-pub fn register(_r: &mut Registry) {}

@@ -1,0 +1,212 @@
+//! Numpy (multidirectional) broadcasting for binary kernels on the CPU, and the axis collapsing
+//! that both the CPU loops and the GPU parameters use to keep the iteration rank small.
+
+use rayon::prelude::*;
+
+/// Below this many output elements a kernel runs on the calling thread: splitting smaller jobs
+/// costs more in hand-offs than it wins.
+pub const PARALLEL_MIN: usize = 64 * 1024;
+
+/// Output elements per rayon task.
+const TASK_ELEMS: usize = 16 * 1024;
+
+/// An iteration space with size-1 axes dropped and neighbouring axes merged wherever every
+/// operand walks them as one (its stride on the outer axis equals stride x size of the inner
+/// one, which also holds for two broadcast axes, both stride 0). The output is row-major over
+/// `dims`, so it never blocks a merge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collapsed {
+    pub dims: Vec<usize>,
+    /// One stride list per operand, each as long as `dims`.
+    pub strides: Vec<Vec<usize>>,
+}
+
+/// Collapses `dims` walked by operands with the given element strides (0 on broadcast axes).
+pub fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> Collapsed {
+    let mut out = Collapsed {
+        dims: Vec::new(),
+        strides: vec![Vec::new(); strides.len()],
+    };
+    for (ax, &d) in dims.iter().enumerate() {
+        if d == 1 {
+            continue;
+        }
+        let merged = match out.dims.last_mut() {
+            Some(last)
+                if strides
+                    .iter()
+                    .zip(&out.strides)
+                    .all(|(s, o)| o.last() == Some(&(s[ax] * d))) =>
+            {
+                *last *= d;
+                true
+            }
+            _ => false,
+        };
+        for (s, o) in strides.iter().zip(out.strides.iter_mut()) {
+            match o.last_mut() {
+                Some(last) if merged => *last = s[ax],
+                _ => o.push(s[ax]),
+            }
+        }
+        if !merged {
+            out.dims.push(d);
+        }
+    }
+    out
+}
+
+/// `f(a, b)` over the broadcast of `a` (shape `a_shape`) and `b` (shape `b_shape`) to `out`.
+/// The shapes must already be known to broadcast to `out` (the op's shape rule checked them).
+pub fn binary<T, F>(
+    a: &[T],
+    a_shape: &[usize],
+    b: &[T],
+    b_shape: &[usize],
+    out: &[usize],
+    f: F,
+) -> Vec<T>
+where
+    T: Copy + Send + Sync,
+    F: Fn(T, T) -> T + Sync + Send,
+{
+    let n: usize = out.iter().product();
+    let par = n >= PARALLEL_MIN;
+    if n == 0 {
+        return Vec::new();
+    }
+    // Broadcasting only repeats elements, so an operand as large as the output is the output's
+    // own row-major order.
+    if a.len() == n && b.len() == n {
+        return if par {
+            a.par_iter()
+                .zip(b.par_iter())
+                .map(|(&x, &y)| f(x, y))
+                .collect()
+        } else {
+            a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
+        };
+    }
+    if a.len() == n && b.len() == 1 {
+        let y = b[0];
+        return if par {
+            a.par_iter().map(|&x| f(x, y)).collect()
+        } else {
+            a.iter().map(|&x| f(x, y)).collect()
+        };
+    }
+    if a.len() == 1 && b.len() == n {
+        let x = a[0];
+        return if par {
+            b.par_iter().map(|&y| f(x, y)).collect()
+        } else {
+            b.iter().map(|&y| f(x, y)).collect()
+        };
+    }
+
+    let sa = super::super::util::broadcast_strides(a_shape, out);
+    let sb = super::super::util::broadcast_strides(b_shape, out);
+    let lay = collapse(out, &[sa, sb]);
+    // n > 1 here (n == 1 took a fast path), so at least one axis survived.
+    let inner = *lay.dims.last().unwrap_or(&1);
+    let mut y = Vec::with_capacity(n);
+    // Every row is written exactly once below; starting from a copy of a's first element
+    // avoids requiring `T: Default`.
+    y.resize(n, a[0]);
+    let walk = Walk {
+        lay: &lay,
+        a,
+        b,
+        f: &f,
+    };
+    if par {
+        let rows_per_task = (TASK_ELEMS / inner).max(1);
+        y.par_chunks_mut(rows_per_task * inner)
+            .enumerate()
+            .for_each(|(t, chunk)| walk.fill(chunk, t * rows_per_task));
+    } else {
+        walk.fill(&mut y, 0);
+    }
+    y
+}
+
+/// The general strided loop: rows along the innermost collapsed axis, an odometer over the rest.
+struct Walk<'a, T, F> {
+    lay: &'a Collapsed,
+    a: &'a [T],
+    b: &'a [T],
+    f: &'a F,
+}
+
+impl<T: Copy, F: Fn(T, T) -> T> Walk<'_, T, F> {
+    /// Fills `out`, a whole number of rows starting at row `row0`.
+    fn fill(&self, out: &mut [T], row0: usize) {
+        let r = self.lay.dims.len();
+        let dims = &self.lay.dims[..r - 1];
+        let (sa, sb) = (&self.lay.strides[0], &self.lay.strides[1]);
+        let (inner, ia, ib) = (self.lay.dims[r - 1], sa[r - 1], sb[r - 1]);
+        let mut idx = vec![0usize; r - 1];
+        let (mut oa, mut ob) = (0usize, 0usize);
+        let mut rem = row0;
+        for ax in (0..r - 1).rev() {
+            idx[ax] = rem % dims[ax];
+            rem /= dims[ax];
+            oa += idx[ax] * sa[ax];
+            ob += idx[ax] * sb[ax];
+        }
+        let f = self.f;
+        for row in out.chunks_mut(inner) {
+            // The common stride pairs get loops the compiler can vectorise.
+            match (ia, ib) {
+                (1, 1) => {
+                    let (xa, xb) = (&self.a[oa..oa + inner], &self.b[ob..ob + inner]);
+                    for ((o, &x), &y) in row.iter_mut().zip(xa).zip(xb) {
+                        *o = f(x, y);
+                    }
+                }
+                (1, 0) => {
+                    let y = self.b[ob];
+                    for (o, &x) in row.iter_mut().zip(&self.a[oa..oa + inner]) {
+                        *o = f(x, y);
+                    }
+                }
+                (0, 1) => {
+                    let x = self.a[oa];
+                    for (o, &y) in row.iter_mut().zip(&self.b[ob..ob + inner]) {
+                        *o = f(x, y);
+                    }
+                }
+                _ => {
+                    for (j, o) in row.iter_mut().enumerate() {
+                        *o = f(self.a[oa + j * ia], self.b[ob + j * ib]);
+                    }
+                }
+            }
+            for ax in (0..r - 1).rev() {
+                idx[ax] += 1;
+                oa += sa[ax];
+                ob += sb[ax];
+                if idx[ax] < dims[ax] {
+                    break;
+                }
+                oa -= sa[ax] * dims[ax];
+                ob -= sb[ax] * dims[ax];
+                idx[ax] = 0;
+            }
+        }
+    }
+}
+
+/// `f(x)` over every element, in parallel for large inputs.
+pub fn unary<T, U, F>(x: &[T], f: F) -> Vec<U>
+where
+    T: Copy + Send + Sync,
+    U: Send,
+    F: Fn(T) -> U + Sync + Send,
+{
+    if x.len() >= PARALLEL_MIN {
+        x.par_iter().map(|&v| f(v)).collect()
+    } else {
+        x.iter().map(|&v| f(v)).collect()
+    }
+}

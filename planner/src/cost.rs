@@ -1,0 +1,49 @@
+//! The integer cost model: how long an op takes on a device and a value takes to move.
+
+use crate::types::{DeviceInventory, DeviceKind, OpCost};
+
+/// What moving bytes between devices costs. Integers only, so every machine computes the
+/// same plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkCosts {
+    /// Between two devices of one machine (through host memory), fixed cost per edge: a chunk
+    /// boundary means one more submit and wait.
+    pub local_latency_ns: u64,
+    pub local_bytes_per_us: u64,
+    /// Between machines (a QUIC stream).
+    pub remote_latency_ns: u64,
+    pub remote_bytes_per_us: u64,
+    /// Caller's input into a GPU (an upload).
+    pub upload_latency_ns: u64,
+}
+
+impl Default for LinkCosts {
+    fn default() -> Self {
+        LinkCosts {
+            local_latency_ns: 30_000,
+            local_bytes_per_us: 8_000,
+            remote_latency_ns: 200_000,
+            remote_bytes_per_us: 1_000,
+            upload_latency_ns: 10_000,
+        }
+    }
+}
+
+/// Nanoseconds to run `op` on `dev`.
+pub fn compute_ns(op: &OpCost, dev: &DeviceInventory) -> u64 {
+    if op.view {
+        return 0;
+    }
+    let rate = dev.flops_per_us.max(1);
+    dev.op_overhead_ns
+        .saturating_add(op.flops.saturating_mul(1000) / rate)
+}
+
+/// Nanoseconds to move `bytes` over a link of this latency and rate.
+pub fn move_ns(bytes: u64, latency_ns: u64, bytes_per_us: u64) -> u64 {
+    latency_ns.saturating_add(bytes.saturating_mul(1000) / bytes_per_us.max(1))
+}
+
+pub fn is_gpu(dev: &DeviceInventory) -> bool {
+    dev.kind == DeviceKind::Gpu
+}
