@@ -10,6 +10,8 @@
 mod cpu;
 mod gpu;
 #[cfg(test)]
+mod gpu_tests;
+#[cfg(test)]
 mod tests;
 
 use super::conv::geometry::{Axis, WindowAttrs};
