@@ -247,4 +247,6 @@ impl Op for BatchNorm {
 }
 
 #[cfg(test)]
+mod gpu_tests;
+#[cfg(test)]
 mod tests;

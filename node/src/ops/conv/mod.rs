@@ -12,6 +12,8 @@ mod float;
 pub(super) mod geometry;
 mod gpu;
 #[cfg(test)]
+pub(crate) mod gpu_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;

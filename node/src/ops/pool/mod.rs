@@ -10,6 +10,8 @@
 mod cpu;
 mod gpu;
 #[cfg(test)]
+mod gpu_tests;
+#[cfg(test)]
 mod tests;
 
 use super::conv::geometry::{Axis, WindowAttrs};
@@ -255,11 +257,10 @@ impl Op for Pool {
         gpu::pool(&self.shape(&x.shape).ok()?, self.kind)
     }
 
-    fn flops(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
+    fn flops(&self, _inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
+        // One operation per tap of each output window.
         let taps: usize = self.window.kernel_shape.iter().flatten().product();
-        let out = outputs.first().map_or(0, |o| o.numel());
-        let _ = inputs;
-        (out * taps) as u64
+        outputs.first().map_or(0, |o| (o.numel() * taps) as u64)
     }
 }
 
