@@ -358,3 +358,73 @@ fn kernel_buffers_and_push_constants() {
         .is_empty()
     );
 }
+
+// ---- The shader itself, through the Vulkan test harness ----
+
+#[test]
+fn gpu_gathers_match_the_cpu() {
+    let cases: [(&[usize], &[usize], i64); 7] = [
+        (&[10, 3], &[4], 0),
+        (&[5, 7], &[2, 3], 1),
+        (&[2, 9, 6], &[5], -2),
+        (&[300, 8], &[17, 3], 0),
+        (&[4, 6, 2], &[], 1),
+        (&[3, 2, 5, 2], &[3], 2),
+        (&[1000], &[257], 0),
+    ];
+    let mut ran = 0;
+    for (i, (shape, ind_shape, axis)) in cases.into_iter().enumerate() {
+        let op = op("Gather", 13, vec![("axis", AttrValue::Int(axis))], 2).unwrap();
+        let rows = shape[axis.rem_euclid(shape.len() as i64) as usize] as i64;
+        let n = numel(ind_shape) as i64;
+        // A spread of rows, negative ones included.
+        let v: Vec<i64> = (0..n)
+            .map(|j| (j * 7 + i as i64) % (2 * rows) - rows)
+            .collect();
+        let indices = [
+            idx64(ind_shape, &v),
+            idx32(ind_shape, &v.iter().map(|&x| x as i32).collect::<Vec<_>>()),
+        ];
+        for (j, dtype) in [
+            DType::F32,
+            DType::I64,
+            DType::I32,
+            DType::F16,
+            DType::U8,
+            DType::Bool,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let data = random_tensor(dtype, shape, (i * 10 + j) as u64);
+            for ind in &indices {
+                let types = [ValueType::of(&data), ValueType::of(ind)];
+                if op.gpu(&[Some(&types[0]), Some(&types[1])], &[]).is_none() {
+                    continue;
+                }
+                let what = format!("{dtype} {shape:?} {ind:?} axis {axis}");
+                if !gpu_matches_cpu(op.as_ref(), &[Some(&data), Some(ind)], &what) {
+                    return;
+                }
+                ran += 1;
+            }
+        }
+    }
+    assert!(ran >= 60, "only {ran} cases had a GPU kernel");
+}
+
+#[test]
+fn gpu_clamps_out_of_range_indices_on_the_device() {
+    let op = op("Gather", 13, vec![], 2).unwrap();
+    let data = f32s(&[3], &[10., 20., 30.]);
+    let ind = idx64(&[5], &[3, -4, 1 << 40, -(1 << 40), i64::MIN]);
+    let out = [ValueType::new(DType::F32, vec![5])];
+    match crate::device::vulkan::testing::run_op(op.as_ref(), &[Some(&data), Some(&ind)], &out) {
+        Err(e) if e == "skipped" => {}
+        Err(e) => panic!("{e}"),
+        Ok(y) => assert_eq!(
+            y[0].view::<f32>().unwrap().to_vec(),
+            vec![30., 10., 30., 10., 10.]
+        ),
+    }
+}

@@ -146,3 +146,34 @@ pub fn words(t: &Tensor) -> Vec<u32> {
 pub fn from_words(w: &[u32]) -> Vec<u8> {
     w.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
+
+/// Runs `op` on the CPU and, through the Vulkan test harness, on the GPU, and asserts the
+/// outputs are the same bytes (these ops only move bytes). False when Vulkan tests are skipped
+/// (`VKML_SKIP_VULKAN=1`); panics when the op has no GPU kernel for these inputs.
+#[track_caller]
+pub fn gpu_matches_cpu(op: &dyn Op, inputs: &[Option<&Tensor>], what: &str) -> bool {
+    let types = infer_known(op, inputs).expect("the inputs fit the op");
+    let cpu = op.run_cpu(inputs, &types).expect("the CPU kernel runs");
+    match crate::device::vulkan::testing::run_op(op, inputs, &types) {
+        Err(e) if e == "skipped" => false,
+        Err(e) => panic!("{what}: the GPU run failed: {e}"),
+        Ok(gpu) => {
+            assert_eq!(gpu.len(), cpu.len());
+            for (g, c) in gpu.iter().zip(&cpu) {
+                assert_eq!(ValueType::of(g), ValueType::of(c), "{what}");
+                if g.bytes() != c.bytes() {
+                    let at = g
+                        .bytes()
+                        .iter()
+                        .zip(c.bytes().iter())
+                        .position(|(a, b)| a != b);
+                    panic!(
+                        "{what}: GPU and CPU differ, first at byte {at:?} of {}",
+                        g.bytes().len()
+                    );
+                }
+            }
+            true
+        }
+    }
+}

@@ -528,3 +528,55 @@ fn shape_of_scalars_and_empty_tensors() {
         i64s(&[0, 7])
     );
 }
+
+// ---- The copy shader, through the Vulkan test harness ----
+
+#[test]
+fn gpu_view_copies_match_the_cpu() {
+    let x = random_tensor(DType::F16, &[6, 34], 1);
+    type Case = (
+        &'static str,
+        i64,
+        Vec<(&'static str, AttrValue)>,
+        Vec<Option<Tensor>>,
+    );
+    let cases: [Case; 5] = [
+        (
+            "Reshape",
+            13,
+            vec![],
+            vec![Some(x.clone()), Some(i64s(&[-1, 17]))],
+        ),
+        (
+            "Flatten",
+            13,
+            vec![],
+            vec![Some(random_tensor(DType::I64, &[3, 5, 7], 2))],
+        ),
+        (
+            "Squeeze",
+            13,
+            vec![],
+            vec![Some(random_tensor(DType::U8, &[1, 4, 1, 33], 3))],
+        ),
+        (
+            "Unsqueeze",
+            13,
+            vec![],
+            vec![Some(random_tensor(DType::F32, &[999], 4)), Some(i64s(&[0]))],
+        ),
+        (
+            "Identity",
+            13,
+            vec![],
+            vec![Some(random_tensor(DType::Bool, &[2, 2, 3], 5))],
+        ),
+    ];
+    for (name, opset, attrs, inputs) in cases {
+        let op = op(name, opset, attrs, inputs.len()).unwrap();
+        let refs: Vec<Option<&Tensor>> = inputs.iter().map(Option::as_ref).collect();
+        if !gpu_matches_cpu(op.as_ref(), &refs, name) {
+            return;
+        }
+    }
+}

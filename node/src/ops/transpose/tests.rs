@@ -309,3 +309,52 @@ fn kernel_fits_the_push_constant_limit() {
     assert_eq!((d.shader, d.groups), ("transpose_tiled", [6, 1, 1]));
     assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);
 }
+
+// ---- The shaders themselves, through the Vulkan test harness ----
+
+#[test]
+fn gpu_transposes_match_the_cpu() {
+    let cases: [(&[usize], &[usize]); 12] = [
+        (&[2, 3], &[1, 0]),
+        (&[7, 5], &[1, 0]),
+        (&[67, 45], &[1, 0]),
+        (&[3, 40, 33], &[0, 2, 1]),
+        (&[2, 33, 3, 70], &[0, 3, 2, 1]),
+        (&[5, 1, 7, 3], &[3, 2, 1, 0]),
+        (&[2, 4, 3, 8], &[0, 2, 1, 3]),
+        (&[4, 3, 2, 5], &[0, 2, 3, 1]),
+        (&[2, 3, 2, 3, 2, 3], &[5, 0, 3, 1, 4, 2]),
+        (&[3, 2, 5, 2, 3, 2], &[1, 3, 5, 0, 2, 4]),
+        (&[2, 17, 3, 2, 19, 2], &[4, 1, 0, 5, 3, 2]),
+        (&[6, 10], &[0, 1]),
+    ];
+    let mut ran = 0;
+    for (i, (shape, perm)) in cases.into_iter().enumerate() {
+        let p: Vec<i64> = perm.iter().map(|&v| v as i64).collect();
+        let op = op("Transpose", 13, perm_attr(&p), 1).unwrap();
+        let dtypes = [
+            DType::F32,
+            DType::I32,
+            DType::I64,
+            DType::F16,
+            DType::U8,
+            DType::Bool,
+        ];
+        for (j, dtype) in dtypes.into_iter().enumerate() {
+            let x = random_tensor(dtype, shape, (i * 10 + j) as u64);
+            let ty = ValueType::of(&x);
+            if op.gpu(&[Some(&ty)], &[]).is_none() {
+                continue;
+            }
+            if !gpu_matches_cpu(
+                op.as_ref(),
+                &[Some(&x)],
+                &format!("{dtype} {shape:?} {perm:?}"),
+            ) {
+                return;
+            }
+            ran += 1;
+        }
+    }
+    assert!(ran >= 60, "only {ran} cases had a GPU kernel");
+}
