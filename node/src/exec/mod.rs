@@ -21,6 +21,9 @@ use crate::session::PlanSummary;
 use crate::tensor::Tensor;
 use gpu::{GpuContext, GpuLayout, GpuOps};
 
+/// One GPU's layout, its ops as (plan position, chunk), and the values it exports.
+type GpuShare = (GpuLayout, Vec<(usize, usize)>, Vec<ValueId>);
+
 /// A model specialised to input shapes, planned and ready to run many times.
 pub struct Executable {
     graph: Arc<Graph>,
@@ -29,7 +32,7 @@ pub struct Executable {
     plan: Plan,
     kernels: Vec<Option<GpuKernel>>,
     /// Per GPU device index (in `devices`): its layout and the ops it runs.
-    layouts: BTreeMap<usize, (GpuLayout, Vec<(usize, usize)>, Vec<ValueId>)>,
+    layouts: BTreeMap<usize, GpuShare>,
     /// Idle execution contexts; a run takes one, or makes one when all are busy.
     pool: Mutex<Vec<BTreeMap<usize, GpuContext>>>,
     summary: PlanSummary,

@@ -4,10 +4,7 @@ use super::{InferInput, OpError, ValueType};
 use crate::tensor::Tensor;
 
 /// The present input `i`, or an error naming it.
-pub fn req<'a, T: Copy>(inputs: &[Option<T>], i: usize) -> Result<T, OpError>
-where
-    T: 'a,
-{
+pub fn req<T: Copy>(inputs: &[Option<T>], i: usize) -> Result<T, OpError> {
     inputs
         .get(i)
         .copied()
