@@ -1,5 +1,6 @@
-//! The GPU side of the pools: shaders/pool.comp (one thread per output) and
-//! shaders/pool_global.comp (one workgroup per plane).
+//! The GPU side of the pools: shaders/pool.comp (one thread per output),
+//! shaders/pool_max_indices.comp (MaxPool with Indices) and shaders/pool_global.comp (one
+//! workgroup per plane).
 
 use super::{PoolKind, PoolShape};
 use crate::ops::util::groups_1d;
@@ -12,7 +13,8 @@ const MODE_MAX: u32 = 0;
 const MODE_AVG: u32 = 1;
 const MODE_AVG_INCLUDE_PAD: u32 = 2;
 
-pub fn pool(s: &PoolShape, kind: PoolKind) -> Option<GpuKernel> {
+/// `indices`: MaxPool's Indices output is wanted, numbered column-major when `Some(true)`.
+pub fn pool(s: &PoolShape, kind: PoolKind, indices: Option<bool>) -> Option<GpuKernel> {
     let planes = s.n * s.c;
     let (x_len, y_len) = (planes * s.in_plane(), planes * s.out_plane());
     if x_len > MAX_ELEMS || y_len > MAX_ELEMS || y_len == 0 {
@@ -26,23 +28,30 @@ pub fn pool(s: &PoolShape, kind: PoolKind) -> Option<GpuKernel> {
     params.extend(a.iter().map(|a| a.stride as u32));
     params.extend(a.iter().map(|a| a.dilation as u32));
     params.extend(a.iter().map(|a| a.pad_begin as u32));
-    // End of the explicit padding: windows of count_include_pad count taps up to here.
-    params.extend(a.iter().map(|a| (a.input + a.pad_end) as u32));
-    params.push(match kind {
-        PoolKind::Max => MODE_MAX,
-        PoolKind::Avg {
-            count_include_pad: false,
-        } => MODE_AVG,
-        PoolKind::Avg {
-            count_include_pad: true,
-        } => MODE_AVG_INCLUDE_PAD,
-    });
-    debug_assert!(16 + 4 * params.len() <= 128);
+    let (shader, buffers) = if let Some(column_major) = indices {
+        params.push(column_major as u32);
+        let buffers = vec![BufRef::Input(0), BufRef::Output(0), BufRef::Output(1)];
+        ("pool_max_indices", buffers)
+    } else {
+        // End of the explicit padding: windows of count_include_pad count taps up to here.
+        params.extend(a.iter().map(|a| (a.input + a.pad_end) as u32));
+        params.push(match kind {
+            PoolKind::Max => MODE_MAX,
+            PoolKind::Avg {
+                count_include_pad: false,
+            } => MODE_AVG,
+            PoolKind::Avg {
+                count_include_pad: true,
+            } => MODE_AVG_INCLUDE_PAD,
+        });
+        ("pool", vec![BufRef::Input(0), BufRef::Output(0)])
+    };
+    debug_assert!(8 * buffers.len() + 4 * params.len() <= 128);
     Some(GpuKernel {
         scratch: vec![],
         dispatches: vec![Dispatch {
-            shader: "pool",
-            buffers: vec![BufRef::Input(0), BufRef::Output(0)],
+            shader,
+            buffers,
             params,
             groups: groups_1d(y_len, 256),
         }],

@@ -1,5 +1,6 @@
 //! The pool shaders against the CPU kernels (themselves checked against the reference in
-//! tests.rs), on the same random configurations and on planes larger than a workgroup.
+//! tests.rs), on the same random configurations (MaxPool's Indices included) and on planes
+//! larger than a workgroup.
 
 use super::tests::Case;
 use crate::ops::conv::gpu_tests::gpu_and_cpu;
@@ -20,9 +21,7 @@ fn compare(gpu: &Tensor, cpu: &Tensor, exact: bool, what: &str) {
 fn pool_shader_matches_the_cpu() {
     let mut rng = Rng::new(11);
     for i in 0..200 {
-        let mut case = Case::random(&mut rng, 1 + i % 3);
-        // Indices are a CPU-only output.
-        case.indices = false;
+        let case = Case::random(&mut rng, 1 + i % 3);
         let x = tensor(
             &case.x_shape(),
             &rng.values(case.x_shape().iter().product()),
@@ -32,6 +31,10 @@ fn pool_shader_matches_the_cpu() {
             return;
         };
         compare(&gpu[0], &cpu[0], case.max, &format!("{case:?}"));
+        if case.indices {
+            let (g, c) = (gpu[1].to_i64_vec().unwrap(), cpu[1].to_i64_vec().unwrap());
+            assert_eq!(g, c, "{case:?} indices");
+        }
     }
 }
 
@@ -57,6 +60,8 @@ fn larger_pools_match_the_cpu() {
             max,
             count_include_pad: include_pad,
             ceil_mode: ceil,
+            indices: max,
+            storage_order: true,
             ..case.clone()
         };
         let x = tensor(
@@ -68,6 +73,13 @@ fn larger_pools_match_the_cpu() {
             return;
         };
         compare(&gpu[0], &cpu[0], max, &format!("{c:?}"));
+        if max {
+            assert_eq!(
+                gpu[1].to_i64_vec().unwrap(),
+                cpu[1].to_i64_vec().unwrap(),
+                "{c:?}"
+            );
+        }
     }
 }
 

@@ -250,11 +250,11 @@ impl Op for Pool {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = super::util::opt(inputs, 0)?;
-        // Indices are produced on the CPU only: the planner keeps such a node there.
-        if x.dtype != DType::F32 || self.indices {
+        if x.dtype != DType::F32 {
             return None;
         }
-        gpu::pool(&self.shape(&x.shape).ok()?, self.kind)
+        let indices = self.indices.then_some(self.column_major_indices);
+        gpu::pool(&self.shape(&x.shape).ok()?, self.kind, indices)
     }
 
     fn flops(&self, _inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {

@@ -470,12 +470,17 @@ fn bad_models_get_clear_errors() {
 }
 
 #[test]
-fn indices_stay_on_the_cpu() {
-    let op = node("MaxPool", 22, vec![("kernel_shape", ints(&[2, 2]))], 1, 2).unwrap();
+fn indices_pick_their_own_shader() {
     let x = ValueType::new(DType::F32, vec![1, 1, 4, 4]);
     let y = ValueType::new(DType::F32, vec![1, 1, 3, 3]);
     let i = ValueType::new(DType::I64, vec![1, 1, 3, 3]);
-    assert!(op.gpu(&[Some(&x)], &[y.clone(), i]).is_none());
+    let op = node("MaxPool", 22, vec![("kernel_shape", ints(&[2, 2]))], 1, 2).unwrap();
+    let k = op.gpu(&[Some(&x)], &[y.clone(), i]).unwrap();
+    assert_eq!(k.dispatches[0].shader, "pool_max_indices");
+    assert!(8 * k.dispatches[0].buffers.len() + 4 * k.dispatches[0].params.len() <= 128);
     let op = node("MaxPool", 22, vec![("kernel_shape", ints(&[2, 2]))], 1, 1).unwrap();
-    assert!(op.gpu(&[Some(&x)], &[y]).is_some());
+    assert_eq!(
+        op.gpu(&[Some(&x)], &[y]).unwrap().dispatches[0].shader,
+        "pool"
+    );
 }
