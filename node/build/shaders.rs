@@ -16,15 +16,17 @@ use glslang::{
 pub fn build() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets this"));
     let dir = root.join("shaders");
-    // A directory here makes cargo rerun on any change inside it, new files included.
-    println!("cargo:rerun-if-changed={}", dir.display());
+    // A directory here makes cargo rerun on any change inside it, new files included. Paths
+    // are relative to the package root, so checkouts sharing one target directory each watch
+    // their own files.
+    println!("cargo:rerun-if-changed=shaders");
 
     let shaders = list_shaders(&dir);
     let compiler = Compiler::acquire().expect("glslang failed to initialise");
     let mut compiled = Vec::new();
     let mut failures = Vec::new();
     for (name, path) in &shaders {
-        println!("cargo:rerun-if-changed={}", path.display());
+        println!("cargo:rerun-if-changed=shaders/{name}.comp");
         match compile(compiler, &dir, path) {
             Ok(words) => compiled.push((name.as_str(), words)),
             Err(message) => failures.push(format!("{}:\n{message}", path.display())),
@@ -104,14 +106,25 @@ fn compile(compiler: &Compiler, dir: &Path, path: &Path) -> Result<Vec<u32>, Str
         None::<&[(&str, Option<&str>)]>,
         Some(&mut includes),
     )
-    .map_err(|e| e.to_string())?;
-    let shader = compiler.create_shader(input).map_err(|e| e.to_string())?;
-    let words = shader.compile().map_err(|e| e.to_string())?;
+    .map_err(message)?;
+    let shader = compiler.create_shader(input).map_err(message)?;
+    let words = shader.compile().map_err(message)?;
     // A SPIR-V module starts with its magic number; anything else means glslang failed quietly.
     if words.first() != Some(&0x0723_0203) {
         return Err("glslang produced no SPIR-V".into());
     }
     Ok(words)
+}
+
+/// glslang's own log where there is one, without the crate's empty decorations.
+fn message(e: glslang::error::GlslangError) -> String {
+    use glslang::error::GlslangError as E;
+    match e {
+        E::PreprocessError(l) | E::ParseError(l) | E::MapIoError(l) | E::LinkError(l) => {
+            format!("{}{}", l.log.trim_end(), l.debug_log.trim_end())
+        }
+        e => e.to_string(),
+    }
 }
 
 /// Resolves `#include "name.glsl"` (with `GL_GOOGLE_include_directive`) against `shaders/`.
@@ -133,7 +146,7 @@ impl IncludeHandler for Includes<'_> {
         }
         let path = self.dir.join(header_name);
         let data = std::fs::read_to_string(&path).ok()?;
-        println!("cargo:rerun-if-changed={}", path.display());
+        println!("cargo:rerun-if-changed=shaders/{header_name}");
         Some(IncludeResult {
             name: header_name.to_string(),
             data,

@@ -227,9 +227,9 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
     });
     let largest_heap = heaps.iter().map(|h| h.size).max().unwrap_or(0);
     let max_buffer_size = if is_13 { p13.max_buffer_size } else { u64::MAX };
-    let max_allocation = largest_heap
-        .min(max_buffer_size)
-        .min(p11.max_memory_allocation_size);
+    // maxMemoryAllocationSize is left out on purpose: it is a hint (4 GiB on NVIDIA, which
+    // happily allocates more), and going past it is legal; the driver says no if it must.
+    let max_allocation = largest_heap.min(max_buffer_size);
 
     let mut extensions_to_enable = Vec::new();
     if has_coop && fcoop.cooperative_matrix != 0 {

@@ -103,6 +103,12 @@ impl Vulkan {
     }
 }
 
+impl std::fmt::Debug for Vulkan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.gpus).finish()
+    }
+}
+
 fn create_instance() -> Result<Instance, VulkanError> {
     // SAFETY: loading libvulkan runs its initialisers; the Vulkan loader is designed to be
     // loaded this way, and nothing else in the process depends on it not being loaded.

@@ -95,9 +95,42 @@ impl Drop for CommandList {
     }
 }
 
-const COMPUTE_TRANSFER: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
-    vk::PipelineStageFlags::COMPUTE_SHADER.as_raw() | vk::PipelineStageFlags::TRANSFER.as_raw(),
-);
+/// The pipeline stage a step runs in; none for barriers and empty steps.
+fn stage_of(step: &Step<'_>) -> vk::PipelineStageFlags {
+    match step {
+        Step::Dispatch { groups, .. } if !groups.contains(&0) => {
+            vk::PipelineStageFlags::COMPUTE_SHADER
+        }
+        Step::Copy { bytes, .. } | Step::Fill { bytes, .. } if *bytes > 0 => {
+            vk::PipelineStageFlags::TRANSFER
+        }
+        _ => vk::PipelineStageFlags::empty(),
+    }
+}
+
+/// Writes the stages may make.
+fn writes_of(stages: vk::PipelineStageFlags) -> vk::AccessFlags {
+    let mut a = vk::AccessFlags::empty();
+    if stages.contains(vk::PipelineStageFlags::COMPUTE_SHADER) {
+        a |= vk::AccessFlags::SHADER_WRITE;
+    }
+    if stages.contains(vk::PipelineStageFlags::TRANSFER) {
+        a |= vk::AccessFlags::TRANSFER_WRITE;
+    }
+    a
+}
+
+/// Reads and writes the stages may make.
+fn accesses_of(stages: vk::PipelineStageFlags) -> vk::AccessFlags {
+    let mut a = vk::AccessFlags::empty();
+    if stages.contains(vk::PipelineStageFlags::COMPUTE_SHADER) {
+        a |= vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
+    }
+    if stages.contains(vk::PipelineStageFlags::TRANSFER) {
+        a |= vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE;
+    }
+    a
+}
 
 impl Gpu {
     /// Records `steps` into one command buffer. Pipelines are created here on first use of a
@@ -135,15 +168,25 @@ impl Gpu {
             cmd: list.cmd,
             keep: HashMap::new(),
             bound: vk::Pipeline::null(),
-            // A barrier before anything is recorded is useless: the semaphore waits of the
-            // submission already order this list after earlier work.
-            dirty: false,
-            commands: 0,
+            since: vk::PipelineStageFlags::empty(),
+            used: vk::PipelineStageFlags::empty(),
             dispatches: 0,
         };
+        // Stages of the steps between each barrier and the next: a barrier waits only for the
+        // kinds of work before it and blocks only the kinds after it (on NVIDIA a barrier that
+        // names transfers when only dispatches surround it costs noticeably more).
+        let mut after = vec![vk::PipelineStageFlags::empty(); steps.len()];
+        let mut acc = vk::PipelineStageFlags::empty();
+        for (i, step) in steps.iter().enumerate().rev() {
+            after[i] = acc;
+            acc = match step {
+                Step::Barrier => vk::PipelineStageFlags::empty(),
+                step => acc | stage_of(step),
+            };
+        }
         for (i, step) in steps.iter().enumerate() {
             recorder
-                .step(step)
+                .step(step, after[i])
                 .map_err(|e| prefix(e, &format!("step {i}: ")))?;
         }
         recorder.host_barrier();
@@ -168,15 +211,16 @@ struct Recorder<'g> {
     /// Buffers touched, by their base address.
     keep: HashMap<u64, Arc<BufferInner>>,
     bound: vk::Pipeline,
-    /// Something was recorded since the last barrier.
-    dirty: bool,
-    /// Copies, fills and dispatches recorded.
-    commands: usize,
+    /// Stages recorded since the last barrier.
+    since: vk::PipelineStageFlags,
+    /// Stages recorded in the whole list.
+    used: vk::PipelineStageFlags,
     dispatches: usize,
 }
 
 impl Recorder<'_> {
-    fn step(&mut self, step: &Step<'_>) -> Result<(), VulkanError> {
+    /// Records `step`; `next` are the stages of the steps between it and the next barrier.
+    fn step(&mut self, step: &Step<'_>, next: vk::PipelineStageFlags) -> Result<(), VulkanError> {
         match step {
             Step::Dispatch {
                 shader,
@@ -198,8 +242,10 @@ impl Recorder<'_> {
                 value,
             } => self.fill(dst, *offset, *bytes, *value),
             Step::Barrier => {
-                if self.dirty {
-                    self.barrier();
+                // Nothing to wait for (the submission's semaphore wait orders the list after
+                // earlier work) or nothing to hold back (a later barrier will do it): skip.
+                if !self.since.is_empty() && !next.is_empty() {
+                    self.barrier(next);
                 }
                 Ok(())
             }
@@ -271,9 +317,8 @@ impl Recorder<'_> {
             }
             device.cmd_dispatch(self.cmd, groups[0], groups[1], groups[2]);
         }
+        self.mark(vk::PipelineStageFlags::COMPUTE_SHADER);
         self.dispatches += 1;
-        self.dirty = true;
-        self.commands += 1;
         Ok(())
     }
 
@@ -340,8 +385,7 @@ impl Recorder<'_> {
                 .device
                 .cmd_copy_buffer(self.cmd, src.inner.buffer, dst.inner.buffer, &[region])
         };
-        self.dirty = true;
-        self.commands += 1;
+        self.mark(vk::PipelineStageFlags::TRANSFER);
         Ok(())
     }
 
@@ -374,49 +418,49 @@ impl Recorder<'_> {
                 .device
                 .cmd_fill_buffer(self.cmd, dst.inner.buffer, offset, size, value)
         };
-        self.dirty = true;
-        self.commands += 1;
+        self.mark(vk::PipelineStageFlags::TRANSFER);
         Ok(())
     }
 
-    fn barrier(&mut self) {
+    fn mark(&mut self, stage: vk::PipelineStageFlags) {
+        self.since |= stage;
+        self.used |= stage;
+    }
+
+    fn barrier(&mut self, next: vk::PipelineStageFlags) {
         let barrier = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(
-                vk::AccessFlags::SHADER_READ
-                    | vk::AccessFlags::SHADER_WRITE
-                    | vk::AccessFlags::TRANSFER_READ
-                    | vk::AccessFlags::TRANSFER_WRITE,
-            );
-        // SAFETY: recording; a global memory barrier between stages the queue supports.
+            .src_access_mask(writes_of(self.since))
+            .dst_access_mask(accesses_of(next));
+        // SAFETY: recording; a global memory barrier between stages the queue supports (both
+        // masks non-empty, checked by the caller).
         unsafe {
             self.gpu.device.cmd_pipeline_barrier(
                 self.cmd,
-                COMPUTE_TRANSFER,
-                COMPUTE_TRANSFER,
+                self.since,
+                next,
                 vk::DependencyFlags::empty(),
                 &[barrier],
                 &[],
                 &[],
             )
         };
-        self.dirty = false;
+        self.since = vk::PipelineStageFlags::empty();
     }
 
     /// Makes the list's writes visible to host reads once its completion is observed (a
     /// semaphore signal alone only makes them available to the device).
     fn host_barrier(&mut self) {
-        if self.commands == 0 {
+        if self.used.is_empty() {
             return;
         }
         let barrier = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+            .src_access_mask(writes_of(self.used))
             .dst_access_mask(vk::AccessFlags::HOST_READ);
         // SAFETY: recording; a global memory barrier towards the host stage.
         unsafe {
             self.gpu.device.cmd_pipeline_barrier(
                 self.cmd,
-                COMPUTE_TRANSFER,
+                self.used,
                 vk::PipelineStageFlags::HOST,
                 vk::DependencyFlags::empty(),
                 &[barrier],

@@ -500,3 +500,100 @@ fn submissions_chain_on_the_gpu_with_submit_after() {
         c.write(0, bytemuck::cast_slice(&vec![0f32; n])).unwrap();
     }
 }
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<super::Vulkan>();
+    check::<Gpu>();
+    check::<GpuBuffer>();
+    check::<super::CommandList>();
+}
+
+/// Dispatch and submit costs, for tuning on real GPUs:
+/// `cargo test --lib timing_report -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn timing_report() {
+    use std::time::Instant;
+    let Some(gpu) = gpu() else { return };
+    println!("{:?}", gpu.info());
+    let n = 256;
+    let a = gpu
+        .create_buffer(4 * n as u64, MemoryUse::Device, "a")
+        .unwrap();
+    let b = gpu
+        .create_buffer(4 * n as u64, MemoryUse::Device, "b")
+        .unwrap();
+    let back = gpu.create_buffer(4, MemoryUse::Readback, "back").unwrap();
+    let count = 10_000;
+    for barriers in [false, true] {
+        let mut steps = Vec::new();
+        for k in 0..count {
+            let (s, d) = if k % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            steps.push(add_scalar(s.address(), d.address(), n, 1.0));
+            if barriers {
+                steps.push(Step::Barrier);
+            }
+        }
+        let list = gpu.record(&steps).unwrap();
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = Instant::now();
+            let v = gpu.submit(&list).unwrap();
+            assert!(gpu.wait(v, LONG).unwrap());
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "{count} dispatches, barriers {barriers}: {:.3} us per dispatch",
+            best * 1e6 / count as f64
+        );
+    }
+    let list = gpu
+        .record(&[
+            add_scalar(a.address(), b.address(), n, 1.0),
+            Step::Barrier,
+            Step::Copy {
+                src: &b,
+                src_offset: 0,
+                dst: &back,
+                dst_offset: 0,
+                bytes: 4,
+            },
+        ])
+        .unwrap();
+    for spin in [Duration::ZERO, gpu.spin_default(), Duration::from_millis(1)] {
+        let mut times = Vec::new();
+        let mut submits = Vec::new();
+        let mut out = [0u8; 4];
+        for _ in 0..2000 {
+            let t = Instant::now();
+            let v = gpu.submit(&list).unwrap();
+            submits.push(t.elapsed().as_secs_f64() * 1e6);
+            assert!(gpu.wait_spin(v, spin, LONG).unwrap());
+            back.read(0, &mut out).unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        times.sort_by(f64::total_cmp);
+        submits.sort_by(f64::total_cmp);
+        println!(
+            "vkQueueSubmit alone: median {:.1} us",
+            submits[submits.len() / 2]
+        );
+        println!(
+            "submit + wait (spin {spin:?}) + readback of 1 dispatch: median {:.1} us, p10 {:.1}, p90 {:.1}",
+            times[times.len() / 2],
+            times[times.len() / 10],
+            times[times.len() * 9 / 10]
+        );
+    }
+    let t = Instant::now();
+    let steps: Vec<_> = (0..1000)
+        .map(|_| add_scalar(a.address(), b.address(), n, 1.0))
+        .collect();
+    let _list = gpu.record(&steps).unwrap();
+    println!(
+        "recording 1000 dispatches: {:.1} us",
+        t.elapsed().as_secs_f64() * 1e6
+    );
+}
