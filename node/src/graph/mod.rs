@@ -240,8 +240,17 @@ impl Graph {
                     ),
                 ));
             }
+            let in_tys: Vec<Option<&ValueType>> = node
+                .inputs
+                .iter()
+                .map(|v| v.and_then(|v| types[v].as_ref()))
+                .collect();
             let foldable = node.inputs.iter().flatten().all(|&v| consts[v].is_some());
-            if foldable {
+            if let Some(outs) = node.op.known_outputs(&in_tys).filter(|_| !foldable) {
+                for (&o, t) in node.outputs.iter().zip(outs) {
+                    consts[o] = Some(t);
+                }
+            } else if foldable {
                 let args: Vec<Option<&Tensor>> = node
                     .inputs
                     .iter()

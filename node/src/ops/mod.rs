@@ -116,6 +116,12 @@ pub trait Op: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Outputs that follow from the input types alone (Shape): folded at planning time even
+    /// when the inputs' values are only known at run time.
+    fn known_outputs(&self, _inputs: &[Option<&ValueType>]) -> Option<Vec<Tensor>> {
+        None
+    }
+
     /// Rough arithmetic cost, for the planner. Defaults to one operation per output element.
     fn flops(&self, _inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
         outputs.iter().map(|o| o.numel() as u64).sum()

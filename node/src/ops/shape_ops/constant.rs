@@ -146,6 +146,11 @@ impl Op for Shape {
         Ok(vec![Tensor::from_vec(vec![dims.len()], dims)])
     }
 
+    fn known_outputs(&self, inputs: &[Option<&ValueType>]) -> Option<Vec<Tensor>> {
+        let dims = self.dims(&inputs.first().copied().flatten()?.shape);
+        Some(vec![Tensor::from_vec(vec![dims.len()], dims)])
+    }
+
     fn flops(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
         0
     }
