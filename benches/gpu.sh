@@ -28,11 +28,14 @@ for dev in vulkan cpu auto; do
 done
 PYTHONUNBUFFERED=1 python3 benches/python/bench_reference.py > "$out/reference.jsonl" 2> "$out/reference.log"
 echo "== reference runtimes"
-cat "$out/reference.jsonl" | python3 -c '
-import json,sys
-for l in sys.stdin:
-    try: r=json.loads(l)
-    except Exception: continue
-    print(f"{r[\"workload\"]}\t{r[\"runner\"]}\t{r[\"median_us\"]:.1f}")'
+python3 - "$out/reference.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    print(f"{r['workload']}\t{r['runner']}\t{r['median_us']:.1f}")
+PY
 echo "== vkml"
 cat "$out/vkml.tsv"

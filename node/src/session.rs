@@ -28,7 +28,7 @@ pub enum DeviceSelection {
     Auto,
     /// The CPU backend alone.
     Cpu,
-    /// Every Vulkan GPU, and no CPU fallback.
+    /// Every Vulkan GPU; the CPU only runs ops that have no GPU kernel.
     Vulkan,
     /// One Vulkan GPU, by its index in `vkml-node devices`.
     VulkanIndex(usize),
@@ -210,15 +210,20 @@ fn select_devices(sel: DeviceSelection) -> Result<Vec<Device>> {
     };
     Ok(match sel {
         DeviceSelection::Cpu => vec![Device::Cpu],
-        DeviceSelection::Vulkan => gpus()?,
+        DeviceSelection::Vulkan => {
+            let mut d = gpus()?;
+            d.push(Device::CpuFallback);
+            d
+        }
         DeviceSelection::VulkanIndex(i) => {
             let all = gpus()?;
             let n = all.len();
-            vec![all.into_iter().nth(i).ok_or_else(|| {
+            let gpu = all.into_iter().nth(i).ok_or_else(|| {
                 Error::Device(format!(
                     "there is no vulkan:{i}; this machine has {n} Vulkan device(s)"
                 ))
-            })?]
+            })?;
+            vec![gpu, Device::CpuFallback]
         }
         DeviceSelection::Auto => {
             let mut d = match gpus() {

@@ -182,7 +182,7 @@ impl Executable {
             if let Some(c) = ready.pop_front() {
                 let d = chunks[c].device.index;
                 match &self.devices[d] {
-                    Device::Cpu => {
+                    Device::Cpu | Device::CpuFallback => {
                         self.run_cpu_chunk(c, &mut host)?;
                         remaining -= 1;
                         complete(c, &mut ready);

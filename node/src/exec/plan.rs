@@ -15,13 +15,15 @@ use crate::ops::{GpuKernel, ValueType};
 pub enum Device {
     Gpu(Arc<Gpu>),
     Cpu,
+    /// The CPU backend, used only for ops no GPU can run (`--device vulkan`).
+    CpuFallback,
 }
 
 impl Device {
     pub fn name(&self) -> String {
         match self {
             Device::Gpu(g) => format!("vulkan:{}", g.info().index),
-            Device::Cpu => "cpu".into(),
+            Device::Cpu | Device::CpuFallback => "cpu".into(),
         }
     }
 }
@@ -60,12 +62,17 @@ pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
                     op_overhead_ns: overhead,
                 }
             }
-            Device::Cpu => DeviceInventory {
+            Device::Cpu | Device::CpuFallback => DeviceInventory {
                 name: "cpu".into(),
                 kind: DeviceKind::Cpu,
                 memory_budget: cap(cpu_memory()),
                 flops_per_us: 10_000,
-                op_overhead_ns: 300,
+                // A fallback costs so much that the planner picks it only when nothing else can.
+                op_overhead_ns: if matches!(d, Device::CpuFallback) {
+                    1 << 40
+                } else {
+                    300
+                },
             },
         })
         .collect();
