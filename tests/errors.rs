@@ -159,3 +159,19 @@ fn no_vulkan_device_index_out_of_range() {
         Err(e) => assert!(!e.to_string().trim().is_empty()),
     }
 }
+
+#[test]
+fn a_model_larger_than_every_device_is_refused_at_load() {
+    let path = common::fixtures_dir().join("mnist_cnn/model.onnx");
+    let options = vkml::SessionOptions {
+        devices: DeviceSelection::Cpu,
+        // Far below the CNN's weights (about 100 KB): no device can hold its first layers.
+        device_memory_limit: Some(1_000),
+    };
+    let err = match Session::load(&path, options) {
+        Ok(_) => panic!("a 1,000-byte budget accepted the CNN"),
+        Err(e) => e,
+    };
+    assert!(matches!(err, vkml::Error::Placement(_)), "{err:?}");
+    assert_mentions(&err.to_string(), &["no device", "memory limit"]);
+}
