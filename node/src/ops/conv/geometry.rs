@@ -57,6 +57,35 @@ pub struct Axis {
 }
 
 impl Axis {
+    /// An axis that does nothing: size 1, kernel 1.
+    pub const UNIT: Axis = Axis {
+        input: 1,
+        output: 1,
+        kernel: 1,
+        stride: 1,
+        dilation: 1,
+        pad_begin: 0,
+        pad_end: 0,
+    };
+
+    /// Elements of one input plane (the product of the spatial input sizes).
+    pub fn input_volume(axes: &[Axis]) -> usize {
+        axes.iter().map(|a| a.input).product()
+    }
+
+    /// Elements of one output plane.
+    pub fn output_volume(axes: &[Axis]) -> usize {
+        axes.iter().map(|a| a.output).product()
+    }
+
+    /// `axes` padded in front to exactly three with [`Axis::UNIT`], so kernels can be written
+    /// once for 1-D to 3-D.
+    pub fn pad_to_3(axes: &[Axis]) -> [Axis; 3] {
+        let mut out = [Axis::UNIT; 3];
+        out[3 - axes.len()..].copy_from_slice(axes);
+        out
+    }
+
     /// Input positions one window spans, dilation included.
     pub fn extent(&self) -> usize {
         (self.kernel - 1) * self.dilation + 1

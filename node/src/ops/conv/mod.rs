@@ -84,10 +84,10 @@ impl ConvShape {
         self.axes.iter().map(|a| a.kernel).product()
     }
     pub fn in_plane(&self) -> usize {
-        self.axes.iter().map(|a| a.input).product()
+        Axis::input_volume(&self.axes)
     }
     pub fn out_plane(&self) -> usize {
-        self.axes.iter().map(|a| a.output).product()
+        Axis::output_volume(&self.axes)
     }
     pub fn output_shape(&self) -> Vec<usize> {
         let mut s = vec![self.n, self.oc];
@@ -97,18 +97,7 @@ impl ConvShape {
     /// The axes padded in front to exactly three with axes that do nothing (size 1, kernel
     /// 1), so kernels can be written once for 1-D to 3-D.
     pub fn axes3(&self) -> [Axis; 3] {
-        let unit = Axis {
-            input: 1,
-            output: 1,
-            kernel: 1,
-            stride: 1,
-            dilation: 1,
-            pad_begin: 0,
-            pad_end: 0,
-        };
-        let mut out = [unit; 3];
-        out[3 - self.axes.len()..].copy_from_slice(&self.axes);
-        out
+        Axis::pad_to_3(&self.axes)
     }
 }
 
