@@ -2,6 +2,14 @@
 //! `$OUT_DIR/shaders.rs`, holding `pub static SHADERS: &[(&str, &[u32])]` sorted by name (the
 //! file stem), which the Vulkan layer embeds. See docs/SHADERS.md for the conventions.
 //!
+//! A file may declare variants, one per line anywhere in it:
+//!     // @variant f16 T=float16_t ACC=float F16
+//! compiles the file once per variant, with those preprocessor definitions, into the shader
+//! `<stem>_<suffix>` (here `binary_add_f16`); a file without variants compiles once as `<stem>`.
+//! Each shader's table entry also carries the optional device features its SPIR-V declares
+//! (read from its OpCapability instructions), so the planner can keep an op off a device that
+//! lacks them.
+//!
 //! Every shader is compiled even after one fails, so a broken build lists every broken file.
 
 use std::fmt::Write as _;
@@ -25,11 +33,39 @@ pub fn build() {
     let compiler = Compiler::acquire().expect("glslang failed to initialise");
     let mut compiled = Vec::new();
     let mut failures = Vec::new();
-    for (name, path) in &shaders {
-        println!("cargo:rerun-if-changed=shaders/{name}.comp");
-        match compile(compiler, &dir, path) {
-            Ok(words) => compiled.push((name.as_str(), words)),
-            Err(message) => failures.push(format!("{}:\n{message}", path.display())),
+    for (stem, path) in &shaders {
+        println!("cargo:rerun-if-changed=shaders/{stem}.comp");
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) => {
+                failures.push(format!("{}: cannot read: {e}", path.display()));
+                continue;
+            }
+        };
+        let variants = match variants(stem, &text) {
+            Ok(v) => v,
+            Err(message) => {
+                failures.push(format!("{}: {message}", path.display()));
+                continue;
+            }
+        };
+        for (name, defines) in variants {
+            match compile(compiler, &dir, &text, &defines) {
+                Ok(words) => {
+                    let needs = features_needed(&words);
+                    compiled.push((name, needs, words));
+                }
+                Err(message) => failures.push(format!("{} ({name}):\n{message}", path.display())),
+            }
+        }
+    }
+    compiled.sort_by(|a, b| a.0.cmp(&b.0));
+    for pair in compiled.windows(2) {
+        if pair[0].0 == pair[1].0 {
+            failures.push(format!(
+                "two shaders are both named '{}': rename a file or a variant",
+                pair[0].0
+            ));
         }
     }
     if !failures.is_empty() {
@@ -79,12 +115,84 @@ fn list_shaders(dir: &Path) -> Vec<(String, PathBuf)> {
     shaders
 }
 
-fn compile(compiler: &Compiler, dir: &Path, path: &Path) -> Result<Vec<u32>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+type Defines = Vec<(String, Option<String>)>;
+
+/// The shaders a file compiles to: `(name, definitions)`, from its `// @variant` lines.
+fn variants(stem: &str, text: &str) -> Result<Vec<(String, Defines)>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let Some(rest) = line.trim_start().strip_prefix("// @variant") else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let suffix = words
+            .next()
+            .ok_or_else(|| format!("line {}: '// @variant' needs a suffix", n + 1))?;
+        if !suffix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            return Err(format!(
+                "line {}: variant suffix '{suffix}' must be lowercase letters, digits and '_'",
+                n + 1
+            ));
+        }
+        let defines = words
+            .map(|w| match w.split_once('=') {
+                Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                None => (w.to_string(), None),
+            })
+            .collect();
+        out.push((format!("{stem}_{suffix}"), defines));
+    }
+    if out.is_empty() {
+        out.push((stem.to_string(), Vec::new()));
+    }
+    Ok(out)
+}
+
+/// Optional device features a SPIR-V module declares, as the bits of
+/// `vkml::device::vulkan::ShaderNeeds` (keep the two in step).
+fn features_needed(words: &[u32]) -> u32 {
+    const OP_CAPABILITY: u32 = 17;
+    let mut needs = 0;
+    let mut i = 5; // past the header
+    while i < words.len() {
+        let count = (words[i] >> 16) as usize;
+        if count == 0 {
+            break;
+        }
+        if words[i] & 0xffff == OP_CAPABILITY && i + 1 < words.len() {
+            needs |= match words[i + 1] {
+                9 => 1,                // Float16
+                10 => 1 << 1,          // Float64
+                22 => 1 << 2,          // Int16
+                39 => 1 << 3,          // Int8
+                4433..=4435 => 1 << 4, // 16-bit storage
+                4448..=4450 => 1 << 5, // 8-bit storage
+                6022 | 5357 => 1 << 6, // cooperative matrix (KHR, NV)
+                _ => 0,
+            };
+        }
+        i += count;
+    }
+    needs
+}
+
+fn compile(
+    compiler: &Compiler,
+    dir: &Path,
+    text: &str,
+    defines: &Defines,
+) -> Result<Vec<u32>, String> {
     if text.contains('\0') {
         return Err("the file contains a NUL byte".into());
     }
-    let source = ShaderSource::from(text);
+    let source = ShaderSource::from(text.to_string());
+    let defines: Vec<(&str, Option<&str>)> = defines
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_deref()))
+        .collect();
     let options = CompilerOptions {
         source_language: SourceLanguage::GLSL,
         target: Target::Vulkan {
@@ -103,7 +211,7 @@ fn compile(compiler: &Compiler, dir: &Path, path: &Path) -> Result<Vec<u32>, Str
         &source,
         ShaderStage::Compute,
         &options,
-        None::<&[(&str, Option<&str>)]>,
+        Some(defines.as_slice()),
         Some(&mut includes),
     )
     .map_err(message)?;
@@ -154,13 +262,14 @@ impl IncludeHandler for Includes<'_> {
     }
 }
 
-fn generate(compiled: &[(&str, Vec<u32>)]) -> String {
+fn generate(compiled: &[(String, u32, Vec<u32>)]) -> String {
     let mut s = String::from(
         "// Generated by node/build/shaders.rs from shaders/*.comp. Do not edit.\n\
-         pub static SHADERS: &[(&str, &[u32])] = &[\n",
+         /// (name, optional features needed as `ShaderNeeds` bits, SPIR-V words), by name.\n\
+         pub static SHADERS: &[(&str, u32, &[u32])] = &[\n",
     );
-    for (name, words) in compiled {
-        write!(s, "    (\"{name}\", &[").unwrap();
+    for (name, needs, words) in compiled {
+        write!(s, "    (\"{name}\", {needs:#x}, &[").unwrap();
         for (i, w) in words.iter().enumerate() {
             if i % 8 == 0 {
                 s.push_str("\n        ");

@@ -28,7 +28,7 @@ pub fn place(
         let mut any_capable = false;
         let mut needed_min = u64::MAX;
         for (dref, dev) in &devices {
-            if is_gpu(dev) && !op.gpu {
+            if is_gpu(dev) && (!op.gpu || op.gpu_needs & !dev.features != 0) {
                 continue;
             }
             any_capable = true;

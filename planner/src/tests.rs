@@ -52,6 +52,7 @@ fn random_graph(rng: &mut Rng, n_ops: usize) -> CostGraph {
             outputs: vec![out],
             flops: rng.below(10_000_000),
             gpu: rng.below(8) != 0,
+            gpu_needs: 0,
             view: rng.below(10) == 0,
         });
     }
@@ -69,6 +70,7 @@ fn device(name: &str, kind: DeviceKind, budget: u64) -> DeviceInventory {
             5_000
         },
         op_overhead_ns: if kind == DeviceKind::Gpu { 2_000 } else { 500 },
+        features: 0,
     }
 }
 
@@ -226,6 +228,7 @@ fn chain(n: usize, bytes: u64) -> CostGraph {
             outputs: vec![out],
             flops: 1_000_000,
             gpu: true,
+            gpu_needs: 0,
             view: false,
         });
     }
@@ -288,6 +291,7 @@ fn joining_a_chunk_never_makes_a_cycle() {
         outputs: vec![out],
         flops: 1,
         gpu,
+        gpu_needs: 0,
         view: false,
     };
     g.ops = vec![
@@ -301,6 +305,7 @@ fn joining_a_chunk_never_makes_a_cycle() {
         vec![
             DeviceInventory {
                 op_overhead_ns: 0,
+                features: 0,
                 ..device("vulkan:0", DeviceKind::Gpu, 1 << 20)
             },
             device("cpu", DeviceKind::Cpu, 1 << 20),

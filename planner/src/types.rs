@@ -23,6 +23,9 @@ pub struct OpCost {
     pub flops: u64,
     /// Whether a GPU can run this op (the CPU always can).
     pub gpu: bool,
+    /// Optional GPU features its kernels need (opaque bits, matched against
+    /// [`DeviceInventory::features`]): an f16 kernel stays off a GPU without f16.
+    pub gpu_needs: u32,
     /// The output aliases the input's bytes (Reshape and friends): no kernel, no new memory.
     pub view: bool,
 }
@@ -63,6 +66,8 @@ pub struct DeviceInventory {
     pub flops_per_us: u64,
     /// Fixed cost of one op on this device, in nanoseconds (a dispatch, a kernel call).
     pub op_overhead_ns: u64,
+    /// Optional features this device has, in the bits of [`OpCost::gpu_needs`].
+    pub features: u32,
 }
 
 /// A frozen view of the cluster: its version is part of every plan made from it.

@@ -6,7 +6,7 @@ use vkml_planner::{
     CostGraph, DeviceInventory, DeviceKind, OpCost, Snapshot, ValueCost, ValueKind,
 };
 
-use crate::device::vulkan::Gpu;
+use crate::device::vulkan::{Gpu, ShaderNeeds, shader_needs};
 use crate::graph::{Graph, Specialized};
 use crate::ops::{GpuKernel, ValueType};
 
@@ -60,6 +60,7 @@ pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
                     memory_budget: cap(info.memory_budget),
                     flops_per_us: rate,
                     op_overhead_ns: overhead,
+                    features: info.shader_features.0,
                 }
             }
             Device::Cpu | Device::CpuFallback => DeviceInventory {
@@ -73,6 +74,7 @@ pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
                 } else {
                     300
                 },
+                features: 0,
             },
         })
         .collect();
@@ -124,6 +126,13 @@ pub fn cost_graph(
                 node.op.gpu(&in_types, &out_types)
             };
             let gpu = node.op.is_view() || kernel.is_some();
+            let gpu_needs = kernel.as_ref().map_or(0, |k| {
+                k.dispatches
+                    .iter()
+                    .filter_map(|d| shader_needs(d.shader))
+                    .fold(ShaderNeeds::default(), ShaderNeeds::union)
+                    .0
+            });
             kernels.push(kernel);
             OpCost {
                 name: node.name.clone(),
@@ -131,6 +140,7 @@ pub fn cost_graph(
                 outputs: node.outputs.clone(),
                 flops: node.op.flops(&in_types, &out_types),
                 gpu,
+                gpu_needs,
                 view: node.op.is_view(),
             }
         })

@@ -78,6 +78,11 @@ pub enum OpError {
     /// Legal ONNX that this runtime does not implement (a dtype, an attribute value...).
     #[error("not supported: {0}")]
     Unsupported(String),
+    /// The rule needs the value of this input (a shape, axes, pads, a count) and the value is
+    /// only known at run time. The graph layer may then specialize the plan on the values of
+    /// the graph inputs it comes from, as TensorRT does with shape tensors.
+    #[error("input {0}'s value must be known when the model is planned")]
+    NeedsValue(usize),
 }
 
 impl OpError {

@@ -17,17 +17,10 @@ pub fn opt<T: Copy>(inputs: &[Option<T>], i: usize) -> Option<T> {
     inputs.get(i).copied().flatten()
 }
 
-/// The value of input `i` when it is known at planning time, or an error saying it must be.
-pub fn const_input<'a>(
-    inputs: &[Option<InferInput<'a>>],
-    i: usize,
-    what: &str,
-) -> Result<&'a Tensor, OpError> {
-    req(inputs, i)?.value.ok_or_else(|| {
-        OpError::unsupported(format!(
-            "{what} (input {i}) must be known when the model is planned, not computed at run time"
-        ))
-    })
+/// The value of input `i` when it is known at planning time, or [`OpError::NeedsValue`] so the
+/// graph layer can specialize on the graph inputs it comes from.
+pub fn const_input<'a>(inputs: &[Option<InferInput<'a>>], i: usize) -> Result<&'a Tensor, OpError> {
+    req(inputs, i)?.value.ok_or(OpError::NeedsValue(i))
 }
 
 /// Normalises a possibly negative axis for a tensor of `rank`.

@@ -5,6 +5,7 @@ use std::ffi::CStr;
 use ash::vk;
 
 use super::instance::Instance;
+use super::shaders::ShaderNeeds;
 
 /// A GPU's identity, features and limits, all queried from the driver.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +47,8 @@ pub struct GpuInfo {
     pub fp64: bool,
     /// VK_KHR_cooperative_matrix (enabled when present).
     pub cooperative_matrix: bool,
+    /// The optional shader features enabled, to check a shader's needs against.
+    pub shader_features: ShaderNeeds,
     /// Host-visible device-local memory covering the whole device-local heap (resizable BAR or
     /// unified memory): uploads can be written straight into device memory.
     pub rebar: bool,
@@ -62,6 +65,27 @@ pub(crate) struct Candidate {
     pub features: Features,
     /// Largest single allocation: the smallest of the heap, buffer and allocation limits.
     pub max_allocation: u64,
+}
+
+impl Features {
+    /// What shaders may use on a device opened with these features.
+    fn shader_needs_met(&self) -> ShaderNeeds {
+        let mut have = ShaderNeeds::default();
+        for (present, need) in [
+            (self.shader_float16, ShaderNeeds::FLOAT16),
+            (self.shader_float64, ShaderNeeds::FLOAT64),
+            (self.shader_int16, ShaderNeeds::INT16),
+            (self.shader_int8, ShaderNeeds::INT8),
+            (self.storage_buffer_16bit, ShaderNeeds::STORAGE16),
+            (self.storage_buffer_8bit, ShaderNeeds::STORAGE8),
+            (self.cooperative_matrix, ShaderNeeds::COOPERATIVE_MATRIX),
+        ] {
+            if present {
+                have = have.union(need);
+            }
+        }
+        have
+    }
 }
 
 /// Optional features present on the device, enabled when it is opened.
@@ -299,6 +323,7 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
         int64: true,
         fp64: features.shader_float64,
         cooperative_matrix: features.cooperative_matrix,
+        shader_features: features.shader_needs_met(),
         rebar,
         is_cpu,
     };

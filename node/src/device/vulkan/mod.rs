@@ -33,4 +33,4 @@ pub use gpu::Gpu;
 pub use info::GpuInfo;
 pub use instance::{Vulkan, validation_messages};
 pub use record::{CommandList, Step};
-pub use shaders::shader_names;
+pub use shaders::{ShaderNeeds, shader_names, shader_needs};

@@ -126,7 +126,7 @@ impl Op for Reshape {
         let x = req(inputs, 0)?;
         let shape = match self.source {
             ShapeSource::Attr(_) => None,
-            ShapeSource::Input => Some(const_input(inputs, 1, "Reshape's target shape")?),
+            ShapeSource::Input => Some(const_input(inputs, 1)?),
         };
         Ok(vec![ValueType::new(
             x.ty.dtype,

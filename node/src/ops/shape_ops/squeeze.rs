@@ -112,12 +112,7 @@ impl Op for Squeeze {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let x = req(inputs, 0)?;
         let axes = match (&self.axes, opt(inputs, 1)) {
-            (Axes::Input, Some(a)) => Some(a.value.ok_or_else(|| {
-                OpError::unsupported(
-                    "Squeeze's axes (input 1) must be known when the model is planned, \
-                     not computed at run time",
-                )
-            })?),
+            (Axes::Input, Some(a)) => Some(a.value.ok_or(OpError::NeedsValue(1))?),
             _ => None,
         };
         Ok(vec![ValueType::new(
@@ -202,11 +197,7 @@ impl Op for Unsqueeze {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let x = req(inputs, 0)?;
         let axes = match self.axes {
-            Axes::Input => Some(crate::ops::util::const_input(
-                inputs,
-                1,
-                "Unsqueeze's axes",
-            )?),
+            Axes::Input => Some(crate::ops::util::const_input(inputs, 1)?),
             Axes::Attr(_) => None,
         };
         Ok(vec![ValueType::new(

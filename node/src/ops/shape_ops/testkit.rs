@@ -101,7 +101,8 @@ pub fn assert_err(r: Result<impl std::fmt::Debug, OpError>, unsupported: bool, n
         Err(e) => {
             let kind_ok = matches!(
                 (&e, unsupported),
-                (OpError::Unsupported(_), true) | (OpError::Invalid(_), false)
+                (OpError::Unsupported(_) | OpError::NeedsValue(_), true)
+                    | (OpError::Invalid(_), false)
             );
             assert!(kind_ok, "wrong error kind: {e:?}");
             assert!(
