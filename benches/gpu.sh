@@ -37,5 +37,43 @@ for line in open(sys.argv[1]):
         continue
     print(f"{r['workload']}\t{r['runner']}\t{r['median_us']:.1f}")
 PY
+
+# The large workloads (issue 6): GEMM 4096^3 f32 and ResNet-50 at batch 1 and 8, made here
+# because they are too big to commit. VKML_BENCH_BIG=0 skips them.
+if [ "${VKML_BENCH_BIG:-1}" = 1 ]; then
+  big=/tmp/vkml-big
+  python3 benches/python/big_models.py make "$big" > "$out/big_make.log" 2>&1 || echo "making the big models failed: see big_make.log"
+  median() { sed -n 's/.*median \([0-9.]*\) us.*/\1/p'; }
+  for kernel in gemm gemm_big; do
+    med=$(VKML_GEMM_KERNEL=$kernel "$bin" run "$big/gemm_4096.onnx" --input row="$big/row.npy" --device vulkan --repeat 20 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency | median)
+    # Four chained 4096^3 products per run.
+    tflops=$(python3 -c "print(f'{4 * 2 * 4096**3 / float(\"$med\") / 1e6:.1f}')" 2>/dev/null)
+    printf 'gemm_4096_f32_%s\tvulkan\t%s\t(%s TFLOP/s)\n' "$kernel" "$med" "$tflops" | tee -a "$out/vkml.tsv"
+  done
+  for b in 1 8; do
+    for dev in vulkan auto; do
+      med=$("$bin" run "$big/resnet50.onnx" --input x="$big/resnet50_x$b.npy" --device $dev --repeat 50 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency | median)
+      printf 'resnet50_b%s\t%s\t%s\n' "$b" "$dev" "$med" | tee -a "$out/vkml.tsv"
+    done
+  done
+  # Peak host memory (max RSS) of a whole run of the 102 MB model: target model + 64 MiB.
+  python3 - "$bin" "$big" >> "$out/vkml.tsv" <<'PY'
+import resource, subprocess, sys
+bin, big = sys.argv[1], sys.argv[2]
+subprocess.run([bin, "run", f"{big}/resnet50.onnx", "--input", f"x={big}/resnet50_x1.npy", "--device", "vulkan",
+                "--output-dir", "/tmp/o"], check=True, capture_output=True)
+kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(f"resnet50_peak_rss\tvulkan\t{kib / 1024:.1f} MiB (model {__import__('os').path.getsize(big + '/resnet50.onnx') / 2**20:.1f} MiB)")
+PY
+  tail -1 "$out/vkml.tsv"
+  PYTHONUNBUFFERED=1 python3 benches/python/big_models.py torch "$big" > "$out/reference_big.jsonl" 2>> "$out/reference.log"
+  python3 -c "
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    extra = f\" ({r['tflops']:.1f} TFLOP/s)\" if 'tflops' in r else ''
+    print(f\"{r['workload']}\t{r['runner']}\t{r['median_us']:.1f}{extra}\")
+" "$out/reference_big.jsonl"
+fi
 echo "== vkml"
 cat "$out/vkml.tsv"

@@ -597,3 +597,104 @@ fn timing_report() {
         t.elapsed().as_secs_f64() * 1e6
     );
 }
+
+/// Whether pre-submitting a run, gated on a host-signalled timeline semaphore, starts it
+/// sooner than submitting it when the inputs are ready (vkQueueSubmit leaves the critical
+/// path; the GPU only has to notice a semaphore): `cargo test --lib gate_report -- --ignored
+/// --nocapture` on the GPU machine.
+#[test]
+#[ignore]
+fn gate_report() {
+    use ash::vk;
+    use std::sync::atomic::Ordering;
+    use std::time::Instant;
+    let Some(gpu) = gpu() else { return };
+    let n = 1;
+    let a = gpu.create_buffer(4, MemoryUse::Device, "a").unwrap();
+    let b = gpu.create_buffer(4, MemoryUse::Device, "b").unwrap();
+    let back = gpu.create_buffer(4, MemoryUse::Readback, "back").unwrap();
+    let list = gpu
+        .record(&[
+            add_scalar(a.address(), b.address(), n, 1.0),
+            Step::Barrier,
+            Step::Copy {
+                src: &b,
+                src_offset: 0,
+                dst: &back,
+                dst_offset: 0,
+                bytes: 4,
+            },
+        ])
+        .unwrap();
+    let mut type_info = vk::SemaphoreTypeCreateInfo::default()
+        .semaphore_type(vk::SemaphoreType::TIMELINE)
+        .initial_value(0);
+    let create = vk::SemaphoreCreateInfo::default().push_next(&mut type_info);
+    // SAFETY: a plain timeline semaphore of this live device, destroyed below after the
+    // device is idle.
+    let gate = unsafe { gpu.device.create_semaphore(&create, None) }.unwrap();
+    let mut out = [0u8; 4];
+    let mut submit_path = Vec::new();
+    let mut gated_path = Vec::new();
+    for k in 1..=2000u64 {
+        // Today's path: submit when the inputs are ready, spin until done.
+        let t = Instant::now();
+        let v = gpu.submit(&list).unwrap();
+        assert!(gpu.wait_spin(v, gpu.spin_default(), LONG).unwrap());
+        back.read(0, &mut out).unwrap();
+        submit_path.push(t.elapsed().as_secs_f64() * 1e6);
+
+        // Pre-submitted: queued before the inputs are ready, waiting on `gate` = k.
+        let mut queue = gpu.queue.lock().unwrap();
+        let value = queue.next;
+        let wait_values = [k];
+        let wait_semaphores = [gate];
+        let stages = [vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER];
+        let signal_semaphores = [gpu.timeline];
+        let signal_values = [value];
+        let cmds = [list.cmd];
+        let mut tl = vk::TimelineSemaphoreSubmitInfo::default()
+            .wait_semaphore_values(&wait_values)
+            .signal_semaphore_values(&signal_values);
+        let submit = vk::SubmitInfo::default()
+            .wait_semaphores(&wait_semaphores)
+            .wait_dst_stage_mask(&stages)
+            .command_buffers(&cmds)
+            .signal_semaphores(&signal_semaphores)
+            .push_next(&mut tl);
+        // SAFETY: under the queue lock; the list's previous submission completed (waited
+        // above); the gate value k is signalled below by the host, the timeline value is the
+        // next one; all structs outlive the call.
+        unsafe {
+            gpu.device
+                .queue_submit(queue.queue, &[submit], vk::Fence::null())
+                .unwrap();
+        }
+        queue.next += 1;
+        gpu.submitted.store(value, Ordering::Release);
+        drop(queue);
+        *list.last.lock().unwrap() = value;
+        std::thread::sleep(Duration::from_micros(50));
+        let t = Instant::now();
+        let signal = vk::SemaphoreSignalInfo::default().semaphore(gate).value(k);
+        // SAFETY: the gate is live and k is larger than its current value.
+        unsafe { gpu.device.signal_semaphore(&signal) }.unwrap();
+        assert!(gpu.wait_spin(value, gpu.spin_default(), LONG).unwrap());
+        back.read(0, &mut out).unwrap();
+        gated_path.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    for (name, v) in [("submit", &mut submit_path), ("gated", &mut gated_path)] {
+        v.sort_by(f64::total_cmp);
+        println!(
+            "{name}: 1 dispatch + copy, ready to result: median {:.1} us, p10 {:.1}, p90 {:.1}",
+            v[v.len() / 2],
+            v[v.len() / 10],
+            v[v.len() * 9 / 10]
+        );
+    }
+    // SAFETY: every submission that waited on the gate has completed (waited above).
+    unsafe {
+        gpu.device.device_wait_idle().unwrap();
+        gpu.device.destroy_semaphore(gate, None);
+    }
+}
