@@ -48,7 +48,7 @@ vkml_fetch_onnx_tests() {
         return 1
     fi
     local wheel
-    wheel="$(ls "$tmp"/onnx-"$VKML_ONNX_VERSION"-*.whl 2>/dev/null | head -n1)"
+    wheel="$(find "$tmp" -maxdepth 1 -name "onnx-$VKML_ONNX_VERSION-*.whl" | head -n1)"
     if [ -z "$wheel" ]; then
         rm -rf "$tmp"
         echo "error: pip downloaded no onnx wheel into $tmp" >&2
