@@ -21,7 +21,7 @@ mod case;
 #[path = "conformance/report.rs"]
 mod report;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -141,6 +141,8 @@ fn collect(root: &Path, filters: &[String]) -> Vec<Test> {
 thread_local! {
     /// The last panic's message on this thread, kept by the hook for the catch_unwind below.
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// Whether this thread is inside a test, where a panic is a result rather than a crash.
+    static IN_TEST: Cell<bool> = const { Cell::new(false) };
 }
 
 fn run_caught(t: &Test, b: Backend) -> Outcome {
@@ -149,13 +151,19 @@ fn run_caught(t: &Test, b: Backend) -> Outcome {
         Err(e) => return Outcome::fail(Category::Error, format!("reading the model: {e}")),
     };
     LAST_PANIC.with(|p| p.borrow_mut().take());
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    IN_TEST.with(|f| f.set(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         case::run_test(&t.dir, outline, b)
-    })) {
+    }));
+    IN_TEST.with(|f| f.set(false));
+    match result {
         Ok(o) => o,
-        Err(_) => {
+        Err(payload) => {
+            // A panic on another thread (a rayon worker) arrives here without the hook's text.
             let msg = LAST_PANIC
                 .with(|p| p.borrow_mut().take())
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "(no message)".into());
             Outcome::fail(Category::Error, format!("PANIC: {msg}"))
         }
@@ -284,9 +292,15 @@ fn main() -> ExitCode {
             }
         }
     }
-    // Panics are results here, reported with the test; the default hook would print each.
-    std::panic::set_hook(Box::new(|info| {
-        LAST_PANIC.with(|p| *p.borrow_mut() = Some(info.to_string().replace('\n', " ")));
+    // A panic inside a test is that test's result, reported with it; the default hook would
+    // print each one. Panics elsewhere (the harness itself) still print.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if IN_TEST.with(Cell::get) {
+            LAST_PANIC.with(|p| *p.borrow_mut() = Some(info.to_string().replace('\n', " ")));
+        } else {
+            default_hook(info);
+        }
     }));
 
     let filters = filters();
