@@ -1,6 +1,7 @@
 //! The graph IR: values by index, ops built from the registry, a topological order, and
 //! specialisation to concrete input shapes (dtype and shape inference with constant folding,
-//! which resolves the Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains exporters emit).
+//! which resolves the Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains exporters emit),
+//! and to the values of the graph inputs a shape rule needs (see specialize.rs).
 
 mod specialize;
 #[cfg(test)]
