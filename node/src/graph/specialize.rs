@@ -154,7 +154,12 @@ impl Graph {
 
     /// Node `node`'s rule needs the value of its input `k`: the graph inputs it is computed
     /// from, or an error naming the node when knowing graph inputs cannot help.
-    fn needs_value(&self, node: usize, k: usize, known: &[Option<&Tensor>]) -> SpecializeError {
+    pub(super) fn needs_value(
+        &self,
+        node: usize,
+        k: usize,
+        known: &[Option<&Tensor>],
+    ) -> SpecializeError {
         let nd = &self.nodes[node];
         let Some(v) = nd.inputs.get(k).copied().flatten() else {
             return SpecializeError::Failed(node_err(

@@ -66,3 +66,20 @@ fn with_the_input_known_the_shape_follows_its_value() {
     assert_eq!(spec.live.len(), 1);
     assert_eq!(g.nodes[spec.live[0]].op_type, "Reshape");
 }
+
+#[test]
+fn a_value_still_unknown_with_its_inputs_known_is_an_error_naming_node_and_producer() {
+    // Specialisation folds everything whose inputs are known, so this state only arises if a
+    // producer cannot be computed while planning; the message must still say where.
+    let g = reshape_by_input();
+    let s = Tensor::from_vec(vec![2], vec![2i64, 2]);
+    let reshape = g.nodes.iter().position(|n| n.op_type == "Reshape").unwrap();
+    let e = match g.needs_value(reshape, 1, &[None, Some(&s)]) {
+        SpecializeError::Failed(e) => e.to_string(),
+        other => panic!("wrong error: {other:?}"),
+    };
+    assert!(
+        e.contains("'reshape'") && e.contains("Reshape") && e.contains("'shift' (Add)"),
+        "{e}"
+    );
+}
