@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The one test command: sets up a fresh Debian machine if needed (see setup.sh), then runs the
 # checks CI runs: formatting, clippy with warnings as errors, and the whole test suite in
-# release mode (the GPU tests on lavapipe where there is no GPU). Needs no Python.
+# release mode (the GPU tests on lavapipe where there is no GPU), ONNX's backend tests included
+# (tests/conformance.rs; their data is fetched once by fetch-onnx-tests.sh, the only step that
+# runs Python). VKML_SKIP_CONFORMANCE=1 leaves the ONNX backend tests out.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/setup.sh
 . scripts/setup.sh
+# shellcheck source=scripts/fetch-onnx-tests.sh
+. scripts/fetch-onnx-tests.sh
 
 timed() {
     local start=$SECONDS
@@ -16,6 +20,13 @@ timed() {
 
 total_start=$SECONDS
 vkml_setup
+
+if [ "${VKML_SKIP_CONFORMANCE:-}" != 1 ]; then
+    step "ONNX backend test data"
+    vkml_fetch_onnx_tests
+    VKML_ONNX_TESTS="$(vkml_onnx_tests_dir)"
+    export VKML_ONNX_TESTS
+fi
 
 step "cargo fmt --check"
 timed cargo fmt --all --check

@@ -162,6 +162,7 @@ fixture_tests!(
     op_unsqueeze_opset13,
     op_unsqueeze_opset13_multi_negative,
     output_names,
+    reshape_shape_input,
 );
 
 /// A fixture added by the generator but not listed above would go untested.

@@ -8,17 +8,22 @@
 //! # Ok::<(), vkml::Error>(())
 //! ```
 
-use std::collections::BTreeMap;
+mod plans;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::device::vulkan::Vulkan;
 use crate::error::{Error, Result};
 use crate::exec::{Device, Executable};
-use crate::graph::Graph;
+use crate::graph::{Graph, SpecializeError};
 use crate::model::{Dim, ValueDef};
-use crate::ops::ValueType;
+use crate::ops::{OpError, ValueType};
 use crate::tensor::Tensor;
+use plans::{MAX_PLANS, PlanCache, PlanKey};
 
 /// Which devices a session may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -75,12 +80,16 @@ pub fn vulkan() -> std::result::Result<&'static Vulkan, Error> {
 }
 
 /// A loaded model. Plans are made per set of input shapes and cached, so runs with shapes
-/// seen before record nothing and allocate nothing on the GPU.
+/// seen before record nothing and allocate nothing on the GPU. A model whose shapes follow
+/// from the values of some inputs (a Reshape whose shape is an input) is planned per value of
+/// those inputs, which then act as constants in that plan.
 pub struct Session {
     graph: Arc<Graph>,
     devices: Vec<Device>,
     limit: Option<u64>,
-    plans: Mutex<BTreeMap<Vec<ValueType>, Arc<Executable>>>,
+    /// Graph inputs (indices) whose values shape the plan, learned as rules ask for them.
+    value_inputs: Mutex<BTreeSet<usize>>,
+    plans: Mutex<PlanCache<Arc<Executable>>>,
 }
 
 impl Session {
@@ -92,32 +101,68 @@ impl Session {
             graph,
             devices,
             limit: options.device_memory_limit,
-            plans: Mutex::new(BTreeMap::new()),
+            value_inputs: Mutex::new(BTreeSet::new()),
+            plans: Mutex::new(PlanCache::new(MAX_PLANS)),
         };
-        // With static input shapes, plan now: a model that cannot run fails at load.
-        let static_types: Option<Vec<ValueType>> = session
-            .graph
-            .inputs
-            .iter()
-            .map(|(_, d)| {
-                let dims = d.dims.as_ref()?;
-                let shape = dims
-                    .iter()
-                    .map(|x| {
-                        if let Dim::Fixed(n) = x {
-                            Some(*n)
-                        } else {
-                            None
-                        }
-                    })
-                    .collect::<Option<Vec<_>>>()?;
-                Some(ValueType::new(d.dtype?, shape))
-            })
-            .collect();
-        if let Some(types) = static_types {
-            session.executable(types)?;
-        }
+        session.check_at_load()?;
         Ok(session)
+    }
+
+    /// Plans now when the input shapes are static, so a model that cannot run fails at load.
+    /// With symbolic sizes, a trial at size 1 still finds ops refusing an element type, which
+    /// does not depend on sizes.
+    fn check_at_load(&self) -> Result<()> {
+        let mut is_static = true;
+        let mut types = Vec::with_capacity(self.graph.inputs.len());
+        for (_, d) in &self.graph.inputs {
+            let (Some(dtype), Some(dims)) = (d.dtype, d.dims.as_ref()) else {
+                return Ok(());
+            };
+            let shape = dims
+                .iter()
+                .map(|x| match x {
+                    Dim::Fixed(n) => *n,
+                    Dim::Sym(_) => {
+                        is_static = false;
+                        1
+                    }
+                })
+                .collect();
+            types.push(ValueType::new(dtype, shape));
+        }
+        match self.graph.specialize(&types, &[]) {
+            Ok(spec) if is_static => {
+                let exe = Arc::new(Executable::new(
+                    self.graph.clone(),
+                    spec,
+                    self.devices.clone(),
+                    self.limit,
+                )?);
+                let key = PlanKey {
+                    types,
+                    values: Vec::new(),
+                };
+                self.plans.lock().expect("plans").insert(key, exe);
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(SpecializeError::NeedsValues(inputs)) => {
+                self.value_inputs
+                    .lock()
+                    .expect("value inputs")
+                    .extend(inputs);
+                Ok(())
+            }
+            Err(
+                e @ SpecializeError::Op {
+                    error: OpError::Unsupported(_),
+                    ..
+                },
+            ) => Err(e.into()),
+            Err(e) if is_static => Err(e.into()),
+            // Size 1 was only a guess; the real sizes come with the first run.
+            Err(_) => Ok(()),
+        }
     }
 
     /// Inputs the caller must feed, as declared by the model.
@@ -129,19 +174,50 @@ impl Session {
         self.graph.outputs.iter().map(|(_, d)| d.clone()).collect()
     }
 
-    fn executable(&self, types: Vec<ValueType>) -> Result<Arc<Executable>> {
-        if let Some(e) = self.plans.lock().expect("plans").get(&types) {
-            return Ok(e.clone());
+    /// The plan for these inputs (in graph order): cached, or made now.
+    fn executable(&self, inputs: &[&Tensor]) -> Result<Arc<Executable>> {
+        let types: Vec<ValueType> = inputs.iter().map(|t| ValueType::of(t)).collect();
+        // Each round either plans or learns new inputs to specialize on; there are finitely many.
+        loop {
+            let wanted = self.value_inputs.lock().expect("value inputs").clone();
+            let key = PlanKey {
+                types: types.clone(),
+                values: wanted
+                    .iter()
+                    .map(|&i| (i, inputs[i].bytes().clone()))
+                    .collect(),
+            };
+            if let Some(e) = self.plans.lock().expect("plans").get(&key) {
+                return Ok(e);
+            }
+            let known: Vec<Option<&Tensor>> = (0..inputs.len())
+                .map(|i| wanted.contains(&i).then_some(inputs[i]))
+                .collect();
+            match self.graph.specialize(&types, &known) {
+                Ok(spec) => {
+                    let exe = Arc::new(Executable::new(
+                        self.graph.clone(),
+                        spec,
+                        self.devices.clone(),
+                        self.limit,
+                    )?);
+                    self.plans.lock().expect("plans").insert(key, exe.clone());
+                    return Ok(exe);
+                }
+                Err(SpecializeError::NeedsValues(more)) => {
+                    let mut set = self.value_inputs.lock().expect("value inputs");
+                    let before = set.len();
+                    set.extend(more);
+                    if set.len() == before {
+                        // Cannot happen: the graph asks only for inputs it was not given.
+                        return Err(Error::Unsupported(
+                            "planning asked again for input values it already had".into(),
+                        ));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
-        let spec = self.graph.specialize(&types)?;
-        let exe = Arc::new(Executable::new(
-            self.graph.clone(),
-            spec,
-            self.devices.clone(),
-            self.limit,
-        )?);
-        self.plans.lock().expect("plans").insert(types, exe.clone());
-        Ok(exe)
     }
 
     /// Puts named inputs in the graph's order, with clear errors for missing and extra ones.
@@ -180,8 +256,7 @@ impl Session {
     /// Runs once. Outputs come back in the graph's output order.
     pub fn run(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
         let ordered = self.order(inputs)?;
-        let types = ordered.iter().map(|t| ValueType::of(t)).collect();
-        let exe = self.executable(types)?;
+        let exe = self.executable(&ordered)?;
         let outs = exe.run(ordered.into_iter().cloned().collect())?;
         Ok(self
             .graph
@@ -195,7 +270,7 @@ impl Session {
     /// The placement used for inputs of these shapes (planning them if needed).
     pub fn plan_summary(&self, inputs: &[(&str, Tensor)]) -> Result<PlanSummary> {
         let ordered = self.order(inputs)?;
-        let exe = self.executable(ordered.iter().map(|t| ValueType::of(t)).collect())?;
+        let exe = self.executable(&ordered)?;
         Ok(exe.summary().clone())
     }
 }

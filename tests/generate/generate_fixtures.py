@@ -58,6 +58,7 @@ def main():
     models.gen_add_chain(args.fixtures)
     models.gen_output_names(args.fixtures)
     models.gen_external_data(args.fixtures)
+    models.gen_shape_input(args.fixtures)
     ops = op_models.gen_ops(args.fixtures)
     models.gen_malformed(args.fixtures)
 

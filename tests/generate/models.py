@@ -141,6 +141,25 @@ def gen_add_chain(root):
                  [{"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(2)])
 
 
+def gen_shape_input(root):
+    """Reshape whose target shape is a graph input, then Relu: one session runs it at several
+    target values (one plan per value), and the shape also passes through Add from the input."""
+    nodes = [
+        helper.make_node("Add", ["shape", "zero"], ["target"], name="shape_add"),
+        helper.make_node("Reshape", ["x", "target"], ["r"], name="reshape"),
+        helper.make_node("Relu", ["r"], ["y"], name="relu"),
+    ]
+    model = make_model("reshape_shape_input", nodes,
+                       [value_info("x", np.float32, [2, 3, 4]), value_info("shape", np.int64, [2])],
+                       [value_info("y", np.float32, ["rows", "cols"])],
+                       [init("zero", np.zeros(2, np.int64))])
+    rng = rng_for("reshape_shape_input")
+    targets = [[4, 6], [3, -1], [24, 1], [4, 6]]
+    sets = [{"x": rng.standard_normal((2, 3, 4)).astype(np.float32),
+             "shape": np.array(t, np.int64)} for t in targets]
+    save_fixture(root, "reshape_shape_input", model, sets)
+
+
 def gen_bench_models(out_dir, sizes=(1, 10, 100, 1000, 10000)):
     """Add chains on float[1] for the dispatch-cost benchmarks (no reference outputs)."""
     os.makedirs(out_dir, exist_ok=True)

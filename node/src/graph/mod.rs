@@ -1,13 +1,20 @@
 //! The graph IR: values by index, ops built from the registry, a topological order, and
 //! specialisation to concrete input shapes (dtype and shape inference with constant folding,
-//! which resolves the Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains exporters emit).
+//! which resolves the Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains exporters emit),
+//! and to the values of the graph inputs a shape rule needs (see specialize.rs).
+
+mod specialize;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
-use crate::model::{Dim, ModelDef, ValueDef};
-use crate::ops::{self, InferInput, NodeSpec, Op, ValueType};
+use crate::model::{ModelDef, ValueDef};
+use crate::ops::{self, NodeSpec, Op, ValueType};
 use crate::tensor::Tensor;
+
+pub use specialize::SpecializeError;
 
 pub type ValueId = usize;
 
@@ -194,130 +201,4 @@ impl Graph {
             outputs,
         })
     }
-
-    /// Checks the caller's input types against the declared ones (symbolic sizes take the
-    /// given size, consistently) and infers every value.
-    pub fn specialize(&self, inputs: &[ValueType]) -> Result<Specialized> {
-        let n = self.value_names.len();
-        let mut types: Vec<Option<ValueType>> = vec![None; n];
-        let mut consts: Vec<Option<Tensor>> = self.initializers.clone();
-        for (v, t) in consts.iter().enumerate() {
-            if let Some(t) = t {
-                types[v] = Some(ValueType::of(t));
-            }
-        }
-        let mut syms: BTreeMap<&str, usize> = BTreeMap::new();
-        for ((v, def), ty) in self.inputs.iter().zip(inputs) {
-            check_input(def, ty, &mut syms)?;
-            types[*v] = Some(ty.clone());
-        }
-        let mut live = Vec::new();
-        for (i, node) in self.nodes.iter().enumerate() {
-            let in_types: Vec<Option<InferInput<'_>>> = node
-                .inputs
-                .iter()
-                .map(|v| {
-                    v.map(|v| InferInput {
-                        ty: types[v]
-                            .as_ref()
-                            .expect("topological order: inputs are typed"),
-                        value: consts[v].as_ref(),
-                    })
-                })
-                .collect();
-            let out_types = node
-                .op
-                .infer(&in_types)
-                .map_err(|e| node_err(&node.name, &node.op_type, e))?;
-            if out_types.len() != node.outputs.len() {
-                return Err(node_err(
-                    &node.name,
-                    &node.op_type,
-                    format!(
-                        "gives {} outputs, the node names {}",
-                        out_types.len(),
-                        node.outputs.len()
-                    ),
-                ));
-            }
-            let in_tys: Vec<Option<&ValueType>> = node
-                .inputs
-                .iter()
-                .map(|v| v.and_then(|v| types[v].as_ref()))
-                .collect();
-            let foldable = node.inputs.iter().flatten().all(|&v| consts[v].is_some());
-            if let Some(outs) = node.op.known_outputs(&in_tys).filter(|_| !foldable) {
-                for (&o, t) in node.outputs.iter().zip(outs) {
-                    consts[o] = Some(t);
-                }
-            } else if foldable {
-                let args: Vec<Option<&Tensor>> = node
-                    .inputs
-                    .iter()
-                    .map(|v| v.and_then(|v| consts[v].as_ref()))
-                    .collect();
-                let outs = node
-                    .op
-                    .run_cpu(&args, &out_types)
-                    .map_err(|e| node_err(&node.name, &node.op_type, e))?;
-                for (&o, t) in node.outputs.iter().zip(outs) {
-                    consts[o] = Some(t);
-                }
-            } else {
-                live.push(i);
-            }
-            for (&o, t) in node.outputs.iter().zip(out_types) {
-                types[o] = Some(t);
-            }
-        }
-        Ok(Specialized {
-            types,
-            consts,
-            live,
-        })
-    }
-}
-
-fn check_input<'a>(
-    def: &'a ValueDef,
-    ty: &ValueType,
-    syms: &mut BTreeMap<&'a str, usize>,
-) -> Result<()> {
-    if let Some(d) = def.dtype
-        && d != ty.dtype
-    {
-        return Err(Error::Input(format!(
-            "'{}' must be a tensor of {d}, got {}",
-            def.name, ty.dtype
-        )));
-    }
-    if let Some(dims) = &def.dims {
-        let shape_str = dims
-            .iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        if dims.len() != ty.shape.len() {
-            return Err(Error::Input(format!(
-                "'{}' must have shape [{shape_str}] (rank {}), got {:?}",
-                def.name,
-                dims.len(),
-                ty.shape
-            )));
-        }
-        for (d, &got) in dims.iter().zip(&ty.shape) {
-            let ok = match d {
-                Dim::Fixed(n) => *n == got,
-                Dim::Sym(s) if s == "?" => true,
-                Dim::Sym(s) => *syms.entry(s.as_str()).or_insert(got) == got,
-            };
-            if !ok {
-                return Err(Error::Input(format!(
-                    "'{}' must have shape [{shape_str}], got {:?}",
-                    def.name, ty.shape
-                )));
-            }
-        }
-    }
-    Ok(())
 }

@@ -1,16 +1,21 @@
 //! Tensor files: numpy's .npy and ONNX's TensorProto .pb (as in ONNX's test data,
-//! `test_data_set_0/input_0.pb`).
+//! `test_data_set_0/input_0.pb`), and the sequence, map and optional values ONNX's test data
+//! also stores in .pb files.
 
 mod npy;
 mod npy_header;
 mod pb;
 #[cfg(test)]
 mod tests;
+mod value;
+#[cfg(test)]
+mod value_tests;
 
 use std::path::{Path, PathBuf};
 
 pub use npy::{read_npy, write_npy};
 pub use pb::{read_pb, write_pb};
+pub use value::{MapKeys, Value, decode_value, read_value_pb};
 
 use crate::tensor::Tensor;
 

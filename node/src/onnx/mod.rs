@@ -8,6 +8,7 @@ mod convert;
 mod error;
 mod external;
 mod mmap;
+mod outline;
 mod tensor;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -25,6 +26,7 @@ use prost::Message;
 
 pub use error::LoadError;
 pub(crate) use mmap::map_file;
+pub use outline::{DeclaredType, ModelOutline, outline};
 pub use tensor::tensor_from_proto;
 
 use crate::model::ModelDef;

@@ -4,6 +4,7 @@
 mod external;
 mod model;
 mod onnx_python;
+mod outline;
 mod tensors;
 
 use std::path::{Path, PathBuf};

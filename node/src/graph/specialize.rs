@@ -1,0 +1,275 @@
+//! Specialisation: the graph at concrete input types (and, where a shape rule needs them, the
+//! values of some graph inputs), with every value typed and everything computable folded.
+//!
+//! A rule that needs a value only known at run time (Reshape's shape fed as a graph input)
+//! answers `OpError::NeedsValue`. The needed value is then traced back to the graph inputs it
+//! is computed from, and the caller specializes again with those inputs' values known, as
+//! TensorRT does with shape tensors: the plan is then keyed on their values too.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Graph, Specialized, ValueId, node_err};
+use crate::error::{Error, Result};
+use crate::model::{Dim, ValueDef};
+use crate::ops::{InferInput, OpError, ValueType};
+use crate::tensor::Tensor;
+
+/// Why a graph could not be specialized.
+#[derive(Debug)]
+pub enum SpecializeError {
+    /// A rule needs values computed from these graph inputs (indices into `Graph::inputs`, in
+    /// increasing order): specialize again with their values known.
+    NeedsValues(Vec<usize>),
+    /// An op's rule refused its inputs; kept apart so a caller can tell an unsupported type
+    /// ([`OpError::Unsupported`]) from the rest.
+    Op {
+        node: String,
+        op_type: String,
+        error: OpError,
+    },
+    Failed(Error),
+}
+
+impl From<Error> for SpecializeError {
+    fn from(e: Error) -> Self {
+        SpecializeError::Failed(e)
+    }
+}
+
+impl From<SpecializeError> for Error {
+    fn from(e: SpecializeError) -> Error {
+        match e {
+            SpecializeError::Failed(e) => e,
+            SpecializeError::Op {
+                node,
+                op_type,
+                error,
+            } => node_err(&node, &op_type, error),
+            SpecializeError::NeedsValues(inputs) => Error::Unsupported(format!(
+                "planning needs the values of graph inputs {inputs:?}"
+            )),
+        }
+    }
+}
+
+impl Graph {
+    /// Checks the caller's input types against the declared ones (symbolic sizes take the
+    /// given size, consistently) and infers every value. `known[i]`, when given, is the value
+    /// of graph input `i`: it is folded like a constant (its type must be `inputs[i]`).
+    pub fn specialize(
+        &self,
+        inputs: &[ValueType],
+        known: &[Option<&Tensor>],
+    ) -> Result<Specialized, SpecializeError> {
+        let n = self.value_names.len();
+        let mut types: Vec<Option<ValueType>> = vec![None; n];
+        let mut consts: Vec<Option<Tensor>> = self.initializers.clone();
+        for (v, t) in consts.iter().enumerate() {
+            if let Some(t) = t {
+                types[v] = Some(ValueType::of(t));
+            }
+        }
+        let mut syms: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, ((v, def), ty)) in self.inputs.iter().zip(inputs).enumerate() {
+            check_input(def, ty, &mut syms)?;
+            types[*v] = Some(ty.clone());
+            if let Some(t) = known.get(i).copied().flatten() {
+                debug_assert_eq!(&ValueType::of(t), ty, "a known input's type is its own");
+                consts[*v] = Some(t.clone());
+            }
+        }
+        let mut live = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let in_types: Vec<Option<InferInput<'_>>> = node
+                .inputs
+                .iter()
+                .map(|v| {
+                    v.map(|v| InferInput {
+                        ty: types[v]
+                            .as_ref()
+                            .expect("topological order: inputs are typed"),
+                        value: consts[v].as_ref(),
+                    })
+                })
+                .collect();
+            let out_types = match node.op.infer(&in_types) {
+                Ok(t) => t,
+                Err(OpError::NeedsValue(k)) => return Err(self.needs_value(i, k, known)),
+                Err(error) => {
+                    return Err(SpecializeError::Op {
+                        node: node.name.clone(),
+                        op_type: node.op_type.clone(),
+                        error,
+                    });
+                }
+            };
+            if out_types.len() != node.outputs.len() {
+                return Err(node_err(
+                    &node.name,
+                    &node.op_type,
+                    format!(
+                        "gives {} outputs, the node names {}",
+                        out_types.len(),
+                        node.outputs.len()
+                    ),
+                )
+                .into());
+            }
+            let in_tys: Vec<Option<&ValueType>> = node
+                .inputs
+                .iter()
+                .map(|v| v.and_then(|v| types[v].as_ref()))
+                .collect();
+            let foldable = node.inputs.iter().flatten().all(|&v| consts[v].is_some());
+            if let Some(outs) = node.op.known_outputs(&in_tys).filter(|_| !foldable) {
+                for (&o, t) in node.outputs.iter().zip(outs) {
+                    consts[o] = Some(t);
+                }
+            } else if foldable {
+                let args: Vec<Option<&Tensor>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| v.and_then(|v| consts[v].as_ref()))
+                    .collect();
+                let outs = node
+                    .op
+                    .run_cpu(&args, &out_types)
+                    .map_err(|e| node_err(&node.name, &node.op_type, e))?;
+                for (&o, t) in node.outputs.iter().zip(outs) {
+                    consts[o] = Some(t);
+                }
+            } else {
+                live.push(i);
+            }
+            for (&o, t) in node.outputs.iter().zip(out_types) {
+                types[o] = Some(t);
+            }
+        }
+        Ok(Specialized {
+            types,
+            consts,
+            live,
+        })
+    }
+
+    /// Node `node`'s rule needs the value of its input `k`: the graph inputs it is computed
+    /// from, or an error naming the node when knowing graph inputs cannot help.
+    pub(super) fn needs_value(
+        &self,
+        node: usize,
+        k: usize,
+        known: &[Option<&Tensor>],
+    ) -> SpecializeError {
+        let nd = &self.nodes[node];
+        let Some(v) = nd.inputs.get(k).copied().flatten() else {
+            return SpecializeError::Failed(node_err(
+                &nd.name,
+                &nd.op_type,
+                format!("needs the value of input {k}, which is missing"),
+            ));
+        };
+        let sources = self.graph_inputs_feeding(v);
+        let missing: Vec<usize> = sources
+            .iter()
+            .copied()
+            .filter(|&i| known.get(i).copied().flatten().is_none())
+            .collect();
+        if !missing.is_empty() {
+            return SpecializeError::NeedsValues(missing);
+        }
+        // Every graph input it comes from is known and it still is not: something on the way
+        // is computed only while running.
+        let by = self
+            .producer(v)
+            .map(|p| {
+                format!(
+                    " (it is computed by node '{}' ({}))",
+                    self.nodes[p].name, self.nodes[p].op_type
+                )
+            })
+            .unwrap_or_default();
+        SpecializeError::Failed(node_err(
+            &nd.name,
+            &nd.op_type,
+            format!(
+                "needs the value of input {k} ('{}') when the model is planned, and that value \
+                 is only known while running{by}; vkml cannot plan shapes that depend on \
+                 computed data",
+                self.value_names[v]
+            ),
+        ))
+    }
+
+    fn producer(&self, v: ValueId) -> Option<usize> {
+        self.nodes.iter().position(|n| n.outputs.contains(&v))
+    }
+
+    /// Indices into `self.inputs` of the graph inputs `v` is computed from (directly or through
+    /// any chain of nodes), in increasing order.
+    pub fn graph_inputs_feeding(&self, v: ValueId) -> Vec<usize> {
+        let producer: BTreeMap<ValueId, usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(n, node)| node.outputs.iter().map(move |&o| (o, n)))
+            .collect();
+        let mut seen: BTreeSet<ValueId> = BTreeSet::new();
+        let mut stack = vec![v];
+        let mut found = BTreeSet::new();
+        while let Some(v) = stack.pop() {
+            if !seen.insert(v) {
+                continue;
+            }
+            if let Some(i) = self.inputs.iter().position(|(id, _)| *id == v) {
+                found.insert(i);
+            } else if let Some(&p) = producer.get(&v) {
+                stack.extend(self.nodes[p].inputs.iter().flatten().copied());
+            }
+        }
+        found.into_iter().collect()
+    }
+}
+
+fn check_input<'a>(
+    def: &'a ValueDef,
+    ty: &ValueType,
+    syms: &mut BTreeMap<&'a str, usize>,
+) -> Result<()> {
+    if let Some(d) = def.dtype
+        && d != ty.dtype
+    {
+        return Err(Error::Input(format!(
+            "'{}' must be a tensor of {d}, got {}",
+            def.name, ty.dtype
+        )));
+    }
+    if let Some(dims) = &def.dims {
+        let shape_str = dims
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if dims.len() != ty.shape.len() {
+            return Err(Error::Input(format!(
+                "'{}' must have shape [{shape_str}] (rank {}), got {:?}",
+                def.name,
+                dims.len(),
+                ty.shape
+            )));
+        }
+        for (d, &got) in dims.iter().zip(&ty.shape) {
+            let ok = match d {
+                Dim::Fixed(n) => *n == got,
+                Dim::Sym(s) if s == "?" => true,
+                Dim::Sym(s) => *syms.entry(s.as_str()).or_insert(got) == got,
+            };
+            if !ok {
+                return Err(Error::Input(format!(
+                    "'{}' must have shape [{shape_str}], got {:?}",
+                    def.name, ty.shape
+                )));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! Sessions on the CPU backend over models built by hand: plans keyed on the values of shape
+//! inputs, and load-time refusals that name the node, the op and the type.
+
+use crate::onnx::proto::GraphProto;
+use crate::onnx::tests::{D, TempDir, model_with, node, raw_tensor, tensor_value, write_model};
+use crate::session::{DeviceSelection, Session, SessionOptions};
+use crate::tensor::Tensor;
+
+const FLOAT: i32 = 1;
+const INT32: i32 = 6;
+const INT64: i32 = 7;
+
+fn cpu() -> SessionOptions {
+    SessionOptions {
+        devices: DeviceSelection::Cpu,
+        device_memory_limit: None,
+    }
+}
+
+fn load(dir: &TempDir, g: GraphProto) -> crate::error::Result<Session> {
+    Session::load(write_model(dir, "m.onnx", &model_with(g)), cpu())
+}
+
+/// y = Relu(Reshape(x, s + [1, 0])): the reshape's target is a graph input, shifted by a node.
+fn reshape_model() -> GraphProto {
+    let c: Vec<u8> = [1i64, 0].iter().flat_map(|x| x.to_le_bytes()).collect();
+    GraphProto {
+        name: "g".into(),
+        node: vec![
+            node("Add", "shift", &["s", "c"], &["s2"]),
+            node("Reshape", "reshape", &["x", "s2"], &["r"]),
+            node("Relu", "relu", &["r"], &["y"]),
+        ],
+        initializer: vec![raw_tensor("c", INT64, &[2], &c)],
+        input: vec![
+            tensor_value("x", FLOAT, Some(&[D::V(6)])),
+            tensor_value("s", INT64, Some(&[D::V(2)])),
+        ],
+        output: vec![tensor_value("y", FLOAT, None)],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn one_session_runs_a_shape_input_at_several_values() {
+    let dir = TempDir::new("session-shape");
+    let session = load(&dir, reshape_model()).unwrap();
+    let x = Tensor::from_vec(vec![6], vec![1.0f32, -2.0, 3.0, -4.0, 5.0, -6.0]);
+    let relu = vec![1.0f32, 0.0, 3.0, 0.0, 5.0, 0.0];
+    // s + [1, 0] -> the shape: [2,2]->[3,2], [1,3]->[2,3], [0,6]->[1,6], and [2,2] again.
+    for (s, want) in [
+        ([2i64, 2], [3usize, 2]),
+        ([1, 3], [2, 3]),
+        ([0, 6], [1, 6]),
+        ([2, 2], [3, 2]),
+    ] {
+        let feeds = [
+            ("x", x.clone()),
+            ("s", Tensor::from_vec(vec![2], s.to_vec())),
+        ];
+        let out = session.run(&feeds).unwrap();
+        let y = &out[0].1;
+        assert_eq!(y.shape(), want.as_slice(), "s = {s:?}");
+        assert_eq!(y.view::<f32>().unwrap().as_ref(), relu.as_slice());
+    }
+}
+
+#[test]
+fn a_shape_that_does_not_fit_the_data_is_an_error_naming_the_node() {
+    let dir = TempDir::new("session-shape-bad");
+    let session = load(&dir, reshape_model()).unwrap();
+    let feeds = [
+        ("x", Tensor::from_vec(vec![6], vec![0.0f32; 6])),
+        ("s", Tensor::from_vec(vec![2], vec![3i64, 3])),
+    ];
+    let e = session.run(&feeds).unwrap_err().to_string();
+    assert!(e.contains("reshape") && e.contains("Reshape"), "{e}");
+}
+
+fn sigmoid_of_int32(dim: D) -> GraphProto {
+    GraphProto {
+        name: "g".into(),
+        node: vec![node("Sigmoid", "squash", &["x"], &["y"])],
+        input: vec![tensor_value("x", INT32, Some(&[dim]))],
+        output: vec![tensor_value("y", INT32, None)],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_unsupported_type_fails_at_load_naming_node_op_and_type() {
+    for (what, dim) in [("static", D::V(4)), ("symbolic", D::P("N"))] {
+        let dir = TempDir::new("session-dtype");
+        let e = match load(&dir, sigmoid_of_int32(dim)) {
+            Ok(_) => panic!("{what}: Sigmoid of int32 loaded"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            e.contains("'squash'") && e.contains("Sigmoid") && e.contains("int32"),
+            "{what}: {e}"
+        );
+    }
+}
+
+#[test]
+fn an_unsupported_op_fails_at_load_naming_node_and_op() {
+    let dir = TempDir::new("session-op");
+    let g = GraphProto {
+        name: "g".into(),
+        node: vec![node("NoSuchOp", "mystery", &["x"], &["y"])],
+        input: vec![tensor_value("x", FLOAT, Some(&[D::V(1)]))],
+        output: vec![tensor_value("y", FLOAT, None)],
+        ..Default::default()
+    };
+    let e = match load(&dir, g) {
+        Ok(_) => panic!("an unknown op loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("'mystery'") && e.contains("NoSuchOp"), "{e}");
+}
