@@ -21,10 +21,15 @@ mod concat;
 mod conv;
 mod elementwise;
 mod gather;
+mod gather_nd;
 mod matmul;
+mod pad;
 mod pool;
+mod remap;
 mod shape_ops;
+mod slice;
 mod softmax;
+mod tile_expand;
 mod transpose;
 
 pub use attrs::{AttrValue, Attrs};
@@ -213,10 +218,14 @@ pub fn registry() -> &'static Registry {
         conv::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
+        gather_nd::register(&mut r);
         matmul::register(&mut r);
+        pad::register(&mut r);
         pool::register(&mut r);
         shape_ops::register(&mut r);
+        slice::register(&mut r);
         softmax::register(&mut r);
+        tile_expand::register(&mut r);
         transpose::register(&mut r);
         r
     })

@@ -203,10 +203,12 @@ fn view_ops_copy_words_on_the_gpu() {
         k.dispatches[0].buffers,
         vec![BufRef::Input(0), BufRef::Output(0)]
     );
-    // Two f16 are one word; three u8 are not a whole word.
+    // Two f16 are one word; three u8 are not a whole word, so they move one byte each.
     let k = op.gpu(&[], &[ValueType::new(DType::F16, vec![2])]).unwrap();
     assert_eq!(k.dispatches[0].params, vec![1]);
-    assert!(op.gpu(&[], &[ValueType::new(DType::U8, vec![3])]).is_none());
+    let k = op.gpu(&[], &[ValueType::new(DType::U8, vec![3])]).unwrap();
+    assert_eq!(k.dispatches[0].shader, "remap_b1");
+    assert_eq!(k.dispatches[0].params[0], 3);
     let empty = op
         .gpu(&[], &[ValueType::new(DType::F32, vec![0, 5])])
         .unwrap();
