@@ -26,6 +26,7 @@ mod matmul;
 mod pad;
 mod pool;
 mod remap;
+mod scatter;
 mod shape_ops;
 mod slice;
 mod softmax;
@@ -222,6 +223,7 @@ pub fn registry() -> &'static Registry {
         matmul::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);
+        scatter::register(&mut r);
         shape_ops::register(&mut r);
         slice::register(&mut r);
         softmax::register(&mut r);
