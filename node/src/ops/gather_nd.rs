@@ -26,6 +26,14 @@ pub(crate) fn element_shader(stem: &str, es: usize) -> Option<&'static str> {
         ("gather_nd", 2) => "gather_nd_b2",
         ("gather_nd", 4) => "gather_nd_b4",
         ("gather_nd", 8) => "gather_nd_b8",
+        ("trilu", 1) => "trilu_b1",
+        ("trilu", 2) => "trilu_b2",
+        ("trilu", 4) => "trilu_b4",
+        ("trilu", 8) => "trilu_b8",
+        ("onehot", 1) => "onehot_b1",
+        ("onehot", 2) => "onehot_b2",
+        ("onehot", 4) => "onehot_b4",
+        ("onehot", 8) => "onehot_b8",
         _ => return None,
     })
 }

@@ -22,6 +22,7 @@ mod conv;
 mod elementwise;
 mod gather;
 mod gather_nd;
+mod generate;
 mod matmul;
 mod pad;
 mod pool;
@@ -220,6 +221,7 @@ pub fn registry() -> &'static Registry {
         elementwise::register(&mut r);
         gather::register(&mut r);
         gather_nd::register(&mut r);
+        generate::register(&mut r);
         matmul::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);
