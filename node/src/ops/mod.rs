@@ -27,6 +27,7 @@ mod matmul;
 mod pad;
 mod pool;
 mod remap;
+mod resize;
 mod scatter;
 mod shape_ops;
 mod slice;
@@ -225,6 +226,7 @@ pub fn registry() -> &'static Registry {
         matmul::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);
+        resize::register(&mut r);
         scatter::register(&mut r);
         shape_ops::register(&mut r);
         slice::register(&mut r);

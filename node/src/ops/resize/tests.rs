@@ -1,0 +1,167 @@
+//! Hand-derived 1-D cases for each sampling rule (checked against ONNX's reference formulas);
+//! the ONNX node tests cover the combinations.
+
+use super::*;
+use crate::ops::AttrValue;
+use crate::ops::shape_ops::testkit::*;
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.view::<f32>().unwrap().to_vec()
+}
+
+fn resize(
+    attrs: Vec<(&str, AttrValue)>,
+    x: &Tensor,
+    scales: Option<&[f32]>,
+    sizes: Option<&[i64]>,
+) -> Tensor {
+    let s = scales.map(|s| Tensor::from_vec(vec![s.len()], s.to_vec()));
+    let z = sizes.map(i64s);
+    run_node(
+        "Resize",
+        19,
+        attrs,
+        &[Some(x), None, s.as_ref(), z.as_ref()],
+    )
+    .unwrap()
+}
+
+fn s(v: &str) -> AttrValue {
+    AttrValue::String(v.into())
+}
+
+#[test]
+fn nearest_modes_round_as_named() {
+    let x = Tensor::from_vec(vec![4], vec![1.0f32, 2.0, 3.0, 4.0]);
+    // half_pixel, scale 0.6 -> 2 outputs at x = (y + 0.5) / 0.6 - 0.5 = 0.333, 2.0.
+    let y = resize(vec![], &x, Some(&[0.6]), None);
+    assert_eq!(f32s(&y), [1.0, 3.0]);
+    // Upsampling by 2 with asymmetric: x = y / 2 = 0, 0.5, 1, 1.5...
+    let up = |m: &str| {
+        f32s(&resize(
+            vec![
+                ("coordinate_transformation_mode", s("asymmetric")),
+                ("nearest_mode", s(m)),
+            ],
+            &x,
+            Some(&[2.0]),
+            None,
+        ))
+    };
+    assert_eq!(up("round_prefer_floor"), [1., 1., 2., 2., 3., 3., 4., 4.]);
+    assert_eq!(up("round_prefer_ceil"), [1., 2., 2., 3., 3., 4., 4., 4.]);
+    assert_eq!(up("floor"), [1., 1., 2., 2., 3., 3., 4., 4.]);
+    assert_eq!(up("ceil"), [1., 2., 2., 3., 3., 4., 4., 4.]);
+}
+
+#[test]
+fn linear_and_cubic_weights() {
+    let x = Tensor::from_vec(vec![2], vec![0.0f32, 4.0]);
+    // half_pixel x2: x = -0.25, 0.25, 0.75, 1.25 -> clamped edges.
+    let y = resize(vec![("mode", s("linear"))], &x, Some(&[2.0]), None);
+    assert_eq!(f32s(&y), [0.0, 1.0, 3.0, 4.0]);
+    // align_corners to 3: x = 0, 0.5, 1.
+    let y = resize(
+        vec![
+            ("mode", s("linear")),
+            ("coordinate_transformation_mode", s("align_corners")),
+        ],
+        &x,
+        None,
+        Some(&[3]),
+    );
+    assert_eq!(f32s(&y), [0.0, 2.0, 4.0]);
+    // Cubic at a half step, A = -0.75: weights -0.09375, 0.59375, 0.59375, -0.09375 on
+    // elements [0, 0, 4, 4] (edges clamp) -> 2.0.
+    let y = resize(
+        vec![
+            ("mode", s("cubic")),
+            ("coordinate_transformation_mode", s("align_corners")),
+        ],
+        &x,
+        None,
+        Some(&[3]),
+    );
+    assert!((f32s(&y)[1] - 2.0).abs() < 1e-6);
+    // With exclude_outside the outside taps drop and the rest renormalise: still symmetric.
+    let x4 = Tensor::from_vec(vec![4], vec![0.0f32, 1.0, 2.0, 3.0]);
+    let y = resize(
+        vec![("mode", s("cubic")), ("exclude_outside", AttrValue::Int(1))],
+        &x4,
+        Some(&[0.5]),
+        None,
+    );
+    // half_pixel 0.5: x = 0.5 and 2.5; taps -1..2 around 0: -1 excluded.
+    let w = [0.59375f64, 0.59375, -0.09375];
+    let first = (w[0] * 0.0 + w[1] * 1.0 + w[2] * 2.0) / w.iter().sum::<f64>();
+    assert!((f32s(&y)[0] as f64 - first).abs() < 1e-6);
+}
+
+#[test]
+fn tf_crop_and_resize_extrapolates() {
+    let x = Tensor::from_vec(vec![3], vec![10.0f32, 20.0, 30.0]);
+    let roi = Tensor::from_vec(vec![2], vec![0.5f32, 1.5]);
+    let sizes = i64s(&[3]);
+    let y = run_node(
+        "Resize",
+        13,
+        vec![
+            ("mode", s("linear")),
+            ("coordinate_transformation_mode", s("tf_crop_and_resize")),
+            ("extrapolation_value", AttrValue::Float(-1.0)),
+        ],
+        &[Some(&x), Some(&roi), None, Some(&sizes)],
+    )
+    .unwrap();
+    // x = y * (1.5 - 0.5) * 2 / 2 + 0.5 * 2 = 1, 2, 3: the last is outside.
+    assert_eq!(f32s(&y), [20.0, 30.0, -1.0]);
+}
+
+#[test]
+fn sizes_with_aspect_policy_and_axes() {
+    let x = Tensor::zeros(DType::F32, vec![1, 4, 6]);
+    let op = |p: &str| {
+        op(
+            "Resize",
+            18,
+            vec![("keep_aspect_ratio_policy", s(p)), ("axes", ints(&[1, 2]))],
+            4,
+        )
+        .unwrap()
+    };
+    let sizes = i64s(&[8, 8]);
+    let shape = |p: &str| {
+        infer_known(op(p).as_ref(), &[Some(&x), None, None, Some(&sizes)]).unwrap()[0]
+            .shape
+            .clone()
+    };
+    assert_eq!(shape("stretch"), [1, 8, 8]);
+    // Scales 2 and 1.333: not_larger takes 1.333 -> round(5.33) = 5, 8.
+    assert_eq!(shape("not_larger"), [1, 5, 8]);
+    assert_eq!(shape("not_smaller"), [1, 8, 12]);
+}
+
+#[test]
+fn upsample_repeats_and_integers_round() {
+    let x = Tensor::from_vec(vec![1, 2], vec![1u8, 3]);
+    let y = run_node(
+        "Upsample",
+        7,
+        vec![("scales", AttrValue::Floats(vec![1.0, 2.0]))],
+        &[Some(&x)],
+    )
+    .unwrap();
+    assert_eq!(y.to_i64_vec().unwrap(), [1, 1, 3, 3]);
+    // Linear on uint8: 1, 2, 3, 3 (asymmetric x = 0, 0.5, 1, 1.5 clamped).
+    let y = run_node(
+        "Upsample",
+        9,
+        vec![("mode", s("linear"))],
+        &[
+            Some(&x),
+            Some(&Tensor::from_vec(vec![2], vec![1.0f32, 2.0])),
+        ],
+    )
+    .unwrap();
+    assert_eq!(y.to_i64_vec().unwrap(), [1, 2, 3, 3]);
+}
