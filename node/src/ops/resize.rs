@@ -8,7 +8,7 @@ mod taps;
 use self::taps::{Mode, Nearest, Sampling, Transform, axis_taps};
 use super::shape_ops::attr_since;
 use super::util::{const_input, opt, req};
-use super::{InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor};
 
 pub fn register(r: &mut Registry) {
@@ -400,7 +400,13 @@ impl Op for Resize {
         let p = self.plan(x.shape(), v[0], v[1], v[2])?;
         Ok(vec![self.run(x, &p)?])
     }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
+        gpu::kernel(self, inputs, outputs)
+    }
 }
+
+mod gpu;
 
 #[cfg(test)]
 mod tests;

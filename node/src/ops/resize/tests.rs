@@ -165,3 +165,100 @@ fn upsample_repeats_and_integers_round() {
     .unwrap();
     assert_eq!(y.to_i64_vec().unwrap(), [1, 2, 3, 3]);
 }
+
+/// GPU against CPU within float tolerance (the shader computes coordinates in f32, the
+/// reference in f64).
+#[track_caller]
+fn gpu_close(op: &dyn Op, inputs: &[Option<&Tensor>], what: &str) {
+    let types = infer_known(op, inputs).unwrap();
+    let cpu = op.run_cpu(inputs, &types).unwrap();
+    let gpu = match crate::device::vulkan::testing::run_op(op, inputs, &types) {
+        Err(e) if e == "skipped" => return,
+        Err(e) => panic!("{what}: {e}"),
+        Ok(g) => g,
+    };
+    let (c, g) = (cpu[0].to_f64_vec().unwrap(), gpu[0].to_f64_vec().unwrap());
+    let tol = if cpu[0].dtype() == DType::F16 {
+        1e-2
+    } else {
+        1e-4
+    };
+    for (k, (a, b)) in c.iter().zip(&g).enumerate() {
+        assert!(
+            (a - b).abs() <= tol * (1.0 + a.abs()),
+            "{what}: element {k}: cpu {a}, gpu {b}"
+        );
+    }
+}
+
+#[test]
+fn gpu_resize_matches_cpu() {
+    let modes: [(&str, Vec<(&str, AttrValue)>); 5] = [
+        ("nearest", vec![]),
+        (
+            "nearest",
+            vec![
+                ("nearest_mode", s("ceil")),
+                ("coordinate_transformation_mode", s("asymmetric")),
+            ],
+        ),
+        (
+            "linear",
+            vec![("coordinate_transformation_mode", s("align_corners"))],
+        ),
+        ("cubic", vec![("exclude_outside", AttrValue::Int(1))]),
+        (
+            "linear",
+            vec![("coordinate_transformation_mode", s("pytorch_half_pixel"))],
+        ),
+    ];
+    let x = Tensor::from_vec(
+        vec![2, 3, 5, 7],
+        (0..210).map(|i| ((i * 37) % 23) as f32 - 11.0).collect(),
+    );
+    let xh = Tensor::from_vec(
+        vec![2, 3, 5, 7],
+        x.view::<f32>()
+            .unwrap()
+            .iter()
+            .map(|&v| half::f16::from_f32(v))
+            .collect(),
+    );
+    for (mode, extra) in modes {
+        let attrs = [vec![("mode", s(mode))], extra].concat();
+        let o = op("Resize", 19, attrs, 4).unwrap();
+        let scales = Tensor::from_vec(vec![4], vec![1.0f32, 1.0, 1.6, 0.6]);
+        let sizes = i64s(&[2, 3, 9, 4]);
+        for t in [&x, &xh] {
+            gpu_close(
+                o.as_ref(),
+                &[Some(t), None, Some(&scales)],
+                &format!("{mode} scales"),
+            );
+            gpu_close(
+                o.as_ref(),
+                &[Some(t), None, None, Some(&sizes)],
+                &format!("{mode} sizes"),
+            );
+        }
+    }
+    let crop = op(
+        "Resize",
+        19,
+        vec![
+            ("mode", s("linear")),
+            ("coordinate_transformation_mode", s("tf_crop_and_resize")),
+            ("extrapolation_value", AttrValue::Float(7.0)),
+            ("axes", ints(&[2, 3])),
+            ("keep_aspect_ratio_policy", s("not_larger")),
+        ],
+        4,
+    )
+    .unwrap();
+    let roi = Tensor::from_vec(vec![4], vec![0.2f32, -0.3, 1.2, 0.9]);
+    gpu_close(
+        crop.as_ref(),
+        &[Some(&x), Some(&roi), None, Some(&i64s(&[8, 8]))],
+        "crop",
+    );
+}
