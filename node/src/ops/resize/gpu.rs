@@ -79,12 +79,12 @@ pub(super) fn kernel(
     };
     let st = strides(&x.shape);
     let mut table = Vec::with_capacity(4 * r);
-    for a in 0..r {
+    for (a, (&stride, (&i, &o))) in st.iter().zip(x.shape.iter().zip(&y.shape)).enumerate() {
         let slot = axes
             .iter()
             .position(|&b| b == a)
             .map_or(NOT_RESIZED, |p| p as u32);
-        table.extend([x.shape[a] as u32, y.shape[a] as u32, st[a] as u32, slot]);
+        table.extend([i as u32, o as u32, stride as u32, slot]);
     }
     let (mode, nearest) = match s.mode {
         Mode::Nearest(n) => (
