@@ -29,6 +29,7 @@ mod pool;
 mod remap;
 mod resize;
 mod scatter;
+mod select;
 mod shape_ops;
 mod slice;
 mod softmax;
@@ -228,6 +229,7 @@ pub fn registry() -> &'static Registry {
         pool::register(&mut r);
         resize::register(&mut r);
         scatter::register(&mut r);
+        select::register(&mut r);
         shape_ops::register(&mut r);
         slice::register(&mut r);
         softmax::register(&mut r);
