@@ -2,8 +2,8 @@
 //! their inputs' values, so their rules need those values (the graph layer specializes on
 //! them, or folds the op); ReverseSequence's lengths only move data.
 
-use super::util::{const_input, req};
-use super::{InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use super::util::{const_input, groups_1d, req};
+use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor, numel};
 
 pub fn register(r: &mut Registry) {
@@ -278,6 +278,44 @@ impl Op for ReverseSequence {
             }
         }
         Ok(vec![tensor(x.dtype(), s.to_vec(), out)?])
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        let x = inputs.first().copied().flatten()?;
+        let lens = inputs.get(1).copied().flatten()?;
+        let n = x.numel();
+        i32::try_from(n).ok()?;
+        let dispatches = if n == 0 {
+            vec![]
+        } else {
+            vec![Dispatch {
+                shader: match x.dtype.size() {
+                    1 => "reverse_sequence_b1",
+                    2 => "reverse_sequence_b2",
+                    4 => "reverse_sequence_b4",
+                    8 => "reverse_sequence_b8",
+                    _ => return None,
+                },
+                buffers: vec![BufRef::Input(0), BufRef::Input(1), BufRef::Output(0)],
+                params: vec![
+                    n as u32,
+                    x.shape[0] as u32,
+                    x.shape[1] as u32,
+                    numel(&x.shape[2..]) as u32,
+                    (self.batch_axis == 0) as u32,
+                    super::gather_nd::index_words(lens.dtype)?,
+                ],
+                groups: groups_1d(n, 256),
+            }]
+        };
+        Some(GpuKernel {
+            scratch: vec![],
+            dispatches,
+        })
+    }
+
+    fn flops(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
+        0
     }
 }
 

@@ -88,3 +88,33 @@ fn reverse_sequence_per_batch_lengths() {
         [3, 2, 1, 0, 6, 5, 4, 7, 9, 8, 10, 11, 12, 13, 14, 15]
     );
 }
+
+#[test]
+fn gpu_reverse_sequence_matches_cpu() {
+    use crate::tensor::DType;
+    let tb = op("ReverseSequence", 10, vec![], 2).unwrap();
+    let bt = op(
+        "ReverseSequence",
+        10,
+        vec![
+            ("batch_axis", AttrValue::Int(0)),
+            ("time_axis", AttrValue::Int(1)),
+        ],
+        2,
+    )
+    .unwrap();
+    for dtype in [DType::Bool, DType::F16, DType::F32, DType::I64] {
+        let x = random_tensor(dtype, &[5, 3, 3], 9);
+        gpu_matches_cpu(
+            tb.as_ref(),
+            &[Some(&x), Some(&i64s(&[5, 0, 2]))],
+            "time-major",
+        );
+        let x = random_tensor(dtype, &[3, 5, 2], 10);
+        gpu_matches_cpu(
+            bt.as_ref(),
+            &[Some(&x), Some(&i64s(&[1, 4, 5]))],
+            "batch-major",
+        );
+    }
+}

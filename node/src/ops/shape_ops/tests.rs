@@ -573,6 +573,19 @@ fn gpu_view_copies_match_the_cpu() {
             vec![],
             vec![Some(random_tensor(DType::Bool, &[2, 2, 3], 5))],
         ),
+        // Not whole words: element copies instead of word copies.
+        (
+            "Identity",
+            13,
+            vec![],
+            vec![Some(random_tensor(DType::Bool, &[3], 6))],
+        ),
+        (
+            "Squeeze",
+            13,
+            vec![],
+            vec![Some(random_tensor(DType::F16, &[1, 3, 1], 7))],
+        ),
     ];
     for (name, opset, attrs, inputs) in cases {
         let op = op(name, opset, attrs, inputs.len()).unwrap();
