@@ -542,7 +542,7 @@ fn gpu_view_copies_match_the_cpu() {
         Vec<(&'static str, AttrValue)>,
         Vec<Option<Tensor>>,
     );
-    let cases: [Case; 5] = [
+    let cases: [Case; 7] = [
         (
             "Reshape",
             13,
