@@ -372,8 +372,8 @@ impl Op for Resize {
         if x.dtype == DType::Bool {
             return Err(OpError::invalid("Resize of bool tensors"));
         }
-        // Every present input but X shapes the output (roi only for tf_crop_and_resize, but
-        // it is a planning-time value in every model seen).
+        // Scales or sizes shape the output; roi only matters to tf_crop_and_resize, and
+        // otherwise may be a run-time value.
         let get = |i: usize| -> Result<Option<&Tensor>, OpError> {
             match opt(inputs, i) {
                 None => Ok(None),
@@ -381,8 +381,13 @@ impl Op for Resize {
                 Some(_) => const_input(inputs, i).map(Some),
             }
         };
+        let roi = if self.sampling.transform == Transform::TfCropAndResize {
+            get(1)?
+        } else {
+            opt(inputs, 1).and_then(|v| v.value)
+        };
         let vals = match self.layout {
-            Layout::Full => [get(1)?, get(2)?, get(3)?],
+            Layout::Full => [roi, get(2)?, get(3)?],
             Layout::Scales1 => [None, get(1)?, None],
             Layout::ScalesAttr => [None, None, None],
         };

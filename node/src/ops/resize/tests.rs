@@ -262,3 +262,31 @@ fn gpu_resize_matches_cpu() {
         "crop",
     );
 }
+
+#[test]
+fn roi_is_needed_only_for_tf_crop_and_resize() {
+    let x = Tensor::zeros(DType::F32, vec![1, 4]);
+    let roi = Tensor::from_vec(vec![4], vec![0f32, 0.0, 1.0, 1.0]);
+    let scales = Tensor::from_vec(vec![2], vec![1f32, 2.0]);
+    let ins = [Some(&x), Some(&roi), Some(&scales)];
+    let plain = op("Resize", 13, vec![], 3).unwrap();
+    assert_eq!(
+        infer_partly(plain.as_ref(), &ins, &[0, 2]).unwrap()[0].shape,
+        [1, 8]
+    );
+    let crop = op(
+        "Resize",
+        13,
+        vec![("coordinate_transformation_mode", s("tf_crop_and_resize"))],
+        3,
+    )
+    .unwrap();
+    assert_eq!(
+        infer_partly(crop.as_ref(), &ins, &[0, 2]).unwrap_err(),
+        OpError::NeedsValue(1)
+    );
+    assert_eq!(
+        infer_partly(plain.as_ref(), &ins, &[0, 1]).unwrap_err(),
+        OpError::NeedsValue(2)
+    );
+}
