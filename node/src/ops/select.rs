@@ -1,6 +1,7 @@
-//! Compress, Unique and ReverseSequence on the CPU. Compress's and Unique's output shapes are
-//! their inputs' values, so their rules need those values (the graph layer specializes on
-//! them, or folds the op); ReverseSequence's lengths only move data.
+//! Compress, Unique and ReverseSequence. Compress's and Unique's output shapes are their
+//! inputs' values, so their rules need those values (the graph layer specializes on them, or
+//! folds the op); ReverseSequence's lengths only move data. Unique runs on the CPU only (it is
+//! folded whenever its rule can run); Compress and ReverseSequence also have GPU kernels.
 
 use super::util::{const_input, groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
@@ -94,6 +95,57 @@ impl Op for Compress {
         _outputs: &[ValueType],
     ) -> Result<Vec<Tensor>, OpError> {
         Ok(vec![self.compress(req(inputs, 0)?, req(inputs, 1)?)?])
+    }
+
+    /// A pre-pass turns the condition (a run-time buffer) into indices, then gather_e.comp
+    /// picks the slices.
+    fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
+        let x = inputs.first().copied().flatten()?;
+        let cond = inputs.get(1).copied().flatten()?;
+        let y = outputs.first()?;
+        if cond.dtype != DType::Bool || cond.shape.len() != 1 {
+            return None;
+        }
+        let axis = self
+            .axis
+            .map(|a| super::util::axis(a, x.shape.len()))
+            .transpose()
+            .ok()?;
+        let (_, n, inner) = split3(&x.shape, axis);
+        let picks = match axis {
+            Some(a) => *y.shape.get(a)?,
+            None => y.numel(),
+        };
+        let total = y.numel();
+        for v in [total, x.numel(), n] {
+            i32::try_from(v).ok()?;
+        }
+        if total == 0 {
+            return Some(GpuKernel {
+                scratch: vec![],
+                dispatches: vec![],
+            });
+        }
+        let pre = Dispatch {
+            shader: "compress_table",
+            buffers: vec![BufRef::Input(1), BufRef::Scratch(0)],
+            params: vec![cond.numel() as u32, picks as u32],
+            groups: [1, 1, 1],
+        };
+        let main = Dispatch {
+            shader: super::gather_nd::element_shader("gather_e", x.dtype.size())?,
+            buffers: vec![BufRef::Input(0), BufRef::Scratch(0), BufRef::Output(0)],
+            params: vec![total as u32, inner as u32, picks as u32, n as u32, 1],
+            groups: groups_1d(total, 256),
+        };
+        Some(GpuKernel {
+            scratch: vec![(picks * 4) as u64],
+            dispatches: vec![pre, main],
+        })
+    }
+
+    fn flops(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
+        0
     }
 }
 

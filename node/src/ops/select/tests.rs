@@ -118,3 +118,17 @@ fn gpu_reverse_sequence_matches_cpu() {
         );
     }
 }
+
+#[test]
+fn gpu_compress_matches_cpu() {
+    use crate::tensor::DType;
+    let by_axis = op("Compress", 11, vec![("axis", AttrValue::Int(-2))], 2).unwrap();
+    let flat = op("Compress", 11, vec![], 2).unwrap();
+    for dtype in [DType::U8, DType::F16, DType::F32, DType::F64] {
+        let x = random_tensor(dtype, &[2, 5, 3], 21);
+        let c = Tensor::from_bools(vec![4], vec![true, false, true, true]);
+        gpu_matches_cpu(by_axis.as_ref(), &[Some(&x), Some(&c)], "Compress axis");
+        let c = Tensor::from_bools(vec![7], vec![false, true, true, false, false, true, true]);
+        gpu_matches_cpu(flat.as_ref(), &[Some(&x), Some(&c)], "Compress flat");
+    }
+}
