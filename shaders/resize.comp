@@ -4,13 +4,25 @@
 // reference computes the same in f64); the output is the weighted sum over the product of the
 // axes' taps. Table per axis (outermost first): in_dim, out_dim, in_stride, slot (the axis's
 // entry in scales / sizes / roi, or 0xFFFFFFFF for an axis left alone).
+// Variants: f32, f16, and u8 / i8 (images), all computed in float.
 #version 460
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
 #extension GL_GOOGLE_include_directive : require
 // @variant f32 DT_F32
 // @variant f16 DT_F16
+// @variant u8 DT_U8
+// @variant i8 DT_I8
 #include "types.glsl"
+
+// Integers round half to even and saturate, as ONNX's reference does.
+#if defined(DT_U8)
+#define STORE(x) T(clamp(roundEven(x), 0.0, 255.0))
+#elif defined(DT_I8)
+#define STORE(x) T(int(clamp(roundEven(x), -128.0, 127.0)))
+#else
+#define STORE(x) T(x)
+#endif
 
 layout(local_size_x = 256) in;
 
@@ -96,7 +108,7 @@ void main() {
             x = out_f == 1.0 ? (r1 - r0) * (in_f - 1.0) / 2.0 : y * (r1 - r0) * (in_f - 1.0) / (out_f - 1.0);
             x += r0 * (in_f - 1.0);
             if (x < 0.0 || x > in_f - 1.0) {
-                p.y.v[e] = T(p.extrapolation);
+                p.y.v[e] = STORE(p.extrapolation);
                 return;
             }
         } else if (p.transform == 2u) x = out_f == 1.0 ? -0.5 : (y + 0.5) / sc - 0.5;
@@ -165,5 +177,5 @@ void main() {
             pick[a] = 0u;
         }
     }
-    p.y.v[e] = T(acc);
+    p.y.v[e] = STORE(acc);
 }

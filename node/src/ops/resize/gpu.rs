@@ -1,4 +1,4 @@
-//! Resize's GPU kernel (shaders/resize.comp): f32 and f16 data, every mode and transform but
+//! Resize's GPU kernel (shaders/resize.comp): f32, f16, u8 and i8 data, every mode and transform but
 //! antialias, with the scales or sizes read on the device (they are run-time buffers).
 
 use super::taps::{Mode, Nearest, Transform};
@@ -21,6 +21,8 @@ pub(super) fn kernel(
     let shader = match x.dtype {
         DType::F32 => "resize_f32",
         DType::F16 => "resize_f16",
+        DType::U8 => "resize_u8",
+        DType::I8 => "resize_i8",
         _ => return None,
     };
     let s = &op.sampling;
