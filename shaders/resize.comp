@@ -1,5 +1,6 @@
 // Resize: one invocation per output element. For each resized axis the source coordinate and
-// the taps (nearest 2 with one weight 1, linear 2, cubic 4; no antialias) are computed here
+// the taps (nearest 2 with one weight 1, linear 2, cubic 4; antialiased linear and cubic
+// widen with the shrink factor, up to MAX_TAPS, which the op side checks) are computed here
 // from the scales or sizes buffer, in float, following node/src/ops/resize/taps.rs (the CPU
 // reference computes the same in f64); the output is the weighted sum over the product of the
 // axes' taps. Table per axis (outermost first): in_dim, out_dim, in_stride, slot (the axis's
@@ -51,7 +52,10 @@ layout(push_constant, scalar) uniform P {
     uint exclude;    // exclude_outside
     float cubic_a;
     float extrapolation;
+    uint antialias;
 } p;
+
+#define MAX_TAPS 16
 
 float scale_of(uint a, uint slot) {
     if (p.source == 0u) return p.scales.v[slot];
@@ -78,8 +82,8 @@ void main() {
     uint e = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     if (e >= p.n) return;
     // Per axis: up to 4 taps (source offsets already times the stride) and their weights.
-    uint off[8][4];
-    float w[8][4];
+    uint off[8][MAX_TAPS];
+    float w[8][MAX_TAPS];
     uint cnt[8];
     uint rest = e;
     for (int a = int(p.rank) - 1; a >= 0; --a) {
@@ -119,9 +123,24 @@ void main() {
         int base = int(ceil(x)) - 1;
         float ratio = x - float(base);
         int first = 0;
-        float ww[4];
+        float ww[MAX_TAPS];
         uint k = 2u;
-        if (p.mode == 0u) {
+        if (p.antialias == 1u && p.mode != 0u) {
+            // The kernel stretched by 1 / scale when shrinking, normalised to sum 1.
+            float s1 = min(sc, 1.0);
+            float support = p.mode == 1u ? 1.0 : 2.0;
+            first = int(floor(-support / s1)) + 1;
+            k = min(uint(2 - 2 * first), uint(MAX_TAPS));
+            float total = 0.0;
+            for (uint j = 0u; j < k; ++j) {
+                float d = (float(first + int(j)) - ratio) * s1;
+                ww[j] = p.mode == 1u ? clamp(1.0 - abs(d), 0.0, 1.0) : cubic(d);
+                total += ww[j];
+            }
+            if (total != 0.0) {
+                for (uint j = 0u; j < k; ++j) ww[j] /= total;
+            }
+        } else if (p.mode == 0u) {
             bool right;
             if (ratio == 1.0) right = true;
             else if (p.nearest == 0u) right = ratio > 0.5;

@@ -1,5 +1,6 @@
-//! Resize's GPU kernel (shaders/resize.comp): f32, f16, u8 and i8 data, every mode and transform but
-//! antialias, with the scales or sizes read on the device (they are run-time buffers).
+//! Resize's GPU kernel (shaders/resize.comp): f32, f16, u8 and i8 data, every mode and
+//! transform, antialias included while the shrink keeps the kernel within the shader's taps;
+//! the scales or sizes are read on the device (they are run-time buffers).
 
 use super::taps::{Mode, Nearest, Transform};
 use super::{Layout, Policy, Resize};
@@ -10,6 +11,23 @@ use crate::tensor::{DType, strides};
 /// The shader's largest rank (its per-axis arrays).
 const MAX_RANK: usize = 8;
 const NOT_RESIZED: u32 = u32::MAX;
+/// Taps per axis the shader holds (its MAX_TAPS).
+const MAX_TAPS: i64 = 16;
+
+/// Whether an antialiased kernel fits the shader's taps on every axis. The scale itself is a
+/// run-time value, but it is at least about out / in (scales give out = floor(scale * in), a
+/// policy out = round(scale * in)), which bounds how wide the kernel gets.
+fn antialias_fits(s: &super::taps::Sampling, input: &[usize], output: &[usize]) -> bool {
+    let support = if s.mode == Mode::Linear { 1.0 } else { 2.0 };
+    input.iter().zip(output).all(|(&i, &o)| {
+        let lower = (o as f64 - 0.5).max(0.0) / i.max(1) as f64;
+        if lower <= 0.0 {
+            return o == 0;
+        }
+        let first = (-support / lower.min(1.0)).floor() as i64 + 1;
+        2 - 2 * first <= MAX_TAPS
+    })
+}
 
 pub(super) fn kernel(
     op: &Resize,
@@ -27,7 +45,10 @@ pub(super) fn kernel(
     };
     let s = &op.sampling;
     let r = x.shape.len();
-    if s.antialias || r > MAX_RANK || y.shape.len() != r {
+    if r > MAX_RANK || y.shape.len() != r {
+        return None;
+    }
+    if s.antialias && !antialias_fits(s, &x.shape, &y.shape) {
         return None;
     }
     if y.numel() == 0 {
@@ -144,6 +165,7 @@ pub(super) fn kernel(
                 s.exclude_outside as u32,
                 cubic_a.to_bits(),
                 (op.extrapolation as f32).to_bits(),
+                s.antialias as u32,
             ],
             groups: groups_1d(n, 256),
         }],

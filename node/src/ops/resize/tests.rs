@@ -301,3 +301,48 @@ fn roi_is_needed_only_for_tf_crop_and_resize() {
         OpError::NeedsValue(2)
     );
 }
+
+#[test]
+fn gpu_antialias_matches_cpu() {
+    let x = Tensor::from_vec(
+        vec![1, 2, 12, 9],
+        (0..216).map(|i| ((i * 29) % 31) as f32 - 15.0).collect(),
+    );
+    for mode in ["linear", "cubic"] {
+        let o = op(
+            "Resize",
+            18,
+            vec![("mode", s(mode)), ("antialias", AttrValue::Int(1))],
+            4,
+        )
+        .unwrap();
+        // Cubic's kernel is twice as wide: shrink it less to stay within the shader's taps.
+        let h = if mode == "linear" { 0.3f32 } else { 0.5 };
+        let scales = Tensor::from_vec(vec![4], vec![1.0f32, 1.0, h, 0.6]);
+        gpu_close(
+            o.as_ref(),
+            &[Some(&x), None, Some(&scales)],
+            "antialias scales",
+        );
+        let sizes = i64s(&[1, 2, 5, 4]);
+        gpu_close(
+            o.as_ref(),
+            &[Some(&x), None, None, Some(&sizes)],
+            "antialias sizes",
+        );
+    }
+    // Shrinking 12 -> 1 with cubic needs more taps than the shader holds: CPU only.
+    let o = op(
+        "Resize",
+        18,
+        vec![("mode", s("cubic")), ("antialias", AttrValue::Int(1))],
+        4,
+    )
+    .unwrap();
+    let types = [ValueType::of(&x), ValueType::new(DType::I64, vec![4])];
+    let out = [ValueType::new(DType::F32, vec![1, 2, 1, 9])];
+    assert!(
+        o.gpu(&[Some(&types[0]), None, None, Some(&types[1])], &out)
+            .is_none()
+    );
+}
