@@ -290,28 +290,46 @@ impl Op for ScatterNd {
             table.push(0);
         }
         let mut dispatches = vec![copy_data(d)?];
+        let mut scratch = vec![];
         if u.numel() > 0 {
-            dispatches.push(Dispatch {
-                shader: shader("scatter_nd", d.dtype, self.reduction)?,
+            let name = shader("scatter_nd", d.dtype, self.reduction)?;
+            let iw = index_words(i.dtype)?;
+            let red = self.reduction as u32;
+            let table = BufRef::Table(table);
+            let step = |n: usize, phase: u32, owners: BufRef| Dispatch {
+                shader: name,
                 buffers: vec![
                     BufRef::Input(1),
                     BufRef::Input(2),
-                    BufRef::Table(table),
+                    table.clone(),
                     BufRef::Output(0),
+                    owners,
                 ],
                 params: vec![
-                    u.numel() as u32,
+                    n as u32,
                     k as u32,
                     slice as u32,
                     rows as u32,
-                    index_words(i.dtype)?,
-                    self.reduction as u32,
+                    iw,
+                    red,
+                    phase,
                 ],
-                groups: groups_1d(u.numel(), 256),
-            });
+                groups: groups_1d(n, 256),
+            };
+            if self.reduction == Reduction::None {
+                // Owners: one word per output slice, claimed by the last row naming it.
+                let slots = d.numel() / slice;
+                u32::try_from(rows + 1).ok()?;
+                scratch.push((slots * 4) as u64);
+                dispatches.push(step(slots, 0, BufRef::Scratch(0)));
+                dispatches.push(step(rows, 1, BufRef::Scratch(0)));
+                dispatches.push(step(u.numel(), 2, BufRef::Scratch(0)));
+            } else {
+                dispatches.push(step(u.numel(), 3, BufRef::Input(1)));
+            }
         }
         Some(GpuKernel {
-            scratch: vec![],
+            scratch,
             dispatches,
         })
     }

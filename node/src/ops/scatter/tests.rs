@@ -122,3 +122,17 @@ fn gpu_scatters_match_cpu() {
         }
     }
 }
+
+#[test]
+fn gpu_scatter_nd_many_duplicate_rows() {
+    use crate::tensor::DType;
+    // 3000 rows into 50 slices: every slice named many times, across workgroups.
+    let data = small(DType::F32, &[50, 3], 7);
+    let idx: Vec<i64> = (0..3000).map(|r| (r * 37 % 50) - 25).collect();
+    let idx = t(&[3000, 1], &idx);
+    let upd = small(DType::F32, &[3000, 3], 8);
+    for r in ["none", "add", "max"] {
+        let o = op("ScatterND", 18, red(r), 3).unwrap();
+        gpu_matches_cpu(o.as_ref(), &[Some(&data), Some(&idx), Some(&upd)], r);
+    }
+}
