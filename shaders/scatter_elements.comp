@@ -1,7 +1,9 @@
-// ScatterElements after the output holds a copy of the data: one invocation per update
-// element u, whose target is u with the axis coordinate replaced by indices[u]. Targets can
-// only repeat among updates on the same line along the axis; they are resolved in order as in
-// scatter_nd.comp (no reduction: the last writes; a reduction: the first folds them all).
+// ScatterElements after the output holds a copy of the data: update element u targets u with
+// the axis coordinate replaced by indices[u]. Targets can only repeat among updates on the
+// same line along the axis; they are resolved in order as in scatter_nd.comp: with no
+// reduction in three phases (0 clears one owner word per output element, 1 lets each update
+// claim its target with atomicMax(position on its line + 1), 2 writes the owners' updates);
+// with a reduction (phase 3) the first update naming a target folds the line's later ones.
 // Table per axis: extent of the updates, stride of the data.
 #version 460
 #extension GL_EXT_buffer_reference : require
@@ -25,23 +27,30 @@
 layout(local_size_x = 256) in;
 
 layout(buffer_reference, scalar) readonly buffer Table { uint v[]; };
+layout(buffer_reference, scalar) buffer Owners { uint v[]; };
 
 layout(push_constant, scalar) uniform P {
     Idx indices;
     In updates;
     Table t;
     Out y;
-    uint n;          // update elements
+    Owners owners;   // one word per output element (phases 0-2)
+    uint n;          // invocations: output elements (phase 0), update elements (1-3)
     uint rank;
     uint axis;
     uint axis_dim;   // the data's extent on the axis (> 0)
     uint idx_words;
     uint reduction;
+    uint phase;
 } p;
 
 void main() {
     uint e = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     if (e >= p.n) return;
+    if (p.phase == 0u) {
+        p.owners.v[e] = 0u;
+        return;
+    }
     uint rest = e;
     uint base = 0u;
     uint ua = 0u;
@@ -63,12 +72,12 @@ void main() {
     uint astride = p.t.v[2u * p.axis + 1u];
     uint first = e - ua * line_stride;
     uint dst = base + axis_index(index_at(p.indices, e, p.idx_words), p.axis_dim) * astride;
-    if (p.reduction == 0u) {
-        for (uint r = ua + 1u; r < len; ++r) {
-            uint o = base + axis_index(index_at(p.indices, first + r * line_stride, p.idx_words), p.axis_dim) * astride;
-            if (o == dst) return;
-        }
-        p.y.v[dst] = p.updates.v[e];
+    if (p.phase == 1u) {
+        atomicMax(p.owners.v[dst], ua + 1u);
+        return;
+    }
+    if (p.phase == 2u) {
+        if (p.owners.v[dst] == ua + 1u) p.y.v[dst] = p.updates.v[e];
         return;
     }
     for (uint r = 0u; r < ua; ++r) {

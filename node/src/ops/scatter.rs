@@ -446,28 +446,36 @@ impl Op for ScatterElements {
             .flat_map(|(&n, &s)| [n as u32, s as u32])
             .collect();
         let mut dispatches = vec![copy_data(d)?];
+        let mut scratch = vec![];
         if u.numel() > 0 {
-            dispatches.push(Dispatch {
-                shader: shader("scatter_elements", d.dtype, self.reduction)?,
+            let name = shader("scatter_elements", d.dtype, self.reduction)?;
+            let iw = index_words(i.dtype)?;
+            let (rank, red) = (u.shape.len() as u32, self.reduction as u32);
+            let dim = d.shape[axis] as u32;
+            let table = BufRef::Table(table);
+            let step = |n: usize, phase: u32, owners: BufRef| Dispatch {
+                shader: name,
                 buffers: vec![
                     BufRef::Input(1),
                     BufRef::Input(2),
-                    BufRef::Table(table),
+                    table.clone(),
                     BufRef::Output(0),
+                    owners,
                 ],
-                params: vec![
-                    u.numel() as u32,
-                    u.shape.len() as u32,
-                    axis as u32,
-                    d.shape[axis] as u32,
-                    index_words(i.dtype)?,
-                    self.reduction as u32,
-                ],
-                groups: groups_1d(u.numel(), 256),
-            });
+                params: vec![n as u32, rank, axis as u32, dim, iw, red, phase],
+                groups: groups_1d(n, 256),
+            };
+            if self.reduction == Reduction::None {
+                scratch.push((d.numel() * 4) as u64);
+                dispatches.push(step(d.numel(), 0, BufRef::Scratch(0)));
+                dispatches.push(step(u.numel(), 1, BufRef::Scratch(0)));
+                dispatches.push(step(u.numel(), 2, BufRef::Scratch(0)));
+            } else {
+                dispatches.push(step(u.numel(), 3, BufRef::Input(1)));
+            }
         }
         Some(GpuKernel {
-            scratch: vec![],
+            scratch,
             dispatches,
         })
     }

@@ -136,3 +136,19 @@ fn gpu_scatter_nd_many_duplicate_rows() {
         gpu_matches_cpu(o.as_ref(), &[Some(&data), Some(&idx), Some(&upd)], r);
     }
 }
+
+#[test]
+fn gpu_scatter_elements_long_lines() {
+    use crate::tensor::DType;
+    // Lines of 2000 updates along axis 0 into 40 positions: many duplicates per line.
+    let data = small(DType::I32, &[40, 3], 9);
+    let idx: Vec<i64> = (0..2000 * 3).map(|k| (k * 13 % 80) - 40).collect();
+    let idx = t(&[2000, 3], &idx);
+    let upd = small(DType::I32, &[2000, 3], 10);
+    for r in ["none", "mul", "min"] {
+        let mut a = red(r);
+        a.push(("axis", AttrValue::Int(0)));
+        let o = op("ScatterElements", 18, a, 3).unwrap();
+        gpu_matches_cpu(o.as_ref(), &[Some(&data), Some(&idx), Some(&upd)], r);
+    }
+}
