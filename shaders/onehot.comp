@@ -1,5 +1,5 @@
 // OneHot: output element (o, d, i) (d on the new axis) is values[1] when the index at (o, i)
-// equals d (negative indices count from the back of depth), values[0] otherwise.
+// equals d (from opset 11 negative indices count from the back of depth), values[0] otherwise.
 #version 460
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
@@ -24,6 +24,7 @@ layout(push_constant, scalar) uniform P {
     uint depth;
     uint inner;
     uint idx_words;
+    uint wrap;       // opset 11: negative indices count from the back
 } p;
 
 void main() {
@@ -34,6 +35,6 @@ void main() {
     uint d = t % p.depth;
     uint o = t / p.depth;
     int idx = index_at(p.indices, o * p.inner + i, p.idx_words);
-    if (idx < 0) idx += int(p.depth);
+    if (idx < 0 && p.wrap == 1u) idx += int(p.depth);
     p.y.v[e] = p.values.v[idx == int(d) ? 1 : 0];
 }

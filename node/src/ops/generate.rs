@@ -444,9 +444,6 @@ impl Op for OneHot {
         let y = outputs.first()?;
         let axis = super::util::axis(self.axis, idx.shape.len() + 1).ok()?;
         let depth = y.shape[axis];
-        if !self.negative_ok {
-            return None;
-        }
         let n = y.numel();
         i32::try_from(n).ok()?;
         i32::try_from(depth).ok()?;
@@ -461,6 +458,7 @@ impl Op for OneHot {
                     depth as u32,
                     numel(&idx.shape[axis..]) as u32,
                     super::gather_nd::index_words(idx.dtype)?,
+                    self.negative_ok as u32,
                 ],
                 groups: groups_1d(n, 256),
             }]

@@ -154,6 +154,7 @@ fn gpu_trilu_and_one_hot_match_cpu() {
     let up = op("Trilu", 14, vec![], 2).unwrap();
     let low = op("Trilu", 14, vec![("upper", AttrValue::Int(0))], 2).unwrap();
     let oh = op("OneHot", 11, vec![("axis", AttrValue::Int(1))], 3).unwrap();
+    let oh9 = op("OneHot", 9, vec![], 3).unwrap();
     for dtype in [DType::U8, DType::F16, DType::F32, DType::I64] {
         let x = random_tensor(dtype, &[2, 5, 7], 4);
         let k = Tensor::scalar(-2i64);
@@ -167,5 +168,8 @@ fn gpu_trilu_and_one_hot_match_cpu() {
             &[Some(&idx), Some(&depth), Some(&values)],
             "OneHot",
         );
+        // Opset 9: negative indices are out of range (a row of "off").
+        let ins = [Some(&idx), Some(&depth), Some(&values)];
+        gpu_matches_cpu(oh9.as_ref(), &ins, "OneHot-9");
     }
 }
