@@ -108,15 +108,7 @@ impl Remap {
                     .collect()
             })
             .collect();
-        let r = self.axes.len();
-        let mut idx = vec![0usize; r];
-        for _ in 0..n {
-            let mut s = Some(self.in_base);
-            let mut d = self.out_base;
-            for (k, &o) in idx.iter().enumerate() {
-                d += o * self.axes[k].out_stride;
-                s = s.zip(maps[k][o]).map(|(a, b)| a + b);
-            }
+        let put = |dst: &mut [u8], d: usize, s: Option<usize>| {
             let out = &mut dst[d * es..(d + 1) * es];
             match s {
                 Some(s) => out.copy_from_slice(&src[s * es..(s + 1) * es]),
@@ -126,7 +118,41 @@ impl Remap {
                     }
                 }
             }
-            for k in (0..r).rev() {
+        };
+        let Some((last, outer_axes)) = self.axes.split_last() else {
+            put(dst, self.out_base, Some(self.in_base));
+            return;
+        };
+        let lm = &maps[outer_axes.len()];
+        // Rows that read and write consecutive elements are copied whole (Slice, Split,
+        // Concat, Pad's interior...).
+        let contiguous = last.out_stride == 1
+            && lm[0].is_some()
+            && lm
+                .iter()
+                .enumerate()
+                .all(|(o, m)| *m == lm[0].map(|b| b + o));
+        let row = last.out_dim;
+        let mut idx = vec![0usize; outer_axes.len()];
+        for _ in 0..n / row {
+            let mut s = Some(self.in_base);
+            let mut d = self.out_base;
+            for (k, &o) in idx.iter().enumerate() {
+                d += o * self.axes[k].out_stride;
+                s = s.zip(maps[k][o]).map(|(a, b)| a + b);
+            }
+            match (s, lm[0]) {
+                (Some(s), Some(first)) if contiguous => {
+                    let at = (s + first) * es;
+                    dst[d * es..(d + row) * es].copy_from_slice(&src[at..at + row * es]);
+                }
+                _ => {
+                    for (o, m) in lm.iter().enumerate() {
+                        put(dst, d + o * last.out_stride, s.zip(*m).map(|(a, b)| a + b));
+                    }
+                }
+            }
+            for k in (0..idx.len()).rev() {
                 idx[k] += 1;
                 if idx[k] < self.axes[k].out_dim {
                     break;
