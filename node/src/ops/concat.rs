@@ -170,7 +170,9 @@ impl Op for Concat {
             .map(|t| t.map(|t| (t.dtype, t.shape.as_slice())))
             .collect();
         let l = self.layout(&types).ok()?;
-        let params = gpu_params(&l)?;
+        let Some(params) = gpu_params(&l) else {
+            return remap_kernel(&l, inputs);
+        };
         let dispatches = params
             .into_iter()
             .map(|(input, params)| Dispatch {
@@ -189,6 +191,44 @@ impl Op for Concat {
     fn flops(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
         0
     }
+}
+
+/// The element-sized fallback for blocks that are not whole words: one remap per non-empty
+/// input, walking it as [outer, len, inner] and writing at its offset in each output row.
+fn remap_kernel(l: &Layout, inputs: &[Option<&ValueType>]) -> Option<GpuKernel> {
+    let (outer, inner) = (l.outer(), l.inner());
+    let total = l.shape[l.axis];
+    let out_elems = numel(&l.shape);
+    let mut offset = 0;
+    let mut dispatches = Vec::new();
+    for (i, part) in l.parts.iter().enumerate() {
+        let Some(len) = *part else { continue };
+        if len * outer * inner > 0 {
+            let mut m = super::remap::Remap::new(&[outer, len, inner]);
+            let in_strides = [len * inner, inner, 1];
+            let out_strides = [total * inner, inner, 1];
+            for (k, a) in m.axes.iter_mut().enumerate() {
+                a.in_dim = a.out_dim;
+                a.in_stride = in_strides[k];
+                a.out_stride = out_strides[k];
+                a.step = 1;
+            }
+            m.out_base = offset * inner;
+            let n = inputs.get(i).copied().flatten()?.numel();
+            dispatches.push(m.dispatch(
+                l.dtype.size(),
+                BufRef::Input(i),
+                BufRef::Output(0),
+                n,
+                out_elems,
+            )?);
+        }
+        offset += len;
+    }
+    Some(GpuKernel {
+        scratch: Vec::new(),
+        dispatches,
+    })
 }
 
 /// One dispatch of `shaders/concat.comp` per non-empty input: (input index, [words to copy,

@@ -141,7 +141,9 @@ impl Op for Gather {
         let data = inputs.first().copied().flatten()?;
         let indices = inputs.get(1).copied().flatten()?;
         let l = self.layout(&data.shape, indices).ok()?;
-        let params = gpu_params(&l, data, indices.dtype)?;
+        let Some(params) = gpu_params(&l, data, indices.dtype) else {
+            return element_kernel(&l, data, indices.dtype);
+        };
         let dispatches = if params[0] == 0 {
             Vec::new()
         } else {
@@ -161,6 +163,37 @@ impl Op for Gather {
     fn flops(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
         0
     }
+}
+
+/// `shaders/gather_e.comp`, one element per invocation: for tensors that are not whole words.
+fn element_kernel(l: &Layout, data: &ValueType, index: DType) -> Option<GpuKernel> {
+    let n = l.outer * l.picks * l.inner;
+    let dispatches = if n == 0 {
+        Vec::new()
+    } else {
+        if l.rows == 0 {
+            return None;
+        }
+        for v in [n, data.numel(), l.rows] {
+            i32::try_from(v).ok()?;
+        }
+        vec![Dispatch {
+            shader: super::gather_nd::element_shader("gather_e", data.dtype.size())?,
+            buffers: vec![BufRef::Input(0), BufRef::Input(1), BufRef::Output(0)],
+            params: vec![
+                n as u32,
+                l.inner as u32,
+                l.picks as u32,
+                l.rows as u32,
+                super::gather_nd::index_words(index)?,
+            ],
+            groups: groups_1d(n, 256),
+        }]
+    };
+    Some(GpuKernel {
+        scratch: Vec::new(),
+        dispatches,
+    })
 }
 
 /// The push-constant words of `shaders/gather.comp`: [output words, element bytes, inner

@@ -21,10 +21,19 @@ mod concat;
 mod conv;
 mod elementwise;
 mod gather;
+mod gather_nd;
+mod generate;
 mod matmul;
+mod pad;
 mod pool;
+mod remap;
+mod resize;
+mod scatter;
+mod select;
 mod shape_ops;
+mod slice;
 mod softmax;
+mod tile_expand;
 mod transpose;
 
 pub use attrs::{AttrValue, Attrs};
@@ -213,10 +222,18 @@ pub fn registry() -> &'static Registry {
         conv::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
+        gather_nd::register(&mut r);
+        generate::register(&mut r);
         matmul::register(&mut r);
+        pad::register(&mut r);
         pool::register(&mut r);
+        resize::register(&mut r);
+        scatter::register(&mut r);
+        select::register(&mut r);
         shape_ops::register(&mut r);
+        slice::register(&mut r);
         softmax::register(&mut r);
+        tile_expand::register(&mut r);
         transpose::register(&mut r);
         r
     })

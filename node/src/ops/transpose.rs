@@ -180,7 +180,21 @@ impl Op for Transpose {
             params,
             groups,
         };
-        let dispatches = match gpu::plan(&x.shape, &perm, x.dtype.size())? {
+        let Some(plan) = gpu::plan(&x.shape, &perm, x.dtype.size()) else {
+            // Not whole words (or too many axes): move elements one by one.
+            let d = super::remap::Remap::transpose(&x.shape, &perm).dispatch(
+                x.dtype.size(),
+                BufRef::Input(0),
+                BufRef::Output(0),
+                x.numel(),
+                x.numel(),
+            )?;
+            return Some(GpuKernel {
+                scratch: Vec::new(),
+                dispatches: vec![d],
+            });
+        };
+        let dispatches = match plan {
             gpu::Plan::Empty => Vec::new(),
             gpu::Plan::Words(p) => vec![dispatch("transpose", groups_1d(p[0] as usize, 256), p)],
             gpu::Plan::Tiled(p) => {

@@ -203,10 +203,12 @@ fn view_ops_copy_words_on_the_gpu() {
         k.dispatches[0].buffers,
         vec![BufRef::Input(0), BufRef::Output(0)]
     );
-    // Two f16 are one word; three u8 are not a whole word.
+    // Two f16 are one word; three u8 are not a whole word, so they move one byte each.
     let k = op.gpu(&[], &[ValueType::new(DType::F16, vec![2])]).unwrap();
     assert_eq!(k.dispatches[0].params, vec![1]);
-    assert!(op.gpu(&[], &[ValueType::new(DType::U8, vec![3])]).is_none());
+    let k = op.gpu(&[], &[ValueType::new(DType::U8, vec![3])]).unwrap();
+    assert_eq!(k.dispatches[0].shader, "remap_b1");
+    assert_eq!(k.dispatches[0].params[0], 3);
     let empty = op
         .gpu(&[], &[ValueType::new(DType::F32, vec![0, 5])])
         .unwrap();
@@ -540,7 +542,7 @@ fn gpu_view_copies_match_the_cpu() {
         Vec<(&'static str, AttrValue)>,
         Vec<Option<Tensor>>,
     );
-    let cases: [Case; 5] = [
+    let cases: [Case; 7] = [
         (
             "Reshape",
             13,
@@ -570,6 +572,19 @@ fn gpu_view_copies_match_the_cpu() {
             13,
             vec![],
             vec![Some(random_tensor(DType::Bool, &[2, 2, 3], 5))],
+        ),
+        // Not whole words: element copies instead of word copies.
+        (
+            "Identity",
+            13,
+            vec![],
+            vec![Some(random_tensor(DType::Bool, &[3], 6))],
+        ),
+        (
+            "Squeeze",
+            13,
+            vec![],
+            vec![Some(random_tensor(DType::F16, &[1, 3, 1], 7))],
         ),
     ];
     for (name, opset, attrs, inputs) in cases {

@@ -22,12 +22,17 @@ pub(super) fn reshape_to(
 
 /// A view op on the GPU. The Vulkan layer is expected to alias the output to the input (see
 /// [`Op::is_view`]) and record nothing; this copy is what a layer that does not alias records,
-/// so the result is right either way. It moves 32-bit words, so it exists only for tensors
-/// whose size is a whole number of words: a partial last word would be written past the end.
+/// so the result is right either way. It moves 32-bit words when the tensor is whole words,
+/// and elements otherwise (a partial last word would be written past the end).
 pub(in crate::ops) fn copy_kernel(ty: &ValueType) -> Option<GpuKernel> {
     let bytes = ty.bytes();
     if !bytes.is_multiple_of(4) {
-        return None;
+        // Not whole words: copy element by element instead.
+        let d = crate::ops::remap::copy_dispatch(ty.numel(), ty.dtype.size())?;
+        return Some(GpuKernel {
+            scratch: Vec::new(),
+            dispatches: vec![d],
+        });
     }
     let words = u32::try_from(bytes / 4).ok()?;
     let dispatches = if words == 0 {
