@@ -196,25 +196,14 @@ impl GpuLayout {
             .create_buffer(weight_size.max(4), MemoryUse::Device, "weights")
             .map_err(dev_err)?;
         if weight_size > 0 {
-            let staging = gpu
-                .create_buffer(weight_size, MemoryUse::Upload, "weight staging")
-                .map_err(dev_err)?;
-            for v in &weight_list {
-                let t = spec.consts[*v].as_ref().expect("a weight");
-                staging.write(locs[v].offset, t.bytes()).map_err(dev_err)?;
-            }
-            let list = gpu
-                .record(&[Step::Copy {
-                    src: &staging,
-                    src_offset: 0,
-                    dst: &weights,
-                    dst_offset: 0,
-                    bytes: weight_size,
-                }])
-                .map_err(dev_err)?;
-            let value = gpu.submit(&list).map_err(dev_err)?;
-            gpu.wait(value, std::time::Duration::from_secs(600))
-                .map_err(dev_err)?;
+            let parts: Vec<(u64, &[u8])> = weight_list
+                .iter()
+                .map(|v| {
+                    let t = spec.consts[*v].as_ref().expect("a weight");
+                    (locs[v].offset, t.bytes())
+                })
+                .collect();
+            upload_weights(&gpu, &weights, &parts, WEIGHT_STAGING)?;
         }
         Ok(GpuLayout {
             gpu,
@@ -399,5 +388,116 @@ impl Hazards {
     fn add(&mut self, reads: Vec<(Region, u64, u64)>, writes: Vec<(Region, u64, u64)>) {
         self.reads.extend(reads);
         self.writes.extend(writes);
+    }
+}
+
+/// Host memory the weight upload may use at once, whatever the model's size: the weights
+/// stream from the model's mapping through a staging buffer this big, so a large model does not
+/// cost its size twice in host memory.
+const WEIGHT_STAGING: u64 = 16 << 20;
+
+/// Copies each `(offset, bytes)` into `weights` at `offset`, in rounds of at most `staging`
+/// bytes through one reused staging buffer (a weight larger than that is split over rounds).
+fn upload_weights(
+    gpu: &Arc<Gpu>,
+    weights: &GpuBuffer,
+    parts: &[(u64, &[u8])],
+    staging: u64,
+) -> Result<()> {
+    let total: u64 = parts.iter().map(|(_, b)| b.len() as u64).sum();
+    let size = total.clamp(4, staging.max(4));
+    let staging = gpu
+        .create_buffer(size, MemoryUse::Upload, "weight staging")
+        .map_err(dev_err)?;
+    // Pieces of weights, each (destination offset, bytes), packed into staging-sized rounds.
+    let mut pieces: Vec<(u64, &[u8])> = Vec::new();
+    for &(offset, bytes) in parts {
+        let mut start = 0;
+        while start < bytes.len() {
+            let end = (start + size as usize).min(bytes.len());
+            pieces.push((offset + start as u64, &bytes[start..end]));
+            start = end;
+        }
+    }
+    let mut round: Vec<(u64, u64, u64)> = Vec::new(); // (staging offset, dst offset, bytes)
+    let mut used = 0u64;
+    let flush = |round: &mut Vec<(u64, u64, u64)>| -> Result<()> {
+        if round.is_empty() {
+            return Ok(());
+        }
+        let steps: Vec<Step<'_>> = round
+            .iter()
+            .map(|&(src_offset, dst_offset, bytes)| Step::Copy {
+                src: &staging,
+                src_offset,
+                dst: weights,
+                dst_offset,
+                bytes,
+            })
+            .collect();
+        let list = gpu.record(&steps).map_err(dev_err)?;
+        let value = gpu.submit(&list).map_err(dev_err)?;
+        gpu.wait(value, std::time::Duration::from_secs(600))
+            .map_err(dev_err)?;
+        round.clear();
+        Ok(())
+    };
+    for (dst, bytes) in pieces {
+        let len = bytes.len() as u64;
+        // Staging offsets stay 4-aligned: vkCmdCopyBuffer has no alignment rule, but writes
+        // of whole words are cheaper through write-combined memory.
+        let at = used.next_multiple_of(4);
+        if at + len > size {
+            flush(&mut round)?;
+            used = 0;
+        }
+        let at = used.next_multiple_of(4);
+        staging.write(at, bytes).map_err(dev_err)?;
+        round.push((at, dst, len));
+        used = at + len;
+    }
+    flush(&mut round)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::vulkan::testing::test_gpu;
+
+    /// Weights of odd sizes through a staging buffer smaller than some of them: every byte
+    /// lands at its offset, and the gaps between weights stay untouched.
+    #[test]
+    fn weights_stream_through_a_small_staging_buffer() {
+        let Some(gpu) = test_gpu() else { return };
+        let gpu = gpu.arc();
+        let a: Vec<u8> = (0..37u8).collect();
+        let b: Vec<u8> = (0..200).map(|i| (i * 7 % 251) as u8).collect();
+        let c: Vec<u8> = vec![0xab; 5];
+        let parts: Vec<(u64, &[u8])> = vec![(0, &a), (64, &b), (512, &c)];
+        let weights = gpu.create_buffer(640, MemoryUse::Device, "w").unwrap();
+        let back = gpu.create_buffer(640, MemoryUse::Readback, "back").unwrap();
+        let zero = vec![0u8; 640];
+        upload_weights(&gpu, &weights, &[(0, &zero)], 1 << 20).unwrap();
+        for staging in [16, 40, 64, 1 << 20] {
+            upload_weights(&gpu, &weights, &parts, staging).unwrap();
+            let list = gpu
+                .record(&[Step::Copy {
+                    src: &weights,
+                    src_offset: 0,
+                    dst: &back,
+                    dst_offset: 0,
+                    bytes: 640,
+                }])
+                .unwrap();
+            let v = gpu.submit(&list).unwrap();
+            assert!(gpu.wait(v, std::time::Duration::from_secs(60)).unwrap());
+            let mut got = vec![0u8; 640];
+            back.read(0, &mut got).unwrap();
+            let mut want = vec![0u8; 640];
+            want[..37].copy_from_slice(&a);
+            want[64..264].copy_from_slice(&b);
+            want[512..517].copy_from_slice(&c);
+            assert_eq!(got, want, "staging {staging}");
+        }
     }
 }

@@ -597,6 +597,27 @@ const MAX_DISPATCHES: usize = 4096;
 /// alpha, beta, has_c, then the element offsets of this dispatch's first A, B and Y matrices.
 /// Batch index z (workgroup z) splits as ((i0 * nb1) + i1) * nb2 + i2. Batch axes beyond the
 /// innermost three (after collapsing) become separate dispatches, each with its own offsets.
+/// The GEMM kernel for an M x N product repeated `batch` times, and its tile size. gemm_big's
+/// 128x128 tiles do twice the arithmetic per shared-memory read of gemm's 64x64 ones, but a
+/// product needs enough of them to fill a large GPU (an H100 has 132 multiprocessors), so
+/// smaller products keep the smaller tiles. `VKML_GEMM_KERNEL=gemm|gemm_big` overrides the
+/// choice, for benchmarks (read once).
+fn gemm_shader(m: usize, n: usize, batch: usize) -> (&'static str, usize) {
+    static FORCED: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| match std::env::var("VKML_GEMM_KERNEL").as_deref() {
+        Ok("gemm") => Some("gemm"),
+        Ok("gemm_big") => Some("gemm_big"),
+        _ => None,
+    });
+    let big_tiles = m.div_ceil(128) * n.div_ceil(128) * batch;
+    match forced {
+        Some("gemm_big") => ("gemm_big", 128),
+        Some(_) => ("gemm", TILE),
+        None if big_tiles >= 256 => ("gemm_big", 128),
+        None => ("gemm", TILE),
+    }
+}
+
 fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
     let word = |v: usize| u32::try_from(v).ok();
     if g.sizes.iter().any(|&s| word(s).is_none()) {
@@ -630,7 +651,8 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
         g.beta.to_bits(),
         u32::from(g.c.is_some()),
     ]);
-    let groups = [g.n.div_ceil(TILE), g.m.div_ceil(TILE), numel(&dims)];
+    let (shader, tile) = gemm_shader(g.m, g.n, numel(&dims) * numel(&lay.dims[..split]));
+    let groups = [g.n.div_ceil(tile), g.m.div_ceil(tile), numel(&dims)];
     if groups.iter().any(|&v| v > 65_535) {
         return None;
     }
@@ -659,7 +681,7 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
         let mut p = params.clone();
         p.extend([word(oa)?, word(ob)?, word(oy)?]);
         dispatches.push(Dispatch {
-            shader: "gemm",
+            shader,
             // Without a C term the shader never reads its C buffer; A stands in for it.
             buffers: vec![
                 BufRef::Input(0),
