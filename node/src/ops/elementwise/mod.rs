@@ -19,6 +19,8 @@ mod variadic;
 #[cfg(test)]
 mod gpu_tests;
 #[cfg(test)]
+mod gpu_tests_more;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_more;
