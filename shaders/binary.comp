@@ -19,12 +19,20 @@
 // @variant i64 DT_I64
 // @variant i8 DT_I8
 // @variant u8 DT_U8
+// @variant i16 DT_I16
+// @variant u16 DT_U16
+// @variant u32 DT_U32
+// @variant u64 DT_U64
 // @variant cmp_f32 DT_F32 CMP
 // @variant cmp_f16 DT_F16 CMP
 // @variant cmp_i32 DT_I32 CMP
 // @variant cmp_i64 DT_I64 CMP
 // @variant cmp_i8 DT_I8 CMP
 // @variant cmp_u8 DT_U8 CMP
+// @variant cmp_i16 DT_I16 CMP
+// @variant cmp_u16 DT_U16 CMP
+// @variant cmp_u32 DT_U32 CMP
+// @variant cmp_u64 DT_U64 CMP
 #include "types.glsl"
 #ifdef CMP
 #extension GL_EXT_shader_8bit_storage : require
@@ -43,8 +51,19 @@
 #if defined(DT_U8)
 #define UNSIGNED 1
 #define BITS 8
+#elif defined(DT_U16)
+#define UNSIGNED 1
+#define BITS 16
+#elif defined(DT_U32)
+#define UNSIGNED 1
+#define BITS 32
+#elif defined(DT_U64)
+#define UNSIGNED 1
+#define BITS 64
 #elif defined(DT_I8)
 #define BITS 8
+#elif defined(DT_I16)
+#define BITS 16
 #elif defined(DT_I32)
 #define BITS 32
 #elif defined(DT_I64)

@@ -50,6 +50,11 @@
 // @variant bool_i32 SRC_BOOL DST_I32
 // @variant bool_i8 SRC_BOOL DST_I8
 // @variant bool_u8 SRC_BOOL DST_U8
+// Same-type copies of sub-word types (4- and 8-byte ones use cast_copy32).
+// @variant f16_f16 SRC_F16 DST_F16
+// @variant i8_i8 SRC_I8 DST_I8
+// @variant u8_u8 SRC_U8 DST_U8
+// @variant bool_bool SRC_BOOL DST_BOOL
 
 #if defined(SRC_F16) || defined(DST_F16)
 #extension GL_EXT_shader_16bit_storage : require

@@ -13,6 +13,10 @@
 // @variant i64 DT_I64
 // @variant i8 DT_I8
 // @variant u8 DT_U8
+// @variant i16 DT_I16
+// @variant u16 DT_U16
+// @variant u32 DT_U32
+// @variant u64 DT_U64
 #include "types.glsl"
 
 layout(local_size_x = 256) in;

@@ -9,11 +9,21 @@
 // f16 computes in float and rounds once on the store.
 // @variant f32 DT_F32
 // @variant f16 DT_F16
+// The cls_* variants classify into bools: IsNaN (op 40), IsInf (41; alpha = detect_negative,
+// beta = detect_positive).
+// @variant cls_f32 DT_F32 BOOL_OUT
+// @variant cls_f16 DT_F16 BOOL_OUT
 #include "types.glsl"
+#ifdef BOOL_OUT
+#extension GL_EXT_shader_8bit_storage : require
+#define TY uint8_t
+#else
+#define TY T
+#endif
 
 layout(local_size_x = 256) in;
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
-layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
+layout(buffer_reference, scalar) writeonly buffer Out { TY v[]; };
 layout(push_constant, scalar) uniform P {
     In x;
     Out y;
@@ -118,5 +128,12 @@ float apply(float x) {
 void main() {
     uint i = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     if (i >= p.n) return;
-    p.y.v[i] = T(apply(float(p.x.v[i])));
+    float x = float(p.x.v[i]);
+#ifdef BOOL_OUT
+    bool r = p.op == 40u ? isnan(x)
+                         : (isinf(x) && ((x > 0.0 && p.beta != 0.0) || (x < 0.0 && p.alpha != 0.0)));
+    p.y.v[i] = uint8_t(r ? 1u : 0u);
+#else
+    p.y.v[i] = T(apply(x));
+#endif
 }

@@ -10,8 +10,12 @@
 // @variant i64 DT_I64
 // @variant i8 DT_I8
 // @variant u8 DT_U8
+// @variant i16 DT_I16
+// @variant u16 DT_U16
+// @variant u32 DT_U32
+// @variant u64 DT_U64
 #include "types.glsl"
-#if defined(DT_U8)
+#if defined(DT_U8) || defined(DT_U16) || defined(DT_U32) || defined(DT_U64)
 #define UNSIGNED 1
 #endif
 

@@ -113,7 +113,7 @@ fn gpu_name(d: DType) -> Option<&'static str> {
 }
 
 /// The variant names of shaders/cast.comp, `cast_<from>_<to>`, as static strings.
-const GPU_PAIRS: [&str; 42] = [
+const GPU_PAIRS: [&str; 46] = [
     "cast_f32_f16",
     "cast_f32_i64",
     "cast_f32_i32",
@@ -156,6 +156,10 @@ const GPU_PAIRS: [&str; 42] = [
     "cast_bool_i32",
     "cast_bool_i8",
     "cast_bool_u8",
+    "cast_f16_f16",
+    "cast_i8_i8",
+    "cast_u8_u8",
+    "cast_bool_bool",
 ];
 
 /// A value on its way between two types: integers exactly (i128 holds every i64 and u64),

@@ -377,19 +377,24 @@ impl Op for Unary {
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
         let k = self.kind;
-        // IsNaN/IsInf (bool output) and integer Shrink (float math) stay on the CPU.
-        if matches!(k, UnKind::IsNaN | UnKind::IsInf)
-            || (k == UnKind::Shrink && !x.dtype.is_float())
-        {
+        // Integer Shrink (float math) stays on the CPU.
+        if k == UnKind::Shrink && !x.dtype.is_float() {
             return None;
         }
+        let classify = matches!(k, UnKind::IsNaN | UnKind::IsInf);
         let shader = match x.dtype {
+            DType::F32 if classify => "unary_cls_f32",
+            DType::F16 if classify => "unary_cls_f16",
             DType::F32 => "unary_f32",
             DType::F16 => "unary_f16",
             DType::I32 => "unary_int_i32",
             DType::I64 => "unary_int_i64",
             DType::I8 => "unary_int_i8",
             DType::U8 | DType::Bool => "unary_int_u8",
+            DType::I16 => "unary_int_i16",
+            DType::U16 => "unary_int_u16",
+            DType::U32 => "unary_int_u32",
+            DType::U64 => "unary_int_u64",
             _ => return None,
         };
         if !self.kind.dtypes().contains(&x.dtype) {
@@ -527,6 +532,10 @@ impl Op for Clip {
             DType::I64 => "clip_i64",
             DType::I8 => "clip_i8",
             DType::U8 => "clip_u8",
+            DType::I16 => "clip_i16",
+            DType::U16 => "clip_u16",
+            DType::U32 => "clip_u32",
+            DType::U64 => "clip_u64",
             _ => return None,
         };
         let n = outputs.first()?.numel();
