@@ -3,7 +3,8 @@
 #extension GL_EXT_scalar_block_layout : require
 #extension GL_GOOGLE_include_directive : require
 
-// binary: y = a OP b with numpy broadcasting (ops/elementwise/binary.rs, variadic.rs).
+// binary: y = a OP b with numpy broadcasting (ops/elementwise/binary.rs, variadic.rs); Pow has
+// its own shader, pow.comp, as its exponent may have another type.
 // One pipeline per element type; the op is a push-constant code (OP_* below, binary.rs `code`),
 // uniform across the dispatch so the switch costs no divergence. The cmp_* variants compare and
 // write bools (bytes 0/1). u8 also serves bool (And/Or/Xor on 0/1 bytes).
@@ -100,22 +101,6 @@ uint8_t apply(C x, C y) {
 }
 #else
 
-#ifdef IS_FLOAT
-float fpow(float x, float y) {
-    // GLSL's pow is undefined for x < 0 and for x = 0, y <= 0: spell out C's rules.
-    if (y == 0.0) return 1.0;
-    if (isnan(x) || isnan(y)) return x + y;
-    float r = pow(abs(x), y);
-    if (x == 0.0) r = y < 0.0 ? 1.0 / 0.0 : 0.0;
-    if (x < 0.0 || (x == 0.0 && sign(1.0 / x) < 0.0)) {
-        if (floor(y) != y) return 0.0 / 0.0;
-        // An odd integer exponent keeps the sign.
-        if (mod(abs(y), 2.0) == 1.0) r = -r;
-    }
-    return r;
-}
-#endif
-
 C apply(C x, C y) {
     switch (p.op) {
     case 0u: return x + y;
@@ -129,7 +114,6 @@ C apply(C x, C y) {
         return (r != 0.0 && ((r < 0.0) != (y < 0.0))) ? r + y : r;
     }
     case 5u: return x - y * trunc(x / y);
-    case 6u: return fpow(x, y);
     case 8u: return (isnan(x) || isnan(y)) ? x + y : min(x, y);
     case 9u: return (isnan(x) || isnan(y)) ? x + y : max(x, y);
     case 15u: return x * p.alpha;

@@ -7,7 +7,7 @@
 //! which write bools.
 
 use super::broadcast;
-use super::num::{FLOATS, INTS, Int, NUMERIC, Num, dispatch_int, dispatch_num};
+use super::num::{INTS, Int, NUMERIC, Num, dispatch_int, dispatch_num};
 use crate::ops::util::{broadcast_shapes, broadcast_strides, expect_dtype, groups_1d, req};
 use crate::ops::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};
 use crate::tensor::{DType, Element, Tensor, numel};
@@ -45,7 +45,7 @@ pub mod code {
     pub const DIV: u32 = 3;
     pub const MOD: u32 = 4;
     pub const FMOD: u32 = 5;
-    pub const POW: u32 = 6;
+    /// Code 6 is free: Pow runs in shaders/pow.comp.
     pub const PRELU: u32 = 7;
     pub const MIN: u32 = 8;
     pub const MAX: u32 = 9;
@@ -169,7 +169,7 @@ impl BinKind {
             BinKind::Div => code::DIV,
             BinKind::Mod(false) => code::MOD,
             BinKind::Mod(true) => code::FMOD,
-            BinKind::Pow => code::POW,
+            BinKind::Pow => u32::MAX, // pow.comp takes no op code
             BinKind::PRelu => code::PRELU,
             BinKind::BitShift(true) => code::SHL,
             BinKind::BitShift(false) => code::SHR,
@@ -469,17 +469,68 @@ impl Op for Binary {
         let (a, b) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?);
         let out = outputs.first()?;
         let k = self.kind;
-        // Mixed-type Pow and integer Pow stay on the CPU.
-        if a.dtype != b.dtype || (k == BinKind::Pow && !FLOATS.contains(&a.dtype)) {
+        let b_shape = self.b_shape(&a.shape, &b.shape).ok()?;
+        if k == BinKind::Pow {
+            return pow_kernel(a, b, &b_shape, &out.shape);
+        }
+        if a.dtype != b.dtype {
             return None;
         }
         if !k.dtypes().contains(&a.dtype) {
             return None;
         }
         let shader = shader_for(a.dtype, k.is_compare())?;
-        let b_shape = self.b_shape(&a.shape, &b.shape).ok()?;
         binary_kernel(shader, k.code(), 0.0, &a.shape, &b_shape, &out.shape)
     }
+}
+
+/// The variants of shaders/pow.comp, `pow_<base>_<exponent>`.
+const POW_VARIANTS: [&str; 16] = [
+    "pow_f32_f32",
+    "pow_f32_f16",
+    "pow_f32_i32",
+    "pow_f32_i64",
+    "pow_f32_u32",
+    "pow_f32_u64",
+    "pow_f16_f16",
+    "pow_f16_f32",
+    "pow_f16_i32",
+    "pow_f16_i64",
+    "pow_i32_i32",
+    "pow_i32_i64",
+    "pow_i32_f32",
+    "pow_i64_i64",
+    "pow_i64_i32",
+    "pow_i64_f32",
+];
+
+fn pow_kernel(a: &ValueType, b: &ValueType, b_shape: &[usize], out: &[usize]) -> Option<GpuKernel> {
+    let short = |d: DType| match d {
+        DType::F32 => Some("f32"),
+        DType::F16 => Some("f16"),
+        DType::I32 => Some("i32"),
+        DType::I64 => Some("i64"),
+        DType::U32 => Some("u32"),
+        DType::U64 => Some("u64"),
+        _ => None,
+    };
+    let name = format!("pow_{}_{}", short(a.dtype)?, short(b.dtype)?);
+    let shader = *POW_VARIANTS.iter().find(|v| **v == name)?;
+    let params = binary_params(&a.shape, b_shape, out)?;
+    let n = numel(out);
+    Some(GpuKernel {
+        scratch: vec![],
+        dispatches: if n == 0 {
+            vec![]
+        } else {
+            vec![Dispatch {
+                shader,
+                buffers: vec![BufRef::Input(0), BufRef::Input(1), BufRef::Output(0)],
+                params,
+                groups: groups_1d(n, 256),
+            }]
+        },
+    })
 }
 
 /// One dispatch of a binary.comp variant over inputs 0 and 1.
