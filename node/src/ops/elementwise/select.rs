@@ -1,7 +1,7 @@
 //! Where (3-way broadcast, bool condition) and Dropout at inference.
 
 use super::broadcast;
-use crate::ops::util::{broadcast_shapes, broadcast_strides, const_input, groups_1d, opt, req};
+use crate::ops::util::{broadcast_shapes, broadcast_strides, groups_1d, opt, req};
 use crate::ops::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};
 use crate::tensor::{DType, Tensor, numel};
 
@@ -142,11 +142,13 @@ impl Op for Where {
 
 /// Dropout at inference: the output is the input, the optional mask all true. Training mode
 /// (opset 12's third input, or `is_test=0` before opset 7) would need random numbers and a
-/// seed policy this runtime does not offer: Unsupported.
+/// seed policy this runtime does not offer: Unsupported, unless the ratio is 0.
 #[derive(Debug)]
 pub struct Dropout {
     opset: i64,
     with_mask: bool,
+    /// A training_mode input, whose value a view could not check.
+    training_input: bool,
 }
 
 impl Dropout {
@@ -159,6 +161,7 @@ impl Dropout {
         Ok(Box::new(Dropout {
             opset: spec.opset,
             with_mask: spec.num_outputs > 1,
+            training_input: spec.opset >= 12 && spec.num_inputs > 2,
         }))
     }
 
@@ -173,19 +176,42 @@ impl Dropout {
     }
 }
 
+/// Training mode is refused unless the ratio (default 0.5) is 0, when it drops nothing.
+fn check_training(training: Option<&Tensor>, ratio: Option<&Tensor>) -> Result<(), OpError> {
+    let Some(t) = training else { return Ok(()) };
+    let on = t
+        .view_bool()
+        .map_err(|e| OpError::invalid(format!("Dropout: training_mode: {e}")))?;
+    if !on.iter().any(|&b| b) {
+        return Ok(());
+    }
+    let zero = match ratio {
+        Some(r) => r
+            .to_f64_vec()
+            .map_err(|e| OpError::invalid(format!("Dropout: ratio: {e}")))?
+            .iter()
+            .all(|&v| v == 0.0),
+        None => false,
+    };
+    if zero {
+        Ok(())
+    } else {
+        Err(OpError::unsupported(
+            "Dropout: training_mode=true with a ratio other than 0; only inference is implemented",
+        ))
+    }
+}
+
 impl Op for Dropout {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let x = req(inputs, 0)?.ty;
-        if self.opset >= 12 && opt(inputs, 2).is_some() {
-            let t = const_input(inputs, 2)?;
-            let on = t
-                .view_bool()
-                .map_err(|e| OpError::invalid(format!("Dropout: training_mode: {e}")))?;
-            if on.iter().any(|&b| b) {
-                return Err(OpError::unsupported(
-                    "Dropout: training_mode=true; only inference is implemented",
-                ));
-            }
+        // Known at planning time: refuse training mode now. Otherwise the CPU kernel checks the
+        // values when it runs (`gpu` declines, so it is the CPU kernel that runs).
+        let ratio = opt(inputs, 1);
+        if let Some(t) = opt(inputs, 2).and_then(|i| i.value)
+            && ratio.is_none_or(|r| r.value.is_some())
+        {
+            check_training(Some(t), ratio.and_then(|r| r.value))?;
         }
         let mut out = vec![x.clone()];
         if self.with_mask {
@@ -200,6 +226,9 @@ impl Op for Dropout {
         outputs: &[ValueType],
     ) -> Result<Vec<Tensor>, OpError> {
         let x = req(inputs, 0)?;
+        if self.opset >= 12 {
+            check_training(opt(inputs, 2), opt(inputs, 1))?;
+        }
         let mut out = vec![x.clone()];
         if let Some(m) = outputs.get(1) {
             let n = numel(&m.shape);
@@ -215,9 +244,10 @@ impl Op for Dropout {
         Ok(out)
     }
 
-    fn gpu(&self, _inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
-        // With a mask the op has a second output to fill: the CPU does that.
-        if self.with_mask {
+    fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
+        // With a mask the op has a second output to fill, and a training_mode input has a value
+        // to check: the CPU does those.
+        if self.with_mask || opt(inputs, 2).is_some() {
             return None;
         }
         let bytes = outputs.first()?.bytes();
@@ -242,7 +272,7 @@ impl Op for Dropout {
     }
 
     fn is_view(&self) -> bool {
-        !self.with_mask
+        !self.with_mask && !self.training_input
     }
 
     fn flops(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {

@@ -610,8 +610,13 @@ fn dropout_passes_through_at_inference() {
     assert_eq!(ys[0], x);
     assert_eq!(ys[1].view_bool().unwrap(), vec![true; 3]);
     assert!(!op.is_view());
-    let op = crate::ops::build(&spec(13, 1)).unwrap();
+    let op = crate::ops::build(&spec(7, 1)).unwrap();
     assert!(op.is_view());
+    let op = crate::ops::build(&spec(13, 1)).unwrap();
+    assert!(
+        !op.is_view(),
+        "a training_mode input must be checked when it runs"
+    );
     let ratio = Tensor::scalar(0.5f32);
     let on = Tensor::from_bools(vec![], vec![true]);
     let off = Tensor::from_bools(vec![], vec![false]);
@@ -621,20 +626,33 @@ fn dropout_passes_through_at_inference() {
     );
     let e = run(&*op, &[Some(&x), Some(&ratio), Some(&on)]).unwrap_err();
     assert!(matches!(e, OpError::Unsupported(_)), "{e}");
-    // A training_mode known only at run time needs its value.
-    let (tx, tm) = (ValueType::of(&x), ValueType::of(&on));
+    let zero = Tensor::scalar(0.0f32);
+    assert_eq!(
+        run(&*op, &[Some(&x), Some(&zero), Some(&on)]).unwrap()[0],
+        x
+    );
+    // Values known only at run time: planned, then checked by the kernel.
+    let (tx, tm, tr) = (ValueType::of(&x), ValueType::of(&on), ValueType::of(&ratio));
     let ins = [
         Some(InferInput {
             ty: &tx,
             value: None,
         }),
-        None,
+        Some(InferInput {
+            ty: &tr,
+            value: None,
+        }),
         Some(InferInput {
             ty: &tm,
             value: None,
         }),
     ];
-    assert_eq!(op.infer(&ins).unwrap_err(), OpError::NeedsValue(2));
+    let outs = op.infer(&ins).unwrap();
+    assert!(op.gpu(&[Some(&tx), Some(&tr), Some(&tm)], &outs).is_none());
+    let e = op
+        .run_cpu(&[Some(&x), Some(&ratio), Some(&on)], &outs)
+        .unwrap_err();
+    assert!(matches!(e, OpError::Unsupported(_)), "{e}");
 }
 
 #[test]

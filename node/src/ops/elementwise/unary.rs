@@ -300,8 +300,27 @@ impl Unary {
 
 fn via_f64<T: Num>(x: &Tensor, k: UnKind, p: &P) -> Result<Tensor, OpError> {
     let v = view::<T>(x)?;
-    let f = float_fn(k);
-    let y = broadcast::unary(&v, |a: T| T::from_f64(f(a.to_f64(), p)));
+    // The common activations get loops of their own, which the compiler inlines (and may
+    // vectorise); the rest go through the table's function pointer.
+    macro_rules! map {
+        ($f:expr) => {
+            broadcast::unary(&v, |a: T| T::from_f64($f(a.to_f64())))
+        };
+    }
+    let y = match k {
+        UnKind::Relu => map!(|x: f64| if x < 0.0 { 0.0 } else { x }),
+        UnKind::Sigmoid => map!(sigmoid),
+        UnKind::Tanh => map!(f64::tanh),
+        UnKind::Exp => map!(f64::exp),
+        UnKind::Sqrt => map!(f64::sqrt),
+        UnKind::Neg => map!(|x: f64| -x),
+        UnKind::Erf => map!(erf),
+        UnKind::LeakyRelu => map!(|x: f64| if x < 0.0 { p[0] * x } else { x }),
+        _ => {
+            let f = float_fn(k);
+            broadcast::unary(&v, |a: T| T::from_f64(f(a.to_f64(), p)))
+        }
+    };
     Ok(Tensor::from_vec(x.shape().to_vec(), y))
 }
 
