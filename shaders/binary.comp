@@ -16,6 +16,7 @@
 // width or more give 0.
 // @variant f32 DT_F32
 // @variant f16 DT_F16
+// @variant f64 DT_F64
 // @variant i32 DT_I32
 // @variant i64 DT_I64
 // @variant i8 DT_I8
@@ -26,6 +27,7 @@
 // @variant u64 DT_U64
 // @variant cmp_f32 DT_F32 CMP
 // @variant cmp_f16 DT_F16 CMP
+// @variant cmp_f64 DT_F64 CMP
 // @variant cmp_i32 DT_I32 CMP
 // @variant cmp_i64 DT_I64 CMP
 // @variant cmp_i8 DT_I8 CMP
@@ -46,6 +48,10 @@
 #define IS_FLOAT 1
 // f16 computes in float and rounds once on the store.
 #define C float
+#elif defined(DT_F64)
+// Needs shaderFloat64, which the planner checks per device.
+#define IS_FLOAT 1
+#define C double
 #else
 #define C A
 #endif
@@ -110,7 +116,7 @@ C apply(C x, C y) {
     case 3u: return x / y;
     case 4u: {
         // numpy.mod: the divisor's sign.
-        float r = x - y * trunc(x / y);
+        C r = x - y * trunc(x / y);
         return (r != 0.0 && ((r < 0.0) != (y < 0.0))) ? r + y : r;
     }
     case 5u: return x - y * trunc(x / y);

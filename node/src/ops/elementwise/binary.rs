@@ -190,6 +190,7 @@ pub fn shader_for(dtype: DType, compare: bool) -> Option<&'static str> {
     Some(match (dtype, compare) {
         (DType::F32, false) => "binary_f32",
         (DType::F16, false) => "binary_f16",
+        (DType::F64, false) => "binary_f64",
         (DType::I32, false) => "binary_i32",
         (DType::I64, false) => "binary_i64",
         (DType::I8, false) => "binary_i8",
@@ -200,6 +201,7 @@ pub fn shader_for(dtype: DType, compare: bool) -> Option<&'static str> {
         (DType::U64, false) => "binary_u64",
         (DType::F32, true) => "binary_cmp_f32",
         (DType::F16, true) => "binary_cmp_f16",
+        (DType::F64, true) => "binary_cmp_f64",
         (DType::I32, true) => "binary_cmp_i32",
         (DType::I64, true) => "binary_cmp_i64",
         (DType::I8, true) => "binary_cmp_i8",

@@ -128,6 +128,7 @@ fn gpu_binary_every_dtype_and_op() {
     for d in [
         DType::F32,
         DType::F16,
+        DType::F64,
         DType::I32,
         DType::I64,
         DType::I8,
@@ -211,7 +212,7 @@ fn gpu_pow_shift_and_logic() {
 #[test]
 fn gpu_variadic_chains() {
     let mut rng = Rng::new(4);
-    for d in [DType::F32, DType::F16, DType::I64, DType::U8] {
+    for d in [DType::F32, DType::F16, DType::F64, DType::I64, DType::U8] {
         let (a, b, c) = (
             operand(&mut rng, &[2, 1, 3], d),
             operand(&mut rng, &[4, 1], d),
