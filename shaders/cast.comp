@@ -50,6 +50,21 @@
 // @variant bool_i32 SRC_BOOL DST_I32
 // @variant bool_i8 SRC_BOOL DST_I8
 // @variant bool_u8 SRC_BOOL DST_U8
+// f64 pairs need shaderFloat64, which the planner checks per device.
+// @variant f64_f32 SRC_F64 DST_F32
+// @variant f64_f16 SRC_F64 DST_F16
+// @variant f64_i64 SRC_F64 DST_I64
+// @variant f64_i32 SRC_F64 DST_I32
+// @variant f64_i8 SRC_F64 DST_I8
+// @variant f64_u8 SRC_F64 DST_U8
+// @variant f64_bool SRC_F64 DST_BOOL
+// @variant f32_f64 SRC_F32 DST_F64
+// @variant f16_f64 SRC_F16 DST_F64
+// @variant i64_f64 SRC_I64 DST_F64
+// @variant i32_f64 SRC_I32 DST_F64
+// @variant i8_f64 SRC_I8 DST_F64
+// @variant u8_f64 SRC_U8 DST_F64
+// @variant bool_f64 SRC_BOOL DST_F64
 // Same-type copies of sub-word types (4- and 8-byte ones use cast_copy32).
 // @variant f16_f16 SRC_F16 DST_F16
 // @variant i8_i8 SRC_I8 DST_I8
@@ -69,6 +84,9 @@
 #elif defined(SRC_F16)
 #define S float16_t
 #define SRC_FLOAT 1
+#elif defined(SRC_F64)
+#define S double
+#define SRC_FLOAT 1
 #elif defined(SRC_I64)
 #define S int64_t
 #elif defined(SRC_I32)
@@ -87,6 +105,9 @@
 #elif defined(DST_F16)
 #define D float16_t
 #define DST_FLOAT 1
+#elif defined(DST_F64)
+#define D double
+#define DST_FLOAT 1
 #elif defined(DST_I64)
 #define D int64_t
 #elif defined(DST_I32)
@@ -97,6 +118,13 @@
 #define D uint8_t
 #else
 #define D uint8_t
+#endif
+
+// The float type a float source is read into: exact for every source.
+#if defined(SRC_F64) || defined(DST_F64)
+#define W double
+#else
+#define W float
 #endif
 
 layout(local_size_x = 256) in;
@@ -114,9 +142,9 @@ D conv(S s) {
 #elif defined(SRC_BOOL)
     return D(s != S(0) ? 1u : 0u);
 #elif defined(SRC_FLOAT) && defined(DST_FLOAT)
-    return D(float(s));
+    return D(W(s));
 #elif defined(SRC_FLOAT)
-    float v = float(s);
+    W v = W(s);
     if (isnan(v)) return D(0);
 #if defined(DST_I64)
     // 2^63 is exact in f32.
@@ -132,6 +160,8 @@ D conv(S s) {
 #else
     return D(uint(clamp(trunc(v), 0.0, 255.0)));
 #endif
+#elif defined(DST_F64)
+    return D(s);
 #elif defined(DST_F16)
     // Integers past f16's range (65504) overflow to inf either way; below 2^24 f32 is exact.
     return D(float(s));

@@ -108,12 +108,13 @@ fn gpu_name(d: DType) -> Option<&'static str> {
         DType::I8 => "i8",
         DType::U8 => "u8",
         DType::Bool => "bool",
+        DType::F64 => "f64",
         _ => return None,
     })
 }
 
 /// The variant names of shaders/cast.comp, `cast_<from>_<to>`, as static strings.
-const GPU_PAIRS: [&str; 46] = [
+const GPU_PAIRS: [&str; 60] = [
     "cast_f32_f16",
     "cast_f32_i64",
     "cast_f32_i32",
@@ -160,6 +161,20 @@ const GPU_PAIRS: [&str; 46] = [
     "cast_i8_i8",
     "cast_u8_u8",
     "cast_bool_bool",
+    "cast_f64_f32",
+    "cast_f64_f16",
+    "cast_f64_i64",
+    "cast_f64_i32",
+    "cast_f64_i8",
+    "cast_f64_u8",
+    "cast_f64_bool",
+    "cast_f32_f64",
+    "cast_f16_f64",
+    "cast_i64_f64",
+    "cast_i32_f64",
+    "cast_i8_f64",
+    "cast_u8_f64",
+    "cast_bool_f64",
 ];
 
 /// A value on its way between two types: integers exactly (i128 holds every i64 and u64),
@@ -518,8 +533,8 @@ mod tests {
             (k.dispatches[0].shader, &k.dispatches[0].params[..]),
             ("cast_copy32", &[30u32][..])
         );
-        // f64 has no GPU kernel (devices may lack shaderFloat64).
-        let h = ValueType::new(DType::F64, vec![3]);
+        // bf16 has no GPU kernel.
+        let h = ValueType::new(DType::BF16, vec![3]);
         assert!(op.gpu(&[Some(&h)], &[same]).is_none());
     }
 

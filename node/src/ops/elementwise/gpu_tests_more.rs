@@ -309,6 +309,7 @@ fn gpu_cast_every_pair() {
     let types = [
         DType::F32,
         DType::F16,
+        DType::F64,
         DType::I64,
         DType::I32,
         DType::I8,
