@@ -421,7 +421,10 @@ impl Op for Unary {
         }
         let n = outputs.first()?.numel();
         let mut params = vec![u32::try_from(n).ok()?, k as u32];
-        params.extend(self.p.iter().map(|&v| (v as f32).to_bits()));
+        // The integer shader takes no attributes.
+        if !shader.starts_with("unary_int") {
+            params.extend(self.p.iter().map(|&v| (v as f32).to_bits()));
+        }
         Some(GpuKernel {
             scratch: vec![],
             dispatches: if n == 0 {
