@@ -16,11 +16,13 @@ use crate::tensor::{DType, Element, Tensor};
 
 pub fn register(r: &mut Registry) {
     r.add("Cast", Cast::build);
+    r.add("CastLike", Cast::build_like);
 }
 
+/// Cast, or CastLike (opset 15) when `to` is `None`: the target type is input 1's.
 #[derive(Debug)]
 struct Cast {
-    to: DType,
+    to: Option<DType>,
 }
 
 /// Opset 1 names the target type as a string of `TensorProto.DataType`'s enum.
@@ -52,9 +54,128 @@ impl Cast {
                 })?
             }
         };
-        Ok(Box::new(Cast { to }))
+        Ok(Box::new(Cast { to: Some(to) }))
+    }
+
+    fn build_like(_spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+        Ok(Box::new(Cast { to: None }))
+    }
+
+    fn target(&self, like: Option<&ValueType>) -> Result<DType, OpError> {
+        match (self.to, like) {
+            (Some(d), _) => Ok(d),
+            (None, Some(t)) => Ok(t.dtype),
+            (None, None) => Err(OpError::invalid(
+                "CastLike: input 1 (target_type) is required",
+            )),
+        }
     }
 }
+
+/// `x` converted to `to` under Cast's rules (the module comment).
+pub(crate) fn cast_tensor(x: &Tensor, to: DType) -> Result<Tensor, OpError> {
+    if x.dtype() == to {
+        return Ok(x.clone());
+    }
+    Ok(match to {
+        DType::F32 => vec_tensor::<f32>(x)?,
+        DType::F64 => vec_tensor::<f64>(x)?,
+        DType::F16 => vec_tensor::<f16>(x)?,
+        DType::BF16 => vec_tensor::<bf16>(x)?,
+        DType::I8 => vec_tensor::<i8>(x)?,
+        DType::I16 => vec_tensor::<i16>(x)?,
+        DType::I32 => vec_tensor::<i32>(x)?,
+        DType::I64 => vec_tensor::<i64>(x)?,
+        DType::U8 => vec_tensor::<u8>(x)?,
+        DType::U16 => vec_tensor::<u16>(x)?,
+        DType::U32 => vec_tensor::<u32>(x)?,
+        DType::U64 => vec_tensor::<u64>(x)?,
+        DType::Bool => {
+            let bytes: Vec<u8> = cast_to::<BoolByte>(x)?.into_iter().map(|b| b.0).collect();
+            Tensor::from_bytes(DType::Bool, x.shape().to_vec(), Bytes::from(bytes))
+                .map_err(|e| OpError::invalid(e.to_string()))?
+        }
+    })
+}
+
+/// Suffix of a type in the cast.comp variant names.
+fn gpu_name(d: DType) -> Option<&'static str> {
+    Some(match d {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::I64 => "i64",
+        DType::I32 => "i32",
+        DType::I8 => "i8",
+        DType::U8 => "u8",
+        DType::Bool => "bool",
+        DType::F64 => "f64",
+        _ => return None,
+    })
+}
+
+/// The variant names of shaders/cast.comp, `cast_<from>_<to>`, as static strings.
+const GPU_PAIRS: [&str; 60] = [
+    "cast_f32_f16",
+    "cast_f32_i64",
+    "cast_f32_i32",
+    "cast_f32_i8",
+    "cast_f32_u8",
+    "cast_f32_bool",
+    "cast_f16_f32",
+    "cast_f16_i64",
+    "cast_f16_i32",
+    "cast_f16_i8",
+    "cast_f16_u8",
+    "cast_f16_bool",
+    "cast_i64_f32",
+    "cast_i64_f16",
+    "cast_i64_i32",
+    "cast_i64_i8",
+    "cast_i64_u8",
+    "cast_i64_bool",
+    "cast_i32_f32",
+    "cast_i32_f16",
+    "cast_i32_i64",
+    "cast_i32_i8",
+    "cast_i32_u8",
+    "cast_i32_bool",
+    "cast_i8_f32",
+    "cast_i8_f16",
+    "cast_i8_i64",
+    "cast_i8_i32",
+    "cast_i8_u8",
+    "cast_i8_bool",
+    "cast_u8_f32",
+    "cast_u8_f16",
+    "cast_u8_i64",
+    "cast_u8_i32",
+    "cast_u8_i8",
+    "cast_u8_bool",
+    "cast_bool_f32",
+    "cast_bool_f16",
+    "cast_bool_i64",
+    "cast_bool_i32",
+    "cast_bool_i8",
+    "cast_bool_u8",
+    "cast_f16_f16",
+    "cast_i8_i8",
+    "cast_u8_u8",
+    "cast_bool_bool",
+    "cast_f64_f32",
+    "cast_f64_f16",
+    "cast_f64_i64",
+    "cast_f64_i32",
+    "cast_f64_i8",
+    "cast_f64_u8",
+    "cast_f64_bool",
+    "cast_f32_f64",
+    "cast_f16_f64",
+    "cast_i64_f64",
+    "cast_i32_f64",
+    "cast_i8_f64",
+    "cast_u8_f64",
+    "cast_bool_f64",
+];
 
 /// A value on its way between two types: integers exactly (i128 holds every i64 and u64),
 /// floats as f64 (which holds every f16, bf16 and f32 exactly).
@@ -188,7 +309,8 @@ fn vec_tensor<D: Dst + Element>(t: &Tensor) -> Result<Tensor, OpError> {
 impl Op for Cast {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let x = req(inputs, 0)?.ty;
-        Ok(vec![ValueType::new(self.to, x.shape.clone())])
+        let to = self.target(super::util::opt(inputs, 1).map(|i| i.ty))?;
+        Ok(vec![ValueType::new(to, x.shape.clone())])
     }
 
     fn run_cpu(
@@ -197,44 +319,22 @@ impl Op for Cast {
         _outputs: &[ValueType],
     ) -> Result<Vec<Tensor>, OpError> {
         let x = req(inputs, 0)?;
-        if x.dtype() == self.to {
-            return Ok(vec![x.clone()]);
-        }
-        let y = match self.to {
-            DType::F32 => vec_tensor::<f32>(x)?,
-            DType::F64 => vec_tensor::<f64>(x)?,
-            DType::F16 => vec_tensor::<f16>(x)?,
-            DType::BF16 => vec_tensor::<bf16>(x)?,
-            DType::I8 => vec_tensor::<i8>(x)?,
-            DType::I16 => vec_tensor::<i16>(x)?,
-            DType::I32 => vec_tensor::<i32>(x)?,
-            DType::I64 => vec_tensor::<i64>(x)?,
-            DType::U8 => vec_tensor::<u8>(x)?,
-            DType::U16 => vec_tensor::<u16>(x)?,
-            DType::U32 => vec_tensor::<u32>(x)?,
-            DType::U64 => vec_tensor::<u64>(x)?,
-            DType::Bool => {
-                let bytes: Vec<u8> = cast_to::<BoolByte>(x)?.into_iter().map(|b| b.0).collect();
-                Tensor::from_bytes(DType::Bool, x.shape().to_vec(), Bytes::from(bytes))
-                    .map_err(|e| OpError::invalid(e.to_string()))?
-            }
-        };
-        Ok(vec![y])
+        let like = super::util::opt(inputs, 1).map(ValueType::of);
+        let to = self.target(like.as_ref())?;
+        Ok(vec![cast_tensor(x, to)?])
     }
 
-    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+    fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
+        let to = outputs.first()?.dtype;
         let n = x.numel();
-        let (shader, count) = match (x.dtype, self.to) {
-            (DType::F32, DType::I32) => ("cast_f32_i32", n),
-            (DType::I32, DType::F32) => ("cast_i32_f32", n),
-            (DType::F32, DType::I64) => ("cast_f32_i64", n),
-            (DType::I64, DType::F32) => ("cast_i64_f32", n),
-            (DType::I32, DType::I64) => ("cast_i32_i64", n),
-            (DType::I64, DType::I32) => ("cast_i64_i32", n),
+        let (shader, count) = match (x.dtype, to) {
             // A cast to the same type is a copy; 4- and 8-byte types copy as 32-bit words.
             (a, b) if a == b && a.size() % 4 == 0 => ("cast_copy32", n * a.size() / 4),
-            _ => return None,
+            (a, b) => {
+                let name = format!("cast_{}_{}", gpu_name(a)?, gpu_name(b)?);
+                (*GPU_PAIRS.iter().find(|s| **s == name)?, n)
+            }
         };
         let count32 = u32::try_from(count).ok()?;
         Some(GpuKernel {
@@ -433,7 +533,8 @@ mod tests {
             (k.dispatches[0].shader, &k.dispatches[0].params[..]),
             ("cast_copy32", &[30u32][..])
         );
-        let h = ValueType::new(DType::F16, vec![3]);
+        // bf16 has no GPU kernel.
+        let h = ValueType::new(DType::BF16, vec![3]);
         assert!(op.gpu(&[Some(&h)], &[same]).is_none());
     }
 

@@ -1,7 +1,14 @@
-//! Add, Sub, Mul, Div: numpy broadcasting (opset >= 7) and the older `broadcast`/`axis` form.
+//! The two-input elementwise ops with numpy broadcasting (opset >= 7) and the older
+//! `broadcast`/`axis` form: arithmetic (Add Sub Mul Div Mod Pow PRelu), bitwise (BitShift,
+//! BitwiseAnd/Or/Xor), logic on bools (And Or Xor) and comparisons (bool output).
+//!
+//! On the GPU every kind runs through `shaders/binary.comp` (one pipeline per element type, the
+//! op chosen by a push-constant code, as in unary.rs); comparisons through its `cmp_*` variants,
+//! which write bools.
 
 use super::broadcast;
-use crate::ops::util::{broadcast_shapes, broadcast_strides, groups_1d, req};
+use super::num::{INTS, Int, NUMERIC, Num, dispatch_int, dispatch_num};
+use crate::ops::util::{broadcast_shapes, broadcast_strides, expect_dtype, groups_1d, req};
 use crate::ops::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};
 use crate::tensor::{DType, Element, Tensor, numel};
 
@@ -11,87 +18,201 @@ pub enum BinKind {
     Sub,
     Mul,
     Div,
+    /// `fmod` attribute: C's fmod (true) or numpy.mod (false).
+    Mod(bool),
+    Pow,
+    PRelu,
+    /// Left (true) or right.
+    BitShift(bool),
+    BitAnd,
+    BitOr,
+    BitXor,
+    And,
+    Or,
+    Xor,
+    Equal,
+    Less,
+    LessOrEqual,
+    Greater,
+    GreaterOrEqual,
+}
+
+/// Op codes of shaders/binary.comp (`OP_*` there); the variadic ops use some too.
+pub mod code {
+    pub const ADD: u32 = 0;
+    pub const SUB: u32 = 1;
+    pub const MUL: u32 = 2;
+    pub const DIV: u32 = 3;
+    pub const MOD: u32 = 4;
+    pub const FMOD: u32 = 5;
+    /// Code 6 is free: Pow runs in shaders/pow.comp.
+    pub const PRELU: u32 = 7;
+    pub const MIN: u32 = 8;
+    pub const MAX: u32 = 9;
+    pub const AND: u32 = 10;
+    pub const OR: u32 = 11;
+    pub const XOR: u32 = 12;
+    pub const SHL: u32 = 13;
+    pub const SHR: u32 = 14;
+    /// `y = a * alpha` (floats): Mean's final scale.
+    pub const SCALE: u32 = 15;
+    /// `y = a`: a one-input Sum/Min/Max.
+    pub const COPY: u32 = 16;
+    // The cmp_* variants.
+    pub const EQ: u32 = 0;
+    pub const LT: u32 = 1;
+    pub const LE: u32 = 2;
+    pub const GT: u32 = 3;
+    pub const GE: u32 = 4;
 }
 
 impl BinKind {
+    pub fn from_op(op: &str, spec: &NodeSpec<'_>) -> Result<Option<BinKind>, OpError> {
+        Ok(Some(match op {
+            "Add" => BinKind::Add,
+            "Sub" => BinKind::Sub,
+            "Mul" => BinKind::Mul,
+            "Div" => BinKind::Div,
+            "Mod" => BinKind::Mod(spec.attrs.int("fmod", 0)? != 0),
+            "Pow" => BinKind::Pow,
+            "PRelu" => BinKind::PRelu,
+            "BitShift" => match spec.attrs.string_opt("direction")? {
+                Some("LEFT") => BinKind::BitShift(true),
+                Some("RIGHT") => BinKind::BitShift(false),
+                other => {
+                    return Err(OpError::invalid(format!(
+                        "BitShift: direction must be LEFT or RIGHT, found {other:?}"
+                    )));
+                }
+            },
+            "BitwiseAnd" => BinKind::BitAnd,
+            "BitwiseOr" => BinKind::BitOr,
+            "BitwiseXor" => BinKind::BitXor,
+            "And" => BinKind::And,
+            "Or" => BinKind::Or,
+            "Xor" => BinKind::Xor,
+            "Equal" => BinKind::Equal,
+            "Less" => BinKind::Less,
+            "LessOrEqual" => BinKind::LessOrEqual,
+            "Greater" => BinKind::Greater,
+            "GreaterOrEqual" => BinKind::GreaterOrEqual,
+            _ => return Ok(None),
+        }))
+    }
+
     fn name(self) -> &'static str {
         match self {
             BinKind::Add => "Add",
             BinKind::Sub => "Sub",
             BinKind::Mul => "Mul",
             BinKind::Div => "Div",
+            BinKind::Mod(_) => "Mod",
+            BinKind::Pow => "Pow",
+            BinKind::PRelu => "PRelu",
+            BinKind::BitShift(_) => "BitShift",
+            BinKind::BitAnd => "BitwiseAnd",
+            BinKind::BitOr => "BitwiseOr",
+            BinKind::BitXor => "BitwiseXor",
+            BinKind::And => "And",
+            BinKind::Or => "Or",
+            BinKind::Xor => "Xor",
+            BinKind::Equal => "Equal",
+            BinKind::Less => "Less",
+            BinKind::LessOrEqual => "LessOrEqual",
+            BinKind::Greater => "Greater",
+            BinKind::GreaterOrEqual => "GreaterOrEqual",
         }
     }
 
-    /// Shader for this op on this dtype (`shaders/binary_<op>[_<int type>].comp`).
-    fn shader(self, dtype: DType) -> Option<&'static str> {
-        Some(match (self, dtype) {
-            (BinKind::Add, DType::F32) => "binary_add",
-            (BinKind::Sub, DType::F32) => "binary_sub",
-            (BinKind::Mul, DType::F32) => "binary_mul",
-            (BinKind::Div, DType::F32) => "binary_div",
-            (BinKind::Add, DType::I32) => "binary_add_i32",
-            (BinKind::Sub, DType::I32) => "binary_sub_i32",
-            (BinKind::Mul, DType::I32) => "binary_mul_i32",
-            (BinKind::Div, DType::I32) => "binary_div_i32",
-            (BinKind::Add, DType::I64) => "binary_add_i64",
-            (BinKind::Sub, DType::I64) => "binary_sub_i64",
-            (BinKind::Mul, DType::I64) => "binary_mul_i64",
-            (BinKind::Div, DType::I64) => "binary_div_i64",
-            _ => return None,
-        })
+    fn is_compare(self) -> bool {
+        matches!(
+            self,
+            BinKind::Equal
+                | BinKind::Less
+                | BinKind::LessOrEqual
+                | BinKind::Greater
+                | BinKind::GreaterOrEqual
+        )
+    }
+
+    fn dtypes(self) -> &'static [DType] {
+        const NUMERIC_BOOL: [DType; 13] = [
+            DType::F32,
+            DType::F64,
+            DType::F16,
+            DType::BF16,
+            DType::I8,
+            DType::I16,
+            DType::I32,
+            DType::I64,
+            DType::U8,
+            DType::U16,
+            DType::U32,
+            DType::U64,
+            DType::Bool,
+        ];
+        match self {
+            BinKind::BitShift(_) => &[DType::U8, DType::U16, DType::U32, DType::U64],
+            BinKind::BitAnd | BinKind::BitOr | BinKind::BitXor => &INTS,
+            BinKind::And | BinKind::Or | BinKind::Xor => &[DType::Bool],
+            BinKind::Equal => &NUMERIC_BOOL,
+            _ => &NUMERIC,
+        }
+    }
+
+    /// The shader's op code.
+    fn code(self) -> u32 {
+        match self {
+            BinKind::Add => code::ADD,
+            BinKind::Sub => code::SUB,
+            BinKind::Mul => code::MUL,
+            BinKind::Div => code::DIV,
+            BinKind::Mod(false) => code::MOD,
+            BinKind::Mod(true) => code::FMOD,
+            BinKind::Pow => u32::MAX, // pow.comp takes no op code
+            BinKind::PRelu => code::PRELU,
+            BinKind::BitShift(true) => code::SHL,
+            BinKind::BitShift(false) => code::SHR,
+            BinKind::BitAnd | BinKind::And => code::AND,
+            BinKind::BitOr | BinKind::Or => code::OR,
+            BinKind::BitXor | BinKind::Xor => code::XOR,
+            BinKind::Equal => code::EQ,
+            BinKind::Less => code::LT,
+            BinKind::LessOrEqual => code::LE,
+            BinKind::Greater => code::GT,
+            BinKind::GreaterOrEqual => code::GE,
+        }
     }
 }
 
-/// Arithmetic as ONNX runtimes do it: IEEE for floats; for integers two's-complement
-/// wrap-around, and C's truncating division, where dividing by zero (undefined in ONNX) gives 0
-/// instead of a trap.
-pub trait Arith: Element + Copy {
-    fn add(self, o: Self) -> Self;
-    fn sub(self, o: Self) -> Self;
-    fn mul(self, o: Self) -> Self;
-    fn div(self, o: Self) -> Self;
+/// The shader variant of `binary.comp` for an element type.
+pub fn shader_for(dtype: DType, compare: bool) -> Option<&'static str> {
+    Some(match (dtype, compare) {
+        (DType::F32, false) => "binary_f32",
+        (DType::F16, false) => "binary_f16",
+        (DType::F64, false) => "binary_f64",
+        (DType::I32, false) => "binary_i32",
+        (DType::I64, false) => "binary_i64",
+        (DType::I8, false) => "binary_i8",
+        (DType::U8 | DType::Bool, false) => "binary_u8",
+        (DType::I16, false) => "binary_i16",
+        (DType::U16, false) => "binary_u16",
+        (DType::U32, false) => "binary_u32",
+        (DType::U64, false) => "binary_u64",
+        (DType::F32, true) => "binary_cmp_f32",
+        (DType::F16, true) => "binary_cmp_f16",
+        (DType::F64, true) => "binary_cmp_f64",
+        (DType::I32, true) => "binary_cmp_i32",
+        (DType::I64, true) => "binary_cmp_i64",
+        (DType::I8, true) => "binary_cmp_i8",
+        (DType::U8 | DType::Bool, true) => "binary_cmp_u8",
+        (DType::I16, true) => "binary_cmp_i16",
+        (DType::U16, true) => "binary_cmp_u16",
+        (DType::U32, true) => "binary_cmp_u32",
+        (DType::U64, true) => "binary_cmp_u64",
+        _ => return None,
+    })
 }
-
-macro_rules! arith_float {
-    ($($t:ty),*) => {$(
-        impl Arith for $t {
-            fn add(self, o: Self) -> Self { self + o }
-            fn sub(self, o: Self) -> Self { self - o }
-            fn mul(self, o: Self) -> Self { self * o }
-            fn div(self, o: Self) -> Self { self / o }
-        }
-    )*};
-}
-arith_float!(f32, f64);
-
-macro_rules! arith_int {
-    ($($t:ty),*) => {$(
-        impl Arith for $t {
-            fn add(self, o: Self) -> Self { self.wrapping_add(o) }
-            fn sub(self, o: Self) -> Self { self.wrapping_sub(o) }
-            fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
-            fn div(self, o: Self) -> Self {
-                // wrapping_div only overflows for MIN / -1, which it wraps to MIN.
-                if o == 0 { 0 } else { self.wrapping_div(o) }
-            }
-        }
-    )*};
-}
-arith_int!(i8, i16, i32, i64, u8, u16, u32, u64);
-
-const DTYPES: [DType; 10] = [
-    DType::F32,
-    DType::F64,
-    DType::I8,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::U16,
-    DType::U32,
-    DType::U64,
-];
 
 /// Up to opset 6 these ops broadcast only when asked (`broadcast=1`), and then B's shape is a
 /// contiguous run of A's, starting at `axis` (default: aligned to the right).
@@ -108,8 +229,11 @@ pub struct Binary {
 }
 
 impl Binary {
-    pub fn build(spec: &NodeSpec<'_>, kind: BinKind) -> Result<Box<dyn Op>, OpError> {
-        let legacy = if spec.opset < 7 {
+    pub fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+        let kind = BinKind::from_op(spec.op_type, spec)?
+            .ok_or_else(|| OpError::unsupported(format!("op {}", spec.op_type)))?;
+        // Opset 7 brought numpy broadcasting to the ops that existed before it.
+        let legacy = if spec.opset < 7 && kind != BinKind::PRelu {
             Some(Legacy {
                 broadcast: spec.attrs.int("broadcast", 0)? != 0,
                 axis: spec.attrs.int_opt("axis")?,
@@ -159,41 +283,135 @@ impl Binary {
         }
         Ok(shape)
     }
-
-    fn run_typed<T: Arith>(
-        &self,
-        a: &Tensor,
-        b: &Tensor,
-        b_shape: &[usize],
-        out: &[usize],
-    ) -> Result<Tensor, OpError> {
-        let (x, y) = (view::<T>(a)?, view::<T>(b)?);
-        let f: fn(T, T) -> T = match self.kind {
-            BinKind::Add => T::add,
-            BinKind::Sub => T::sub,
-            BinKind::Mul => T::mul,
-            BinKind::Div => T::div,
-        };
-        let v = broadcast::binary(&x, a.shape(), &y, b_shape, out, f);
-        Ok(Tensor::from_vec(out.to_vec(), v))
-    }
 }
 
 pub fn view<T: Element>(t: &Tensor) -> Result<std::borrow::Cow<'_, [T]>, OpError> {
     t.view::<T>().map_err(|e| OpError::invalid(e.to_string()))
 }
 
+/// Shapes of one binary evaluation: A's, B's (after legacy placement) and the output's.
+struct Shapes<'a> {
+    a: &'a [usize],
+    b: &'a [usize],
+    out: &'a [usize],
+}
+
+fn arith<T: Num>(k: BinKind, a: &Tensor, b: &Tensor, s: &Shapes<'_>) -> Result<Tensor, OpError> {
+    let (x, y) = (view::<T>(a)?, view::<T>(b)?);
+    let v = match k {
+        BinKind::Add => broadcast::binary(&x, s.a, &y, s.b, s.out, T::add),
+        BinKind::Sub => broadcast::binary(&x, s.a, &y, s.b, s.out, T::sub),
+        BinKind::Mul => broadcast::binary(&x, s.a, &y, s.b, s.out, T::mul),
+        BinKind::Div => broadcast::binary(&x, s.a, &y, s.b, s.out, T::div),
+        BinKind::Mod(fmod) => {
+            broadcast::binary(&x, s.a, &y, s.b, s.out, |p: T, q: T| p.modulo(q, fmod))
+        }
+        BinKind::PRelu => broadcast::binary(&x, s.a, &y, s.b, s.out, |p: T, q: T| {
+            if p < T::default() { p.mul(q) } else { p }
+        }),
+        _ => return Err(OpError::invalid(format!("{}: not arithmetic", k.name()))),
+    };
+    Ok(Tensor::from_vec(s.out.to_vec(), v))
+}
+
+fn bits<T: Int>(k: BinKind, a: &Tensor, b: &Tensor, s: &Shapes<'_>) -> Result<Tensor, OpError> {
+    let (x, y) = (view::<T>(a)?, view::<T>(b)?);
+    let f: fn(T, T) -> T = match k {
+        BinKind::BitShift(true) => T::shl,
+        BinKind::BitShift(false) => T::shr,
+        BinKind::BitAnd => T::and,
+        BinKind::BitOr => T::or,
+        _ => T::xor,
+    };
+    let v = broadcast::binary(&x, s.a, &y, s.b, s.out, f);
+    Ok(Tensor::from_vec(s.out.to_vec(), v))
+}
+
+/// Integer `x^e` for a non-negative integral exponent, wrapping like repeated multiplication.
+fn int_pow<T: Num>(x: T, mut e: u64) -> T {
+    let (mut base, mut acc) = (x, T::from_f64(1.0));
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.mul(base);
+        }
+        base = base.mul(base);
+        e >>= 1;
+    }
+    acc
+}
+
+/// Pow with any numeric exponent type: floats compute in f64 and round once; integer bases
+/// raised to a non-negative integral exponent are exact (wrapping), otherwise the f64 result
+/// is truncated toward zero, as onnxruntime's `static_cast<T>(std::pow(x, e))`.
+fn pow<T: Num>(a: &Tensor, b: &Tensor, s: &Shapes<'_>) -> Result<Tensor, OpError> {
+    let x = view::<T>(a)?;
+    let e = b
+        .to_f64_vec()
+        .map_err(|e| OpError::invalid(e.to_string()))?;
+    let v = broadcast::binary(&x, s.a, &e, s.b, s.out, |p: T, q: f64| {
+        if !T::IS_FLOAT && q >= 0.0 && q.fract() == 0.0 && q < u64::MAX as f64 {
+            int_pow(p, q as u64)
+        } else {
+            T::from_f64(p.to_f64().powf(q))
+        }
+    });
+    Ok(Tensor::from_vec(s.out.to_vec(), v))
+}
+
+fn compare<T: Num>(k: BinKind, a: &Tensor, b: &Tensor, s: &Shapes<'_>) -> Result<Tensor, OpError> {
+    let (x, y) = (view::<T>(a)?, view::<T>(b)?);
+    let f: fn(T, T) -> u8 = match k {
+        BinKind::Equal => |p, q| u8::from(p == q),
+        BinKind::Less => |p, q| u8::from(p < q),
+        BinKind::LessOrEqual => |p, q| u8::from(p <= q),
+        BinKind::Greater => |p, q| u8::from(p > q),
+        _ => |p, q| u8::from(p >= q),
+    };
+    bool_tensor(s.out, broadcast::binary(&x, s.a, &y, s.b, s.out, f))
+}
+
+fn bool_tensor(shape: &[usize], bytes: Vec<u8>) -> Result<Tensor, OpError> {
+    Tensor::from_bytes(DType::Bool, shape.to_vec(), bytes.into())
+        .map_err(|e| OpError::invalid(e.to_string()))
+}
+
+/// Bools as 0/1 bytes (any non-zero byte is true).
+fn bool_bytes(t: &Tensor) -> Result<Vec<u8>, OpError> {
+    Ok(t.view_bool()
+        .map_err(|e| OpError::invalid(e.to_string()))?
+        .into_iter()
+        .map(u8::from)
+        .collect())
+}
+
+fn logic(k: BinKind, a: &Tensor, b: &Tensor, s: &Shapes<'_>) -> Result<Tensor, OpError> {
+    let (x, y) = (bool_bytes(a)?, bool_bytes(b)?);
+    let f: fn(u8, u8) -> u8 = match k {
+        BinKind::And => |p, q| p & q,
+        BinKind::Or => |p, q| p | q,
+        BinKind::Xor => |p, q| p ^ q,
+        _ => |p, q| u8::from(p == q), // Equal on bools
+    };
+    bool_tensor(s.out, broadcast::binary(&x, s.a, &y, s.b, s.out, f))
+}
+
 impl Op for Binary {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
-        let name = self.kind.name();
+        let k = self.kind;
+        let name = k.name();
         let (a, b) = (req(inputs, 0)?.ty, req(inputs, 1)?.ty);
-        if a.dtype != b.dtype {
-            return Err(OpError::invalid(format!(
-                "{name}: input types differ: {} and {}",
-                a.dtype, b.dtype
-            )));
+        if k == BinKind::Pow {
+            expect_dtype(a, &NUMERIC, "Pow: base")?;
+            expect_dtype(b, &NUMERIC, "Pow: exponent")?;
+        } else {
+            if a.dtype != b.dtype {
+                return Err(OpError::invalid(format!(
+                    "{name}: input types differ: {} and {}",
+                    a.dtype, b.dtype
+                )));
+            }
+            expect_dtype(a, k.dtypes(), &format!("{name}: input"))?;
         }
-        crate::ops::util::expect_dtype(a, &DTYPES, &format!("{name}: input"))?;
         let b_shape = self.b_shape(&a.shape, &b.shape)?;
         let out = broadcast_shapes(&a.shape, &b_shape).map_err(|_| {
             OpError::invalid(format!(
@@ -201,7 +419,15 @@ impl Op for Binary {
                 a.shape, b.shape
             ))
         })?;
-        Ok(vec![ValueType::new(a.dtype, out)])
+        // PRelu broadcasts the slope to X only (unidirectional).
+        if k == BinKind::PRelu && out != a.shape {
+            return Err(OpError::invalid(format!(
+                "PRelu: slope {:?} does not broadcast to X {:?}",
+                b.shape, a.shape
+            )));
+        }
+        let dtype = if k.is_compare() { DType::Bool } else { a.dtype };
+        Ok(vec![ValueType::new(dtype, out)])
     }
 
     fn run_cpu(
@@ -215,21 +441,28 @@ impl Op for Binary {
             .ok_or_else(|| OpError::invalid("no output type given"))?
             .shape;
         let bs = self.b_shape(a.shape(), b.shape())?;
-        let y = match a.dtype() {
-            DType::F32 => self.run_typed::<f32>(a, b, &bs, out),
-            DType::F64 => self.run_typed::<f64>(a, b, &bs, out),
-            DType::I8 => self.run_typed::<i8>(a, b, &bs, out),
-            DType::I16 => self.run_typed::<i16>(a, b, &bs, out),
-            DType::I32 => self.run_typed::<i32>(a, b, &bs, out),
-            DType::I64 => self.run_typed::<i64>(a, b, &bs, out),
-            DType::U8 => self.run_typed::<u8>(a, b, &bs, out),
-            DType::U16 => self.run_typed::<u16>(a, b, &bs, out),
-            DType::U32 => self.run_typed::<u32>(a, b, &bs, out),
-            DType::U64 => self.run_typed::<u64>(a, b, &bs, out),
-            other => Err(OpError::unsupported(format!(
-                "{}: input of type {other}",
-                self.kind.name()
-            ))),
+        let s = Shapes {
+            a: a.shape(),
+            b: &bs,
+            out,
+        };
+        let k = self.kind;
+        let d = a.dtype();
+        let bad = || {
+            Err(OpError::unsupported(format!(
+                "{}: input of type {d}",
+                k.name()
+            )))
+        };
+        let y = match k {
+            BinKind::Pow => dispatch_num!(d, pow(a, b, &s), bad()),
+            BinKind::And | BinKind::Or | BinKind::Xor => logic(k, a, b, &s),
+            BinKind::Equal if d == DType::Bool => logic(k, a, b, &s),
+            _ if k.is_compare() => dispatch_num!(d, compare(k, a, b, &s), bad()),
+            BinKind::BitShift(_) | BinKind::BitAnd | BinKind::BitOr | BinKind::BitXor => {
+                dispatch_int!(d, bits(k, a, b, &s), bad())
+            }
+            _ => dispatch_num!(d, arith(k, a, b, &s), bad()),
         }?;
         Ok(vec![y])
     }
@@ -237,27 +470,120 @@ impl Op for Binary {
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let (a, b) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?);
         let out = outputs.first()?;
+        let k = self.kind;
+        let b_shape = self.b_shape(&a.shape, &b.shape).ok()?;
+        if k == BinKind::Pow {
+            return pow_kernel(a, b, &b_shape, &out.shape);
+        }
         if a.dtype != b.dtype {
             return None;
         }
-        let shader = self.kind.shader(a.dtype)?;
-        let b_shape = self.b_shape(&a.shape, &b.shape).ok()?;
-        let params = binary_params(&a.shape, &b_shape, &out.shape)?;
-        let n = out.numel();
-        Some(GpuKernel {
-            scratch: vec![],
-            dispatches: if n == 0 {
-                vec![]
-            } else {
-                vec![Dispatch {
-                    shader,
-                    buffers: vec![BufRef::Input(0), BufRef::Input(1), BufRef::Output(0)],
-                    params,
-                    groups: groups_1d(n, 256),
-                }]
-            },
-        })
+        if !k.dtypes().contains(&a.dtype) {
+            return None;
+        }
+        let shader = shader_for(a.dtype, k.is_compare())?;
+        binary_kernel(shader, k.code(), 0.0, &a.shape, &b_shape, &out.shape)
     }
+}
+
+/// The variants of shaders/pow.comp, `pow_<base>_<exponent>`.
+const POW_VARIANTS: [&str; 16] = [
+    "pow_f32_f32",
+    "pow_f32_f16",
+    "pow_f32_i32",
+    "pow_f32_i64",
+    "pow_f32_u32",
+    "pow_f32_u64",
+    "pow_f16_f16",
+    "pow_f16_f32",
+    "pow_f16_i32",
+    "pow_f16_i64",
+    "pow_i32_i32",
+    "pow_i32_i64",
+    "pow_i32_f32",
+    "pow_i64_i64",
+    "pow_i64_i32",
+    "pow_i64_f32",
+];
+
+fn pow_kernel(a: &ValueType, b: &ValueType, b_shape: &[usize], out: &[usize]) -> Option<GpuKernel> {
+    let short = |d: DType| match d {
+        DType::F32 => Some("f32"),
+        DType::F16 => Some("f16"),
+        DType::I32 => Some("i32"),
+        DType::I64 => Some("i64"),
+        DType::U32 => Some("u32"),
+        DType::U64 => Some("u64"),
+        _ => None,
+    };
+    let name = format!("pow_{}_{}", short(a.dtype)?, short(b.dtype)?);
+    let shader = *POW_VARIANTS.iter().find(|v| **v == name)?;
+    let params = binary_params(&a.shape, b_shape, out)?;
+    let n = numel(out);
+    Some(GpuKernel {
+        scratch: vec![],
+        dispatches: if n == 0 {
+            vec![]
+        } else {
+            vec![Dispatch {
+                shader,
+                buffers: vec![BufRef::Input(0), BufRef::Input(1), BufRef::Output(0)],
+                params,
+                groups: groups_1d(n, 256),
+            }]
+        },
+    })
+}
+
+/// One dispatch of a binary.comp variant over inputs 0 and 1.
+pub fn binary_kernel(
+    shader: &'static str,
+    op: u32,
+    alpha: f32,
+    a: &[usize],
+    b: &[usize],
+    out: &[usize],
+) -> Option<GpuKernel> {
+    let d = binary_dispatch(
+        shader,
+        [BufRef::Input(0), BufRef::Input(1)],
+        op,
+        alpha,
+        a,
+        b,
+        out,
+    )?;
+    Some(GpuKernel {
+        scratch: vec![],
+        dispatches: d.into_iter().collect(),
+    })
+}
+
+/// A binary.comp dispatch reading `ins` into output 0; `None` inside when there is nothing to
+/// compute (an empty output).
+pub fn binary_dispatch(
+    shader: &'static str,
+    ins: [BufRef; 2],
+    op: u32,
+    alpha: f32,
+    a: &[usize],
+    b: &[usize],
+    out: &[usize],
+) -> Option<Option<Dispatch>> {
+    let mut params = binary_params(a, b, out)?;
+    params.push(op);
+    params.push(alpha.to_bits());
+    let n = numel(out);
+    if n == 0 {
+        return Some(None);
+    }
+    let [ia, ib] = ins;
+    Some(Some(Dispatch {
+        shader,
+        buffers: vec![ia, ib, BufRef::Output(0)],
+        params,
+        groups: groups_1d(n, 256),
+    }))
 }
 
 /// Highest iteration rank the binary shaders take after collapsing.
@@ -277,7 +603,8 @@ pub mod mode {
 
 /// Push-constant words of the binary shaders: mode, n, then the collapsed output dims padded at
 /// the front with 1s to rank 6, then A's and B's element strides (0 on broadcast axes). None
-/// when the collapsed rank or a size does not fit.
+/// when the collapsed rank or a size does not fit. (`binary_dispatch` appends the op code and
+/// a float parameter.)
 pub fn binary_params(a: &[usize], b: &[usize], out: &[usize]) -> Option<Vec<u32>> {
     let n = numel(out);
     let word = |v: usize| u32::try_from(v).ok();

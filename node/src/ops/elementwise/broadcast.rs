@@ -58,17 +58,19 @@ pub fn collapse(dims: &[usize], strides: &[Vec<usize>]) -> Collapsed {
 
 /// `f(a, b)` over the broadcast of `a` (shape `a_shape`) and `b` (shape `b_shape`) to `out`.
 /// The shapes must already be known to broadcast to `out` (the op's shape rule checked them).
-pub fn binary<T, F>(
-    a: &[T],
+pub fn binary<TA, TB, U, F>(
+    a: &[TA],
     a_shape: &[usize],
-    b: &[T],
+    b: &[TB],
     b_shape: &[usize],
     out: &[usize],
     f: F,
-) -> Vec<T>
+) -> Vec<U>
 where
-    T: Copy + Send + Sync,
-    F: Fn(T, T) -> T + Sync + Send,
+    TA: Copy + Send + Sync,
+    TB: Copy + Send + Sync,
+    U: Copy + Default + Send + Sync,
+    F: Fn(TA, TB) -> U + Sync + Send,
 {
     let n: usize = out.iter().product();
     let par = n >= PARALLEL_MIN;
@@ -110,9 +112,8 @@ where
     // n > 1 here (n == 1 took a fast path), so at least one axis survived.
     let inner = *lay.dims.last().unwrap_or(&1);
     let mut y = Vec::with_capacity(n);
-    // Every row is written exactly once below; starting from a copy of a's first element
-    // avoids requiring `T: Default`.
-    y.resize(n, a[0]);
+    // Every row is written exactly once below.
+    y.resize(n, U::default());
     let walk = Walk {
         lay: &lay,
         a,
@@ -131,16 +132,19 @@ where
 }
 
 /// The general strided loop: rows along the innermost collapsed axis, an odometer over the rest.
-struct Walk<'a, T, F> {
+struct Walk<'a, TA, TB, F> {
     lay: &'a Collapsed,
-    a: &'a [T],
-    b: &'a [T],
+    a: &'a [TA],
+    b: &'a [TB],
     f: &'a F,
 }
 
-impl<T: Copy, F: Fn(T, T) -> T> Walk<'_, T, F> {
+impl<TA: Copy, TB: Copy, F> Walk<'_, TA, TB, F> {
     /// Fills `out`, a whole number of rows starting at row `row0`.
-    fn fill(&self, out: &mut [T], row0: usize) {
+    fn fill<U>(&self, out: &mut [U], row0: usize)
+    where
+        F: Fn(TA, TB) -> U,
+    {
         let r = self.lay.dims.len();
         let dims = &self.lay.dims[..r - 1];
         let (sa, sb) = (&self.lay.strides[0], &self.lay.strides[1]);
@@ -209,4 +213,48 @@ where
     } else {
         x.iter().map(|&v| f(v)).collect()
     }
+}
+
+/// Where's three-way broadcast: `f(c, x, y)` over the broadcast of the three shapes to `out`.
+/// A plain odometer over the collapsed axes: Where is rare enough in models not to need the
+/// binary walk's fast paths beyond the all-same-shape one.
+pub fn ternary<TC, T, F>(
+    c: (&[TC], &[usize]),
+    x: (&[T], &[usize]),
+    y: (&[T], &[usize]),
+    out: &[usize],
+    f: F,
+) -> Vec<T>
+where
+    TC: Copy,
+    T: Copy,
+    F: Fn(TC, T, T) -> T,
+{
+    let n: usize = out.iter().product();
+    if c.0.len() == n && x.0.len() == n && y.0.len() == n {
+        return (0..n).map(|i| f(c.0[i], x.0[i], y.0[i])).collect();
+    }
+    let bs = super::super::util::broadcast_strides;
+    let lay = collapse(out, &[bs(c.1, out), bs(x.1, out), bs(y.1, out)]);
+    let r = lay.dims.len();
+    let mut idx = vec![0usize; r];
+    let mut off = [0usize; 3];
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(f(c.0[off[0]], x.0[off[1]], y.0[off[2]]));
+        for ax in (0..r).rev() {
+            idx[ax] += 1;
+            for (k, o) in off.iter_mut().enumerate() {
+                *o += lay.strides[k][ax];
+            }
+            if idx[ax] < lay.dims[ax] {
+                break;
+            }
+            for (k, o) in off.iter_mut().enumerate() {
+                *o -= lay.strides[k][ax] * lay.dims[ax];
+            }
+            idx[ax] = 0;
+        }
+    }
+    v
 }

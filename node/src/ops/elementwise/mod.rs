@@ -1,35 +1,72 @@
-//! Elementwise ops: Add, Sub, Mul, Div with numpy broadcasting; Relu, Sigmoid, Tanh.
+//! Elementwise ops.
 //!
+//! - `num`: scalar arithmetic for every numeric type (integer division, Mod, shifts, NaN rules);
 //! - `broadcast`: the CPU loops (fast paths for equal shapes and scalars, a collapsed strided
 //!   walk otherwise, rayon past 64K elements) and the axis collapsing the GPU parameters share;
-//! - `binary`, `unary`: the op types, their shape rules and GPU descriptions;
-//! - `tests` (CPU against naive references), `gpu_tests` (shaders against the CPU kernels), and
-//!   `testutil`, which the matmul, softmax and cast tests share.
+//! - `unary`: the one-input ops, table-driven (and Clip); `binary`: two-input ops (arithmetic,
+//!   bitwise, logic, comparisons); `variadic`: Min Max Sum Mean; `select`: Where, Dropout;
+//! - `tests` (CPU against hand-derived and naive references), `gpu_tests` (shaders against the
+//!   CPU kernels), and `testutil`, which the matmul, softmax and cast tests share.
 
 mod binary;
 mod broadcast;
+mod num;
+mod real;
+mod select;
 mod unary;
+mod variadic;
 
 #[cfg(test)]
 mod gpu_tests;
 #[cfg(test)]
+mod gpu_tests_more;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_more;
 #[cfg(test)]
 pub(in crate::ops) mod testutil;
 
 use super::Registry;
-use binary::{BinKind, Binary};
-use unary::{UnKind, Unary};
+use binary::Binary;
+use unary::{Clip, OPS as UNARY_OPS, Unary};
 
 pub use broadcast::collapse;
-pub use unary::Real;
+pub use real::Real;
+
+const BINARY_OPS: [&str; 19] = [
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Mod",
+    "Pow",
+    "PRelu",
+    "BitShift",
+    "BitwiseAnd",
+    "BitwiseOr",
+    "BitwiseXor",
+    "And",
+    "Or",
+    "Xor",
+    "Equal",
+    "Less",
+    "LessOrEqual",
+    "Greater",
+    "GreaterOrEqual",
+];
 
 pub fn register(r: &mut Registry) {
-    r.add("Add", |s| Binary::build(s, BinKind::Add));
-    r.add("Sub", |s| Binary::build(s, BinKind::Sub));
-    r.add("Mul", |s| Binary::build(s, BinKind::Mul));
-    r.add("Div", |s| Binary::build(s, BinKind::Div));
-    r.add("Relu", |s| Unary::build(s, UnKind::Relu));
-    r.add("Sigmoid", |s| Unary::build(s, UnKind::Sigmoid));
-    r.add("Tanh", |s| Unary::build(s, UnKind::Tanh));
+    for op in BINARY_OPS {
+        r.add(op, Binary::build);
+    }
+    for (op, _) in UNARY_OPS {
+        r.add(op, Unary::build);
+    }
+    for op in ["Min", "Max", "Sum", "Mean"] {
+        r.add(op, variadic::Variadic::build);
+    }
+    r.add("Clip", Clip::build);
+    r.add("Where", select::Where::build);
+    r.add("Dropout", select::Dropout::build);
 }
