@@ -5,7 +5,7 @@
 //! A file may declare variants, one per line anywhere in it:
 //!     // @variant f16 T=float16_t ACC=float F16
 //! compiles the file once per variant, with those preprocessor definitions, into the shader
-//! `<stem>_<suffix>` (here `binary_add_f16`); a file without variants compiles once as `<stem>`.
+//! `<stem>_<suffix>` (here `binary_f16`); a file without variants compiles once as `<stem>`.
 //! Each shader's table entry also carries the optional device features its SPIR-V declares
 //! (read from its OpCapability instructions), so the planner can keep an op off a device that
 //! lacks them.

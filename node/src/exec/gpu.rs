@@ -200,7 +200,7 @@ impl GpuLayout {
                 .iter()
                 .map(|v| {
                     let t = spec.consts[*v].as_ref().expect("a weight");
-                    (locs[v].offset, t.bytes())
+                    (locs[v].offset, &t.bytes()[..])
                 })
                 .collect();
             upload_weights(&gpu, &weights, &parts, WEIGHT_STAGING)?;
