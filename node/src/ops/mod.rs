@@ -19,12 +19,19 @@ mod batchnorm;
 mod cast;
 mod concat;
 mod conv;
+mod conv_transpose;
+mod cumsum;
+mod einsum;
 mod elementwise;
 mod gather;
 mod matmul;
+mod norm;
+mod numeric;
 mod pool;
+mod reduce;
 mod shape_ops;
 mod softmax;
+mod topk;
 mod transpose;
 
 pub use attrs::{AttrValue, Attrs};
@@ -211,12 +218,18 @@ pub fn registry() -> &'static Registry {
         cast::register(&mut r);
         concat::register(&mut r);
         conv::register(&mut r);
+        conv_transpose::register(&mut r);
+        cumsum::register(&mut r);
+        einsum::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
         matmul::register(&mut r);
+        norm::register(&mut r);
         pool::register(&mut r);
+        reduce::register(&mut r);
         shape_ops::register(&mut r);
         softmax::register(&mut r);
+        topk::register(&mut r);
         transpose::register(&mut r);
         r
     })
