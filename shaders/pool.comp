@@ -23,7 +23,8 @@ layout(push_constant, scalar) uniform P {
     uvec3 dilation;
     uvec3 pad;
     uvec3 lim;
-    uint mode; // 0 max, 1 average, 2 average counting the explicit padding
+    uint mode; // 0 max, 1 average, 2 average counting the explicit padding, 3 Lp
+    uint lp;   // LpPool's p
 } p;
 
 void main() {
@@ -61,7 +62,7 @@ void main() {
                 float v = p.x.v[row + uint(iw)];
                 // First tap taken as is, so a leading NaN propagates as on the CPU.
                 if (count == 0u || v > best) best = v;
-                sum += v;
+                sum += p.mode == 3u ? pow(abs(v), float(p.lp)) : v;
                 count++;
             }
         }
@@ -69,6 +70,8 @@ void main() {
     float result;
     if (is_max) {
         result = best;
+    } else if (p.mode == 3u) {
+        result = pow(sum, 1.0 / float(p.lp));
     } else {
         if (p.mode == 2u) {
             // Taps before the end of the explicit padding, per axis (starts are never

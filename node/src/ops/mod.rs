@@ -33,6 +33,7 @@ mod shape_ops;
 mod softmax;
 mod topk;
 mod transpose;
+mod via_f32;
 
 pub use attrs::{AttrValue, Attrs};
 

@@ -26,7 +26,8 @@ pub(super) use float::{FLOAT_DTYPES, Float};
 use geometry::{Axis, WindowAttrs};
 
 pub fn register(r: &mut Registry) {
-    r.add("Conv", build);
+    // f16 / bf16 run through f32 on the CPU.
+    r.add("Conv", |s| Ok(super::via_f32::ViaF32::half(build(s)?)));
 }
 
 fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {

@@ -61,10 +61,13 @@ fn one_d_by_hand() {
     assert!(run(&*op, &[Some(&x), Some(&bad)]).is_err());
 }
 
+/// (X shape, W shape, group, attributes).
+type Case<'a> = (&'a [usize], &'a [usize], usize, &'a [(&'a str, AttrValue)]);
+
 #[test]
 fn gpu_matches_cpu_on_random_configurations() {
     let mut rng = Rng::new(17);
-    let cases: &[(&[usize], &[usize], usize, &[(&str, AttrValue)])] = &[
+    let cases: &[Case] = &[
         (
             &[2, 4, 5, 6],
             &[4, 3, 3, 3],

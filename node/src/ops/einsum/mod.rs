@@ -124,7 +124,7 @@ impl Op for Einsum {
     }
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
-        let ts: Vec<&ValueType> = inputs.iter().map(|t| *t).collect::<Option<_>>()?;
+        let ts: Vec<&ValueType> = inputs.iter().copied().collect::<Option<_>>()?;
         if ts.is_empty() || ts.len() > 2 {
             return None;
         }

@@ -13,8 +13,13 @@ use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Regi
 use crate::tensor::{DType, Element, Tensor, numel};
 
 pub fn register(r: &mut Registry) {
-    r.add("MatMul", |_| Ok(Box::new(MatMul)));
-    r.add("Gemm", Gemm::build);
+    // f16 / bf16 run through f32 on the CPU.
+    r.add("MatMul", |_| {
+        Ok(super::via_f32::ViaF32::half(Box::new(MatMul)))
+    });
+    r.add("Gemm", |s| {
+        Ok(super::via_f32::ViaF32::half(Gemm::build(s)?))
+    });
 }
 
 /// Where a matrix sits in a slice: element (i, j) is at `off + i * rs + j * cs`.

@@ -12,6 +12,7 @@ const MAX_ELEMS: usize = i32::MAX as usize;
 const MODE_MAX: u32 = 0;
 const MODE_AVG: u32 = 1;
 const MODE_AVG_INCLUDE_PAD: u32 = 2;
+const MODE_LP: u32 = 3;
 
 /// `indices`: MaxPool's Indices output is wanted, numbered column-major when `Some(true)`.
 pub fn pool(s: &PoolShape, kind: PoolKind, indices: Option<bool>) -> Option<GpuKernel> {
@@ -43,6 +44,11 @@ pub fn pool(s: &PoolShape, kind: PoolKind, indices: Option<bool>) -> Option<GpuK
             PoolKind::Avg {
                 count_include_pad: true,
             } => MODE_AVG_INCLUDE_PAD,
+            PoolKind::Lp { .. } => MODE_LP,
+        });
+        params.push(match kind {
+            PoolKind::Lp { p } => p,
+            _ => 1,
         });
         ("pool", vec![BufRef::Input(0), BufRef::Output(0)])
     };

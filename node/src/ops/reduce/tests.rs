@@ -62,7 +62,10 @@ fn every_kind_by_hand() {
         ("ReduceL1", [3., 7.]),
         ("ReduceL2", [2.23606797749979, 5.0]),
         ("ReduceSumSquare", [5., 25.]),
-        ("ReduceLogSumExp", [1.0485873515737421, 4.313261687518223]),
+        (
+            "ReduceLogSumExp",
+            [1.048_587_351_573_742, 4.313_261_687_518_223],
+        ),
     ];
     for (op, want) in cases {
         let y = reduce(op, 13, std::slice::from_ref(&a), &[Some(&x)]);
