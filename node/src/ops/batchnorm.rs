@@ -219,10 +219,18 @@ impl Op for BatchNorm {
         let all: Vec<&ValueType> = (0..5)
             .map(|i| super::util::opt(inputs, i))
             .collect::<Option<_>>()?;
-        if all.iter().any(|t| t.dtype != DType::F32) {
+        // All f32 or all f16 (the CPU side runs f16 through f32, see via_f32.rs).
+        let dtype = all[0].dtype;
+        if !matches!(dtype, DType::F32 | DType::F16) || all.iter().any(|t| t.dtype != dtype) {
             return None;
         }
-        let (c, s, per_act) = self.check(all[0], &all[1..]).ok()?;
+        // The shape rule knows f32 and f64 only; the shapes are what it checks here.
+        let as_f32: Vec<ValueType> = all
+            .iter()
+            .map(|t| ValueType::new(DType::F32, t.shape.clone()))
+            .collect();
+        let refs: Vec<&ValueType> = as_f32.iter().collect();
+        let (c, s, per_act) = self.check(refs[0], &refs[1..]).ok()?;
         let n = all[0].numel();
         if n > i32::MAX as usize || n == 0 {
             return None;
@@ -230,7 +238,11 @@ impl Op for BatchNorm {
         Some(GpuKernel {
             scratch: vec![],
             dispatches: vec![Dispatch {
-                shader: "batchnorm",
+                shader: if dtype == DType::F16 {
+                    "batchnorm_f16"
+                } else {
+                    "batchnorm_f32"
+                },
                 buffers: (0..5)
                     .map(BufRef::Input)
                     .chain([BufRef::Output(0)])

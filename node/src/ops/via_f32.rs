@@ -306,3 +306,120 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod gpu_tests {
+    //! The f16 variants of the Conv, pool, BatchNormalization and GEMM shaders against the CPU
+    //! (f32 arithmetic rounded once, so the two differ by at most an f16 rounding step).
+    use crate::ops::elementwise::testutil::{Rng, gpu_matches_cpu};
+    use crate::ops::{AttrValue, Attrs, NodeSpec, Op};
+    use crate::tensor::Tensor;
+    use half::f16;
+
+    fn node(
+        op_type: &str,
+        attrs: &[(&str, AttrValue)],
+        num_inputs: usize,
+        num_outputs: usize,
+    ) -> Box<dyn Op> {
+        let attrs = Attrs(
+            attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        );
+        let spec = NodeSpec {
+            name: "t",
+            op_type,
+            attrs: &attrs,
+            opset: 15,
+            num_inputs,
+            num_outputs,
+        };
+        crate::ops::build(&spec).unwrap()
+    }
+
+    fn h(rng: &mut Rng, shape: &[usize]) -> Tensor {
+        let n = shape.iter().product();
+        Tensor::from_vec(
+            shape.to_vec(),
+            rng.f32s(n).into_iter().map(f16::from_f32).collect(),
+        )
+    }
+
+    #[test]
+    fn f16_shaders_match_cpu() {
+        let mut rng = Rng::new(21);
+        let tol = 1e-2;
+        // Conv: a depthwise one (direct shader) and a wide one (implicit GEMM).
+        let dw = node(
+            "Conv",
+            &[
+                ("group", AttrValue::Int(4)),
+                ("pads", AttrValue::Ints(vec![1, 1, 1, 1])),
+            ],
+            3,
+            1,
+        );
+        let (x, w, b) = (
+            h(&mut rng, &[2, 4, 7, 6]),
+            h(&mut rng, &[4, 1, 3, 3]),
+            h(&mut rng, &[4]),
+        );
+        gpu_matches_cpu(&*dw, &[Some(&x), Some(&w), Some(&b)], tol);
+        let wide = node("Conv", &[], 3, 1);
+        let (x, w) = (h(&mut rng, &[1, 8, 9, 9]), h(&mut rng, &[32, 8, 3, 3]));
+        gpu_matches_cpu(&*wide, &[Some(&x), Some(&w)], tol);
+        // Pools.
+        let x = h(&mut rng, &[2, 3, 9, 8]);
+        let k = ("kernel_shape", AttrValue::Ints(vec![3, 2]));
+        for (op, outs) in [
+            ("MaxPool", 1),
+            ("MaxPool", 2),
+            ("AveragePool", 1),
+            ("LpPool", 1),
+        ] {
+            gpu_matches_cpu(
+                &*node(op, std::slice::from_ref(&k), 1, outs),
+                &[Some(&x)],
+                tol,
+            );
+        }
+        for op in ["GlobalAveragePool", "GlobalMaxPool"] {
+            gpu_matches_cpu(&*node(op, &[], 1, 1), &[Some(&x)], tol);
+        }
+        // BatchNormalization, with a positive variance.
+        let bn = node("BatchNormalization", &[], 5, 1);
+        let p: Vec<Tensor> = (0..4).map(|_| h(&mut rng, &[3])).collect();
+        let var = Tensor::from_vec(
+            vec![3],
+            vec![f16::from_f32(0.5), f16::from_f32(1.0), f16::from_f32(2.0)],
+        );
+        gpu_matches_cpu(
+            &*bn,
+            &[Some(&x), Some(&p[0]), Some(&p[1]), Some(&p[2]), Some(&var)],
+            tol,
+        );
+        // MatMul with a broadcast batch, Gemm with transposes and C.
+        let mm = node("MatMul", &[], 2, 1);
+        let (a, bm) = (h(&mut rng, &[3, 70, 20]), h(&mut rng, &[20, 65]));
+        gpu_matches_cpu(&*mm, &[Some(&a), Some(&bm)], tol);
+        let gemm = node(
+            "Gemm",
+            &[
+                ("transA", AttrValue::Int(1)),
+                ("transB", AttrValue::Int(1)),
+                ("alpha", AttrValue::Float(0.5)),
+                ("beta", AttrValue::Float(2.0)),
+            ],
+            3,
+            1,
+        );
+        let (a, bm, c) = (
+            h(&mut rng, &[20, 70]),
+            h(&mut rng, &[65, 20]),
+            h(&mut rng, &[65]),
+        );
+        gpu_matches_cpu(&*gemm, &[Some(&a), Some(&bm), Some(&c)], tol);
+    }
+}

@@ -327,11 +327,13 @@ impl Op for MatMul {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let (a, b) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?);
-        if a.dtype != DType::F32 || b.dtype != DType::F32 {
+        // f32 (gemm.comp) or f16 (gemm_simple.comp; the CPU side runs it through f32).
+        if !matches!(a.dtype, DType::F32 | DType::F16) || b.dtype != a.dtype {
             return None;
         }
         let s = MatMulShape::new(&a.shape, &b.shape).ok()?;
         gemm_kernel(&GpuGemm {
+            half: a.dtype == DType::F16,
             m: s.m,
             n: s.n,
             k: s.k,
@@ -537,13 +539,17 @@ impl Op for Gemm {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let (a, b, c) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?, opt(inputs, 2));
-        if a.dtype != DType::F32 {
+        if !matches!(a.dtype, DType::F32 | DType::F16)
+            || b.dtype != a.dtype
+            || c.is_some_and(|c| c.dtype != a.dtype)
+        {
             return None;
         }
         let s = self
             .shape(&a.shape, &b.shape, c.map(|c| &c.shape[..]))
             .ok()?;
         gemm_kernel(&GpuGemm {
+            half: a.dtype == DType::F16,
             m: s.m,
             n: s.n,
             k: s.k,
@@ -578,6 +584,8 @@ const GPU_BATCH_RANK: usize = 3;
 /// Everything `gemm.comp` needs to know about one product.
 #[derive(Debug, Clone)]
 struct GpuGemm {
+    /// f16 tensors: gemm_simple.comp's variant rather than gemm.comp.
+    half: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -664,7 +672,7 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
         let mut p = params.clone();
         p.extend([word(oa)?, word(ob)?, word(oy)?]);
         dispatches.push(Dispatch {
-            shader: "gemm",
+            shader: if g.half { "gemm_simple_f16" } else { "gemm" },
             // Without a C term the shader never reads its C buffer; A stands in for it.
             buffers: vec![
                 BufRef::Input(0),

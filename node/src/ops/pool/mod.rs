@@ -262,11 +262,12 @@ impl Op for Pool {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = super::util::opt(inputs, 0)?;
-        if x.dtype != DType::F32 {
+        if !matches!(x.dtype, DType::F32 | DType::F16) {
             return None;
         }
         let indices = self.indices.then_some(self.column_major_indices);
-        gpu::pool(&self.shape(&x.shape).ok()?, self.kind, indices)
+        let half = x.dtype == DType::F16;
+        gpu::pool(&self.shape(&x.shape).ok()?, self.kind, indices, half)
     }
 
     fn flops(&self, _inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
@@ -342,11 +343,11 @@ impl Op for GlobalPool {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = super::util::opt(inputs, 0)?;
-        if x.dtype != DType::F32 {
+        if !matches!(x.dtype, DType::F32 | DType::F16) {
             return None;
         }
         let (planes, plane, _) = self.shape(&x.shape).ok()?;
-        gpu::global_pool(planes, plane, self.max)
+        gpu::global_pool(planes, plane, self.max, x.dtype == DType::F16)
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
