@@ -24,6 +24,7 @@ mod cumsum;
 mod einsum;
 mod elementwise;
 mod gather;
+mod integer;
 mod matmul;
 mod norm;
 mod numeric;
@@ -224,6 +225,7 @@ pub fn registry() -> &'static Registry {
         einsum::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
+        integer::register(&mut r);
         matmul::register(&mut r);
         norm::register(&mut r);
         pool::register(&mut r);
