@@ -1,11 +1,13 @@
 //! TopK (opsets 1, 10, 11): the `k` largest (or smallest) elements along an axis and their
 //! int64 indices. `k` is an attribute at opset 1 and input 1 from opset 10. Equal values keep
 //! their index order (the lower index first), which is ONNX's rule; a NaN counts as larger
-//! than every number. CPU only; the output is always sorted, which `sorted = 0` permits.
+//! than every number. The output is always sorted, which `sorted = 0` permits.
+//! GPU (shaders/topk.comp): ranks every element against its row, so rows up to
+//! [`GPU_MAX_LEN`] long only.
 
 use super::numeric::{Wide, narrow, widen};
-use super::util::{axis as norm_axis, const_input, req};
-use super::{InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use super::util::{axis as norm_axis, const_input, groups_1d, req};
+use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor};
 
 pub fn register(r: &mut Registry) {
@@ -26,14 +28,20 @@ fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
         k_attr,
         axis: spec.attrs.int("axis", -1)?,
         largest: spec.attrs.int("largest", 1)? != 0,
+        seen: Default::default(),
     }))
 }
+
+/// Longest row the ranking shader takes (it does `len` comparisons per element).
+const GPU_MAX_LEN: usize = 4096;
 
 #[derive(Debug)]
 struct TopK {
     k_attr: Option<i64>,
     axis: i64,
     largest: bool,
+    /// `k` as `infer` saw it, by input shape: `gpu` sees types only.
+    seen: std::sync::Mutex<std::collections::BTreeMap<Vec<usize>, usize>>,
 }
 
 impl TopK {
@@ -123,7 +131,10 @@ impl Op for TopK {
         } else {
             self.k_of(Some(const_input(inputs, 1)?))?
         };
-        let (_, _, out) = self.geometry(&x.shape, k)?;
+        let (_, k, out) = self.geometry(&x.shape, k)?;
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.insert(x.shape.clone(), k);
+        }
         Ok(vec![
             ValueType::new(x.dtype, out.clone()),
             ValueType::new(DType::I64, out),
@@ -152,6 +163,40 @@ impl Op for TopK {
             narrow(x.dtype(), out.clone(), vals)?,
             Tensor::from_vec(out, idx),
         ])
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
+        let x = req(inputs, 0).ok()?;
+        let shader = match x.dtype {
+            DType::F32 => "topk_f32",
+            DType::F16 => "topk_f16",
+            DType::I32 => "topk_i32",
+            DType::I64 => "topk_i64",
+            _ => return None,
+        };
+        u32::try_from(x.numel()).ok()?;
+        let k = *self.seen.lock().ok()?.get(&x.shape)?;
+        let (a, _, _) = self.geometry(&x.shape, k as i64).ok()?;
+        let len = x.shape[a];
+        if len > GPU_MAX_LEN || outputs.len() != 2 {
+            return None;
+        }
+        let inner: usize = x.shape[a + 1..].iter().product();
+        Some(GpuKernel {
+            scratch: vec![],
+            dispatches: vec![Dispatch {
+                shader,
+                buffers: vec![BufRef::Input(0), BufRef::Output(0), BufRef::Output(1)],
+                params: vec![
+                    x.numel() as u32,
+                    len as u32,
+                    inner as u32,
+                    k as u32,
+                    self.largest as u32,
+                ],
+                groups: groups_1d(x.numel(), 256),
+            }],
+        })
     }
 }
 
@@ -217,5 +262,46 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn gpu_matches_cpu() {
+        let mut rng = crate::ops::elementwise::testutil::Rng::new(8);
+        for (axis, largest, k) in [(-1i64, 1i64, 3i64), (1, 0, 5), (0, 1, 2), (2, 0, 0)] {
+            let attrs = Attrs(
+                [
+                    ("axis", AttrValue::Int(axis)),
+                    ("largest", AttrValue::Int(largest)),
+                ]
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), v))
+                .collect(),
+            );
+            let spec = NodeSpec {
+                name: "t",
+                op_type: "TopK",
+                attrs: &attrs,
+                opset: 11,
+                num_inputs: 2,
+                num_outputs: 2,
+            };
+            let op = crate::ops::build(&spec).unwrap();
+            let kt = Tensor::from_vec(vec![1], vec![k]);
+            // Few distinct values: ties must keep index order on both sides.
+            let v: Vec<f32> = rng
+                .f32s(4 * 6 * 7)
+                .iter()
+                .map(|x| (x * 4.0).round())
+                .collect();
+            let x = Tensor::from_vec(vec![4, 6, 7], v.clone());
+            crate::ops::elementwise::testutil::gpu_matches_cpu(&*op, &[Some(&x), Some(&kt)], 0.0);
+            let i = Tensor::from_vec(vec![4, 6, 7], v.iter().map(|&f| f as i64).collect());
+            crate::ops::elementwise::testutil::gpu_matches_cpu(&*op, &[Some(&i), Some(&kt)], 0.0);
+            let h = Tensor::from_vec(
+                vec![4, 6, 7],
+                v.iter().map(|&f| half::f16::from_f32(f)).collect(),
+            );
+            crate::ops::elementwise::testutil::gpu_matches_cpu(&*op, &[Some(&h), Some(&kt)], 0.0);
+        }
     }
 }
