@@ -58,10 +58,9 @@ fn reduce_i(kind: Kind, v: impl Iterator<Item = i64> + Clone, n: usize, range: (
 }
 
 pub fn reduce(kind: Kind, x: &Tensor, plan: &Plan) -> Result<Tensor, OpError> {
-    if plan.axes.is_empty() && plan.out_shape == plan.shape {
-        // noop_with_empty_axes: the input unchanged.
-        return from_wide(x, plan, widen(x)?);
-    }
+    // With no axes (noop_with_empty_axes) every element is its own set: the sums pass it
+    // through, while the composite reductions still apply their steps (ReduceSumSquare
+    // squares, ReduceLogSum takes the log), as ONNX specifies.
     let outer = offsets(&plan.shape, &plan.kept());
     let inner = offsets(&plan.shape, &plan.axes);
     let n = inner.len();

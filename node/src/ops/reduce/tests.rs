@@ -42,8 +42,23 @@ fn sum_over_attribute_and_input_axes() {
     assert_close(&f64s(&y), &[300.], 0.0);
     let empty = axes(&[]);
     let noop = ("noop_with_empty_axes", AttrValue::Int(1));
-    let y = reduce("ReduceSum", 13, &[noop], &[Some(&x), Some(&empty)]);
+    let y = reduce(
+        "ReduceSum",
+        13,
+        std::slice::from_ref(&noop),
+        &[Some(&x), Some(&empty)],
+    );
     assert_eq!(y, x);
+    let y = reduce(
+        "ReduceSumSquare",
+        18,
+        std::slice::from_ref(&noop),
+        &[Some(&x)],
+    );
+    let squares: Vec<f64> = (1..=24).map(|v| (v * v) as f64).collect();
+    assert_eq!((y.shape(), f64s(&y)), (x.shape(), squares));
+    let o = build("ReduceL1", 18, &[noop]).unwrap();
+    gpu_matches_cpu(&*o, &[Some(&x.clone())], 0.0);
     // Axes 0 and 2 together.
     let y = reduce("ReduceSum", 18, &[k0], &[Some(&x), Some(&axes(&[0, 2]))]);
     // Row j of both blocks: (sum of 4j+1..4j+4) + (same + 48).
