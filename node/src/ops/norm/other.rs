@@ -1,8 +1,9 @@
-//! MeanVarianceNormalization and LpNormalization: CPU kernels, in f64.
+//! MeanVarianceNormalization and LpNormalization: CPU kernels in f64; on the GPU
+//! shaders/norm_axes.comp (f32, f16).
 
 use crate::ops::numeric::{from_f64, offsets, resolve_axes};
-use crate::ops::util::{axis, expect_dtype, req};
-use crate::ops::{InferInput, Op, OpError, Registry, ValueType};
+use crate::ops::util::{axis, expect_dtype, groups_1d, req};
+use crate::ops::{BufRef, Dispatch, GpuKernel, InferInput, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor};
 
 pub fn register(r: &mut Registry) {
@@ -35,6 +36,41 @@ fn floats(x: &ValueType, what: &str) -> Result<Vec<ValueType>, OpError> {
 
 fn f64s(t: &Tensor) -> Result<Vec<f64>, OpError> {
     t.to_f64_vec().map_err(|e| OpError::invalid(e.to_string()))
+}
+
+/// norm_axes.comp over the (ascending) `axes` of `x`, in `mode` (0 MVN, 1 L1, 2 L2).
+fn axes_kernel(x: &ValueType, axes: &[usize], mode: u32) -> Option<GpuKernel> {
+    let shader = match x.dtype {
+        DType::F32 => "norm_axes_f32",
+        DType::F16 => "norm_axes_f16",
+        _ => return None,
+    };
+    u32::try_from(x.numel()).ok()?;
+    let st = crate::tensor::strides(&x.shape);
+    let kept: Vec<usize> = (0..x.shape.len()).filter(|a| !axes.contains(a)).collect();
+    let nout: usize = kept.iter().map(|&a| x.shape[a]).product();
+    let nred: usize = axes.iter().map(|&a| x.shape[a]).product();
+    let mut table = vec![kept.len() as u32];
+    table.extend(kept.iter().map(|&a| x.shape[a] as u32));
+    table.extend(kept.iter().map(|&a| st[a] as u32));
+    table.push(axes.len() as u32);
+    table.extend(axes.iter().map(|&a| x.shape[a] as u32));
+    table.extend(axes.iter().map(|&a| st[a] as u32));
+    if x.numel() == 0 {
+        return Some(GpuKernel {
+            scratch: vec![],
+            dispatches: vec![],
+        });
+    }
+    Some(GpuKernel {
+        scratch: vec![],
+        dispatches: vec![Dispatch {
+            shader,
+            buffers: vec![BufRef::Input(0), BufRef::Output(0), BufRef::Table(table)],
+            params: vec![nout as u32, nred as u32, mode],
+            groups: groups_1d(nout, 256),
+        }],
+    })
 }
 
 /// `(x - mean) / (sqrt(var) + 1e-9)` over `axes`, as ONNX's function body defines it.
@@ -77,6 +113,13 @@ impl Op for Mvn {
             }
         }
         Ok(vec![from_f64(x.dtype(), shape.to_vec(), y)?])
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        let x = req(inputs, 0).ok()?;
+        let mut axes = resolve_axes(&self.axes, x.shape.len(), "MeanVarianceNormalization").ok()?;
+        axes.sort_unstable();
+        axes_kernel(x, &axes, 0)
     }
 }
 
@@ -121,5 +164,11 @@ impl Op for LpNorm {
             }
         }
         Ok(vec![from_f64(x.dtype(), shape.to_vec(), y)?])
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        let x = req(inputs, 0).ok()?;
+        let a = axis(self.axis, x.shape.len()).ok()?;
+        axes_kernel(x, &[a], self.p as u32)
     }
 }

@@ -219,3 +219,33 @@ fn gpu_norms_match_cpu() {
         true,
     );
 }
+
+#[test]
+fn gpu_mvn_and_lp_norm_match_cpu() {
+    let mut rng = Rng::new(10);
+    let x = rng.tensor_f32(&[3, 4, 5, 6]);
+    let h = Tensor::from_vec(
+        x.shape().to_vec(),
+        f64s(&x).iter().map(|&v| half::f16::from_f64(v)).collect(),
+    );
+    let ops = [
+        op("MeanVarianceNormalization", 13, &[], 1),
+        op(
+            "MeanVarianceNormalization",
+            13,
+            &[("axes", AttrValue::Ints(vec![1, -1]))],
+            1,
+        ),
+        op("LpNormalization", 22, &[], 1),
+        op(
+            "LpNormalization",
+            22,
+            &[("p", AttrValue::Int(1)), ("axis", AttrValue::Int(1))],
+            1,
+        ),
+    ];
+    for o in &ops {
+        gpu_matches_cpu(&**o, &[Some(&x)], 1e-4);
+        gpu_matches_cpu(&**o, &[Some(&h)], 2e-2);
+    }
+}
