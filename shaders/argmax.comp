@@ -6,11 +6,16 @@
 // @variant f16 DT_F16 IS_FLOAT
 // @variant i32 DT_I32
 // @variant i64 DT_I64
+// @variant f32_row DT_F32 IS_FLOAT ROW
+// @variant f16_row DT_F16 IS_FLOAT ROW
+// @variant i32_row DT_I32 ROW
+// @variant i64_row DT_I64 ROW
 #include "types.glsl"
 
 // ArgMax / ArgMin (ops/reduce/arg.rs): one invocation per output, scanning `len` elements
-// `inner` apart. `is_min` picks ArgMin, `last` the last of equal extremes; a NaN is the
-// extreme, as in numpy.
+// `inner` apart; with ROW (long rows) a workgroup per output, each invocation scanning every
+// WG-th element, then a shared-memory tree over (value, index) pairs. `is_min` picks ArgMin,
+// `last` the last of equal extremes; a NaN is the extreme, as in numpy.
 layout(local_size_x = 256) in;
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
 layout(buffer_reference, scalar) writeonly buffer Out { int64_t v[]; };
@@ -32,6 +37,50 @@ bool nan_of(T v) {
 #endif
 }
 
+// True when (v, j) should replace (best, at) as the extreme.
+bool better(T v, uint j, T best, uint at) {
+    if (nan_of(best)) {
+        return nan_of(v) && (p.last != 0u ? j > at : j < at);
+    }
+    if (nan_of(v)) return true;
+    if (v == best) return p.last != 0u ? j > at : j < at;
+    return p.is_min != 0u ? v < best : v > best;
+}
+
+#ifdef ROW
+const uint WG = 256;
+shared T sv[WG];
+shared uint si[WG];
+
+void main() {
+    uint i = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    // Uniform over the workgroup, so every barrier is reached by all or none.
+    if (i >= p.n) return;
+    uint tid = gl_LocalInvocationID.x;
+    uint base = (i / p.inner) * p.len * p.inner + i % p.inner;
+    // Every invocation starts from a real element (len >= WG on this path).
+    uint at = min(tid, p.len - 1u);
+    T best = p.x.v[base + at * p.inner];
+    for (uint j = tid + WG; j < p.len; j += WG) {
+        T v = p.x.v[base + j * p.inner];
+        if (better(v, j, best, at)) {
+            best = v;
+            at = j;
+        }
+    }
+    sv[tid] = best;
+    si[tid] = at;
+    barrier();
+    for (uint s = WG / 2u; s > 0u; s >>= 1u) {
+        if (tid < s && better(sv[tid + s], si[tid + s], sv[tid], si[tid])) {
+            sv[tid] = sv[tid + s];
+            si[tid] = si[tid + s];
+        }
+        barrier();
+    }
+    if (tid == 0u) p.y.v[i] = int64_t(si[0]);
+}
+#else
 void main() {
     uint i = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     if (i >= p.n) return;
@@ -56,3 +105,4 @@ void main() {
     }
     p.y.v[i] = int64_t(at);
 }
+#endif

@@ -57,7 +57,9 @@ void main() {
     if (p.mode == 2u) {
         uint at = 0xffffffffu;
         for (uint j = tid; j < p.len; j += WG) {
-            if (float(p.x.v[base + j * p.inner]) == m) {
+            float v = float(p.x.v[base + j * p.inner]);
+            // A NaN maximum means the first NaN, as numpy's argmax picks it.
+            if (isnan(m) ? isnan(v) : v == m) {
                 at = j;
                 break;
             }

@@ -138,9 +138,11 @@ fn block<T: Real>(kind: Kind, x: &[T], y: &mut [T], len: usize, inner: usize) {
 fn hard_block<T: Real>(x: &[T], y: &mut [T], len: usize, inner: usize) {
     for i in 0..inner {
         let idx = |j: usize| j * inner + i;
+        // numpy's argmax: the first maximum, a NaN counting as the maximum.
         let mut best = 0;
         for j in 1..len {
-            if x[idx(j)] > x[idx(best)] {
+            let (v, b) = (x[idx(j)], x[idx(best)]);
+            if !b.is_nan() && (v.is_nan() || v > b) {
                 best = j;
             }
         }
@@ -341,6 +343,9 @@ mod tests {
         // Hardmax: the first maximum wins ties.
         let y = run1(&*build("Hardmax", 13, &[]).unwrap(), &[&x]).unwrap();
         assert_eq!(f64s(&y), vec![0., 0., 1., 1., 0., 0.]);
+        let n = Tensor::from_vec(vec![4], vec![1f32, f32::NAN, 9., f32::NAN]);
+        let y = run1(&*build("Hardmax", 13, &[]).unwrap(), &[&n]).unwrap();
+        assert_eq!(f64s(&y), vec![0., 1., 0., 0.]);
         // Down the columns [1, 5], [2, 5], [3, -1].
         let y = run1(
             &*build("Hardmax", 13, &[("axis", AttrValue::Int(0))]).unwrap(),
@@ -388,6 +393,12 @@ mod tests {
                 );
                 gpu_matches_cpu(&*o, &[Some(&h)], 1e-2);
             }
+            // A NaN in the second of two rows of 300.
+            let mut v: Vec<f32> = rng.f32s(600).iter().map(|x| (x * 8.0).round()).collect();
+            v[400] = f32::NAN;
+            v[450] = f32::NAN;
+            let x = Tensor::from_vec(vec![2, 300], v);
+            gpu_matches_cpu(&*build(op, 13, &[]).unwrap(), &[Some(&x)], 1e-4);
         }
     }
 

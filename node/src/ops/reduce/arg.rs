@@ -13,6 +13,9 @@ pub fn register(r: &mut Registry) {
     r.add("ArgMin", |s| Arg::build(s, true));
 }
 
+/// Rows at least this long get a workgroup each.
+const ROW_MIN: usize = 512;
+
 #[derive(Debug)]
 struct Arg {
     min: bool,
@@ -120,18 +123,30 @@ impl Op for Arg {
         Ok(vec![Tensor::from_vec(out, idx)])
     }
 
-    fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
+    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
-        let shader = match x.dtype {
-            DType::F32 => "argmax_f32",
-            DType::F16 => "argmax_f16",
-            DType::I32 => "argmax_i32",
-            DType::I64 => "argmax_i64",
+        let (outer, len, inner, _) = self.geometry(&x.shape).ok()?;
+        u32::try_from(x.numel()).ok()?;
+        let n = outer * inner;
+        // Long rows: a workgroup per output (the shader needs len >= its 256 invocations).
+        let row = len >= ROW_MIN;
+        let shader = match (x.dtype, row) {
+            (DType::F32, false) => "argmax_f32",
+            (DType::F16, false) => "argmax_f16",
+            (DType::I32, false) => "argmax_i32",
+            (DType::I64, false) => "argmax_i64",
+            (DType::F32, true) => "argmax_f32_row",
+            (DType::F16, true) => "argmax_f16_row",
+            (DType::I32, true) => "argmax_i32_row",
+            (DType::I64, true) => "argmax_i64_row",
             _ => return None,
         };
-        u32::try_from(x.numel()).ok()?;
-        let (outer, len, inner, _) = self.geometry(&x.shape).ok()?;
-        let n = outer * inner;
+        let groups = if row {
+            let gy = n.div_ceil(65_535);
+            [n.div_ceil(gy) as u32, u32::try_from(gy).ok()?, 1]
+        } else {
+            groups_1d(n, 256)
+        };
         Some(GpuKernel {
             scratch: vec![],
             dispatches: vec![Dispatch {
@@ -144,7 +159,7 @@ impl Op for Arg {
                     self.min as u32,
                     self.last as u32,
                 ],
-                groups: groups_1d(outputs.first()?.numel(), 256),
+                groups,
             }],
         })
     }

@@ -265,3 +265,38 @@ fn gpu_arg_matches_cpu() {
         }
     }
 }
+
+#[test]
+fn gpu_arg_long_rows_match_cpu() {
+    let mut rng = Rng::new(16);
+    for op in ["ArgMax", "ArgMin"] {
+        for last in [0, 1] {
+            let o = build(
+                op,
+                13,
+                &[
+                    ("axis", AttrValue::Int(1)),
+                    ("select_last_index", AttrValue::Int(last)),
+                ],
+            )
+            .unwrap();
+            // Ties everywhere, a NaN in one row.
+            let mut v: Vec<f32> = rng
+                .f32s(3 * 1000)
+                .iter()
+                .map(|x| (x * 5.0).round())
+                .collect();
+            v[1500] = f32::NAN;
+            v[1700] = f32::NAN;
+            let x = Tensor::from_vec(vec![3, 1000], v.clone());
+            gpu_matches_cpu(&*o, &[Some(&x)], 0.0);
+            let i = Tensor::from_vec(
+                vec![3, 1000],
+                v.iter()
+                    .map(|&f| if f.is_nan() { 0 } else { f as i32 })
+                    .collect(),
+            );
+            gpu_matches_cpu(&*o, &[Some(&i)], 0.0);
+        }
+    }
+}
