@@ -10,6 +10,10 @@
 // @variant f16_row DT_F16 IS_FLOAT ROW
 // @variant i32_row DT_I32 ROW
 // @variant i64_row DT_I64 ROW
+// @variant i8 DT_I8
+// @variant u8 DT_U8
+// @variant i8_row DT_I8 ROW
+// @variant u8_row DT_U8 ROW
 #include "types.glsl"
 
 // ArgMax / ArgMin (ops/reduce/arg.rs): one invocation per output, scanning `len` elements
@@ -18,6 +22,7 @@
 // `last` the last of equal extremes; a NaN is the extreme, as in numpy.
 layout(local_size_x = 256) in;
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
+// Elements are compared as A (8-bit values widened to 32 bits).
 layout(buffer_reference, scalar) writeonly buffer Out { int64_t v[]; };
 layout(push_constant, scalar) uniform P {
     In x;
@@ -29,7 +34,7 @@ layout(push_constant, scalar) uniform P {
     uint last;
 } p;
 
-bool nan_of(T v) {
+bool nan_of(A v) {
 #ifdef IS_FLOAT
     return isnan(float(v));
 #else
@@ -38,7 +43,7 @@ bool nan_of(T v) {
 }
 
 // True when (v, j) should replace (best, at) as the extreme.
-bool better(T v, uint j, T best, uint at) {
+bool better(A v, uint j, A best, uint at) {
     if (nan_of(best)) {
         return nan_of(v) && (p.last != 0u ? j > at : j < at);
     }
@@ -49,7 +54,7 @@ bool better(T v, uint j, T best, uint at) {
 
 #ifdef ROW
 const uint WG = 256;
-shared T sv[WG];
+shared A sv[WG];
 shared uint si[WG];
 
 void main() {
@@ -60,9 +65,9 @@ void main() {
     uint base = (i / p.inner) * p.len * p.inner + i % p.inner;
     // Every invocation starts from a real element (len >= WG on this path).
     uint at = min(tid, p.len - 1u);
-    T best = p.x.v[base + at * p.inner];
+    A best = TO_A(p.x.v[base + at * p.inner]);
     for (uint j = tid + WG; j < p.len; j += WG) {
-        T v = p.x.v[base + j * p.inner];
+        A v = TO_A(p.x.v[base + j * p.inner]);
         if (better(v, j, best, at)) {
             best = v;
             at = j;
@@ -85,10 +90,10 @@ void main() {
     uint i = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     if (i >= p.n) return;
     uint base = (i / p.inner) * p.len * p.inner + i % p.inner;
-    T best = p.x.v[base];
+    A best = TO_A(p.x.v[base]);
     uint at = 0u;
     for (uint j = 1u; j < p.len; ++j) {
-        T v = p.x.v[base + j * p.inner];
+        A v = TO_A(p.x.v[base + j * p.inner]);
         bool take;
         if (nan_of(best)) {
             take = p.last != 0u && nan_of(v);

@@ -10,6 +10,10 @@
 // @variant f16_row DT_F16 IS_FLOAT ROW
 // @variant i32_row DT_I32 ROW
 // @variant i64_row DT_I64 ROW
+// @variant i8 DT_I8
+// @variant u8 DT_U8
+// @variant i8_row DT_I8 ROW
+// @variant u8_row DT_U8 ROW
 #include "types.glsl"
 
 // The Reduce* family (ops/reduce/gpu.rs). Output o and reduced index r map to input offsets
@@ -40,6 +44,12 @@ layout(push_constant, scalar) uniform P {
 #if defined(DT_I32)
 #define NEG_INF int64_t(-2147483648l)
 #define POS_INF int64_t(2147483647l)
+#elif defined(DT_I8)
+#define NEG_INF int64_t(-128l)
+#define POS_INF int64_t(127l)
+#elif defined(DT_U8)
+#define NEG_INF int64_t(0l)
+#define POS_INF int64_t(255l)
 #else
 #define NEG_INF int64_t(0x8000000000000000ul)
 #define POS_INF int64_t(0x7ffffffffffffffful)
@@ -99,7 +109,8 @@ ACC map_in(ACC v, ACC m) {
 }
 
 ACC load(uint base, uint roff, uint r) {
-    return ACC(p.x.v[base + offset(r, roff)]);
+    // Through A: 8-bit values widen to 32 bits first, needing no 8-bit arithmetic.
+    return ACC(TO_A(p.x.v[base + offset(r, roff)]));
 }
 
 #ifdef ROW
@@ -171,5 +182,5 @@ void main() {
     if (p.op == 7u) res = log(acc);
     if (p.op == 8u) res = (isinf(m) || isnan(m)) ? m : m + log(acc);
 #endif
-    p.y.v[o] = T(res);
+    p.y.v[o] = FROM_A(A(res));
 }

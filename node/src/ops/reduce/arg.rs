@@ -139,6 +139,10 @@ impl Op for Arg {
             (DType::F16, true) => "argmax_f16_row",
             (DType::I32, true) => "argmax_i32_row",
             (DType::I64, true) => "argmax_i64_row",
+            (DType::I8, false) => "argmax_i8",
+            (DType::U8, false) => "argmax_u8",
+            (DType::I8, true) => "argmax_i8_row",
+            (DType::U8, true) => "argmax_u8_row",
             _ => return None,
         };
         let groups = if row {

@@ -38,6 +38,8 @@ pub fn kernel(kind: Kind, dtype: DType, plan: &Plan) -> Option<GpuKernel> {
         DType::F16 => "f16",
         DType::I32 => "i32",
         DType::I64 => "i64",
+        DType::I8 => "i8",
+        DType::U8 => "u8",
         _ => return None,
     };
     let numel: usize = plan.shape.iter().product();
@@ -90,6 +92,10 @@ fn shader_name(name: &str) -> Option<&'static str> {
         "reduce_f16_row",
         "reduce_i32_row",
         "reduce_i64_row",
+        "reduce_i8",
+        "reduce_u8",
+        "reduce_i8_row",
+        "reduce_u8_row",
     ];
     NAMES.iter().copied().find(|n| *n == name)
 }

@@ -226,6 +226,11 @@ fn gpu_reductions_match_cpu() {
                 gpu_matches_cpu(&*o, &[Some(&i), Some(&a)], 0.0);
                 let l = Tensor::from_vec(shape.to_vec(), iv.iter().map(|&v| v as i64).collect());
                 gpu_matches_cpu(&*o, &[Some(&l), Some(&a)], 0.0);
+                // 8-bit: values wrap on overflow, the same on both sides.
+                let b = Tensor::from_vec(shape.to_vec(), iv.iter().map(|&v| v as i8).collect());
+                gpu_matches_cpu(&*o, &[Some(&b), Some(&a)], 0.0);
+                let u = Tensor::from_vec(shape.to_vec(), iv.iter().map(|&v| v as u8).collect());
+                gpu_matches_cpu(&*o, &[Some(&u), Some(&a)], 0.0);
             }
         }
     }
@@ -256,6 +261,8 @@ fn gpu_arg_matches_cpu() {
                 gpu_matches_cpu(&*o, &[Some(&x)], 0.0);
                 let i = Tensor::from_vec(vec![4, 5, 6], v.iter().map(|&f| f as i64).collect());
                 gpu_matches_cpu(&*o, &[Some(&i)], 0.0);
+                let b = Tensor::from_vec(vec![4, 5, 6], v.iter().map(|&f| f as i8).collect());
+                gpu_matches_cpu(&*o, &[Some(&b)], 0.0);
                 let h = Tensor::from_vec(
                     vec![4, 5, 6],
                     v.iter().map(|&f| half::f16::from_f32(f)).collect(),
@@ -297,6 +304,13 @@ fn gpu_arg_long_rows_match_cpu() {
                     .collect(),
             );
             gpu_matches_cpu(&*o, &[Some(&i)], 0.0);
+            let u = Tensor::from_vec(
+                vec![3, 1000],
+                v.iter()
+                    .map(|&f| if f.is_nan() { 7 } else { (f + 5.0) as u8 })
+                    .collect(),
+            );
+            gpu_matches_cpu(&*o, &[Some(&u)], 0.0);
         }
     }
 }
