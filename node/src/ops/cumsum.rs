@@ -34,6 +34,11 @@ fn axis_of(x: &[usize], a: &Tensor) -> Result<usize, OpError> {
     let v = a
         .to_i64_vec()
         .map_err(|e| OpError::invalid(e.to_string()))?;
+    if x.is_empty() {
+        return Err(OpError::invalid(
+            "CumSum: the input is a scalar, it has no axis",
+        ));
+    }
     match v[..] {
         [a] => norm_axis(a, x.len()).map_err(|e| OpError::invalid(format!("CumSum: {e}"))),
         _ => Err(OpError::invalid(format!(
@@ -207,6 +212,8 @@ mod tests {
         );
         let op = build("CumSum", 14, &[]).unwrap();
         assert!(run(&*op, &[Some(&x), Some(&Tensor::scalar(1i64))]).is_err());
+        let s = Tensor::scalar(1f32);
+        assert!(run(&*op, &[Some(&s), Some(&Tensor::scalar(0i64))]).is_err());
     }
 
     #[test]

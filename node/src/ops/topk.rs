@@ -46,6 +46,11 @@ struct TopK {
 
 impl TopK {
     fn geometry(&self, shape: &[usize], k: i64) -> Result<(usize, usize, Vec<usize>), OpError> {
+        if shape.is_empty() {
+            return Err(OpError::invalid(
+                "TopK: the input is a scalar, it has no axis",
+            ));
+        }
         let a = norm_axis(self.axis, shape.len())
             .map_err(|e| OpError::invalid(format!("TopK: {e}")))?;
         if k < 0 || k as usize > shape[a] {

@@ -64,6 +64,12 @@ impl Op for Train {
             .map(|i| f64s(req(inputs, i)?))
             .collect::<Result<_, _>>()?;
         let xs = f64s(x)?;
+        if x.rank() < 2 || p.iter().any(|v| v.len() != x.shape()[1]) {
+            return Err(OpError::invalid(format!(
+                "BatchNormalization: X {:?} needs scale, B, mean and var of its channel count",
+                x.shape()
+            )));
+        }
         let (n, c) = (x.shape()[0], x.shape()[1]);
         let s: usize = x.shape()[2..].iter().product();
         let count = (n * s).max(1) as f64;

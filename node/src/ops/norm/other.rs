@@ -133,6 +133,11 @@ struct LpNorm {
 impl Op for LpNorm {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let x = req(inputs, 0)?.ty;
+        if x.shape.is_empty() {
+            return Err(OpError::invalid(
+                "LpNormalization: the input is a scalar, it has no axis",
+            ));
+        }
         axis(self.axis, x.shape.len())?;
         floats(x, "LpNormalization: input")
     }
@@ -144,6 +149,11 @@ impl Op for LpNorm {
     ) -> Result<Vec<Tensor>, OpError> {
         let x = req(inputs, 0)?;
         let shape = x.shape();
+        if shape.is_empty() {
+            return Err(OpError::invalid(
+                "LpNormalization: the input is a scalar, it has no axis",
+            ));
+        }
         let a = axis(self.axis, shape.len())?;
         let kept: Vec<usize> = (0..shape.len()).filter(|&k| k != a).collect();
         let (outer, inner) = (offsets(shape, &kept), offsets(shape, &[a]));
@@ -168,6 +178,9 @@ impl Op for LpNorm {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
+        if x.shape.is_empty() {
+            return None;
+        }
         let a = axis(self.axis, x.shape.len()).ok()?;
         axes_kernel(x, &[a], self.p as u32)
     }

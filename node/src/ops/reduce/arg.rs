@@ -40,6 +40,12 @@ impl Arg {
 
     /// (outer, len, inner, output shape).
     fn geometry(&self, shape: &[usize]) -> Result<(usize, usize, usize, Vec<usize>), OpError> {
+        if shape.is_empty() {
+            return Err(OpError::invalid(format!(
+                "{}: the input is a scalar, it has no axis",
+                self.name()
+            )));
+        }
         let a = norm_axis(self.axis, shape.len())
             .map_err(|e| OpError::invalid(format!("{}: {e}", self.name())))?;
         let len = shape[a];

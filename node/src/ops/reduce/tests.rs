@@ -176,6 +176,13 @@ fn argmax_argmin() {
     let y = reduce("ArgMin", 13, &[], &[Some(&x)]);
     assert_eq!(y.shape(), &[1, 3]);
     assert_eq!(y.to_i64_vec().unwrap(), vec![0, 1, 1]);
+    assert!(
+        run(
+            &*build("ArgMax", 13, &[]).unwrap(),
+            &[Some(&Tensor::scalar(1f32))]
+        )
+        .is_err()
+    );
     let i = Tensor::from_vec(vec![3], vec![3i64, -9, 4]);
     assert_eq!(
         reduce("ArgMin", 13, &[], &[Some(&i)]).to_i64_vec().unwrap(),
