@@ -2,9 +2,11 @@
 //! without `->` the output is the ellipsis then the labels used once, alphabetically) and one
 //! strided-sum formulation for every equation: each output element sums, over the labels not
 //! in the output, the product of the inputs at offsets given by per-label strides (a label
-//! repeated within one input adds its strides, which walks the diagonal).
+//! repeated within one input adds its strides, which walks the diagonal). On the GPU, equations that are batched
+//! matrix products run on the tiled GEMM (lower.rs), the rest on shaders/einsum.comp.
 
 mod equation;
+mod lower;
 #[cfg(test)]
 mod tests;
 
@@ -142,6 +144,15 @@ impl Op for Einsum {
         }
         let nout = plan.out_count();
         u32::try_from(nout.max(plan.sum_count())).ok()?;
+        if ts.len() == 2
+            && let Some(k) = lower::as_gemm(
+                &plan,
+                ts[0].dtype == DType::F16,
+                [ts[0].numel(), ts[1].numel(), nout],
+            )
+        {
+            return Some(k);
+        }
         // [n_out, n_sum, out sizes, sum sizes, strides of each input over all labels].
         let mut table = vec![plan.out_sizes.len() as u32, plan.sum_sizes.len() as u32];
         table.extend(

@@ -73,7 +73,14 @@ fn gpu_kernel_matches_cpu() {
         ("i,i", &[&[5], &[5]]),
         ("ij->", &[&[30, 40]]),
         ("...j,kj->...k", &[&[2, 3, 4], &[5, 4]]),
+        // Attention-like products with transposed operands, a batch broadcast, a diagonal.
+        ("bhqd,bhkd->bhqk", &[&[2, 3, 70, 16], &[2, 3, 65, 16]]),
+        ("bij,jk->bik", &[&[3, 20, 30], &[30, 40]]),
+        ("ij,kj->ik", &[&[70, 9], &[66, 9]]),
+        ("bii,bi->bi", &[&[4, 6, 6], &[4, 6]]),
+        ("ik,kj->ji", &[&[5, 7], &[7, 6]]),
     ];
+    let mut shaders = std::collections::BTreeSet::new();
     for (eq, shapes) in cases {
         let op = build(
             "Einsum",
@@ -84,6 +91,16 @@ fn gpu_kernel_matches_cpu() {
         let ts: Vec<Tensor> = shapes.iter().map(|s| rng.tensor_f32(s)).collect();
         let ins: Vec<Option<&Tensor>> = ts.iter().map(Some).collect();
         gpu_matches_cpu(&*op, &ins, 1e-4);
+        let types: Vec<crate::ops::ValueType> = ts.iter().map(crate::ops::ValueType::of).collect();
+        let refs: Vec<Option<&crate::ops::ValueType>> = types.iter().map(Some).collect();
+        let infer_in: Vec<_> = types
+            .iter()
+            .map(|ty| Some(crate::ops::InferInput { ty, value: None }))
+            .collect();
+        let outs = op.infer(&infer_in).unwrap();
+        if let Some(d) = op.gpu(&refs, &outs).unwrap().dispatches.first() {
+            shaders.insert(d.shader);
+        }
         let hs: Vec<Tensor> = ts
             .iter()
             .map(|t| {
@@ -96,4 +113,9 @@ fn gpu_kernel_matches_cpu() {
         let ins: Vec<Option<&Tensor>> = hs.iter().map(Some).collect();
         gpu_matches_cpu(&*op, &ins, 3e-2);
     }
+    // Both the GEMM lowering and the general shader were exercised.
+    assert!(
+        shaders.contains("gemm") && shaders.contains("einsum_f32_1"),
+        "{shaders:?}"
+    );
 }

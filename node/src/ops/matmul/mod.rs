@@ -692,3 +692,43 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
 
 #[cfg(test)]
 mod tests;
+
+/// One batched product on the GPU for other ops (Einsum): `Y[batch..., M, N]` (dense) is
+/// `A x B`, A's element (i, p) of batch index `z` at `z . a_batch + i * a.0 + p * a.1`, B's
+/// (p, j) at `z . b_batch + p * b.0 + j * b.1` (0 strides broadcast). `sizes`: the elements of
+/// A, B and Y. `half`: f16 tensors.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn strided_gemm_kernel(
+    half: bool,
+    (m, n, k): (usize, usize, usize),
+    a: (usize, usize),
+    b: (usize, usize),
+    batch: Vec<usize>,
+    a_batch: Vec<usize>,
+    b_batch: Vec<usize>,
+    sizes: [usize; 3],
+) -> Option<GpuKernel> {
+    gemm_kernel(&GpuGemm {
+        half,
+        m,
+        n,
+        k,
+        a: Strided {
+            off: 0,
+            rs: a.0,
+            cs: a.1,
+        },
+        b: Strided {
+            off: 0,
+            rs: b.0,
+            cs: b.1,
+        },
+        batch,
+        a_batch,
+        b_batch,
+        c: None,
+        alpha: 1.0,
+        beta: 0.0,
+        sizes,
+    })
+}
