@@ -272,6 +272,27 @@ mod tests {
         let x = Tensor::from_vec(vec![1, 1, 3], vec![3f32, 4., 0.]);
         let op = build("LpPool", 18, &[("kernel_shape", AttrValue::Ints(vec![2]))]).unwrap();
         assert_eq!(f64s(&run(&*op, &[Some(&x)]).unwrap()[0]), vec![5., 4.]);
+        let op = build(
+            "LpPool",
+            1,
+            &[
+                ("kernel_shape", AttrValue::Ints(vec![2])),
+                ("p", AttrValue::Float(2.0)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(f64s(&run(&*op, &[Some(&x)]).unwrap()[0]), vec![5., 4.]);
+        assert!(
+            build(
+                "LpPool",
+                1,
+                &[
+                    ("kernel_shape", AttrValue::Ints(vec![2])),
+                    ("p", AttrValue::Float(1.5))
+                ]
+            )
+            .is_err()
+        );
         let x = Tensor::from_vec(vec![1, 1, 2], vec![-1f32, 2.]);
         let op = build(
             "LpPool",

@@ -118,7 +118,16 @@ fn build_avg(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
 }
 
 fn build_lp(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
-    let p = spec.attrs.int("p", 2)?;
+    // Opset 1 wrote p as a float; later opsets as an int.
+    let p = match spec.attrs.get("p") {
+        Some(super::AttrValue::Float(f)) if f.fract() == 0.0 => *f as i64,
+        Some(super::AttrValue::Float(f)) => {
+            return Err(OpError::unsupported(format!(
+                "LpPool with a fractional p = {f}"
+            )));
+        }
+        _ => spec.attrs.int("p", 2)?,
+    };
     let p = u32::try_from(p).ok().filter(|&p| p >= 1).ok_or_else(|| {
         OpError::invalid(format!("LpPool: p must be a positive integer, got {p}"))
     })?;
