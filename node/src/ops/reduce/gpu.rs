@@ -60,6 +60,9 @@ pub fn kernel(kind: Kind, dtype: DType, plan: &Plan) -> Option<GpuKernel> {
             dispatches: vec![],
         });
     }
+    if nout <= SPLIT_MAX_OUT && nred >= SPLIT_MIN && !matches!(dtype, DType::I8 | DType::U8) {
+        return split(suffix, nout, nred, kind, table);
+    }
     let row = nred >= ROW_MIN;
     let (shader, groups) = if row {
         let gy = nout.div_ceil(65_535);
@@ -78,6 +81,56 @@ pub fn kernel(kind: Kind, dtype: DType, plan: &Plan) -> Option<GpuKernel> {
             params: vec![nout as u32, nred as u32, kind as u32],
             groups,
         }],
+    })
+}
+
+/// Few outputs over long sets: split each set over several workgroups (reduce_split.comp).
+const SPLIT_MAX_OUT: usize = 64;
+const SPLIT_MIN: usize = 1 << 16;
+/// Positions per workgroup of the split's first pass (64 per invocation).
+const SPLIT_CHUNK: usize = 1 << 14;
+
+fn split(suffix: &str, nout: usize, nred: usize, kind: Kind, table: Vec<u32>) -> Option<GpuKernel> {
+    let chunk = SPLIT_CHUNK.max(nred.div_ceil(65_535));
+    let chunks = nred.div_ceil(chunk);
+    let (first, last) = match suffix {
+        "f32" => ("reduce_split_f32", "reduce_split_f32_final"),
+        "f16" => ("reduce_split_f16", "reduce_split_f16_final"),
+        "i32" => ("reduce_split_i32", "reduce_split_i32_final"),
+        "i64" => ("reduce_split_i64", "reduce_split_i64_final"),
+        _ => return None,
+    };
+    let buffers = vec![
+        BufRef::Input(0),
+        BufRef::Scratch(0),
+        BufRef::Scratch(1),
+        BufRef::Output(0),
+        BufRef::Table(table),
+    ];
+    let params = vec![
+        nout as u32,
+        nred as u32,
+        kind as u32,
+        chunks as u32,
+        chunk as u32,
+    ];
+    Some(GpuKernel {
+        // Partial results (8 bytes covers float and int64) and LogSumExp's chunk maxima.
+        scratch: vec![(nout * chunks * 8) as u64, (nout * chunks * 4) as u64],
+        dispatches: vec![
+            Dispatch {
+                shader: first,
+                buffers: buffers.clone(),
+                params: params.clone(),
+                groups: [chunks as u32, nout as u32, 1],
+            },
+            Dispatch {
+                shader: last,
+                buffers,
+                params,
+                groups: [nout as u32, 1, 1],
+            },
+        ],
     })
 }
 

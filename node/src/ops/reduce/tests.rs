@@ -244,6 +244,67 @@ fn gpu_reductions_match_cpu() {
 }
 
 #[test]
+fn gpu_long_reductions_split_over_workgroups() {
+    let mut rng = Rng::new(15);
+    let kinds = [
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceL2",
+        "ReduceLogSumExp",
+        "ReduceSumSquare",
+    ];
+    // 2 x 3 outputs over 100,000 positions each (axes 1 and 3, not contiguous).
+    let shape = [2usize, 400, 3, 250];
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = rng.f32s(n).iter().map(|x| x * 4.0).collect();
+    let x = Tensor::from_vec(shape.to_vec(), v.clone());
+    let i = Tensor::from_vec(
+        shape.to_vec(),
+        v.iter().map(|&f| (f * 10.0) as i64).collect(),
+    );
+    let a = axes(&[1, 3]);
+    for op in kinds {
+        let o = build(op, 18, &[("keepdims", AttrValue::Int(0))]).unwrap();
+        let k = {
+            let t = crate::ops::ValueType::of(&x);
+            let out = crate::ops::ValueType::new(DType::F32, vec![2, 3]);
+            let ty = crate::ops::InferInput {
+                ty: &t,
+                value: None,
+            };
+            let at = crate::ops::ValueType::of(&a);
+            o.infer(&[
+                Some(ty),
+                Some(crate::ops::InferInput {
+                    ty: &at,
+                    value: Some(&a),
+                }),
+            ])
+            .unwrap();
+            o.gpu(&[Some(&t), Some(&at)], &[out]).unwrap()
+        };
+        assert_eq!(k.dispatches.len(), 2, "{op}");
+        gpu_matches_cpu(&*o, &[Some(&x), Some(&a)], 1e-4);
+        if !matches!(op, "ReduceL2" | "ReduceLogSumExp") {
+            gpu_matches_cpu(&*o, &[Some(&i), Some(&a)], 0.0);
+        }
+    }
+    // LogSumExp with -inf everywhere but one element, and with a +inf.
+    let mut w = vec![f32::NEG_INFINITY; 70_000];
+    w[69_999] = 1.0;
+    let o = build("ReduceLogSumExp", 18, &[]).unwrap();
+    gpu_matches_cpu(
+        &*o,
+        &[Some(&Tensor::from_vec(vec![70_000], w.clone()))],
+        1e-6,
+    );
+    w[5] = f32::INFINITY;
+    gpu_matches_cpu(&*o, &[Some(&Tensor::from_vec(vec![70_000], w))], 1e-6);
+}
+
+#[test]
 fn gpu_arg_matches_cpu() {
     let mut rng = Rng::new(6);
     for op in ["ArgMax", "ArgMin"] {
