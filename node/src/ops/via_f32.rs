@@ -93,27 +93,15 @@ impl Op for ViaF32 {
                 })
             })
             .collect();
-        let values: Vec<Option<Tensor>> = inputs
-            .iter()
-            .map(|i| {
-                i.and_then(|i| i.value)
-                    .map(|v| {
-                        if self.widened(v.dtype()) {
-                            to_f32(v)
-                        } else {
-                            Ok(v.clone())
-                        }
-                    })
-                    .transpose()
-            })
-            .collect::<Result<_, _>>()?;
+        // The wrapped ops' rules read no values of their float inputs: a widened input goes
+        // without its value, which spares converting large weights while planning.
         let wide: Vec<Option<InferInput<'_>>> = types
             .iter()
-            .zip(&values)
-            .map(|(t, v)| {
+            .zip(inputs)
+            .map(|(t, i)| {
                 t.as_ref().map(|ty| InferInput {
                     ty,
-                    value: v.as_ref(),
+                    value: i.and_then(|i| i.value).filter(|v| !self.widened(v.dtype())),
                 })
             })
             .collect();
