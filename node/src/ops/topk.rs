@@ -2,8 +2,9 @@
 //! int64 indices. `k` is an attribute at opset 1 and input 1 from opset 10. Equal values keep
 //! their index order (the lower index first), which is ONNX's rule; a NaN counts as larger
 //! than every number. The output is always sorted, which `sorted = 0` permits.
-//! GPU (shaders/topk.comp): ranks every element against its row, so rows up to
-//! [`GPU_MAX_LEN`] long only.
+//! GPU (shaders/topk.comp): rows up to [`GPU_MAX_LEN`] long rank every element against its
+//! row; longer rows with k up to [`GPU_MAX_K`] pick their k elements in order, a workgroup
+//! per row. Longer rows with larger k stay on the CPU.
 
 use super::numeric::{Wide, narrow, widen};
 use super::util::{axis as norm_axis, const_input, groups_1d, req};
@@ -34,6 +35,8 @@ fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
 
 /// Longest row the ranking shader takes (it does `len` comparisons per element).
 const GPU_MAX_LEN: usize = 4096;
+/// Largest k the per-row shader takes (it scans the row k times).
+const GPU_MAX_K: usize = 1024;
 
 #[derive(Debug)]
 struct TopK {
@@ -172,34 +175,46 @@ impl Op for TopK {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
-        let shader = match x.dtype {
-            DType::F32 => "topk_f32",
-            DType::F16 => "topk_f16",
-            DType::I32 => "topk_i32",
-            DType::I64 => "topk_i64",
-            _ => return None,
-        };
         u32::try_from(x.numel()).ok()?;
         let k = *self.seen.lock().ok()?.get(&x.shape)?;
         let (a, _, _) = self.geometry(&x.shape, k as i64).ok()?;
         let len = x.shape[a];
-        if len > GPU_MAX_LEN || outputs.len() != 2 {
+        let row = len > GPU_MAX_LEN;
+        if (row && k > GPU_MAX_K) || outputs.len() != 2 {
             return None;
         }
+        let shader = match (x.dtype, row) {
+            (DType::F32, false) => "topk_f32",
+            (DType::F16, false) => "topk_f16",
+            (DType::I32, false) => "topk_i32",
+            (DType::I64, false) => "topk_i64",
+            (DType::F32, true) => "topk_f32_row",
+            (DType::F16, true) => "topk_f16_row",
+            (DType::I32, true) => "topk_i32_row",
+            (DType::I64, true) => "topk_i64_row",
+            _ => return None,
+        };
         let inner: usize = x.shape[a + 1..].iter().product();
+        let rows = x.numel() / len.max(1);
+        let (n, groups) = if row {
+            let gy = rows.div_ceil(65_535).max(1);
+            (rows, [rows.div_ceil(gy) as u32, u32::try_from(gy).ok()?, 1])
+        } else {
+            (x.numel(), groups_1d(x.numel(), 256))
+        };
         Some(GpuKernel {
             scratch: vec![],
             dispatches: vec![Dispatch {
                 shader,
                 buffers: vec![BufRef::Input(0), BufRef::Output(0), BufRef::Output(1)],
                 params: vec![
-                    x.numel() as u32,
+                    n as u32,
                     len as u32,
                     inner as u32,
                     k as u32,
                     self.largest as u32,
                 ],
-                groups: groups_1d(x.numel(), 256),
+                groups,
             }],
         })
     }
@@ -307,6 +322,48 @@ mod tests {
                 v.iter().map(|&f| half::f16::from_f32(f)).collect(),
             );
             crate::ops::elementwise::testutil::gpu_matches_cpu(&*op, &[Some(&h), Some(&kt)], 0.0);
+        }
+        // Long rows: the per-row shader, ties and a NaN included.
+        for (axis, largest, k) in [(1i64, 1i64, 10i64), (0, 0, 7)] {
+            let attrs = Attrs(
+                [
+                    ("axis", AttrValue::Int(axis)),
+                    ("largest", AttrValue::Int(largest)),
+                ]
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), v))
+                .collect(),
+            );
+            let spec = NodeSpec {
+                name: "t",
+                op_type: "TopK",
+                attrs: &attrs,
+                opset: 11,
+                num_inputs: 2,
+                num_outputs: 2,
+            };
+            let op = crate::ops::build(&spec).unwrap();
+            let kt = Tensor::from_vec(vec![1], vec![k]);
+            let shape = if axis == 1 {
+                vec![2, 5000]
+            } else {
+                vec![5000, 2]
+            };
+            let mut v: Vec<f32> = rng
+                .f32s(10_000)
+                .iter()
+                .map(|x| (x * 50.0).round())
+                .collect();
+            v[123] = f32::NAN;
+            let x = Tensor::from_vec(shape.clone(), v.clone());
+            crate::ops::elementwise::testutil::gpu_matches_cpu(&*op, &[Some(&x), Some(&kt)], 0.0);
+            let i = Tensor::from_vec(
+                shape,
+                v.iter()
+                    .map(|&f| if f.is_nan() { 99 } else { f as i32 })
+                    .collect(),
+            );
+            crate::ops::elementwise::testutil::gpu_matches_cpu(&*op, &[Some(&i), Some(&kt)], 0.0);
         }
     }
 }
