@@ -22,6 +22,9 @@ fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
     }))
 }
 
+/// Lines at least this long get a workgroup each.
+const ROW_MIN: usize = 512;
+
 #[derive(Debug)]
 struct CumSum {
     exclusive: bool,
@@ -127,17 +130,29 @@ impl Op for CumSum {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
-        let shader = match x.dtype {
-            DType::F32 => "cumsum_f32",
-            DType::F16 => "cumsum_f16",
-            DType::I32 => "cumsum_i32",
-            DType::I64 => "cumsum_i64",
-            _ => return None,
-        };
         u32::try_from(x.numel()).ok()?;
         let a = *self.axes.lock().ok()?.get(&x.shape)?;
         let (outer, len, inner) = split(&x.shape, a);
         let lines = outer * inner;
+        // Long lines: a workgroup per line, scanning in shared memory.
+        let row = len >= ROW_MIN;
+        let shader = match (x.dtype, row) {
+            (DType::F32, false) => "cumsum_f32",
+            (DType::F16, false) => "cumsum_f16",
+            (DType::I32, false) => "cumsum_i32",
+            (DType::I64, false) => "cumsum_i64",
+            (DType::F32, true) => "cumsum_f32_row",
+            (DType::F16, true) => "cumsum_f16_row",
+            (DType::I32, true) => "cumsum_i32_row",
+            (DType::I64, true) => "cumsum_i64_row",
+            _ => return None,
+        };
+        let groups = if row {
+            let gy = lines.div_ceil(65_535).max(1);
+            [lines.div_ceil(gy) as u32, u32::try_from(gy).ok()?, 1]
+        } else {
+            groups_1d(lines, 256)
+        };
         Some(GpuKernel {
             scratch: vec![],
             dispatches: vec![Dispatch {
@@ -150,7 +165,7 @@ impl Op for CumSum {
                     self.exclusive as u32,
                     self.reverse as u32,
                 ],
-                groups: groups_1d(lines, 256),
+                groups,
             }],
         })
     }
@@ -219,6 +234,44 @@ mod tests {
     #[test]
     fn gpu_matches() {
         let mut rng = Rng::new(3);
+        // Long lines (the shared-memory scan), an infinity among them.
+        for (excl, rev) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+            let op = build(
+                "CumSum",
+                14,
+                &[
+                    ("exclusive", AttrValue::Int(excl)),
+                    ("reverse", AttrValue::Int(rev)),
+                ],
+            )
+            .unwrap();
+            let mut v: Vec<f32> = rng
+                .f32s(2 * 1300)
+                .iter()
+                .map(|f| (f * 8.0).round())
+                .collect();
+            v[700] = f32::INFINITY;
+            let a = Tensor::scalar(1i64);
+            gpu_matches_cpu(
+                &*op,
+                &[Some(&Tensor::from_vec(vec![2, 1300], v.clone())), Some(&a)],
+                1e-5,
+            );
+            let i = Tensor::from_vec(
+                vec![2, 1300],
+                v.iter()
+                    .map(|&f| if f.is_finite() { f as i64 } else { 1 << 40 })
+                    .collect(),
+            );
+            gpu_matches_cpu(&*op, &[Some(&i), Some(&a)], 0.0);
+            let t = Tensor::from_vec(
+                vec![1300, 2],
+                v.iter()
+                    .map(|&f| if f.is_finite() { f as i32 } else { i32::MAX })
+                    .collect(),
+            );
+            gpu_matches_cpu(&*op, &[Some(&t), Some(&Tensor::scalar(0i64))], 0.0);
+        }
         for (axis, excl, rev) in [(0, 0, 0), (1, 1, 0), (-1, 0, 1), (2, 1, 1)] {
             let op = build(
                 "CumSum",
