@@ -10,7 +10,7 @@
 // elements, one workgroup per row (folded into y). Mean, then variance around it (two passes,
 // so a large mean costs no precision), in float; then
 // y = (x - mean) * inv * scale[k] + bias[k], k = (row % pp) * q + (j / d) % s.
-// flags: 1 bias present, 2 write mean and 1/sqrt(var + eps) per row (float).
+// flags: 1 bias present, 2 write the mean, 4 write 1/sqrt(var + eps), per row, as float.
 layout(local_size_x = 256) in;
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
 layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
@@ -68,8 +68,8 @@ void main() {
         float b = (p.flags & 1u) != 0u ? float(p.bias.v[k]) : 0.0;
         p.y.v[base + j] = T((float(p.x.v[base + j]) - mean) * inv * float(p.scale.v[k]) + b);
     }
-    if ((p.flags & 2u) != 0u && tid == 0u) {
-        p.mean.v[row] = mean;
-        p.inv.v[row] = inv;
+    if (tid == 0u) {
+        if ((p.flags & 2u) != 0u) p.mean.v[row] = mean;
+        if ((p.flags & 4u) != 0u) p.inv.v[row] = inv;
     }
 }

@@ -4,7 +4,8 @@ use super::Rows;
 use crate::ops::{BufRef, Dispatch, GpuKernel};
 use crate::tensor::DType;
 
-pub fn kernel(dtype: DType, r: Rows, eps: f32, has_bias: bool, stats: bool) -> Option<GpuKernel> {
+/// `stats`: how many of Mean and InvStdDev (in that order) are wanted, 0 to 2.
+pub fn kernel(dtype: DType, r: Rows, eps: f32, has_bias: bool, stats: usize) -> Option<GpuKernel> {
     let shader = match dtype {
         DType::F32 => "norm_rows_f32",
         DType::F16 => "norm_rows_f16",
@@ -25,10 +26,10 @@ pub fn kernel(dtype: DType, r: Rows, eps: f32, has_bias: bool, stats: bool) -> O
     } else {
         BufRef::Input(1)
     };
-    let (mean, inv) = if stats {
-        (BufRef::Output(1), BufRef::Output(2))
-    } else {
-        (BufRef::Output(0), BufRef::Output(0))
+    let (mean, inv) = match stats {
+        0 => (BufRef::Output(0), BufRef::Output(0)),
+        1 => (BufRef::Output(1), BufRef::Output(1)),
+        _ => (BufRef::Output(1), BufRef::Output(2)),
     };
     Some(GpuKernel {
         scratch: vec![],
@@ -50,7 +51,7 @@ pub fn kernel(dtype: DType, r: Rows, eps: f32, has_bias: bool, stats: bool) -> O
                 r.d as u32,
                 r.s as u32,
                 eps.to_bits(),
-                has_bias as u32 | (stats as u32) << 1,
+                has_bias as u32 | u32::from(stats >= 1) << 1 | u32::from(stats >= 2) << 2,
             ],
             groups: [gx as u32, u32::try_from(gy).ok()?, 1],
         }],

@@ -265,7 +265,7 @@ impl Op for Norm {
             rows,
             self.epsilon,
             bias.is_some(),
-            outputs.len() > 1,
+            outputs.len().saturating_sub(1),
         )
     }
 

@@ -184,6 +184,13 @@ fn gpu_norms_match_cpu() {
         &[300],
         true,
     );
+    // Mean wanted, InvStdDev not.
+    check(
+        &*op("LayerNormalization", 17, &[], 2),
+        &[4, 33],
+        &[33],
+        true,
+    );
     check(
         &*op("LayerNormalization", 17, &[("axis", AttrValue::Int(1))], 1),
         &[3, 5, 7],
