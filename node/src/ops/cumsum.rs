@@ -2,9 +2,6 @@
 //! `exclusive` (each output leaves its own element out) and `reverse` (from the end).
 //! Integers wrap; f16 accumulates in float on the GPU and in f64 on the CPU.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-
 use super::numeric::{Wide, narrow, widen};
 use super::util::{axis as norm_axis, const_input, groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
@@ -18,7 +15,7 @@ fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
     Ok(Box::new(CumSum {
         exclusive: spec.attrs.int("exclusive", 0)? != 0,
         reverse: spec.attrs.int("reverse", 0)? != 0,
-        axes: Mutex::default(),
+        axes: Default::default(),
     }))
 }
 
@@ -30,7 +27,7 @@ struct CumSum {
     exclusive: bool,
     reverse: bool,
     /// The axis `infer` resolved, by input shape: `gpu` sees types only.
-    axes: Mutex<BTreeMap<Vec<usize>, usize>>,
+    axes: super::numeric::Seen<usize>,
 }
 
 fn axis_of(x: &[usize], a: &Tensor) -> Result<usize, OpError> {
@@ -94,9 +91,7 @@ impl Op for CumSum {
             return Err(OpError::unsupported("CumSum: bool input"));
         }
         let a = axis_of(&x.shape, const_input(inputs, 1)?)?;
-        if let Ok(mut m) = self.axes.lock() {
-            m.insert(x.shape.clone(), a);
-        }
+        self.axes.remember(&x.shape, a);
         Ok(vec![x.clone()])
     }
 
@@ -131,7 +126,7 @@ impl Op for CumSum {
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
         u32::try_from(x.numel()).ok()?;
-        let a = *self.axes.lock().ok()?.get(&x.shape)?;
+        let a = self.axes.get(&x.shape)?;
         let (outer, len, inner) = split(&x.shape, a);
         let lines = outer * inner;
         // Long lines: a workgroup per line, scanning in shared memory.

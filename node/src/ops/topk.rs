@@ -44,7 +44,7 @@ struct TopK {
     axis: i64,
     largest: bool,
     /// `k` as `infer` saw it, by input shape: `gpu` sees types only.
-    seen: std::sync::Mutex<std::collections::BTreeMap<Vec<usize>, usize>>,
+    seen: super::numeric::Seen<usize>,
 }
 
 impl TopK {
@@ -140,9 +140,7 @@ impl Op for TopK {
             self.k_of(Some(const_input(inputs, 1)?))?
         };
         let (_, k, out) = self.geometry(&x.shape, k)?;
-        if let Ok(mut seen) = self.seen.lock() {
-            seen.insert(x.shape.clone(), k);
-        }
+        self.seen.remember(&x.shape, k);
         Ok(vec![
             ValueType::new(x.dtype, out.clone()),
             ValueType::new(DType::I64, out),
@@ -176,7 +174,7 @@ impl Op for TopK {
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
         u32::try_from(x.numel()).ok()?;
-        let k = *self.seen.lock().ok()?.get(&x.shape)?;
+        let k = self.seen.get(&x.shape)?;
         let (a, _, _) = self.geometry(&x.shape, k as i64).ok()?;
         let len = x.shape[a];
         let row = len > GPU_MAX_LEN;

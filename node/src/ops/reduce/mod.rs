@@ -55,7 +55,7 @@ pub struct Reduce {
     noop_with_empty_axes: bool,
     /// Plans made by `infer` from an axes input's value, by input shape: `gpu` sees only types,
     /// and without keepdims the reduced axes cannot be told from the shapes alone.
-    seen: std::sync::Mutex<std::collections::BTreeMap<Vec<usize>, Plan>>,
+    seen: super::numeric::Seen<Plan>,
 }
 
 /// A reduction resolved against a concrete input shape.
@@ -181,10 +181,8 @@ impl Op for Reduce {
         })?;
         let plan = self.plan(&x.shape, self.axes_input(inputs)?)?;
         let out = ValueType::new(x.dtype, plan.out_shape.clone());
-        if self.attr_axes.is_none()
-            && let Ok(mut seen) = self.seen.lock()
-        {
-            seen.insert(x.shape.clone(), plan);
+        if self.attr_axes.is_none() {
+            self.seen.remember(&x.shape, plan);
         }
         Ok(vec![out])
     }
@@ -212,7 +210,7 @@ impl Op for Reduce {
             // Reduced axes are the ones that became 1 (reducing a 1 changes nothing).
             gpu::plan_from_keepdims(&x.shape, &outputs.first()?.shape)?
         } else {
-            self.seen.lock().ok()?.get(&x.shape).cloned()?
+            self.seen.get(&x.shape)?
         };
         gpu::kernel(self.kind, x.dtype, &plan)
     }
