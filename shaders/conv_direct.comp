@@ -4,11 +4,15 @@
 // Same buffers and parameter table as conv_gemm.comp.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
+#extension GL_GOOGLE_include_directive : require
+// @variant f32 DT_F32
+// @variant f16 DT_F16
+#include "types.glsl"
 
 layout(local_size_x = 256) in;
 
-layout(buffer_reference, scalar) readonly buffer FIn { float v[]; };
-layout(buffer_reference, scalar) writeonly buffer FOut { float v[]; };
+layout(buffer_reference, scalar) readonly buffer FIn { T v[]; };
+layout(buffer_reference, scalar) writeonly buffer FOut { T v[]; };
 layout(buffer_reference, scalar) readonly buffer UIn { uint v[]; };
 
 layout(push_constant, scalar) uniform P { FIn x; FIn w; FIn b; FOut y; UIn t; } p;
@@ -65,10 +69,10 @@ void main() {
                 for (uint kw = 0; kw < KW; kw++) {
                     int iw = w0 + int(kw * DW);
                     if (uint(iw) >= IW) continue;
-                    acc = fma(p.x.v[xrow + uint(iw)], p.w.v[wrow + kw], acc);
+                    acc = fma(float(p.x.v[xrow + uint(iw)]), float(p.w.v[wrow + kw]), acc);
                 }
             }
         }
     }
-    p.y.v[i] = acc + p.b.v[oc];
+    p.y.v[i] = T(acc + float(p.b.v[oc]));
 }

@@ -10,11 +10,15 @@
 // into registers while the current one is multiplied.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
+#extension GL_GOOGLE_include_directive : require
+// @variant f32 DT_F32
+// @variant f16 DT_F16
+#include "types.glsl"
 
 layout(local_size_x = 256) in;
 
-layout(buffer_reference, scalar) readonly buffer FIn { float v[]; };
-layout(buffer_reference, scalar) writeonly buffer FOut { float v[]; };
+layout(buffer_reference, scalar) readonly buffer FIn { T v[]; };
+layout(buffer_reference, scalar) writeonly buffer FOut { T v[]; };
 layout(buffer_reference, scalar) readonly buffer UIn { uint v[]; };
 
 // x: N x C x ID x IH x IW; w: OC x CG x KD x KH x KW; b: OC; y: N x OC x OD x OH x OW;
@@ -47,12 +51,12 @@ float load_a(bool m_ok, uint xbase, int d0, int h0, int w0, uint k) {
     int iw = w0 + int(kw * DW);
     // Negative coordinates wrap to huge unsigned values, so one compare per axis suffices.
     if (uint(id) >= ID || uint(ih) >= IH || uint(iw) >= IW) return 0.0;
-    return p.x.v[xbase + c * IN_PLANE + (uint(id) * IH + uint(ih)) * IW + uint(iw)];
+    return float(p.x.v[xbase + c * IN_PLANE + (uint(id) * IH + uint(ih)) * IW + uint(iw)]);
 }
 
 float load_b(uint g, uint ocl, uint k) {
     if (ocl >= OCG || k >= K) return 0.0;
-    return p.w.v[(g * OCG + ocl) * K + k];
+    return float(p.w.v[(g * OCG + ocl) * K + k]);
 }
 
 void main() {
@@ -159,7 +163,7 @@ void main() {
             uint ocl = ocl0 + ty + 16 * j;
             if (ocl >= OCG) continue;
             uint oc = g * OCG + ocl;
-            p.y.v[(n * OC + oc) * PLANE + sp] = acc[i][j] + p.b.v[oc];
+            p.y.v[(n * OC + oc) * PLANE + sp] = T(acc[i][j] + float(p.b.v[oc]));
         }
     }
 }

@@ -5,11 +5,15 @@
 // explicit padding; an empty window gives -FLT_MAX (max) or 0 (average).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
+#extension GL_GOOGLE_include_directive : require
+// @variant f32 DT_F32
+// @variant f16 DT_F16
+#include "types.glsl"
 
 layout(local_size_x = 256) in;
 
-layout(buffer_reference, scalar) readonly buffer FIn { float v[]; };
-layout(buffer_reference, scalar) writeonly buffer FOut { float v[]; };
+layout(buffer_reference, scalar) readonly buffer FIn { T v[]; };
+layout(buffer_reference, scalar) writeonly buffer FOut { T v[]; };
 
 // Axis triples are (D, H, W). lim = input + pad_end.
 layout(push_constant, scalar) uniform P {
@@ -23,7 +27,8 @@ layout(push_constant, scalar) uniform P {
     uvec3 dilation;
     uvec3 pad;
     uvec3 lim;
-    uint mode; // 0 max, 1 average, 2 average counting the explicit padding
+    uint mode; // 0 max, 1 average, 2 average counting the explicit padding, 3 Lp
+    uint lp;   // LpPool's p
 } p;
 
 void main() {
@@ -58,10 +63,10 @@ void main() {
             for (uint kw = 0; kw < p.kernel.z; kw++) {
                 int iw = start.z + int(kw * p.dilation.z);
                 if (uint(iw) >= p.in_size.z) continue;
-                float v = p.x.v[row + uint(iw)];
+                float v = float(p.x.v[row + uint(iw)]);
                 // First tap taken as is, so a leading NaN propagates as on the CPU.
                 if (count == 0u || v > best) best = v;
-                sum += v;
+                sum += p.mode == 3u ? pow(abs(v), float(p.lp)) : v;
                 count++;
             }
         }
@@ -69,6 +74,8 @@ void main() {
     float result;
     if (is_max) {
         result = best;
+    } else if (p.mode == 3u) {
+        result = pow(sum, 1.0 / float(p.lp));
     } else {
         if (p.mode == 2u) {
             // Taps before the end of the explicit padding, per axis (starts are never
@@ -81,5 +88,5 @@ void main() {
         }
         result = count == 0u ? 0.0 : sum / float(count);
     }
-    p.y.v[i] = result;
+    p.y.v[i] = T(result);
 }

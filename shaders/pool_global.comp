@@ -3,11 +3,15 @@
 // folding a strided share of the plane, then a tree reduction in shared memory.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
+#extension GL_GOOGLE_include_directive : require
+// @variant f32 DT_F32
+// @variant f16 DT_F16
+#include "types.glsl"
 
 layout(local_size_x = 256) in;
 
-layout(buffer_reference, scalar) readonly buffer FIn { float v[]; };
-layout(buffer_reference, scalar) writeonly buffer FOut { float v[]; };
+layout(buffer_reference, scalar) readonly buffer FIn { T v[]; };
+layout(buffer_reference, scalar) writeonly buffer FOut { T v[]; };
 
 layout(push_constant, scalar) uniform P {
     FIn x;
@@ -28,7 +32,7 @@ void main() {
 
     float acc = is_max ? -3.402823466e+38 : 0.0;
     for (uint j = lid; j < p.plane_size; j += 256u) {
-        float v = p.x.v[base + j];
+        float v = float(p.x.v[base + j]);
         acc = is_max ? max(acc, v) : acc + v;
     }
     part[lid] = acc;
@@ -41,6 +45,6 @@ void main() {
         barrier();
     }
     if (lid == 0u) {
-        p.y.v[plane] = is_max ? part[0] : part[0] / float(p.plane_size);
+        p.y.v[plane] = T(is_max ? part[0] : part[0] / float(p.plane_size));
     }
 }

@@ -6,11 +6,15 @@
 // words (low, high) so the shader needs no 64-bit integer support.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
+#extension GL_GOOGLE_include_directive : require
+// @variant f32 DT_F32
+// @variant f16 DT_F16
+#include "types.glsl"
 
 layout(local_size_x = 256) in;
 
-layout(buffer_reference, scalar) readonly buffer FIn { float v[]; };
-layout(buffer_reference, scalar) writeonly buffer FOut { float v[]; };
+layout(buffer_reference, scalar) readonly buffer FIn { T v[]; };
+layout(buffer_reference, scalar) writeonly buffer FOut { T v[]; };
 layout(buffer_reference, scalar) writeonly buffer UOut { uint v[]; };
 
 layout(push_constant, scalar) uniform P {
@@ -57,7 +61,7 @@ void main() {
                 int iw = start.z + int(kw * p.dilation.z);
                 if (uint(iw) >= p.in_size.z) continue;
                 uint row_major = (uint(id) * p.in_size.y + uint(ih)) * p.in_size.z + uint(iw);
-                float v = p.x.v[xbase + row_major];
+                float v = float(p.x.v[xbase + row_major]);
                 // Strict '>' keeps the first maximum, and a NaN only when it comes first.
                 if (!found || v > best) {
                     best = v;
@@ -69,7 +73,7 @@ void main() {
             }
         }
     }
-    p.y.v[i] = best;
+    p.y.v[i] = T(best);
     if (found) {
         p.idx.v[2 * i] = xbase + best_at;
         p.idx.v[2 * i + 1] = 0u;

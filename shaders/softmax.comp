@@ -1,24 +1,32 @@
 #version 460
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
+#extension GL_GOOGLE_include_directive : require
+// @variant f32 DT_F32
+// @variant f16 DT_F16
+#include "types.glsl"
 
-// softmax over f32 rows (ops/softmax.rs): `rows` rows of `len` elements, `inner` apart; row r
-// starts at (r / inner) * len * inner + r % inner. One workgroup per row (folded into y past
-// 65,535 rows); each invocation strides over the row, and the maximum and the sum are reduced
-// through shared memory. The maximum is subtracted before exp, so exp never overflows.
+// Softmax, LogSoftmax and Hardmax (ops/softmax.rs): `rows` rows of `len` elements, `inner`
+// apart; row r starts at (r / inner) * len * inner + r % inner. One workgroup per row (folded
+// into y past 65,535 rows); each invocation strides over the row, and the maximum and the sum
+// are reduced through shared memory, in float for every element type. The maximum is
+// subtracted before exp, so exp never overflows.
+// mode: 0 softmax, 1 log-softmax, 2 hardmax (1 at the first maximum of the row).
 layout(local_size_x = 256) in;
-layout(buffer_reference, scalar) readonly buffer In { float v[]; };
-layout(buffer_reference, scalar) writeonly buffer Out { float v[]; };
+layout(buffer_reference, scalar) readonly buffer In { T v[]; };
+layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
 layout(push_constant, scalar) uniform P {
     In x;
     Out y;
     uint len;
     uint inner;
     uint rows;
+    uint mode;
 } p;
 
 const uint WG = 256;
 shared float red[WG];
+shared uint first[WG];
 
 void main() {
     uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
@@ -30,7 +38,7 @@ void main() {
     // GLSL leaves max() with a NaN operand undefined; track NaN by hand so it propagates.
     float m = uintBitsToFloat(0xff800000u);  // -inf
     for (uint j = tid; j < p.len; j += WG) {
-        float v = p.x.v[base + j * p.inner];
+        float v = float(p.x.v[base + j * p.inner]);
         if (!isnan(m) && (isnan(v) || v > m)) m = v;
     }
     red[tid] = m;
@@ -46,9 +54,32 @@ void main() {
     m = red[0];
     barrier();
 
+    if (p.mode == 2u) {
+        uint at = 0xffffffffu;
+        for (uint j = tid; j < p.len; j += WG) {
+            float v = float(p.x.v[base + j * p.inner]);
+            // A NaN maximum means the first NaN, as numpy's argmax picks it.
+            if (isnan(m) ? isnan(v) : v == m) {
+                at = j;
+                break;
+            }
+        }
+        first[tid] = at;
+        barrier();
+        for (uint s = WG / 2u; s > 0u; s >>= 1u) {
+            if (tid < s) first[tid] = min(first[tid], first[tid + s]);
+            barrier();
+        }
+        at = first[0];
+        for (uint j = tid; j < p.len; j += WG) {
+            p.y.v[base + j * p.inner] = T(j == at ? 1.0 : 0.0);
+        }
+        return;
+    }
+
     float sum = 0.0;
     for (uint j = tid; j < p.len; j += WG) {
-        sum += exp(p.x.v[base + j * p.inner] - m);
+        sum += exp(float(p.x.v[base + j * p.inner]) - m);
     }
     red[tid] = sum;
     barrier();
@@ -58,10 +89,11 @@ void main() {
         }
         barrier();
     }
-    float inv = 1.0 / red[0];
+    float total = red[0];
 
     for (uint j = tid; j < p.len; j += WG) {
         uint i = base + j * p.inner;
-        p.y.v[i] = exp(p.x.v[i] - m) * inv;
+        float d = float(p.x.v[i]) - m;
+        p.y.v[i] = T(p.mode == 1u ? d - log(total) : exp(d) / total);
     }
 }

@@ -4,8 +4,10 @@
 //! Across opsets: before 9 the `spatial` attribute may be 0, and then the statistics are per
 //! activation (shaped like one sample, C x D1 x ...); from 14, `training_mode` = 1 asks for
 //! batch statistics, which this runtime does not compute; from 15 the scale/bias and the
-//! mean/variance may have float types other than X's. `is_test` (before 7) and `momentum`
-//! only matter when training and are ignored; training outputs are refused.
+//! mean/variance may have float types other than X's. `is_test` (before 7) is ignored.
+//! Training mode (batch statistics and the updated running statistics) is in train.rs.
+
+mod train;
 
 use rayon::prelude::*;
 
@@ -15,7 +17,10 @@ use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Regi
 use crate::tensor::{DType, Tensor};
 
 pub fn register(r: &mut Registry) {
-    r.add("BatchNormalization", build);
+    // f16 / bf16 run through f32 on the CPU.
+    r.add("BatchNormalization", |s| {
+        Ok(super::via_f32::ViaF32::half_mixed(build(s)?))
+    });
 }
 
 const PARAM_NAMES: [&str; 4] = ["scale", "B", "input_mean", "input_var"];
@@ -30,10 +35,7 @@ fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
     }
     if spec.opset >= 14 {
         if a.int("training_mode", 0)? != 0 {
-            return Err(OpError::unsupported(
-                "BatchNormalization with training_mode=1 (batch statistics); export the model \
-                 for inference",
-            ));
+            return train::build(spec);
         }
         if spec.num_outputs != 1 {
             return Err(OpError::invalid(format!(
@@ -217,10 +219,18 @@ impl Op for BatchNorm {
         let all: Vec<&ValueType> = (0..5)
             .map(|i| super::util::opt(inputs, i))
             .collect::<Option<_>>()?;
-        if all.iter().any(|t| t.dtype != DType::F32) {
+        // All f32 or all f16 (the CPU side runs f16 through f32, see via_f32.rs).
+        let dtype = all[0].dtype;
+        if !matches!(dtype, DType::F32 | DType::F16) || all.iter().any(|t| t.dtype != dtype) {
             return None;
         }
-        let (c, s, per_act) = self.check(all[0], &all[1..]).ok()?;
+        // The shape rule knows f32 and f64 only; the shapes are what it checks here.
+        let as_f32: Vec<ValueType> = all
+            .iter()
+            .map(|t| ValueType::new(DType::F32, t.shape.clone()))
+            .collect();
+        let refs: Vec<&ValueType> = as_f32.iter().collect();
+        let (c, s, per_act) = self.check(refs[0], &refs[1..]).ok()?;
         let n = all[0].numel();
         if n > i32::MAX as usize || n == 0 {
             return None;
@@ -228,7 +238,11 @@ impl Op for BatchNorm {
         Some(GpuKernel {
             scratch: vec![],
             dispatches: vec![Dispatch {
-                shader: "batchnorm",
+                shader: if dtype == DType::F16 {
+                    "batchnorm_f16"
+                } else {
+                    "batchnorm_f32"
+                },
                 buffers: (0..5)
                     .map(BufRef::Input)
                     .chain([BufRef::Output(0)])

@@ -19,13 +19,20 @@ mod batchnorm;
 mod cast;
 mod concat;
 mod conv;
+mod conv_transpose;
+mod cumsum;
+mod einsum;
 mod elementwise;
 mod gather;
 mod gather_nd;
 mod generate;
+mod integer;
 mod matmul;
+mod norm;
+mod numeric;
 mod pad;
 mod pool;
+mod reduce;
 mod remap;
 mod resize;
 mod scatter;
@@ -34,7 +41,9 @@ mod shape_ops;
 mod slice;
 mod softmax;
 mod tile_expand;
+mod topk;
 mod transpose;
+mod via_f32;
 
 pub use attrs::{AttrValue, Attrs};
 
@@ -220,13 +229,19 @@ pub fn registry() -> &'static Registry {
         cast::register(&mut r);
         concat::register(&mut r);
         conv::register(&mut r);
+        conv_transpose::register(&mut r);
+        cumsum::register(&mut r);
+        einsum::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
         gather_nd::register(&mut r);
         generate::register(&mut r);
+        integer::register(&mut r);
         matmul::register(&mut r);
+        norm::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);
+        reduce::register(&mut r);
         resize::register(&mut r);
         scatter::register(&mut r);
         select::register(&mut r);
@@ -234,6 +249,7 @@ pub fn registry() -> &'static Registry {
         slice::register(&mut r);
         softmax::register(&mut r);
         tile_expand::register(&mut r);
+        topk::register(&mut r);
         transpose::register(&mut r);
         r
     })

@@ -1,4 +1,4 @@
-//! Softmax. Before opset 13 the input is seen as a 2-D matrix split at `axis` (default 1) and
+//! Softmax, LogSoftmax and Hardmax. Before opset 13 the input is seen as a 2-D matrix split at `axis` (default 1) and
 //! each of its rows is normalised; from opset 13 on, softmax runs along the single axis `axis`
 //! (default -1). Both reduce to rows of `len` elements `inner` apart, `outer` blocks of them.
 
@@ -10,11 +10,23 @@ use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Regi
 use crate::tensor::{DType, Tensor};
 
 pub fn register(r: &mut Registry) {
-    r.add("Softmax", Softmax::build);
+    r.add("Softmax", |s| Softmax::build(s, Kind::Softmax));
+    r.add("LogSoftmax", |s| Softmax::build(s, Kind::LogSoftmax));
+    r.add("Hardmax", |s| Softmax::build(s, Kind::Hardmax));
+}
+
+/// Which normalisation; the discriminant is the shader's `mode` parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Softmax = 0,
+    LogSoftmax = 1,
+    /// 1 at the first maximum of each row, 0 elsewhere.
+    Hardmax = 2,
 }
 
 #[derive(Debug)]
 struct Softmax {
+    kind: Kind,
     axis: i64,
     /// Opset < 13: the 2-D coercion.
     coerce_2d: bool,
@@ -31,10 +43,14 @@ struct Rows {
 const PARALLEL_MIN: usize = 64 * 1024;
 
 impl Softmax {
-    fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    fn build(spec: &NodeSpec<'_>, kind: Kind) -> Result<Box<dyn Op>, OpError> {
         let coerce_2d = spec.opset < 13;
         let axis = spec.attrs.int("axis", if coerce_2d { 1 } else { -1 })?;
-        Ok(Box::new(Softmax { axis, coerce_2d }))
+        Ok(Box::new(Softmax {
+            kind,
+            axis,
+            coerce_2d,
+        }))
     }
 
     fn rows(&self, shape: &[usize]) -> Result<Rows, OpError> {
@@ -81,7 +97,10 @@ impl Softmax {
 
 /// Softmax of one block: `inner` rows of `len` elements, `inner` apart.
 /// The maximum is subtracted first so exp never overflows; the sum is kept in f64.
-fn block<T: Real>(x: &[T], y: &mut [T], len: usize, inner: usize) {
+fn block<T: Real>(kind: Kind, x: &[T], y: &mut [T], len: usize, inner: usize) {
+    if kind == Kind::Hardmax {
+        return hard_block(x, y, len, inner);
+    }
     for i in 0..inner {
         let idx = |j: usize| j * inner + i;
         let mut max = x[idx(0)];
@@ -102,6 +121,13 @@ fn block<T: Real>(x: &[T], y: &mut [T], len: usize, inner: usize) {
             y[idx(j)] = e;
             sum += e.to_f64();
         }
+        if kind == Kind::LogSoftmax {
+            let log_sum = sum.ln();
+            for j in 0..len {
+                y[idx(j)] = T::from_f64(x[idx(j)].sub(max).to_f64() - log_sum);
+            }
+            continue;
+        }
         let inv = 1.0 / sum;
         for j in 0..len {
             y[idx(j)] = T::from_f64(y[idx(j)].to_f64() * inv);
@@ -109,7 +135,24 @@ fn block<T: Real>(x: &[T], y: &mut [T], len: usize, inner: usize) {
     }
 }
 
-fn run_typed<T: Real>(t: &Tensor, r: Rows) -> Result<Tensor, OpError> {
+fn hard_block<T: Real>(x: &[T], y: &mut [T], len: usize, inner: usize) {
+    for i in 0..inner {
+        let idx = |j: usize| j * inner + i;
+        // numpy's argmax: the first maximum, a NaN counting as the maximum.
+        let mut best = 0;
+        for j in 1..len {
+            let (v, b) = (x[idx(j)], x[idx(best)]);
+            if !b.is_nan() && (v.is_nan() || v > b) {
+                best = j;
+            }
+        }
+        for j in 0..len {
+            y[idx(j)] = if j == best { T::ONE } else { T::default() };
+        }
+    }
+}
+
+fn run_typed<T: Real>(kind: Kind, t: &Tensor, r: Rows) -> Result<Tensor, OpError> {
     let x = t.view::<T>().map_err(|e| OpError::invalid(e.to_string()))?;
     let mut y = vec![T::default(); x.len()];
     let bl = r.len * r.inner;
@@ -117,11 +160,11 @@ fn run_typed<T: Real>(t: &Tensor, r: Rows) -> Result<Tensor, OpError> {
         if x.len() >= PARALLEL_MIN {
             y.par_chunks_mut(bl)
                 .zip(x.par_chunks(bl))
-                .for_each(|(yb, xb)| block(xb, yb, r.len, r.inner));
+                .for_each(|(yb, xb)| block(kind, xb, yb, r.len, r.inner));
         } else {
             y.chunks_mut(bl)
                 .zip(x.chunks(bl))
-                .for_each(|(yb, xb)| block(xb, yb, r.len, r.inner));
+                .for_each(|(yb, xb)| block(kind, xb, yb, r.len, r.inner));
         }
     }
     Ok(Tensor::from_vec(t.shape().to_vec(), y))
@@ -130,7 +173,7 @@ fn run_typed<T: Real>(t: &Tensor, r: Rows) -> Result<Tensor, OpError> {
 impl Op for Softmax {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let x = req(inputs, 0)?.ty;
-        expect_dtype(x, &[DType::F32, DType::F64], "Softmax: input")?;
+        expect_dtype(x, &[DType::F32, DType::F64, DType::F16], "Softmax: input")?;
         self.rows(&x.shape)?;
         Ok(vec![x.clone()])
     }
@@ -143,8 +186,25 @@ impl Op for Softmax {
         let x = req(inputs, 0)?;
         let r = self.rows(x.shape())?;
         let y = match x.dtype() {
-            DType::F32 => run_typed::<f32>(x, r),
-            DType::F64 => run_typed::<f64>(x, r),
+            DType::F32 => run_typed::<f32>(self.kind, x, r),
+            DType::F64 => run_typed::<f64>(self.kind, x, r),
+            // f16 computes in f32 and rounds once at the end.
+            DType::F16 => {
+                let v: Vec<f32> = x
+                    .view::<half::f16>()
+                    .map_err(|e| OpError::invalid(e.to_string()))?
+                    .iter()
+                    .map(|h| h.to_f32())
+                    .collect();
+                let y = run_typed::<f32>(self.kind, &Tensor::from_vec(x.shape().to_vec(), v), r)?;
+                let y: Vec<half::f16> = y
+                    .view::<f32>()
+                    .map_err(|e| OpError::invalid(e.to_string()))?
+                    .iter()
+                    .map(|&f| half::f16::from_f32(f))
+                    .collect();
+                Ok(Tensor::from_vec(x.shape().to_vec(), y))
+            }
             other => Err(OpError::unsupported(format!(
                 "Softmax: input of type {other}"
             ))),
@@ -154,9 +214,12 @@ impl Op for Softmax {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
-        if x.dtype != DType::F32 || u32::try_from(x.numel()).is_err() {
-            return None;
-        }
+        let shader = match x.dtype {
+            DType::F32 => "softmax_f32",
+            DType::F16 => "softmax_f16",
+            _ => return None,
+        };
+        u32::try_from(x.numel()).ok()?;
         let r = self.rows(&x.shape).ok()?;
         let rows = r.outer * r.inner;
         if rows == 0 || r.len == 0 {
@@ -171,9 +234,9 @@ impl Op for Softmax {
         Some(GpuKernel {
             scratch: vec![],
             dispatches: vec![Dispatch {
-                shader: "softmax",
+                shader,
                 buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-                params: vec![r.len as u32, r.inner as u32, rows as u32],
+                params: vec![r.len as u32, r.inner as u32, rows as u32, self.kind as u32],
                 groups: [gx as u32, u32::try_from(gy).ok()?, 1],
             }],
         })
@@ -261,6 +324,85 @@ mod tests {
     }
 
     #[test]
+    fn log_softmax_and_hardmax_by_hand() {
+        let x = Tensor::from_vec(vec![2, 3], vec![1f32, 2., 3., 5., 5., -1.]);
+        let y = run1(&*build("LogSoftmax", 13, &[]).unwrap(), &[&x]).unwrap();
+        let l = (1f64.exp() + 2f64.exp() + 3f64.exp()).ln();
+        let m = (2.0 * 5f64.exp() + (-1f64).exp()).ln();
+        let want = [1. - l, 2. - l, 3. - l, 5. - m, 5. - m, -1. - m];
+        assert_close(&f64s(&y), &want, 1e-6);
+        // Opset 11 with axis 0: one row of six.
+        let y = run1(
+            &*build("LogSoftmax", 11, &[("axis", AttrValue::Int(0))]).unwrap(),
+            &[&x],
+        )
+        .unwrap();
+        let all = (1f64.exp() + 2f64.exp() + 3f64.exp() + 2.0 * 5f64.exp() + (-1f64).exp()).ln();
+        let want: Vec<f64> = [1., 2., 3., 5., 5., -1.].iter().map(|v| v - all).collect();
+        assert_close(&f64s(&y), &want, 1e-6);
+        // Hardmax: the first maximum wins ties.
+        let y = run1(&*build("Hardmax", 13, &[]).unwrap(), &[&x]).unwrap();
+        assert_eq!(f64s(&y), vec![0., 0., 1., 1., 0., 0.]);
+        let n = Tensor::from_vec(vec![4], vec![1f32, f32::NAN, 9., f32::NAN]);
+        let y = run1(&*build("Hardmax", 13, &[]).unwrap(), &[&n]).unwrap();
+        assert_eq!(f64s(&y), vec![0., 1., 0., 0.]);
+        // Down the columns [1, 5], [2, 5], [3, -1].
+        let y = run1(
+            &*build("Hardmax", 13, &[("axis", AttrValue::Int(0))]).unwrap(),
+            &[&x],
+        )
+        .unwrap();
+        assert_eq!(f64s(&y), vec![0., 0., 1., 1., 1., 0.]);
+        let y = run1(
+            &*build("Hardmax", 1, &[("axis", AttrValue::Int(0))]).unwrap(),
+            &[&x],
+        )
+        .unwrap();
+        assert_eq!(f64s(&y), vec![0., 0., 0., 1., 0., 0.]);
+        // f16 computes like f32 and rounds at the end.
+        let h = Tensor::from_vec(
+            vec![3],
+            vec![
+                half::f16::from_f32(0.),
+                half::f16::from_f32(0.),
+                half::f16::from_f32(0.),
+            ],
+        );
+        let y = softmax(13, None, &h).unwrap();
+        assert_eq!(y.dtype(), DType::F16);
+        assert_close(&f64s(&y), &[0.333251953125; 3], 0.0);
+    }
+
+    #[test]
+    fn gpu_log_softmax_hardmax_f16_match_cpu() {
+        let mut rng = Rng::new(43);
+        for op in ["LogSoftmax", "Hardmax", "Softmax"] {
+            for (opset, axis, shape) in [
+                (13, 1i64, vec![2usize, 3, 4]),
+                (11, 1, vec![2, 3, 4]),
+                (13, -1, vec![5, 700]),
+            ] {
+                let n = shape.iter().product();
+                let v: Vec<f32> = rng.f32s(n).iter().map(|x| (x * 8.0).round()).collect();
+                let o = build(op, opset, &[("axis", AttrValue::Int(axis))]).unwrap();
+                let x = Tensor::from_vec(shape.clone(), v.clone());
+                gpu_matches_cpu(&*o, &[Some(&x)], 1e-4);
+                let h = Tensor::from_vec(
+                    shape.clone(),
+                    v.iter().map(|&f| half::f16::from_f32(f)).collect(),
+                );
+                gpu_matches_cpu(&*o, &[Some(&h)], 1e-2);
+            }
+            // A NaN in the second of two rows of 300.
+            let mut v: Vec<f32> = rng.f32s(600).iter().map(|x| (x * 8.0).round()).collect();
+            v[400] = f32::NAN;
+            v[450] = f32::NAN;
+            let x = Tensor::from_vec(vec![2, 300], v);
+            gpu_matches_cpu(&*build(op, 13, &[]).unwrap(), &[Some(&x)], 1e-4);
+        }
+    }
+
+    #[test]
     fn big_f64_and_parallel() {
         let mut rng = Rng::new(2);
         let xs: Vec<f64> = rng.f64s(300 * 301).iter().map(|v| v * 20.0).collect();
@@ -296,12 +438,12 @@ mod tests {
         let op = build("Softmax", 13, &[("axis", AttrValue::Int(1))]).unwrap();
         let x = ValueType::new(DType::F32, vec![2, 3, 4]);
         let k = op.gpu(&[Some(&x)], std::slice::from_ref(&x)).unwrap();
-        assert_eq!(k.dispatches[0].params, vec![3, 4, 8]);
+        assert_eq!(k.dispatches[0].params, vec![3, 4, 8, 0]);
         assert_eq!(k.dispatches[0].groups, [8, 1, 1]);
         let op = build("Softmax", 11, &[]).unwrap();
         let x = ValueType::new(DType::F32, vec![70_000, 3]);
         let k = op.gpu(&[Some(&x)], std::slice::from_ref(&x)).unwrap();
-        assert_eq!(k.dispatches[0].params, vec![3, 1, 70_000]);
+        assert_eq!(k.dispatches[0].params, vec![3, 1, 70_000, 0]);
         let g = k.dispatches[0].groups;
         assert!(g[0] <= 65_535 && g[0] * g[1] >= 70_000);
     }

@@ -18,7 +18,8 @@ const MIN_GEMM_OCG: usize = 16;
 /// Largest element count the shaders index with 32-bit arithmetic.
 const MAX_ELEMS: usize = i32::MAX as usize;
 
-pub fn kernel(s: &ConvShape, has_bias: bool) -> Option<GpuKernel> {
+/// `half`: the tensors are f16 (the shaders' `_f16` variants; arithmetic stays in float).
+pub fn kernel(s: &ConvShape, has_bias: bool, half: bool) -> Option<GpuKernel> {
     let a = s.axes3();
     let x_len = s.n * s.c * s.in_plane();
     let w_len = s.oc * s.cg() * s.kernel_volume();
@@ -55,7 +56,11 @@ pub fn kernel(s: &ConvShape, has_bias: bool) -> Option<GpuKernel> {
     ];
     let dispatch = if s.ocg() < MIN_GEMM_OCG {
         Dispatch {
-            shader: "conv_direct",
+            shader: if half {
+                "conv_direct_f16"
+            } else {
+                "conv_direct_f32"
+            },
             buffers,
             params: vec![],
             groups: groups_1d(y_len, 256),
@@ -63,7 +68,11 @@ pub fn kernel(s: &ConvShape, has_bias: bool) -> Option<GpuKernel> {
     } else {
         let tiles = tiles_m * tiles_n * s.group;
         Dispatch {
-            shader: "conv_gemm",
+            shader: if half {
+                "conv_gemm_f16"
+            } else {
+                "conv_gemm_f32"
+            },
             buffers,
             params: vec![],
             // One workgroup per tile; groups_1d folds the count into y past 65,535.
@@ -102,8 +111,10 @@ mod tests {
             group: 32,
             axes: vec![axis(8, 3), axis(8, 3)],
         };
-        let k = kernel(&s, false).unwrap();
-        assert_eq!(k.dispatches[0].shader, "conv_direct");
+        let k = kernel(&s, false, false).unwrap();
+        assert_eq!(k.dispatches[0].shader, "conv_direct_f32");
+        let k = kernel(&s, false, true).unwrap();
+        assert_eq!(k.dispatches[0].shader, "conv_direct_f16");
         let s = ConvShape {
             n: 2,
             c: 8,
@@ -111,9 +122,9 @@ mod tests {
             group: 1,
             axes: vec![axis(10, 3)],
         };
-        let k = kernel(&s, true).unwrap();
+        let k = kernel(&s, true, false).unwrap();
         let d = &k.dispatches[0];
-        assert_eq!(d.shader, "conv_gemm");
+        assert_eq!(d.shader, "conv_gemm_f32");
         // 2 * 8 outputs -> 1 pixel tile, 2 channel tiles.
         assert_eq!(d.groups, [2, 1, 1]);
         assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);

@@ -26,7 +26,8 @@ pub(super) use float::{FLOAT_DTYPES, Float};
 use geometry::{Axis, WindowAttrs};
 
 pub fn register(r: &mut Registry) {
-    r.add("Conv", build);
+    // f16 / bf16 run through f32 on the CPU.
+    r.add("Conv", |s| Ok(super::via_f32::ViaF32::half(build(s)?)));
 }
 
 fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
@@ -218,15 +219,17 @@ impl Op for Conv {
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let (x, w) = (opt(inputs, 0)?, opt(inputs, 1)?);
         let b = opt(inputs, 2);
-        if x.dtype != DType::F32 {
+        // f32, or f16 (which the CPU side runs through f32, see via_f32.rs).
+        if !matches!(x.dtype, DType::F32 | DType::F16)
+            || w.dtype != x.dtype
+            || b.is_some_and(|b| b.dtype != x.dtype)
+        {
             return None;
         }
-        self.check_dtypes(x.dtype, w.dtype, b.map(|b| b.dtype))
-            .ok()?;
         let s = self
             .shape(&x.shape, &w.shape, b.map(|b| b.shape.as_slice()))
             .ok()?;
-        gpu::kernel(&s, b.is_some())
+        gpu::kernel(&s, b.is_some(), x.dtype == DType::F16)
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {

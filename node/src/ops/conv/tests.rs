@@ -376,7 +376,7 @@ fn bad_models_get_clear_errors() {
     assert!(e.contains("share one type"), "{e}");
     let e = infer_err(
         vec![],
-        &[(&[1, 1, 5], DType::F16), (&[2, 1, 3], DType::F16)],
+        &[(&[1, 1, 5], DType::I32), (&[2, 1, 3], DType::I32)],
     );
     assert!(e.starts_with("not supported"), "{e}");
     let e = infer_err(

@@ -13,8 +13,13 @@ use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Regi
 use crate::tensor::{DType, Element, Tensor, numel};
 
 pub fn register(r: &mut Registry) {
-    r.add("MatMul", |_| Ok(Box::new(MatMul)));
-    r.add("Gemm", Gemm::build);
+    // f16 / bf16 run through f32 on the CPU.
+    r.add("MatMul", |_| {
+        Ok(super::via_f32::ViaF32::half(Box::new(MatMul)))
+    });
+    r.add("Gemm", |s| {
+        Ok(super::via_f32::ViaF32::half(Gemm::build(s)?))
+    });
 }
 
 /// Where a matrix sits in a slice: element (i, j) is at `off + i * rs + j * cs`.
@@ -322,11 +327,13 @@ impl Op for MatMul {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let (a, b) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?);
-        if a.dtype != DType::F32 || b.dtype != DType::F32 {
+        // f32 (gemm.comp) or f16 (gemm_simple.comp; the CPU side runs it through f32).
+        if !matches!(a.dtype, DType::F32 | DType::F16) || b.dtype != a.dtype {
             return None;
         }
         let s = MatMulShape::new(&a.shape, &b.shape).ok()?;
         gemm_kernel(&GpuGemm {
+            half: a.dtype == DType::F16,
             m: s.m,
             n: s.n,
             k: s.k,
@@ -532,13 +539,17 @@ impl Op for Gemm {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let (a, b, c) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?, opt(inputs, 2));
-        if a.dtype != DType::F32 {
+        if !matches!(a.dtype, DType::F32 | DType::F16)
+            || b.dtype != a.dtype
+            || c.is_some_and(|c| c.dtype != a.dtype)
+        {
             return None;
         }
         let s = self
             .shape(&a.shape, &b.shape, c.map(|c| &c.shape[..]))
             .ok()?;
         gemm_kernel(&GpuGemm {
+            half: a.dtype == DType::F16,
             m: s.m,
             n: s.n,
             k: s.k,
@@ -573,6 +584,8 @@ const GPU_BATCH_RANK: usize = 3;
 /// Everything `gemm.comp` needs to know about one product.
 #[derive(Debug, Clone)]
 struct GpuGemm {
+    /// f16 tensors: gemm_simple.comp's variant rather than gemm.comp.
+    half: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -651,7 +664,11 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
         g.beta.to_bits(),
         u32::from(g.c.is_some()),
     ]);
-    let (shader, tile) = gemm_shader(g.m, g.n, numel(&dims) * numel(&lay.dims[..split]));
+    let (shader, tile) = if g.half {
+        ("gemm_simple_f16", TILE)
+    } else {
+        gemm_shader(g.m, g.n, numel(&dims) * numel(&lay.dims[..split]))
+    };
     let groups = [g.n.div_ceil(tile), g.m.div_ceil(tile), numel(&dims)];
     if groups.iter().any(|&v| v > 65_535) {
         return None;
@@ -701,3 +718,43 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
 
 #[cfg(test)]
 mod tests;
+
+/// One batched product on the GPU for other ops (Einsum): `Y[batch..., M, N]` (dense) is
+/// `A x B`, A's element (i, p) of batch index `z` at `z . a_batch + i * a.0 + p * a.1`, B's
+/// (p, j) at `z . b_batch + p * b.0 + j * b.1` (0 strides broadcast). `sizes`: the elements of
+/// A, B and Y. `half`: f16 tensors.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn strided_gemm_kernel(
+    half: bool,
+    (m, n, k): (usize, usize, usize),
+    a: (usize, usize),
+    b: (usize, usize),
+    batch: Vec<usize>,
+    a_batch: Vec<usize>,
+    b_batch: Vec<usize>,
+    sizes: [usize; 3],
+) -> Option<GpuKernel> {
+    gemm_kernel(&GpuGemm {
+        half,
+        m,
+        n,
+        k,
+        a: Strided {
+            off: 0,
+            rs: a.0,
+            cs: a.1,
+        },
+        b: Strided {
+            off: 0,
+            rs: b.0,
+            cs: b.1,
+        },
+        batch,
+        a_batch,
+        b_batch,
+        c: None,
+        alpha: 1.0,
+        beta: 0.0,
+        sizes,
+    })
+}

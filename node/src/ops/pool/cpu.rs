@@ -123,6 +123,22 @@ pub fn avg_pool<T: Float>(s: &PoolShape, x: &[T], count_include_pad: bool) -> Ve
     y
 }
 
+/// `(sum |x|^p)^(1/p)` over each window's taps inside the input (padding adds nothing).
+pub fn lp_pool<T: Float>(s: &PoolShape, x: &[T], p: u32) -> Vec<T> {
+    let (ip, op) = (s.in_plane(), s.out_plane());
+    let a = s.axes3();
+    let mut y = vec![T::default(); s.n * s.c * op];
+    y.par_chunks_mut(op).enumerate().for_each(|(plane, yp)| {
+        let xp = &x[plane * ip..][..ip];
+        for_each_output(&a, |i, o| {
+            let mut sum = 0f64;
+            for_each_tap(&a, o, |r, _| sum += xp[r].to_f64().abs().powi(p as i32));
+            yp[i] = T::from_f64(sum.powf(1.0 / p as f64));
+        });
+    });
+    y
+}
+
 /// Max or mean of each plane of `plane` elements (accumulated in f64 for the mean).
 pub fn global_pool<T: Float>(x: &[T], plane: usize, max: bool) -> Vec<T> {
     x.par_chunks(plane)

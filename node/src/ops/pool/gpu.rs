@@ -12,9 +12,11 @@ const MAX_ELEMS: usize = i32::MAX as usize;
 const MODE_MAX: u32 = 0;
 const MODE_AVG: u32 = 1;
 const MODE_AVG_INCLUDE_PAD: u32 = 2;
+const MODE_LP: u32 = 3;
 
 /// `indices`: MaxPool's Indices output is wanted, numbered column-major when `Some(true)`.
-pub fn pool(s: &PoolShape, kind: PoolKind, indices: Option<bool>) -> Option<GpuKernel> {
+/// `half`: f16 tensors (the shaders' `_f16` variants).
+pub fn pool(s: &PoolShape, kind: PoolKind, indices: Option<bool>, half: bool) -> Option<GpuKernel> {
     let planes = s.n * s.c;
     let (x_len, y_len) = (planes * s.in_plane(), planes * s.out_plane());
     if x_len > MAX_ELEMS || y_len > MAX_ELEMS || y_len == 0 {
@@ -31,7 +33,14 @@ pub fn pool(s: &PoolShape, kind: PoolKind, indices: Option<bool>) -> Option<GpuK
     let (shader, buffers) = if let Some(column_major) = indices {
         params.push(column_major as u32);
         let buffers = vec![BufRef::Input(0), BufRef::Output(0), BufRef::Output(1)];
-        ("pool_max_indices", buffers)
+        (
+            if half {
+                "pool_max_indices_f16"
+            } else {
+                "pool_max_indices_f32"
+            },
+            buffers,
+        )
     } else {
         // End of the explicit padding: windows of count_include_pad count taps up to here.
         params.extend(a.iter().map(|a| (a.input + a.pad_end) as u32));
@@ -43,8 +52,16 @@ pub fn pool(s: &PoolShape, kind: PoolKind, indices: Option<bool>) -> Option<GpuK
             PoolKind::Avg {
                 count_include_pad: true,
             } => MODE_AVG_INCLUDE_PAD,
+            PoolKind::Lp { .. } => MODE_LP,
         });
-        ("pool", vec![BufRef::Input(0), BufRef::Output(0)])
+        params.push(match kind {
+            PoolKind::Lp { p } => p,
+            _ => 1,
+        });
+        (
+            if half { "pool_f16" } else { "pool_f32" },
+            vec![BufRef::Input(0), BufRef::Output(0)],
+        )
     };
     debug_assert!(8 * buffers.len() + 4 * params.len() <= 128);
     Some(GpuKernel {
@@ -58,14 +75,18 @@ pub fn pool(s: &PoolShape, kind: PoolKind, indices: Option<bool>) -> Option<GpuK
     })
 }
 
-pub fn global_pool(planes: usize, plane: usize, max: bool) -> Option<GpuKernel> {
+pub fn global_pool(planes: usize, plane: usize, max: bool, half: bool) -> Option<GpuKernel> {
     if planes == 0 || planes.checked_mul(plane)? > MAX_ELEMS {
         return None;
     }
     Some(GpuKernel {
         scratch: vec![],
         dispatches: vec![Dispatch {
-            shader: "pool_global",
+            shader: if half {
+                "pool_global_f16"
+            } else {
+                "pool_global_f32"
+            },
             buffers: vec![BufRef::Input(0), BufRef::Output(0)],
             params: vec![
                 planes as u32,

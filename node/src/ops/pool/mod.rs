@@ -17,20 +17,33 @@ mod tests;
 use super::conv::geometry::{Axis, WindowAttrs};
 use super::conv::{FLOAT_DTYPES, Float};
 use super::util::req;
+use super::via_f32::ViaF32;
 use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor};
 
 pub fn register(r: &mut Registry) {
-    r.add("MaxPool", build_max);
-    r.add("AveragePool", build_avg);
-    r.add("GlobalAveragePool", build_global_avg);
-    r.add("GlobalMaxPool", build_global_max);
+    // f16 / bf16 run through f32 on the CPU; MaxPool's 8-bit integers too, exactly.
+    r.add("MaxPool", |s| {
+        Ok(ViaF32::with(build_max(s)?, &[DType::U8, DType::I8]))
+    });
+    r.add("AveragePool", |s| Ok(ViaF32::half(build_avg(s)?)));
+    r.add("LpPool", |s| Ok(ViaF32::half(build_lp(s)?)));
+    r.add("GlobalAveragePool", |s| {
+        Ok(ViaF32::half(build_global_avg(s)?))
+    });
+    r.add("GlobalMaxPool", |s| Ok(ViaF32::half(build_global_max(s)?)));
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolKind {
     Max,
-    Avg { count_include_pad: bool },
+    Avg {
+        count_include_pad: bool,
+    },
+    /// `(sum |x|^p)^(1/p)` over the taps inside the input.
+    Lp {
+        p: u32,
+    },
 }
 
 impl PoolKind {
@@ -38,6 +51,7 @@ impl PoolKind {
         match self {
             PoolKind::Max => "MaxPool",
             PoolKind::Avg { .. } => "AveragePool",
+            PoolKind::Lp { .. } => "LpPool",
         }
     }
 }
@@ -101,6 +115,23 @@ fn build_max(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
 fn build_avg(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
     let count_include_pad = flag(spec, "count_include_pad")?;
     build_pool(spec, PoolKind::Avg { count_include_pad })
+}
+
+fn build_lp(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    // Opset 1 wrote p as a float; later opsets as an int.
+    let p = match spec.attrs.get("p") {
+        Some(super::AttrValue::Float(f)) if f.fract() == 0.0 => *f as i64,
+        Some(super::AttrValue::Float(f)) => {
+            return Err(OpError::unsupported(format!(
+                "LpPool with a fractional p = {f}"
+            )));
+        }
+        _ => spec.attrs.int("p", 2)?,
+    };
+    let p = u32::try_from(p).ok().filter(|&p| p >= 1).ok_or_else(|| {
+        OpError::invalid(format!("LpPool: p must be a positive integer, got {p}"))
+    })?;
+    build_pool(spec, PoolKind::Lp { p })
 }
 
 fn build_global_avg(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
@@ -207,6 +238,7 @@ impl Pool {
                     cpu::avg_pool(s, &xv, count_include_pad),
                 )]
             }
+            PoolKind::Lp { p } => vec![Tensor::from_vec(shape, cpu::lp_pool(s, &xv, p))],
         })
     }
 }
@@ -239,11 +271,12 @@ impl Op for Pool {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = super::util::opt(inputs, 0)?;
-        if x.dtype != DType::F32 {
+        if !matches!(x.dtype, DType::F32 | DType::F16) {
             return None;
         }
         let indices = self.indices.then_some(self.column_major_indices);
-        gpu::pool(&self.shape(&x.shape).ok()?, self.kind, indices)
+        let half = x.dtype == DType::F16;
+        gpu::pool(&self.shape(&x.shape).ok()?, self.kind, indices, half)
     }
 
     fn flops(&self, _inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
@@ -319,11 +352,11 @@ impl Op for GlobalPool {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = super::util::opt(inputs, 0)?;
-        if x.dtype != DType::F32 {
+        if !matches!(x.dtype, DType::F32 | DType::F16) {
             return None;
         }
         let (planes, plane, _) = self.shape(&x.shape).ok()?;
-        gpu::global_pool(planes, plane, self.max)
+        gpu::global_pool(planes, plane, self.max, x.dtype == DType::F16)
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
