@@ -3,13 +3,13 @@
 //! A chunk that finishes decrements its successors' counters; those that reach zero start.
 
 mod arena;
+mod completion;
 mod gpu;
 mod plan;
+mod run;
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 pub use plan::{Device, cpu_memory};
 use vkml_planner::{LinkCosts, Plan, PlanError};
@@ -139,128 +139,17 @@ impl Executable {
         Ok(m)
     }
 
-    /// Runs once with inputs in the graph's input order.
-    pub fn run(&self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    /// Runs once with inputs in the graph's input order. Concurrent runs each take an
+    /// execution context of their own from the pool (or make one).
+    pub fn run(self: &Arc<Self>, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
         let ctx = self.pool.lock().expect("pool").pop();
         let ctx = match ctx {
             Some(c) => c,
             None => self.new_context()?,
         };
-        let result = self.run_in(&ctx, inputs);
+        let (ctx, result) = run::run(self, ctx, inputs);
         self.pool.lock().expect("pool").push(ctx);
         result
-    }
-
-    fn run_in(
-        &self,
-        ctx: &BTreeMap<usize, GpuContext>,
-        inputs: Vec<Tensor>,
-    ) -> Result<Vec<Tensor>> {
-        let n_values = self.graph.value_names.len();
-        let mut host: Vec<Option<Tensor>> = vec![None; n_values];
-        for ((v, _), t) in self.graph.inputs.iter().zip(inputs) {
-            host[*v] = Some(t);
-        }
-        let chunks = &self.plan.chunks;
-        let counters: Vec<AtomicUsize> = chunks
-            .iter()
-            .map(|c| AtomicUsize::new(c.preds.len()))
-            .collect();
-        let mut ready: VecDeque<usize> = (0..chunks.len())
-            .filter(|&c| chunks[c].preds.is_empty())
-            .collect();
-        let mut in_flight: VecDeque<(usize, u64)> = VecDeque::new();
-        let mut remaining = chunks.len();
-        let complete = |c: usize, ready: &mut VecDeque<usize>| {
-            for &s in &chunks[c].succs {
-                if counters[s].fetch_sub(1, Ordering::AcqRel) == 1 {
-                    ready.push_back(s);
-                }
-            }
-        };
-        while remaining > 0 {
-            if let Some(c) = ready.pop_front() {
-                let d = chunks[c].device.index;
-                match &self.devices[d] {
-                    Device::Cpu | Device::CpuFallback => {
-                        self.run_cpu_chunk(c, &mut host)?;
-                        remaining -= 1;
-                        complete(c, &mut ready);
-                    }
-                    Device::Gpu(g) => {
-                        let gctx = &ctx[&d];
-                        let layout = &self.layouts[&d].0;
-                        for &(v, off) in &layout.imports {
-                            if self.chunk_reads(c, v) {
-                                let t = host[v]
-                                    .as_ref()
-                                    .or(self.spec.consts[v].as_ref())
-                                    .ok_or_else(|| {
-                                        Error::Device(format!(
-                                            "value '{}' missing before upload",
-                                            self.graph.value_names[v]
-                                        ))
-                                    })?;
-                                gctx.import
-                                    .write(off, t.bytes())
-                                    .map_err(|e| Error::Device(e.to_string()))?;
-                            }
-                        }
-                        let ticket = g
-                            .submit(&gctx.lists[&c])
-                            .map_err(|e| Error::Device(e.to_string()))?;
-                        in_flight.push_back((c, ticket));
-                    }
-                }
-                continue;
-            }
-            let Some((c, ticket)) = in_flight.pop_front() else {
-                return Err(Error::Device(
-                    "scheduler stalled: no chunk ready and none in flight".into(),
-                ));
-            };
-            let d = chunks[c].device.index;
-            let Device::Gpu(g) = &self.devices[d] else {
-                unreachable!("only GPU chunks are in flight")
-            };
-            let done = g
-                .wait_spin(ticket, g.spin_default(), Duration::from_secs(600))
-                .map_err(|e| Error::Device(e.to_string()))?;
-            if !done {
-                return Err(Error::Device(format!(
-                    "{} did not finish a chunk within 600 s",
-                    self.devices[d].name()
-                )));
-            }
-            let layout = &self.layouts[&d].0;
-            if let Some(ex) = layout.exports.get(&c) {
-                for &(v, off) in ex {
-                    let ty = self.spec.types[v].as_ref().expect("typed");
-                    let mut bytes = vec![0u8; ty.bytes()];
-                    ctx[&d]
-                        .readback
-                        .read(off, &mut bytes)
-                        .map_err(|e| Error::Device(e.to_string()))?;
-                    host[v] = Some(Tensor::from_bytes(
-                        ty.dtype,
-                        ty.shape.clone(),
-                        bytes.into(),
-                    )?);
-                }
-            }
-            remaining -= 1;
-            complete(c, &mut ready);
-        }
-        self.graph
-            .outputs
-            .iter()
-            .map(|(v, def)| {
-                host[*v]
-                    .clone()
-                    .or_else(|| self.spec.consts[*v].clone())
-                    .ok_or_else(|| Error::Device(format!("output '{}' was not produced", def.name)))
-            })
-            .collect()
     }
 
     fn chunk_reads(&self, c: usize, v: ValueId) -> bool {
@@ -269,33 +158,5 @@ impl Executable {
                 .inputs
                 .contains(&Some(v))
         })
-    }
-
-    fn run_cpu_chunk(&self, c: usize, host: &mut [Option<Tensor>]) -> Result<()> {
-        for &p in &self.plan.chunks[c].ops {
-            let node = &self.graph.nodes[self.spec.live[p]];
-            let args: Vec<Option<&Tensor>> = node
-                .inputs
-                .iter()
-                .map(|v| v.and_then(|v| host[v].as_ref().or(self.spec.consts[v].as_ref())))
-                .collect();
-            let out_types: Vec<ValueType> = node
-                .outputs
-                .iter()
-                .map(|&o| self.spec.types[o].clone().expect("typed"))
-                .collect();
-            let outs = node
-                .op
-                .run_cpu(&args, &out_types)
-                .map_err(|e| Error::Node {
-                    node: node.name.clone(),
-                    op_type: node.op_type.clone(),
-                    message: e.to_string(),
-                })?;
-            for (&o, t) in node.outputs.iter().zip(outs) {
-                host[o] = Some(t);
-            }
-        }
-        Ok(())
     }
 }

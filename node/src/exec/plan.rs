@@ -8,7 +8,7 @@ use vkml_planner::{
 
 use crate::device::vulkan::{Gpu, ShaderNeeds, shader_needs};
 use crate::graph::{Graph, Specialized};
-use crate::ops::{GpuKernel, ValueType};
+use crate::ops::{GpuKernel, InferInput, ValueType};
 
 /// A device of this machine, in the planner's device order.
 #[derive(Clone)]
@@ -123,7 +123,19 @@ pub fn cost_graph(
             let kernel = if node.op.is_view() {
                 None
             } else {
-                node.op.gpu(&in_types, &out_types)
+                let planned: Vec<Option<InferInput<'_>>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| {
+                        v.and_then(|v| {
+                            spec.types[v].as_ref().map(|ty| InferInput {
+                                ty,
+                                value: spec.consts[v].as_ref(),
+                            })
+                        })
+                    })
+                    .collect();
+                node.op.gpu_planned(&planned, &out_types)
             };
             let gpu = node.op.is_view() || kernel.is_some();
             let gpu_needs = kernel.as_ref().map_or(0, |k| {

@@ -15,7 +15,6 @@ fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
     Ok(Box::new(CumSum {
         exclusive: spec.attrs.int("exclusive", 0)? != 0,
         reverse: spec.attrs.int("reverse", 0)? != 0,
-        axes: Default::default(),
     }))
 }
 
@@ -26,8 +25,6 @@ const ROW_MIN: usize = 512;
 struct CumSum {
     exclusive: bool,
     reverse: bool,
-    /// The axis `infer` resolved, by input shape: `gpu` sees types only.
-    axes: super::numeric::Seen<usize>,
 }
 
 fn axis_of(x: &[usize], a: &Tensor) -> Result<usize, OpError> {
@@ -90,8 +87,7 @@ impl Op for CumSum {
         if matches!(x.dtype, DType::Bool) {
             return Err(OpError::unsupported("CumSum: bool input"));
         }
-        let a = axis_of(&x.shape, const_input(inputs, 1)?)?;
-        self.axes.remember(&x.shape, a);
+        axis_of(&x.shape, const_input(inputs, 1)?)?;
         Ok(vec![x.clone()])
     }
 
@@ -123,10 +119,15 @@ impl Op for CumSum {
         Ok(vec![narrow(x.dtype(), x.shape().to_vec(), w)?])
     }
 
-    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
-        let x = req(inputs, 0).ok()?;
+    // The scan axis is an input's value, so only `gpu_planned` can build a kernel.
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        _outputs: &[ValueType],
+    ) -> Option<GpuKernel> {
+        let x = req(inputs, 0).ok()?.ty;
         u32::try_from(x.numel()).ok()?;
-        let a = self.axes.get(&x.shape)?;
+        let a = axis_of(&x.shape, inputs.get(1).copied().flatten()?.value?).ok()?;
         let (outer, len, inner) = split(&x.shape, a);
         let lines = outer * inner;
         // Long lines: a workgroup per line, scanning in shared memory.

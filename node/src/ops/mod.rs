@@ -133,6 +133,18 @@ pub trait Op: Send + Sync + fmt::Debug {
         None
     }
 
+    /// As [`Op::gpu`], also seeing the input values known while planning (an axes input, a
+    /// scan axis): ops whose kernels depend on such values override this one. The planner
+    /// calls this; by default it is `gpu`.
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+    ) -> Option<GpuKernel> {
+        let types: Vec<Option<&ValueType>> = inputs.iter().map(|i| i.map(|i| i.ty)).collect();
+        self.gpu(&types, outputs)
+    }
+
     /// True when output 0 is input 0's bytes under another shape (Reshape, Flatten, Squeeze,
     /// Unsqueeze, Identity): on a GPU such an op costs nothing, its output aliases its input.
     fn is_view(&self) -> bool {

@@ -110,36 +110,6 @@ pub fn resolve_axes(axes: &[i64], rank: usize, what: &str) -> Result<Vec<usize>,
     Ok(out)
 }
 
-/// What an op's shape rule resolved from input values (axes, k), by input shape, for its
-/// `gpu` description, which sees types only. Bounded: a model with ever-changing shapes clears
-/// it now and then, and `gpu` then finds nothing and the op stays on the CPU for that shape
-/// until `infer` sees it again.
-#[derive(Debug)]
-pub struct Seen<V>(std::sync::Mutex<std::collections::BTreeMap<Vec<usize>, V>>);
-
-impl<V> Default for Seen<V> {
-    fn default() -> Self {
-        Seen(Default::default())
-    }
-}
-
-impl<V: Clone> Seen<V> {
-    const MAX: usize = 256;
-
-    pub fn remember(&self, shape: &[usize], v: V) {
-        if let Ok(mut m) = self.0.lock() {
-            if m.len() >= Self::MAX && !m.contains_key(shape) {
-                m.clear();
-            }
-            m.insert(shape.to_vec(), v);
-        }
-    }
-
-    pub fn get(&self, shape: &[usize]) -> Option<V> {
-        self.0.lock().ok()?.get(shape).cloned()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

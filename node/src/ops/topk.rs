@@ -29,7 +29,6 @@ fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
         k_attr,
         axis: spec.attrs.int("axis", -1)?,
         largest: spec.attrs.int("largest", 1)? != 0,
-        seen: Default::default(),
     }))
 }
 
@@ -43,8 +42,6 @@ struct TopK {
     k_attr: Option<i64>,
     axis: i64,
     largest: bool,
-    /// `k` as `infer` saw it, by input shape: `gpu` sees types only.
-    seen: super::numeric::Seen<usize>,
 }
 
 impl TopK {
@@ -139,8 +136,7 @@ impl Op for TopK {
         } else {
             self.k_of(Some(const_input(inputs, 1)?))?
         };
-        let (_, k, out) = self.geometry(&x.shape, k)?;
-        self.seen.remember(&x.shape, k);
+        let (_, _, out) = self.geometry(&x.shape, k)?;
         Ok(vec![
             ValueType::new(x.dtype, out.clone()),
             ValueType::new(DType::I64, out),
@@ -174,8 +170,9 @@ impl Op for TopK {
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
         u32::try_from(x.numel()).ok()?;
-        let k = self.seen.get(&x.shape)?;
-        let (a, _, _) = self.geometry(&x.shape, k as i64).ok()?;
+        // k is the output's extent along the axis, so the shapes alone give it.
+        let (a, _, _) = self.geometry(&x.shape, 0).ok()?;
+        let k = outputs.first()?.shape.get(a).copied()?;
         let len = x.shape[a];
         let row = len > GPU_MAX_LEN;
         if (row && k > GPU_MAX_K) || outputs.len() != 2 {

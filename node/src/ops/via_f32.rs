@@ -169,6 +169,14 @@ impl Op for ViaF32 {
         self.inner.gpu(inputs, outputs)
     }
 
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+    ) -> Option<GpuKernel> {
+        self.inner.gpu_planned(inputs, outputs)
+    }
+
     fn is_view(&self) -> bool {
         self.inner.is_view()
     }

@@ -78,9 +78,17 @@ pub fn run_op_on(
     outputs: &[ValueType],
 ) -> Result<Vec<Tensor>, String> {
     let types: Vec<Option<ValueType>> = inputs.iter().map(|t| t.map(ValueType::of)).collect();
-    let type_refs: Vec<Option<&ValueType>> = types.iter().map(Option::as_ref).collect();
+    // Every input's value is known here, as when the planner folds them.
+    let planned: Vec<Option<crate::ops::InferInput<'_>>> = types
+        .iter()
+        .zip(inputs)
+        .map(|(ty, t)| {
+            ty.as_ref()
+                .map(|ty| crate::ops::InferInput { ty, value: *t })
+        })
+        .collect();
     let kernel = op
-        .gpu(&type_refs, outputs)
+        .gpu_planned(&planned, outputs)
         .ok_or_else(|| format!("{op:?} has no GPU kernel for inputs {types:?}"))?;
     let e = |e: VulkanError| e.to_string();
 

@@ -8,6 +8,7 @@ pub trait Real: Element + Copy + PartialOrd + Default {
     fn to_f64(self) -> f64;
     fn is_nan(self) -> bool;
     fn from_f64(v: f64) -> Self;
+    const ONE: Self;
 }
 
 macro_rules! real {
@@ -18,6 +19,7 @@ macro_rules! real {
             fn to_f64(self) -> f64 { self as f64 }
             fn is_nan(self) -> bool { <$t>::is_nan(self) }
             fn from_f64(v: f64) -> Self { v as $t }
+            const ONE: Self = 1.0;
         }
     )*};
 }

@@ -53,9 +53,6 @@ pub struct Reduce {
     attr_axes: Option<Option<Vec<i64>>>,
     keepdims: bool,
     noop_with_empty_axes: bool,
-    /// Plans made by `infer` from an axes input's value, by input shape: `gpu` sees only types,
-    /// and without keepdims the reduced axes cannot be told from the shapes alone.
-    seen: super::numeric::Seen<Plan>,
 }
 
 /// A reduction resolved against a concrete input shape.
@@ -103,7 +100,6 @@ impl Reduce {
             attr_axes,
             keepdims: spec.attrs.int("keepdims", 1)? != 0,
             noop_with_empty_axes: spec.attrs.int("noop_with_empty_axes", 0)? != 0,
-            seen: Default::default(),
         }))
     }
 
@@ -181,9 +177,6 @@ impl Op for Reduce {
         })?;
         let plan = self.plan(&x.shape, self.axes_input(inputs)?)?;
         let out = ValueType::new(x.dtype, plan.out_shape.clone());
-        if self.attr_axes.is_none() {
-            self.seen.remember(&x.shape, plan);
-        }
         Ok(vec![out])
     }
 
@@ -210,8 +203,22 @@ impl Op for Reduce {
             // Reduced axes are the ones that became 1 (reducing a 1 changes nothing).
             gpu::plan_from_keepdims(&x.shape, &outputs.first()?.shape)?
         } else {
-            self.seen.get(&x.shape)?
+            // Which axes went is ambiguous from the shapes alone: see `gpu_planned`.
+            return None;
         };
+        gpu::kernel(self.kind, x.dtype, &plan)
+    }
+
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+    ) -> Option<GpuKernel> {
+        let x = req(inputs, 0).ok()?.ty;
+        let plan = self.plan(&x.shape, self.axes_input(inputs).ok()?).ok()?;
+        if plan.out_shape != outputs.first()?.shape {
+            return None;
+        }
         gpu::kernel(self.kind, x.dtype, &plan)
     }
 

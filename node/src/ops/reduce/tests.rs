@@ -270,20 +270,21 @@ fn gpu_long_reductions_split_over_workgroups() {
         let k = {
             let t = crate::ops::ValueType::of(&x);
             let out = crate::ops::ValueType::new(DType::F32, vec![2, 3]);
-            let ty = crate::ops::InferInput {
-                ty: &t,
-                value: None,
-            };
             let at = crate::ops::ValueType::of(&a);
-            o.infer(&[
-                Some(ty),
+            let inputs = [
+                Some(crate::ops::InferInput {
+                    ty: &t,
+                    value: None,
+                }),
                 Some(crate::ops::InferInput {
                     ty: &at,
                     value: Some(&a),
                 }),
-            ])
-            .unwrap();
-            o.gpu(&[Some(&t), Some(&at)], &[out]).unwrap()
+            ];
+            o.infer(&inputs).unwrap();
+            // Without keepdims the shapes alone do not say which axes went.
+            assert!(o.gpu(&[Some(&t), Some(&at)], std::slice::from_ref(&out)).is_none());
+            o.gpu_planned(&inputs, &[out]).unwrap()
         };
         assert_eq!(k.dispatches.len(), 2, "{op}");
         gpu_matches_cpu(&*o, &[Some(&x), Some(&a)], 1e-4);

@@ -1,0 +1,267 @@
+//! One run of an [`Executable`]: chunks start when their counter of unfinished predecessors
+//! reaches zero, and whoever finishes a chunk (the GPU's completion thread, or the thread
+//! running a CPU chunk) decrements its successors' counters and starts those that reach zero.
+//! A transfer from another machine will decrement the same counters when it arrives.
+//!
+//! The calling thread submits the first chunks, then runs the run's CPU chunks as they become
+//! ready and otherwise waits for the last chunk; GPU chunks are submitted by whichever thread
+//! made them ready, so no GPU waits for the caller to notice anything.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use crossbeam::queue::SegQueue;
+
+use super::gpu::GpuContext;
+use super::{Device, Executable, completion};
+use crate::error::{Error, Result};
+use crate::graph::ValueId;
+use crate::ops::ValueType;
+use crate::tensor::Tensor;
+
+pub(super) struct RunState {
+    exe: Arc<Executable>,
+    ctx: BTreeMap<usize, GpuContext>,
+    /// Every value of the graph produced or received on the host during this run, set once.
+    host: Vec<OnceLock<Tensor>>,
+    counters: Vec<AtomicUsize>,
+    /// Chunks not finished yet; the run is over at zero.
+    remaining: AtomicUsize,
+    /// CPU chunks ready to run, taken by the calling thread.
+    cpu_ready: SegQueue<usize>,
+    failed: AtomicBool,
+    error: Mutex<Option<Error>>,
+    caller: Thread,
+}
+
+impl RunState {
+    fn value(&self, v: ValueId) -> Option<&Tensor> {
+        self.host[v].get().or(self.exe.spec.consts[v].as_ref())
+    }
+
+    /// Marks chunks finished, iteratively: a finished chunk may make others ready, and after a
+    /// failure those are finished unrun, so that every counter still reaches zero.
+    fn finish(self: &Arc<Self>, c: usize, result: Result<()>) {
+        let mut stack = vec![(c, result)];
+        while let Some((c, result)) = stack.pop() {
+            if let Err(e) = result {
+                self.failed.store(true, Ordering::Release);
+                let mut slot = self.error.lock().expect("error lock");
+                slot.get_or_insert(e);
+            }
+            for &s in &self.exe.plan.chunks[c].succs {
+                if self.counters[s].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    self.launch(s, &mut stack);
+                }
+            }
+            if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                self.caller.unpark();
+            }
+        }
+    }
+
+    /// Starts a ready chunk: a GPU chunk is submitted here and finished by its GPU's completion
+    /// thread; a CPU chunk is queued for the calling thread. Chunks that cannot run go on
+    /// `stack` to be finished.
+    fn launch(self: &Arc<Self>, c: usize, stack: &mut Vec<(usize, Result<()>)>) {
+        if self.failed.load(Ordering::Acquire) {
+            stack.push((c, Ok(())));
+            return;
+        }
+        let d = self.exe.plan.chunks[c].device.index;
+        match &self.exe.devices[d] {
+            Device::Cpu | Device::CpuFallback => {
+                self.cpu_ready.push(c);
+                self.caller.unpark();
+            }
+            Device::Gpu(g) => match self.submit(c, d) {
+                Ok(ticket) => {
+                    let state = Arc::clone(self);
+                    completion::on_complete(
+                        g,
+                        ticket,
+                        Box::new(move |done| {
+                            let done = done.and_then(|()| state.read_exports(c, d));
+                            state.finish(c, done);
+                        }),
+                    );
+                }
+                Err(e) => stack.push((c, Err(e))),
+            },
+        }
+    }
+
+    fn submit(&self, c: usize, d: usize) -> Result<u64> {
+        let Device::Gpu(g) = &self.exe.devices[d] else {
+            unreachable!("submit is for GPU chunks")
+        };
+        let gctx = &self.ctx[&d];
+        let layout = &self.exe.layouts[&d].0;
+        for &(v, off) in &layout.imports {
+            if self.exe.chunk_reads(c, v) {
+                let t = self.value(v).ok_or_else(|| {
+                    Error::Device(format!(
+                        "value '{}' missing before upload",
+                        self.exe.graph.value_names[v]
+                    ))
+                })?;
+                gctx.import
+                    .write(off, t.bytes())
+                    .map_err(|e| Error::Device(e.to_string()))?;
+            }
+        }
+        g.submit(&gctx.lists[&c])
+            .map_err(|e| Error::Device(e.to_string()))
+    }
+
+    fn read_exports(&self, c: usize, d: usize) -> Result<()> {
+        let layout = &self.exe.layouts[&d].0;
+        let Some(ex) = layout.exports.get(&c) else {
+            return Ok(());
+        };
+        for &(v, off) in ex {
+            let ty = self.exe.spec.types[v].as_ref().expect("typed");
+            let mut bytes = vec![0u8; ty.bytes()];
+            self.ctx[&d]
+                .readback
+                .read(off, &mut bytes)
+                .map_err(|e| Error::Device(e.to_string()))?;
+            let t = Tensor::from_bytes(ty.dtype, ty.shape.clone(), bytes.into())?;
+            // Set once: each value has one producing chunk per run.
+            let _ = self.host[v].set(t);
+        }
+        Ok(())
+    }
+
+    fn run_cpu_chunk(&self, c: usize) -> Result<()> {
+        let exe = &self.exe;
+        for &p in &exe.plan.chunks[c].ops {
+            let node = &exe.graph.nodes[exe.spec.live[p]];
+            let args: Vec<Option<&Tensor>> = node
+                .inputs
+                .iter()
+                .map(|v| v.and_then(|v| self.value(v)))
+                .collect();
+            let out_types: Vec<ValueType> = node
+                .outputs
+                .iter()
+                .map(|&o| exe.spec.types[o].clone().expect("typed"))
+                .collect();
+            let outs = node
+                .op
+                .run_cpu(&args, &out_types)
+                .map_err(|e| Error::Node {
+                    node: node.name.clone(),
+                    op_type: node.op_type.clone(),
+                    message: e.to_string(),
+                })?;
+            for (&o, t) in node.outputs.iter().zip(outs) {
+                let _ = self.host[o].set(t);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `exe` once in the execution context `ctx`, which comes back with the outputs.
+pub(super) fn run(
+    exe: &Arc<Executable>,
+    ctx: BTreeMap<usize, GpuContext>,
+    inputs: Vec<Tensor>,
+) -> (BTreeMap<usize, GpuContext>, Result<Vec<Tensor>>) {
+    let chunks = &exe.plan.chunks;
+    let host: Vec<OnceLock<Tensor>> = (0..exe.graph.value_names.len())
+        .map(|_| OnceLock::new())
+        .collect();
+    for ((v, _), t) in exe.graph.inputs.iter().zip(inputs) {
+        let _ = host[*v].set(t);
+    }
+    let state = Arc::new(RunState {
+        exe: Arc::clone(exe),
+        ctx,
+        host,
+        counters: chunks
+            .iter()
+            .map(|c| AtomicUsize::new(c.preds.len()))
+            .collect(),
+        remaining: AtomicUsize::new(chunks.len()),
+        cpu_ready: SegQueue::new(),
+        failed: AtomicBool::new(false),
+        error: Mutex::new(None),
+        caller: std::thread::current(),
+    });
+
+    let mut stack = Vec::new();
+    for c in (0..chunks.len()).filter(|&c| chunks[c].preds.is_empty()) {
+        state.launch(c, &mut stack);
+    }
+    for (c, result) in stack {
+        state.finish(c, result);
+    }
+
+    // Poll briefly before sleeping when a real GPU is involved: its completion thread's
+    // wake-up would otherwise add the kernel's scheduling latency to every run.
+    let spin = exe
+        .devices
+        .iter()
+        .filter_map(|d| match d {
+            Device::Gpu(g) => Some(g.spin_default()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(Duration::ZERO);
+    let mut idle_since = Instant::now();
+    loop {
+        if let Some(c) = state.cpu_ready.pop() {
+            let result = if state.failed.load(Ordering::Acquire) {
+                Ok(())
+            } else {
+                state.run_cpu_chunk(c)
+            };
+            state.finish(c, result);
+            idle_since = Instant::now();
+            continue;
+        }
+        if state.remaining.load(Ordering::Acquire) == 0 {
+            break;
+        }
+        if idle_since.elapsed() < spin {
+            std::hint::spin_loop();
+        } else {
+            // Woken by `finish` or `launch` (an unpark before the park is not lost).
+            std::thread::park_timeout(Duration::from_millis(50));
+        }
+    }
+
+    // Every chunk has finished, so no GPU work uses the context; a completion thread may
+    // still be returning from the callback that finished the last chunk, holding a reference.
+    let mut state = state;
+    let state = loop {
+        match Arc::try_unwrap(state) {
+            Ok(s) => break s,
+            Err(s) => {
+                state = s;
+                std::thread::yield_now();
+            }
+        }
+    };
+    if let Some(e) = state.error.into_inner().expect("error lock") {
+        return (state.ctx, Err(e));
+    }
+    let outputs = exe
+        .graph
+        .outputs
+        .iter()
+        .map(|(v, def)| {
+            state.host[*v]
+                .get()
+                .cloned()
+                .or_else(|| exe.spec.consts[*v].clone())
+                .ok_or_else(|| Error::Device(format!("output '{}' was not produced", def.name)))
+        })
+        .collect();
+    (state.ctx, outputs)
+}
