@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use plan::{Device, cpu_memory};
+pub use plan::{Device, cpu_memory, inventory};
 use vkml_planner::{LinkCosts, Plan, PlanError};
 
 use crate::error::{Error, Result};
