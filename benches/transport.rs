@@ -92,6 +92,15 @@ async fn quic(payload: Bytes, reps: usize) -> (Vec<f64>, Vec<f64>) {
         recv.read_exact(&mut ack).await.unwrap();
         secs.push(t.elapsed().as_secs_f64());
     }
+    let st = conn.stats();
+    println!(
+        "QUIC path: mtu {} B, {} packets sent, {} lost, {} congestion events, cwnd {} B",
+        st.path.current_mtu,
+        st.path.sent_packets,
+        st.path.lost_packets,
+        st.path.congestion_events,
+        st.path.cwnd
+    );
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
     // A first byte that is not a frame kind would be refused: start with a StatusRequest
     // frame header so the server takes the echo branch.

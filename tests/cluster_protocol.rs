@@ -82,10 +82,9 @@ fn an_unknown_version_is_refused_with_a_reason() {
             role: pb::Role::Member as i32,
             generation: 1,
         };
-        let err = transport::connect(&ep, a.addr.parse().unwrap(), hello)
-            .await
-            .err()
-            .expect("a node speaking versions 90..=99 was accepted");
+        let Err(err) = transport::connect(&ep, a.addr.parse().unwrap(), hello).await else {
+            panic!("a node speaking versions 90..=99 was accepted");
+        };
         let text = err.to_string();
         assert!(
             text.contains("speaks protocol versions 90..=99"),

@@ -190,14 +190,9 @@ fn decode_all(data: &[u8], rng: &mut Rng) {
         let n = 1 + rng.below(rest.len().min(64));
         d.push(&rest[..n]);
         rest = &rest[n..];
-        loop {
-            match d.next_message() {
-                Ok(Some(m)) => {
-                    // Whatever decodes must encode again (within caps).
-                    let _ = m.encode();
-                }
-                Ok(None) | Err(_) => break,
-            }
+        while let Ok(Some(m)) = d.next_message() {
+            // Whatever decodes must encode again (within caps).
+            let _ = m.encode();
         }
     }
     let _ = d.finish();

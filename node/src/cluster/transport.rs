@@ -8,8 +8,10 @@
 //! - UDP socket buffers asked at 8 MiB: a burst of full-size packets otherwise overflows the
 //!   kernel's default ~200 KiB receive buffer, and every drop costs a congestion-window cut.
 //!   The kernel caps the request at net.core.rmem_max / wmem_max; we log what we got.
-//! - MTU discovery on (quinn's default search up to 1452 bytes on Ethernet, more on loopback):
-//!   fewer, larger packets means less per-packet crypto and syscalls.
+//! - MTU discovery on, searching up to the largest UDP payload (quinn stops at 1452 by
+//!   default): jumbo frames and loopback then carry 9000- or 64 KiB-packets, and fewer packets
+//!   mean less per-packet crypto and fewer syscalls. Where the path or the kernel allows no
+//!   discovery, packets stay at QUIC's safe 1200 bytes (see BENCHMARKS.md).
 //! - Idle timeout 10 s with keep-alives every 2 s: a connection to a vanished peer is dropped
 //!   in bounded time; SWIM, not the idle timeout, is what declares a node dead (within 3 s).
 //! - Datagram buffers 1 MiB: gossip must not be dropped by our own queue when a peer is slow.
@@ -25,10 +27,14 @@ use super::ClusterError;
 use super::tls::{NodeTls, SERVER_NAME};
 
 const MIB: u32 = 1024 * 1024;
+/// The largest UDP payload we accept and probe for (the protocol's maximum).
+const MAX_UDP_PAYLOAD: u16 = 65527;
 /// How long a hello exchange may take before the connection is given up.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn transport_config() -> Arc<quinn::TransportConfig> {
+    let mut mtu = quinn::MtuDiscoveryConfig::default();
+    mtu.upper_bound(MAX_UDP_PAYLOAD);
     let mut t = quinn::TransportConfig::default();
     t.stream_receive_window(VarInt::from_u32(64 * MIB))
         .receive_window(VarInt::from_u32(128 * MIB))
@@ -41,7 +47,7 @@ pub fn transport_config() -> Arc<quinn::TransportConfig> {
         .max_idle_timeout(Some(
             quinn::IdleTimeout::try_from(Duration::from_secs(10)).expect("10 s is a valid timeout"),
         ))
-        .mtu_discovery_config(Some(quinn::MtuDiscoveryConfig::default()));
+        .mtu_discovery_config(Some(mtu));
     Arc::new(t)
 }
 
@@ -76,13 +82,12 @@ pub fn endpoint(tls: &NodeTls, addr: SocketAddr, serve: bool) -> Result<Endpoint
     };
     let runtime = quinn::default_runtime()
         .ok_or_else(|| ClusterError::Io("no async runtime for QUIC".into()))?;
-    let mut ep = Endpoint::new(
-        quinn::EndpointConfig::default(),
-        server,
-        udp_socket(addr)?,
-        runtime,
-    )
-    .map_err(|e| ClusterError::Io(format!("QUIC endpoint on {addr}: {e}")))?;
+    let mut config = quinn::EndpointConfig::default();
+    config
+        .max_udp_payload_size(MAX_UDP_PAYLOAD)
+        .map_err(|e| ClusterError::Config(format!("UDP payload size: {e}")))?;
+    let mut ep = Endpoint::new(config, server, udp_socket(addr)?, runtime)
+        .map_err(|e| ClusterError::Io(format!("QUIC endpoint on {addr}: {e}")))?;
     ep.set_default_client_config(tls.client_config()?);
     Ok(ep)
 }
