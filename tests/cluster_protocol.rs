@@ -157,3 +157,35 @@ fn status_prints_a_table_with_devices() {
     let json = status(&a, &c.key);
     assert_eq!(json["members"][0]["devices"][0]["kind"], "cpu");
 }
+
+#[test]
+fn a_node_starts_from_a_config_file_and_flags_override_it() {
+    let _g = serial();
+    let c = Cluster::new("config");
+    let port = free_port();
+    // The key path is relative to the config file.
+    let cfg = c.dir.join("node.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name = \"from-file\"\nlisten = \"127.0.0.1:{port}\"\ncluster_key = \"cluster.key\"\ndevice = \"cpu\"\ndevice_memory_limit = 1048576\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("--config").arg(&cfg).args(["--name", "from-flag"]);
+    let node = spawn(cmd, "from-flag", port);
+    let s = status(&node, &c.key);
+    assert_eq!(s["members"][0]["name"], "from-flag");
+    assert_eq!(s["members"][0]["devices"][0]["memory_budget"], 1048576);
+    // Unknown keys are refused, naming the file.
+    std::fs::write(&cfg, "listen = \"127.0.0.1:1\"\nlisten_port = 3\n").unwrap();
+    let out = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("node.toml"), "{err}");
+}

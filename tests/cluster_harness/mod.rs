@@ -56,10 +56,7 @@ impl Cluster {
         cmd.args(["--listen", &addr, "--name", name, "--device", "cpu"])
             .arg("--cluster-key")
             .arg(key)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .env("RUST_LOG", "info");
         for s in seeds {
             cmd.args(["--join", &s.addr]);
         }
@@ -68,28 +65,38 @@ impl Cluster {
             std::fs::write(&path, f).unwrap();
             cmd.env("VKML_FAULTS", path);
         }
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {BIN}: {e}"));
-        let lines: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
-        let stderr = child.stderr.take().unwrap();
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push((Instant::now(), line));
-            }
-        });
-        let node = Node {
-            name: name.to_string(),
-            addr,
-            port,
-            child: Some(child),
-            lines,
-        };
-        node.wait_line(|l| l.contains("listening on"), STARTUP)
-            .unwrap_or_else(|| panic!("{name} did not start:\n{}", node.log()));
-        node
+        spawn(cmd, name, port)
     }
+}
+
+/// Starts a prepared `vkml-node` command as node `name` (serving 127.0.0.1:`port`) and waits
+/// until it serves.
+pub fn spawn(mut cmd: Command, name: &str, port: u16) -> Node {
+    let addr = format!("127.0.0.1:{port}");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {BIN}: {e}"));
+    let lines: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+    let stderr = child.stderr.take().unwrap();
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push((Instant::now(), line));
+        }
+    });
+    let node = Node {
+        name: name.to_string(),
+        addr,
+        port,
+        child: Some(child),
+        lines,
+    };
+    node.wait_line(|l| l.contains("listening on"), STARTUP)
+        .unwrap_or_else(|| panic!("{name} did not start:\n{}", node.log()));
+    node
 }
 
 impl Drop for Cluster {
