@@ -39,6 +39,7 @@ fn converge(n: usize) {
     )
     .unwrap_or_else(|| panic!("{n} nodes did not converge:\n{}", logs(&refs)));
     let took = done.saturating_duration_since(t0);
+    eprintln!("{n} nodes converged {took:?} after the last one started");
     assert!(
         took <= CONVERGE,
         "{n} nodes converged {took:?} after the last started (limit {CONVERGE:?}):\n{}",
@@ -89,6 +90,7 @@ fn kill_9_is_seen_within_3_s_and_a_restart_rejoins() {
             .saw("victim", "dead", killed, PATIENCE)
             .unwrap_or_else(|| panic!("{} never saw the victim dead:\n{}", n.name, logs(&all)));
         let took = seen.saturating_duration_since(killed);
+        eprintln!("{} saw the victim dead {took:?} after kill -9", n.name);
         assert!(
             took <= DETECT,
             "{} saw the victim dead {took:?} after kill -9 (limit {DETECT:?}):\n{}",
