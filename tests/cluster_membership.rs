@@ -45,15 +45,24 @@ fn converge(n: usize) {
         "{n} nodes converged {took:?} after the last started (limit {CONVERGE:?}):\n{}",
         logs(&refs)
     );
-    // And every node's status agrees: n members, all alive.
+    // And every node's status agrees: n members, all alive. A member may be suspect for a
+    // moment on a loaded machine (a probe answered late); that is still membership, so poll.
     for node in &nodes {
-        let s = states(&status(node, &c.key));
-        assert_eq!(s.len(), n, "{}: {s:?}", node.name);
-        assert!(
-            s.iter().all(|(_, st)| st == "alive"),
-            "{}: {s:?}",
-            node.name
-        );
+        let end = Instant::now() + PATIENCE;
+        loop {
+            let s = states(&status(node, &c.key));
+            assert_eq!(s.len(), n, "{}: {s:?}", node.name);
+            if s.iter().all(|(_, st)| st == "alive") {
+                break;
+            }
+            assert!(
+                s.iter().all(|(_, st)| st == "alive" || st == "suspect"),
+                "{}: {s:?}",
+                node.name
+            );
+            assert!(Instant::now() < end, "{}: {s:?}", node.name);
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
