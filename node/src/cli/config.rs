@@ -73,7 +73,9 @@ impl Settings {
             .map(Path::to_path_buf)
             .unwrap_or_default();
         let Some(listen) = args.listen.or(file.listen) else {
-            bail!("say where to serve with --listen ADDR (or `listen` in --config)");
+            bail!(
+                "nothing to do: give a command (run, devices, keygen, status) or start a node with --listen ADDR (see --help)"
+            );
         };
         let listen = addr("listen", &listen)?;
         let advertise = match args.advertise.or(file.advertise) {
