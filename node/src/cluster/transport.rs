@@ -8,10 +8,11 @@
 //! - UDP socket buffers asked at 8 MiB: a burst of full-size packets otherwise overflows the
 //!   kernel's default ~200 KiB receive buffer, and every drop costs a congestion-window cut.
 //!   The kernel caps the request at net.core.rmem_max / wmem_max; we log what we got.
-//! - MTU discovery on, searching up to the largest UDP payload (quinn stops at 1452 by
-//!   default): jumbo frames and loopback then carry 9000- or 64 KiB-packets, and fewer packets
-//!   mean less per-packet crypto and fewer syscalls. Where the path or the kernel allows no
-//!   discovery, packets stay at QUIC's safe 1200 bytes (see BENCHMARKS.md).
+//! - Packets up to 6400 bytes: MTU discovery searches up to there (quinn stops at 1452 by
+//!   default) on jumbo-frame networks, and loopback endpoints start there. Packet size is what
+//!   bounds a QUIC connection's rate: quinn's pacer releases at most 256 packets per burst, and
+//!   every packet costs its own crypto and bookkeeping; 1200-byte packets capped loopback at
+//!   ~250 MiB/s, 6400-byte ones reach ~750 (BENCHMARKS.md). 6400 is the GSO limit (MAX_MTU).
 //! - Idle timeout 10 s with keep-alives every 2 s: a connection to a vanished peer is dropped
 //!   in bounded time; SWIM, not the idle timeout, is what declares a node dead (within 3 s).
 //! - Datagram buffers 1 MiB: gossip must not be dropped by our own queue when a peer is slow.
@@ -27,14 +28,18 @@ use super::ClusterError;
 use super::tls::{NodeTls, SERVER_NAME};
 
 const MIB: u32 = 1024 * 1024;
-/// The largest UDP payload we accept and probe for (the protocol's maximum).
+/// The largest UDP payload we accept (the protocol's maximum).
 const MAX_UDP_PAYLOAD: u16 = 65527;
+/// The largest packet we send. quinn hands the kernel up to 10 packets per GSO call, and one
+/// call carries at most 64 KiB: with larger packets every batch fails with EMSGSIZE and the
+/// connection stalls (measured: 6400 runs, 6600 stalls). So not 8952 even on jumbo frames.
+const MAX_MTU: u16 = 6400;
 /// How long a hello exchange may take before the connection is given up.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub fn transport_config() -> Arc<quinn::TransportConfig> {
+pub fn transport_config(loopback: bool) -> Arc<quinn::TransportConfig> {
     let mut mtu = quinn::MtuDiscoveryConfig::default();
-    mtu.upper_bound(MAX_UDP_PAYLOAD);
+    mtu.upper_bound(MAX_MTU);
     let mut t = quinn::TransportConfig::default();
     t.stream_receive_window(VarInt::from_u32(64 * MIB))
         .receive_window(VarInt::from_u32(128 * MIB))
@@ -48,6 +53,10 @@ pub fn transport_config() -> Arc<quinn::TransportConfig> {
             quinn::IdleTimeout::try_from(Duration::from_secs(10)).expect("10 s is a valid timeout"),
         ))
         .mtu_discovery_config(Some(mtu));
+    if loopback {
+        // Loopback's MTU is 64 KiB: no discovery needed, and nothing to fall back to.
+        t.initial_mtu(MAX_MTU).min_mtu(MAX_MTU);
+    }
     Arc::new(t)
 }
 
@@ -75,8 +84,9 @@ fn udp_socket(addr: SocketAddr) -> Result<std::net::UdpSocket, ClusterError> {
 
 /// The node's endpoint: serves (when `serve`) and connects, both with the cluster's TLS.
 pub fn endpoint(tls: &NodeTls, addr: SocketAddr, serve: bool) -> Result<Endpoint, ClusterError> {
+    let loopback = addr.ip().is_loopback();
     let server = if serve {
-        Some(tls.server_config()?)
+        Some(tls.server_config(loopback)?)
     } else {
         None
     };
@@ -88,7 +98,7 @@ pub fn endpoint(tls: &NodeTls, addr: SocketAddr, serve: bool) -> Result<Endpoint
         .map_err(|e| ClusterError::Config(format!("UDP payload size: {e}")))?;
     let mut ep = Endpoint::new(config, server, udp_socket(addr)?, runtime)
         .map_err(|e| ClusterError::Io(format!("QUIC endpoint on {addr}: {e}")))?;
-    ep.set_default_client_config(tls.client_config()?);
+    ep.set_default_client_config(tls.client_config(loopback)?);
     Ok(ep)
 }
 
