@@ -233,3 +233,28 @@ fn a_partition_heals() {
         assert!(s.iter().all(|(_, st)| st == "alive"), "{}: {s:?}", n.name);
     }
 }
+
+#[test]
+fn lossy_slow_duplicating_links_do_not_kill_anyone() {
+    let _g = serial();
+    let c = Cluster::new("lossy");
+    // Every datagram c sends or receives: 10 % lost, 10 % duplicated, 20 ms late.
+    let faults = "seed = 42\n[[rule]]\npeer = \"*\"\ndrop = 0.1\nduplicate = 0.1\ndelay_ms = 20\n";
+    let a = c.start("a", &[]);
+    let b = c.start("b", &[&a]);
+    let cn = c.start_with("c", free_port(), &[&a], &c.key, Some(faults));
+    let nodes = [&a, &b, &cn];
+    let start = Instant::now() - Duration::from_secs(60);
+    converged(&nodes, start, PATIENCE).unwrap_or_else(|| panic!("{}", logs(&nodes)));
+    std::thread::sleep(Duration::from_secs(5));
+    for n in nodes {
+        for other in ["a", "b", "c"] {
+            assert!(
+                n.saw(other, "dead", start, Duration::ZERO).is_none(),
+                "{} declared {other} dead over a lossy link:\n{}",
+                n.name,
+                logs(&nodes)
+            );
+        }
+    }
+}
