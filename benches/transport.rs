@@ -40,7 +40,101 @@ async fn quic(payload: Bytes, reps: usize) -> (Vec<f64>, Vec<f64>) {
     let server = transport::endpoint(&server_tls, "127.0.0.1:0".parse().unwrap(), true).unwrap();
     let addr = server.local_addr().unwrap();
     tokio::spawn(async move {
-        let conn = server.accept().await.unwrap().await.unwrap();
+        while let Some(incoming) = server.accept().await {
+            tokio::spawn(serve(incoming));
+        }
+    });
+    let client = transport::endpoint(&client_tls, "127.0.0.1:0".parse().unwrap(), false).unwrap();
+    let mut lanes = Vec::new();
+    for _ in 0..lanes_wanted() {
+        let (conn, _) = transport::connect(
+            &client,
+            addr,
+            vkml_protocol::hello("client", pb::Role::Member, 1),
+        )
+        .await
+        .unwrap();
+        lanes.push(conn);
+    }
+    let conn = lanes[0].clone();
+    let mut secs = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        // The tensor split evenly over the lanes (one connection each), sent concurrently.
+        let part = payload.len().div_ceil(lanes.len());
+        let sends: Vec<_> = lanes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let c = c.clone();
+                let bytes = payload
+                    .slice((i * part).min(payload.len())..((i + 1) * part).min(payload.len()));
+                tokio::spawn(send_tensor(c, bytes))
+            })
+            .collect();
+        for s in sends {
+            s.await.unwrap();
+        }
+        secs.push(t.elapsed().as_secs_f64());
+    }
+    let st = conn.stats();
+    println!(
+        "QUIC path: {} lane(s), mtu {} B, {} packets sent, {} lost, {} congestion events, cwnd {} B",
+        lanes.len(),
+        st.path.current_mtu,
+        st.path.sent_packets,
+        st.path.lost_packets,
+        st.path.congestion_events,
+        st.path.cwnd
+    );
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    // A first frame that is not a tensor makes the server echo.
+    send.write_all(
+        &Message::StatusRequest(pb::StatusRequest {})
+            .encode()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let msg = vec![7u8; 4096];
+    let mut back = vec![0u8; 4096];
+    let mut rtts = Vec::with_capacity(RTT_ROUNDS);
+    for _ in 0..RTT_ROUNDS {
+        let t = Instant::now();
+        send.write_all(&msg).await.unwrap();
+        recv.read_exact(&mut back).await.unwrap();
+        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    for c in lanes {
+        c.close(0u32.into(), b"done");
+    }
+    (secs, rtts)
+}
+
+/// Connections a tensor is spread over (VKML_BENCH_LANES, default 1).
+fn lanes_wanted() -> usize {
+    std::env::var("VKML_BENCH_LANES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+async fn send_tensor(conn: quinn::Connection, payload: Bytes) {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&header(payload.len())).await.unwrap();
+    for off in (0..payload.len()).step_by(1 << 20) {
+        let end = (off + (1 << 20)).min(payload.len());
+        send.write_chunk(payload.slice(off..end)).await.unwrap();
+    }
+    let _ = send.finish();
+    let mut ack = [0u8; 1];
+    recv.read_exact(&mut ack).await.unwrap();
+}
+
+async fn serve(incoming: quinn::Incoming) {
+    {
+        let conn = incoming.await.unwrap();
         transport::accept_hello(&conn, "server", 1).await.unwrap();
         // Each stream: one tensor (header, payload, ack) or a ping-pong session.
         while let Ok((mut send, mut recv)) = conn.accept_bi().await {
@@ -69,59 +163,7 @@ async fn quic(payload: Bytes, reps: usize) -> (Vec<f64>, Vec<f64>) {
                 }
             });
         }
-    });
-    let client = transport::endpoint(&client_tls, "127.0.0.1:0".parse().unwrap(), false).unwrap();
-    let (conn, _) = transport::connect(
-        &client,
-        addr,
-        vkml_protocol::hello("client", pb::Role::Member, 1),
-    )
-    .await
-    .unwrap();
-    let mut secs = Vec::new();
-    for _ in 0..reps {
-        let t = Instant::now();
-        let (mut send, mut recv) = conn.open_bi().await.unwrap();
-        send.write_all(&header(payload.len())).await.unwrap();
-        for off in (0..payload.len()).step_by(1 << 20) {
-            let end = (off + (1 << 20)).min(payload.len());
-            send.write_chunk(payload.slice(off..end)).await.unwrap();
-        }
-        let _ = send.finish();
-        let mut ack = [0u8; 1];
-        recv.read_exact(&mut ack).await.unwrap();
-        secs.push(t.elapsed().as_secs_f64());
     }
-    let st = conn.stats();
-    println!(
-        "QUIC path: mtu {} B, {} packets sent, {} lost, {} congestion events, cwnd {} B",
-        st.path.current_mtu,
-        st.path.sent_packets,
-        st.path.lost_packets,
-        st.path.congestion_events,
-        st.path.cwnd
-    );
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    // A first byte that is not a frame kind would be refused: start with a StatusRequest
-    // frame header so the server takes the echo branch.
-    send.write_all(
-        &Message::StatusRequest(pb::StatusRequest {})
-            .encode()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    let msg = vec![7u8; 4096];
-    let mut back = vec![0u8; 4096];
-    let mut rtts = Vec::with_capacity(RTT_ROUNDS);
-    for _ in 0..RTT_ROUNDS {
-        let t = Instant::now();
-        send.write_all(&msg).await.unwrap();
-        recv.read_exact(&mut back).await.unwrap();
-        rtts.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    conn.close(0u32.into(), b"done");
-    (secs, rtts)
 }
 
 async fn tcp(payload: Bytes, reps: usize) -> (Vec<f64>, Vec<f64>) {
