@@ -12,7 +12,7 @@
 //!   default) on jumbo-frame networks, and loopback endpoints start there. Packet size is what
 //!   bounds a QUIC connection's rate: quinn's pacer releases at most 256 packets per burst, and
 //!   every packet costs its own crypto and bookkeeping; 1200-byte packets capped loopback at
-//!   ~250 MiB/s, 6400-byte ones reach ~750 (BENCHMARKS.md). 6400 is the GSO limit (MAX_MTU).
+//!   ~250 MiB/s, 6400-byte ones reach 1-2 GiB/s (BENCHMARKS.md). 6400 is the GSO limit.
 //! - Idle timeout 10 s with keep-alives every 2 s: a connection to a vanished peer is dropped
 //!   in bounded time; SWIM, not the idle timeout, is what declares a node dead (within 3 s).
 //! - Datagram buffers 1 MiB: gossip must not be dropped by our own queue when a peer is slow.
