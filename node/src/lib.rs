@@ -7,8 +7,10 @@
 //! - [`graph`]: the IR: typed values, shape inference, constant folding;
 //! - [`device`]: the CPU backend and the Vulkan backend (the only home of `unsafe`);
 //! - [`exec`]: plans turned into chunks, dependency counters and buffers;
-//! - [`session`]: the API: load once, run many times from many threads.
+//! - [`session`]: the API: load once, run many times from many threads;
+//! - [`cluster`]: nodes joined into a cluster: membership, inventories, the peer protocol.
 
+pub mod cluster;
 pub mod device;
 pub mod error;
 pub mod exec;

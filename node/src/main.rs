@@ -1,4 +1,6 @@
-//! `vkml-node`: run ONNX models on this machine's GPUs and CPU.
+//! `vkml-node`: run ONNX models on this machine's GPUs and CPU, or serve them to a cluster.
+
+mod cli;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -9,10 +11,20 @@ use clap::{Parser, Subcommand};
 use vkml::{DeviceSelection, Session, SessionOptions, Tensor};
 
 #[derive(Parser)]
-#[command(name = "vkml-node", version, about = "Vulkan ONNX inference runtime", long_about = None)]
+#[command(
+    name = "vkml-node",
+    version,
+    about = "Vulkan ONNX inference runtime",
+    long_about = None,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    /// Without a command: start a cluster node.
+    #[command(flatten)]
+    node: cli::NodeArgs,
 }
 
 #[derive(Subcommand)]
@@ -42,17 +54,32 @@ enum Command {
     },
     /// List the Vulkan devices and the CPU, with memory budgets and features.
     Devices,
+    /// Write a new cluster secret (mode 0600) for `--cluster-key`.
+    Keygen {
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Print every member of the cluster a node belongs to, as that node sees it.
+    Status(cli::StatusArgs),
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A node's log is its membership history: info by default. Tools stay quiet.
+    let default = if cli.command.is_none() {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match real_main(Cli::parse()) {
+    match real_main(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -62,8 +89,13 @@ fn main() -> ExitCode {
 }
 
 fn real_main(cli: Cli) -> Result<()> {
-    match cli.command {
+    let Some(command) = cli.command else {
+        return cli::run_node(cli.node);
+    };
+    match command {
         Command::Devices => devices(),
+        Command::Keygen { out } => cli::keygen(&out),
+        Command::Status(args) => cli::status(args),
         Command::Run {
             model,
             inputs,

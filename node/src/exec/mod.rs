@@ -11,7 +11,7 @@ mod run;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-pub use plan::{Device, cpu_memory};
+pub use plan::{Device, cpu_memory, inventory};
 use vkml_planner::{LinkCosts, Plan, PlanError};
 
 use crate::error::{Error, Result};

@@ -1,0 +1,110 @@
+//! The cluster side of the command line: `keygen`, `status`, and starting a node.
+
+mod config;
+mod status;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use vkml::DeviceSelection;
+use vkml::cluster::{Cluster, ClusterConfig, Secret};
+
+pub use status::{StatusArgs, status};
+
+/// `vkml-node --listen ADDR [--join ADDR]... --cluster-key FILE`: flags, each overriding the
+/// same setting from `--config`.
+#[derive(Args, Debug, Default)]
+pub struct NodeArgs {
+    /// Where to serve (UDP), e.g. 0.0.0.0:7000 or 127.0.0.1:7000.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// The address peers reach this node at (needed when listening on 0.0.0.0).
+    #[arg(long, value_name = "ADDR")]
+    pub advertise: Option<String>,
+    /// A member to join through (host:port). Repeatable.
+    #[arg(long, value_name = "ADDR")]
+    pub join: Vec<String>,
+    /// The cluster secret, as written by `vkml-node keygen`.
+    #[arg(long, value_name = "FILE")]
+    pub cluster_key: Option<PathBuf>,
+    /// This node's name in the cluster (default: the host name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Cap every device's memory budget, in bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub device_memory_limit: Option<u64>,
+    /// Devices to serve: auto, cpu, vulkan, or vulkan:N.
+    #[arg(long)]
+    pub device: Option<DeviceSelection>,
+    /// Settings from a TOML file (keys as the flags: listen, join, cluster_key...).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Run without a key, with a public one: allowed only when listening on loopback.
+    #[arg(long)]
+    pub insecure: bool,
+}
+
+pub fn keygen(out: &Path) -> Result<()> {
+    Secret::generate()?.write_new(out)?;
+    eprintln!(
+        "wrote a new cluster key to {} (mode 0600); copy it to every node",
+        out.display()
+    );
+    Ok(())
+}
+
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+pub fn run_node(args: NodeArgs) -> Result<()> {
+    let settings = config::Settings::resolve(args)?;
+    let secret = match (&settings.cluster_key, settings.insecure) {
+        (Some(path), _) => Secret::read(path)?,
+        (None, true) => {
+            if !settings.listen.ip().is_loopback() {
+                bail!(
+                    "--insecure is allowed only on a loopback address, not {}",
+                    settings.listen
+                );
+            }
+            tracing::warn!("insecure: any process on this machine can join this cluster");
+            Secret::insecure()
+        }
+        (None, false) => bail!(
+            "a node needs --cluster-key FILE (make one with `vkml-node keygen --out FILE`), or --insecure on loopback"
+        ),
+    };
+    let devices =
+        vkml::cluster::inventory::local_devices(settings.device, settings.device_memory_limit);
+    let cfg = ClusterConfig {
+        name: settings.name.clone(),
+        listen: settings.listen,
+        advertise: settings.advertise,
+        join: settings.join.clone(),
+        secret,
+        devices,
+    };
+    runtime()?.block_on(async move {
+        let cluster = Cluster::start(cfg).await?;
+        wait_for_signal().await?;
+        tracing::info!("signal received: leaving the cluster");
+        cluster.leave().await;
+        Ok::<(), anyhow::Error>(())
+    })
+}
+
+async fn wait_for_signal() -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

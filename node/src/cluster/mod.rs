@@ -1,0 +1,509 @@
+//! The cluster: nodes that find each other, prove they share a secret, gossip membership and
+//! inventories, and open streams to each other by name.
+//!
+//! - [`secret`], [`tls`]: the key file, and mutual TLS derived from it;
+//! - [`transport`]: the QUIC endpoint (settings for tensors), hellos, frames on streams;
+//! - [`faults`]: seeded drop/delay/duplication/partition for tests;
+//! - [`membership`]: SWIM (foca) driven from a tokio task over QUIC datagrams;
+//! - [`inventory`]: this node's devices, and the wire <-> planner records;
+//! - [`view`]: the membership table every API reads;
+//! - [`service`]: accepting connections and answering requests (status, inventory, leave);
+//! - [`client`]: a tool's connection (`vkml-node status`).
+//!
+//! docs/CLUSTER.md explains the choices.
+
+pub mod client;
+pub mod faults;
+pub mod inventory;
+pub mod membership;
+pub mod secret;
+pub mod service;
+pub mod tls;
+pub mod transport;
+pub mod view;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use prost::Message as _;
+use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use vkml_planner::Snapshot;
+use vkml_protocol::{Message, datagram, error_code, pb};
+
+pub use faults::Faults;
+pub use membership::NodeId;
+pub use secret::Secret;
+pub use view::{MemberEvent, MemberInfo, MemberState};
+
+use faults::Verdict;
+use membership::Input;
+use tls::NodeTls;
+use view::View;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cluster key: {0}")]
+    Key(String),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("{0}")]
+    Io(String),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("peer: {0}")]
+    Peer(String),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("protocol: {0}")]
+    Protocol(String),
+    #[error("no member named '{0}' is alive")]
+    NoSuchMember(String),
+    #[error("member '{0}' is cut off by fault injection")]
+    Partitioned(String),
+}
+
+/// How to start a node.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub name: String,
+    pub listen: SocketAddr,
+    /// The address others reach us at; defaults to `listen` (which must then be specific).
+    pub advertise: Option<SocketAddr>,
+    /// Seeds: "host:port" (DNS names are resolved, and re-resolved while joining).
+    pub join: Vec<String>,
+    pub secret: Secret,
+    pub devices: Vec<pb::Device>,
+}
+
+/// A stream a peer opened with a message this layer does not handle itself (plan fragments,
+/// tensors...): for the execution layer, through [`Cluster::incoming`].
+pub struct IncomingStream {
+    pub peer: String,
+    pub first: Message,
+    pub send: Option<SendStream>,
+    pub recv: RecvStream,
+}
+
+/// A running node's membership and transport. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+enum PeerSlot {
+    Up(Connection),
+    /// Gossip waiting for the connection (bounded; gossip may be lost anyway).
+    Connecting(Vec<Bytes>),
+    /// The last attempt failed at this instant: do not hammer.
+    Failed(Instant),
+}
+
+pub(crate) struct Inner {
+    name: String,
+    addr: SocketAddr,
+    generation: AtomicU64,
+    endpoint: Endpoint,
+    faults: Option<Faults>,
+    view: RwLock<View>,
+    events: broadcast::Sender<MemberEvent>,
+    /// Outgoing connections by (address, generation): a restarted peer gets a new one.
+    peers: Mutex<HashMap<(SocketAddr, u64), PeerSlot>>,
+    gossip_tx: mpsc::UnboundedSender<Input>,
+    inventory: Mutex<pb::Inventory>,
+    incoming: Mutex<Option<mpsc::Sender<IncomingStream>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Cluster {
+    /// Binds the endpoint, starts gossip, and starts joining through the seeds (in the
+    /// background: a seed that is not up yet is retried every second).
+    pub async fn start(cfg: ClusterConfig) -> Result<Cluster, ClusterError> {
+        let tls = NodeTls::new(&cfg.secret, &cfg.name)?;
+        let endpoint = transport::endpoint(&tls, cfg.listen, true)?;
+        let local = endpoint
+            .local_addr()
+            .map_err(|e| ClusterError::Io(e.to_string()))?;
+        let addr = match cfg.advertise {
+            Some(a) => a,
+            None if local.ip().is_unspecified() => {
+                return Err(ClusterError::Config(format!(
+                    "listening on {local}: say which address peers should use with --advertise"
+                )));
+            }
+            None => local,
+        };
+        let generation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_millis() as u64);
+        let inventory = pb::Inventory {
+            node: cfg.name.clone(),
+            generation,
+            version: 1,
+            data_addr: addr.to_string(),
+            devices: cfg.devices.clone(),
+        };
+        let (gossip_tx, gossip_rx) = mpsc::unbounded_channel();
+        let me = NodeId {
+            name: cfg.name.clone(),
+            addr,
+            generation,
+        };
+        let inner = Arc::new(Inner {
+            name: cfg.name.clone(),
+            addr,
+            generation: AtomicU64::new(generation),
+            endpoint,
+            faults: Faults::from_env()?,
+            view: RwLock::new(View::new(&me)),
+            events: broadcast::channel(256).0,
+            peers: Mutex::new(HashMap::new()),
+            gossip_tx,
+            inventory: Mutex::new(inventory.clone()),
+            incoming: Mutex::new(None),
+        });
+        inner.store_inventory(inventory.clone());
+        tokio::spawn(membership::run(
+            inner.clone(),
+            me,
+            inventory.encode_to_vec(),
+            gossip_rx,
+        ));
+        tokio::spawn(service::accept_loop(inner.clone()));
+        if !cfg.join.is_empty() {
+            tokio::spawn(join_loop(inner.clone(), cfg.join.clone()));
+        }
+        tracing::info!(
+            "node {} listening on {local}, reachable at {addr}, {} device(s)",
+            cfg.name,
+            cfg.devices.len()
+        );
+        Ok(Cluster { inner })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The address peers use for us.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// Every member ever seen (this node included), by name, with its latest state.
+    pub fn members(&self) -> Vec<MemberInfo> {
+        self.inner.read_view().members()
+    }
+
+    /// The alive members with their devices, frozen: what a plan is made from.
+    pub fn snapshot(&self) -> Snapshot {
+        self.inner.read_view().snapshot()
+    }
+
+    /// Membership changes from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<MemberEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Streams peers open with messages this layer does not serve. Call once; without a
+    /// taker such streams are answered with an UNSUPPORTED error.
+    pub fn incoming(&self) -> mpsc::Receiver<IncomingStream> {
+        let (tx, rx) = mpsc::channel(64);
+        *lock(&self.inner.incoming) = Some(tx);
+        rx
+    }
+
+    /// A bidirectional stream to a live member.
+    pub async fn open_bi(&self, member: &str) -> Result<(SendStream, RecvStream), ClusterError> {
+        let conn = self.inner.connection_to(member).await?;
+        conn.open_bi()
+            .await
+            .map_err(|e| ClusterError::Peer(format!("{member}: {e}")))
+    }
+
+    /// A unidirectional stream to a live member.
+    pub async fn open_uni(&self, member: &str) -> Result<SendStream, ClusterError> {
+        let conn = self.inner.connection_to(member).await?;
+        conn.open_uni()
+            .await
+            .map_err(|e| ClusterError::Peer(format!("{member}: {e}")))
+    }
+
+    /// Changes this node's inventory (budgets, devices) and gossips the new version.
+    pub fn set_devices(&self, devices: Vec<pb::Device>) {
+        let inv = {
+            let mut inv = lock(&self.inner.inventory);
+            inv.version += 1;
+            inv.devices = devices;
+            inv.clone()
+        };
+        self.inner.store_inventory(inv.clone());
+        let _ = self
+            .inner
+            .gossip_tx
+            .send(Input::Inventory(inv.encode_to_vec()));
+    }
+
+    /// Leaves on purpose: tells every live member (so they say "left", not "dead"), gossips
+    /// our departure, and closes the endpoint. Bounded to a few seconds.
+    pub async fn leave(self) {
+        let inner = self.inner;
+        let leave = Message::Leave(pb::Leave {
+            node: inner.name.clone(),
+            generation: inner.generation.load(Ordering::Relaxed),
+        });
+        let others: Vec<String> = inner
+            .read_view()
+            .members()
+            .into_iter()
+            .filter(|m| m.name != inner.name && m.state.is_live())
+            .map(|m| m.name)
+            .collect();
+        let sends = others.into_iter().map(|name| {
+            let inner = inner.clone();
+            let leave = leave.clone();
+            async move {
+                let mut s = inner
+                    .connection_to(&name)
+                    .await?
+                    .open_uni()
+                    .await
+                    .map_err(|e| ClusterError::Peer(e.to_string()))?;
+                transport::write_message(&mut s, &leave).await?;
+                let _ = s.finish();
+                let _ = s.stopped().await;
+                Ok::<(), ClusterError>(())
+            }
+        });
+        let all = futures_join_all(sends);
+        let _ = tokio::time::timeout(Duration::from_secs(2), all).await;
+        let (tx, rx) = oneshot::channel();
+        if inner.gossip_tx.send(Input::Leave(tx)).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), rx).await;
+        }
+        // Let the last datagrams go out before the endpoint closes.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        inner
+            .endpoint
+            .close(VarInt::from_u32(error_code::OK), b"leaving");
+        let _ = tokio::time::timeout(Duration::from_secs(1), inner.endpoint.wait_idle()).await;
+        tracing::info!("node {} left the cluster", inner.name);
+    }
+}
+
+/// Runs futures concurrently and waits for all (tokio has no join_all of its own).
+async fn futures_join_all<F: std::future::Future + Send + 'static>(futs: impl Iterator<Item = F>)
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+/// Announces to the seeds every second while we know no member. DNS names are resolved on
+/// each try, so seeds (Kubernetes pods) may come up after us.
+async fn join_loop(inner: Arc<Inner>, seeds: Vec<String>) {
+    loop {
+        let mut addrs = Vec::new();
+        for s in &seeds {
+            match tokio::net::lookup_host(s.as_str()).await {
+                Ok(found) => addrs.extend(found.filter(|a| *a != inner.addr)),
+                Err(e) => tracing::debug!("join: cannot resolve {s}: {e}"),
+            }
+        }
+        if inner.gossip_tx.send(Input::Announce(addrs)).is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+impl Inner {
+    fn read_view(&self) -> std::sync::RwLockReadGuard<'_, View> {
+        self.view.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_view(&self) -> std::sync::RwLockWriteGuard<'_, View> {
+        self.view.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn publish(&self, events: Vec<MemberEvent>) {
+        for e in events {
+            tracing::info!("{e}");
+            let _ = self.events.send(e);
+        }
+    }
+
+    fn set_generation(&self, generation: u64) {
+        self.generation.store(generation, Ordering::Relaxed);
+        lock(&self.inventory).generation = generation;
+    }
+
+    fn member_up(self: &Arc<Self>, id: &NodeId) {
+        let events = self.write_view().up(id);
+        let fresh = !events.is_empty();
+        self.publish(events);
+        if fresh {
+            // A newcomer may have missed our inventory broadcast: hand it over directly.
+            let inner = self.clone();
+            let name = id.name.clone();
+            tokio::spawn(async move {
+                let inv = lock(&inner.inventory).clone();
+                let r = async {
+                    let mut s = inner
+                        .connection_to(&name)
+                        .await?
+                        .open_uni()
+                        .await
+                        .map_err(|e| ClusterError::Peer(e.to_string()))?;
+                    transport::write_message(&mut s, &Message::Inventory(inv)).await?;
+                    s.finish().map_err(|e| ClusterError::Peer(e.to_string()))
+                };
+                if let Err(e) = r.await {
+                    tracing::debug!("cannot send our inventory to {name}: {e}");
+                }
+            });
+        }
+    }
+
+    fn member_down(&self, id: &NodeId) {
+        let events = self.write_view().down(id);
+        self.publish(events);
+        if let Some(PeerSlot::Up(c)) = lock(&self.peers).remove(&(id.addr, id.generation)) {
+            c.close(VarInt::from_u32(error_code::OK), b"down");
+        }
+    }
+
+    fn sync_suspicion(&self, members: impl Iterator<Item = (NodeId, bool)>) {
+        let events = self.write_view().suspicion(members);
+        self.publish(events);
+    }
+
+    fn store_inventory(&self, inv: pb::Inventory) {
+        self.write_view().inventory(inv);
+    }
+
+    fn mark_left(&self, node: &str, generation: u64) {
+        let events = self.write_view().left(node, generation);
+        self.publish(events);
+    }
+
+    /// Gossip to one member: through the cached connection, or queued while one is made.
+    fn send_gossip(self: &Arc<Self>, to: NodeId, data: Bytes) {
+        let (delay, copies) = match self.faults.as_ref().map(|f| f.datagram(&to.name, true)) {
+            Some(Verdict::Drop) => return,
+            Some(Verdict::Pass { delay, copies }) => (delay, copies),
+            None => (Duration::ZERO, 1),
+        };
+        let payload = Bytes::from(datagram::encode(datagram::GOSSIP, &data));
+        let key = (to.addr, to.generation);
+        let mut peers = lock(&self.peers);
+        match peers.get_mut(&key) {
+            Some(PeerSlot::Up(conn)) if conn.close_reason().is_none() => {
+                let conn = conn.clone();
+                drop(peers);
+                send_datagram(conn, payload, delay, copies);
+            }
+            Some(PeerSlot::Connecting(queue)) => {
+                if queue.len() < 64 {
+                    queue.push(payload);
+                }
+            }
+            Some(PeerSlot::Failed(at)) if at.elapsed() < Duration::from_millis(500) => {}
+            _ => {
+                peers.insert(key, PeerSlot::Connecting(vec![payload]));
+                drop(peers);
+                let inner = self.clone();
+                tokio::spawn(async move {
+                    let r = inner.dial(to.addr).await;
+                    let mut peers = lock(&inner.peers);
+                    let queued = match peers.remove(&key) {
+                        Some(PeerSlot::Connecting(q)) => q,
+                        _ => Vec::new(),
+                    };
+                    match r {
+                        Ok(conn) => {
+                            peers.insert(key, PeerSlot::Up(conn.clone()));
+                            drop(peers);
+                            for p in queued {
+                                send_datagram(conn.clone(), p, delay, copies);
+                            }
+                        }
+                        Err(e) => {
+                            peers.insert(key, PeerSlot::Failed(Instant::now()));
+                            match e {
+                                ClusterError::Refused(_) => tracing::warn!("{e}"),
+                                _ => tracing::debug!("gossip to {}: {e}", to.addr),
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    }
+
+    /// A new connection to `addr`, hello done, served for anything the peer opens on it.
+    async fn dial(self: &Arc<Self>, addr: SocketAddr) -> Result<Connection, ClusterError> {
+        let hello = vkml_protocol::hello(
+            &self.name,
+            pb::Role::Member,
+            self.generation.load(Ordering::Relaxed),
+        );
+        let (conn, peer) = transport::connect(&self.endpoint, addr, hello).await?;
+        tokio::spawn(service::serve(self.clone(), conn.clone(), peer));
+        Ok(conn)
+    }
+
+    /// The connection to a live member by name (cached; made when missing).
+    async fn connection_to(self: &Arc<Self>, member: &str) -> Result<Connection, ClusterError> {
+        let info = self
+            .read_view()
+            .live(member)
+            .ok_or_else(|| ClusterError::NoSuchMember(member.to_string()))?;
+        if let Some(f) = &self.faults {
+            if f.partitioned(member) {
+                return Err(ClusterError::Partitioned(member.to_string()));
+            }
+            tokio::time::sleep(f.delay(member)).await;
+        }
+        let key = (info.addr, info.generation);
+        if let Some(PeerSlot::Up(c)) = lock(&self.peers).get(&key)
+            && c.close_reason().is_none()
+        {
+            return Ok(c.clone());
+        }
+        let conn = self.dial(info.addr).await?;
+        let mut peers = lock(&self.peers);
+        if !matches!(peers.get(&key), Some(PeerSlot::Up(c)) if c.close_reason().is_none()) {
+            peers.insert(key, PeerSlot::Up(conn.clone()));
+        }
+        Ok(conn)
+    }
+}
+
+fn send_datagram(conn: Connection, payload: Bytes, delay: Duration, copies: u32) {
+    let send = move || {
+        for _ in 0..copies {
+            if let Err(e) = conn.send_datagram(payload.clone()) {
+                tracing::debug!("datagram to {}: {e}", conn.remote_address());
+            }
+        }
+    };
+    if delay.is_zero() {
+        send();
+    } else {
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            send();
+        });
+    }
+}

@@ -1,0 +1,283 @@
+//! Loopback clusters of real `vkml-node` processes for the cluster_*.rs tests. Every wait is
+//! bounded; every child is killed when its `Node` drops; ports are picked free on 127.0.0.1.
+//! Times are read from the nodes' own log lines as they arrive (a reader thread stamps each
+//! line), so "seen dead within 3 s" is measured from the event, not from a polling loop.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_vkml-node");
+
+/// How long a node may take to start on a loaded machine (it is not what is being measured).
+pub const STARTUP: Duration = Duration::from_secs(30);
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub key: PathBuf,
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+impl Cluster {
+    pub fn new(test: &str) -> Cluster {
+        let dir = std::env::temp_dir().join(format!(
+            "vkml-{test}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("cluster.key");
+        keygen(&key);
+        Cluster { dir, key }
+    }
+
+    /// Starts `name` on a free port, joining through `seeds`.
+    pub fn start(&self, name: &str, seeds: &[&Node]) -> Node {
+        self.start_with(name, free_port(), seeds, &self.key, None)
+    }
+
+    pub fn start_with(
+        &self,
+        name: &str,
+        port: u16,
+        seeds: &[&Node],
+        key: &Path,
+        faults: Option<&str>,
+    ) -> Node {
+        let addr = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--listen", &addr, "--name", name, "--device", "cpu"])
+            .arg("--cluster-key")
+            .arg(key)
+            .env("RUST_LOG", "info");
+        for s in seeds {
+            cmd.args(["--join", &s.addr]);
+        }
+        if let Some(f) = faults {
+            let path = self.dir.join(format!("{name}-faults.toml"));
+            std::fs::write(&path, f).unwrap();
+            cmd.env("VKML_FAULTS", path);
+        }
+        spawn(cmd, name, port)
+    }
+}
+
+/// Starts a prepared `vkml-node` command as node `name` (serving 127.0.0.1:`port`) and waits
+/// until it serves.
+pub fn spawn(mut cmd: Command, name: &str, port: u16) -> Node {
+    let addr = format!("127.0.0.1:{port}");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {BIN}: {e}"));
+    let lines: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+    let stderr = child.stderr.take().unwrap();
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push((Instant::now(), line));
+        }
+    });
+    let node = Node {
+        name: name.to_string(),
+        addr,
+        port,
+        child: Some(child),
+        lines,
+    };
+    node.wait_line(|l| l.contains("listening on"), STARTUP)
+        .unwrap_or_else(|| panic!("{name} did not start:\n{}", node.log()));
+    node
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn keygen(path: &Path) {
+    let out = Command::new(BIN)
+        .arg("keygen")
+        .arg("--out")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct Node {
+    pub name: String,
+    pub addr: String,
+    pub port: u16,
+    child: Option<Child>,
+    lines: Arc<Mutex<Vec<(Instant, String)>>>,
+}
+
+impl Node {
+    pub fn log(&self) -> String {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, l)| l.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// When the first line matching `f` arrived (waiting up to `limit` for it).
+    pub fn wait_line(&self, f: impl Fn(&str) -> bool, limit: Duration) -> Option<Instant> {
+        let end = Instant::now() + limit;
+        loop {
+            if let Some((t, _)) = self.lines.lock().unwrap().iter().find(|(_, l)| f(l)) {
+                return Some(*t);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// When this node logged `member` in `state` (after `since`), waiting up to `limit`.
+    pub fn saw(
+        &self,
+        member: &str,
+        state: &str,
+        since: Instant,
+        limit: Duration,
+    ) -> Option<Instant> {
+        let prefix = format!("member {member} at ");
+        let suffix = format!(" is {state}");
+        let end = Instant::now() + limit;
+        loop {
+            let hit = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|(t, l)| *t >= since && l.contains(&prefix) && l.ends_with(&suffix))
+                .map(|(t, _)| *t);
+            if hit.is_some() || Instant::now() >= end {
+                return hit;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if let Ok(Some(s)) = c.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        None
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// `vkml-node status --json` against `node`.
+pub fn status(node: &Node, key: &Path) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["status", "--json", "--to", &node.addr])
+        .arg("--cluster-key")
+        .arg(key)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "status of {} failed: {}",
+        node.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Member name -> state, from a status reply.
+pub fn states(v: &serde_json::Value) -> Vec<(String, String)> {
+    v["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_string(),
+                m["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Each node's log, for failure messages.
+pub fn logs(nodes: &[&Node]) -> String {
+    nodes
+        .iter()
+        .map(|n| format!("--- {} ---\n{}", n.name, n.log()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Cluster tests measure timings: run them one at a time within a test binary.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Every node sees every other node alive (from its log); returns when the last one did.
+pub fn converged(nodes: &[&Node], since: Instant, limit: Duration) -> Option<Instant> {
+    let mut last = since;
+    for a in nodes {
+        for b in nodes {
+            if a.name != b.name {
+                last = last.max(a.saw(&b.name, "alive", since, limit)?);
+            }
+        }
+    }
+    Some(last)
+}
