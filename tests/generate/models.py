@@ -250,10 +250,10 @@ def gen_malformed(root):
     # A well-formed model with an op outside the supported list.
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("LpNormalization", ["r"], ["y"], name="lp_norm_node", axis=-1, p=2),
+        helper.make_node("Det", ["r"], ["y"], name="det_node"),
     ]
-    model = make_model("unsupported_op", nodes, [value_info("x", np.float32, [2, 4])],
-                       [value_info("y", np.float32, [2, 4])])
+    model = make_model("unsupported_op", nodes, [value_info("x", np.float32, [3, 3])],
+                       [value_info("y", np.float32, [])])
     onnx.save_model(model, os.path.join(d, "unsupported_op.onnx"))
     # 'n' (0x6e) reads as protobuf field 13 with wire type 6, which does not exist; '\x93' is not
     # numpy's magic: no tensor reader can take this for a tensor.
