@@ -91,7 +91,12 @@ pub fn read_data_set(dir: &Path) -> DataSet {
 
 /// Every `test_data_set_<k>` of a fixture, in numeric order.
 pub fn data_sets(name: &str) -> Vec<DataSet> {
-    let dir = fixture(name);
+    data_sets_in(&fixture(name))
+}
+
+/// Every `test_data_set_<k>` of the folder `dir`, in numeric order.
+pub fn data_sets_in(dir: &Path) -> Vec<DataSet> {
+    let dir = dir.to_path_buf();
     let mut sets: Vec<(usize, PathBuf)> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| {
@@ -153,10 +158,25 @@ pub fn run_and_check(session: &Session, set: &DataSet, context: &str) {
 
 /// Loads a fixture on `devices` and checks every data set against the references.
 pub fn check_fixture(name: &str, devices: DeviceSelection) {
-    let session = load(name, devices);
-    for set in data_sets(name) {
-        run_and_check(&session, &set, &format!("{name} on {devices:?}"));
+    check_dir(&fixture(name), devices);
+}
+
+/// The same for a fixture folder anywhere (model.onnx beside its test_data_set_<k>).
+pub fn check_dir(dir: &Path, devices: DeviceSelection) {
+    let path = dir.join("model.onnx");
+    let session = Session::load(&path, options(devices, None))
+        .unwrap_or_else(|e| panic!("loading {} on {devices:?}: {e}", path.display()));
+    for set in data_sets_in(dir) {
+        run_and_check(&session, &set, &format!("{} on {devices:?}", dir.display()));
     }
+}
+
+/// tests/models/: the PyTorch-exported models of tests/generate/generate_models.py.
+pub fn real_model_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("models")
+        .join(name)
 }
 
 /// Same names, in the same order, and each tensor within tolerance.
