@@ -13,6 +13,8 @@ python3 - > "$out/input.npy.ok" <<'PY'
 import numpy as np
 np.save("/tmp/x1.npy", np.array([0.5], dtype=np.float32))
 PY
+# The small workloads (issue 2): add chains and the MNIST-like CNN. VKML_BENCH_SMALL=0 skips them.
+if [ "${VKML_BENCH_SMALL:-1}" = 1 ]; then
 for n in 1 10 100 1000 10000; do
   for dev in vulkan cpu; do
     m=benches/models/add_chain_$n.onnx
@@ -37,6 +39,7 @@ for line in open(sys.argv[1]):
         continue
     print(f"{r['workload']}\t{r['runner']}\t{r['median_us']:.1f}")
 PY
+fi
 
 # The large workloads (issue 6): GEMM 4096^3 f32 and ResNet-50 at batch 1 and 8, made here
 # because they are too big to commit. VKML_BENCH_BIG=0 skips them.
@@ -45,7 +48,7 @@ if [ "${VKML_BENCH_BIG:-1}" = 1 ]; then
   python3 benches/python/big_models.py make "$big" > "$out/big_make.log" 2>&1 || echo "making the big models failed: see big_make.log"
   median() { sed -n 's/.*median \([0-9.]*\) us.*/\1/p'; }
   for kernel in gemm gemm_big; do
-    med=$(VKML_GEMM_KERNEL=$kernel "$bin" run "$big/gemm_4096.onnx" --input row="$big/row.npy" --device vulkan --repeat 20 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency | median)
+    med=$(VKML_GEMM_KERNEL=$kernel "$bin" run "$big/gemm_4096.onnx" --input x="$big/zero.npy" --input row="$big/row.npy" --device vulkan --repeat 20 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency | median)
     # Four chained 4096^3 products per run.
     tflops=$(python3 -c "print(f'{4 * 2 * 4096**3 / float(\"$med\") / 1e6:.1f}')" 2>/dev/null)
     printf 'gemm_4096_f32_%s\tvulkan\t%s\t(%s TFLOP/s)\n' "$kernel" "$med" "$tflops" | tee -a "$out/vkml.tsv"
@@ -56,16 +59,24 @@ if [ "${VKML_BENCH_BIG:-1}" = 1 ]; then
       printf 'resnet50_b%s\t%s\t%s\n' "$b" "$dev" "$med" | tee -a "$out/vkml.tsv"
     done
   done
-  # Peak host memory (max RSS) of a whole run of the 102 MB model: target model + 64 MiB.
+  # Peak host memory (max RSS) of a whole run of the 102 MB model (target: model + 64 MiB),
+  # beside the same for `vkml-node devices` (the process with the Vulkan driver loaded and no
+  # model) and the 12-op MNIST-like CNN.
   python3 - "$bin" "$big" >> "$out/vkml.tsv" <<'PY'
 import resource, subprocess, sys
 bin, big = sys.argv[1], sys.argv[2]
-subprocess.run([bin, "run", f"{big}/resnet50.onnx", "--input", f"x={big}/resnet50_x1.npy", "--device", "vulkan",
-                "--output-dir", "/tmp/o"], check=True, capture_output=True)
-kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(f"resnet50_peak_rss\tvulkan\t{kib / 1024:.1f} MiB (model {__import__('os').path.getsize(big + '/resnet50.onnx') / 2**20:.1f} MiB)")
+import os
+def peak(args):
+    # ru_maxrss of RUSAGE_CHILDREN is the largest child so far: measure each in its own process.
+    r = subprocess.run([sys.executable, "-c",
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)", *args], check=True, capture_output=True, text=True)
+    return int(r.stdout) / 1024
+print(f"peak_rss_devices_only\tvulkan\t{peak([bin, 'devices']):.1f} MiB")
+print(f"peak_rss_mnist_cnn\tvulkan\t{peak([bin, 'run', 'tests/fixtures/mnist_cnn/model.onnx', '--test-data', 'tests/fixtures/mnist_cnn/test_data_set_0', '--device', 'vulkan', '--output-dir', '/tmp/o']):.1f} MiB")
+print(f"peak_rss_resnet50\tvulkan\t{peak([bin, 'run', big + '/resnet50.onnx', '--input', 'x=' + big + '/resnet50_x1.npy', '--device', 'vulkan', '--output-dir', '/tmp/o']):.1f} MiB (model {os.path.getsize(big + '/resnet50.onnx') / 2**20:.1f} MiB)")
 PY
-  tail -1 "$out/vkml.tsv"
+  tail -3 "$out/vkml.tsv"
   PYTHONUNBUFFERED=1 python3 benches/python/big_models.py torch "$big" > "$out/reference_big.jsonl" 2>> "$out/reference.log"
   python3 -c "
 import json, sys

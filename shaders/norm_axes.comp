@@ -59,7 +59,9 @@ void main() {
             float v = float(p.x.v[base + offset(r, roff)]);
             acc += p.mode == 1u ? abs(v) : v * v;
         }
-        scale = 1.0 / (p.mode == 1u ? acc : sqrt(acc));
+        float norm = p.mode == 1u ? acc : sqrt(acc);
+        // A zero vector stays zero (ONNX's reference), rather than 0 / 0 = NaN.
+        scale = norm == 0.0 ? 0.0 : 1.0 / norm;
     }
     for (uint r = 0u; r < p.nred; ++r) {
         uint i = base + offset(r, roff);

@@ -176,7 +176,13 @@ void main() {
 #endif
 
     ACC res = acc;
+#ifdef IS_FLOAT
     if (p.op == 1u) res = acc / ACC(p.nred);
+#else
+    // Integer division by zero is undefined on GPUs (NVIDIA gives -1): the empty mean is 0, as
+    // on the CPU.
+    if (p.op == 1u) res = p.nred == 0u ? ACC(0) : acc / ACC(p.nred);
+#endif
 #ifdef IS_FLOAT
     if (p.op == 6u) res = sqrt(acc);
     if (p.op == 7u) res = log(acc);

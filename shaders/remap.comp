@@ -35,7 +35,9 @@ int resolve(int i, int d, int border) {
     if (i >= 0 && i < d) return i;
     if (d <= 0 || border == 0) return -1;
     if (border == 1) return clamp(i, 0, d - 1);
-    if (border == 3) return ((i % d) + d) % d;
+    // GLSL leaves % undefined for negative operands (NVIDIA and lavapipe disagree), so wrap
+    // from below with non-negative operands only.
+    if (border == 3) return i >= 0 ? i % d : d - 1 - (-i - 1) % d;
     if (d == 1) return 0;
     int period = 2 * (d - 1);
     int r = abs(i) % period;

@@ -6,9 +6,10 @@ and PyTorch's timings of the same functions in the same run.
   big_models.py torch OUT_DIR     # PyTorch CUDA eager timings of the same, as JSON lines
 
 gemm_4096: Y = A @ B for 4096x4096 f32 matrices, A and B as weights, repeated REPS times in a
-chain (Y1 = A @ B, Y2 = Y1 @ B, ...) so one run is several GEMMs, and only one row of the last
-product is read back (Gather), so timings are the GEMMs, not PCIe. Values are scaled so the
-chain stays O(1).
+chain (Y1 = (A + x) @ B, Y2 = Y1 @ B, ...) so one run is several GEMMs, and only one row of the
+last product is read back (Gather), so timings are the GEMMs, not PCIe. The input x (a single
+0) makes the chain depend on a run-time value: with weights alone the planner would fold the
+whole chain into a constant. Values are scaled so the chain stays O(1).
 
 resnet50: torchvision's ResNet-50 layout (bottleneck blocks 3-4-6-3, widths 64..2048) written
 out here, random weights, exported with a symbolic batch by the TorchScript exporter (which
@@ -37,14 +38,15 @@ def gemm_model(path):
     # Entries of N(0, 1/n): a product of such matrices keeps unit-size entries.
     a = (rng.standard_normal((SIZE, SIZE)) / math.sqrt(SIZE)).astype(np.float32)
     b = (rng.standard_normal((SIZE, SIZE)) / math.sqrt(SIZE)).astype(np.float32)
-    nodes, prev = [], "A"
+    nodes, prev = [helper.make_node("Add", ["A", "x"], ["a"], name="perturb")], "a"
     for i in range(REPS):
         out = f"y{i}"
         nodes.append(helper.make_node("MatMul", [prev, "B"], [out], name=f"gemm{i}"))
         prev = out
     nodes.append(helper.make_node("Gather", [prev, "row"], ["y"], axis=0, name="first_row"))
     graph = helper.make_graph(
-        nodes, "gemm_4096", [helper.make_tensor_value_info("row", TensorProto.INT64, [1])],
+        nodes, "gemm_4096", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+                             helper.make_tensor_value_info("row", TensorProto.INT64, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, SIZE])],
         [numpy_helper.from_array(a, "A"), numpy_helper.from_array(b, "B")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
@@ -103,6 +105,7 @@ def make(out):
         np.save(os.path.join(out, f"resnet50_x{b}.npy"),
                 np.random.default_rng(b).standard_normal((b, 3, 224, 224)).astype(np.float32))
     np.save(os.path.join(out, "row.npy"), np.array([0], dtype=np.int64))
+    np.save(os.path.join(out, "zero.npy"), np.array([0.0], dtype=np.float32))
 
 
 def timed(fn, runs, sync):

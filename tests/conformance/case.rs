@@ -45,13 +45,21 @@ impl Category {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    Pass,
-    Fail { category: Category, message: String },
+    /// Passed, with the number of ops the plan put on a GPU and on the CPU (for the last data
+    /// set; ops computed while planning, because their inputs were known, count in neither).
+    Pass {
+        gpu_ops: usize,
+        cpu_ops: usize,
+    },
+    Fail {
+        category: Category,
+        message: String,
+    },
 }
 
 impl Outcome {
     pub fn passed(&self) -> bool {
-        matches!(self, Outcome::Pass)
+        matches!(self, Outcome::Pass { .. })
     }
 
     pub fn fail(category: Category, message: impl Into<String>) -> Outcome {
@@ -65,7 +73,7 @@ impl Outcome {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Outcome::Pass => f.write_str("pass"),
+            Outcome::Pass { .. } => f.write_str("pass"),
             Outcome::Fail { category, message } => write!(f, "{}: {message}", category.label()),
         }
     }
@@ -288,6 +296,7 @@ fn run_test_in(test: &Path, outline: &ModelOutline, backend: Backend) -> Outcome
         Ok(s) => s,
         Err(e) => return error_outcome("load", &e),
     };
+    let mut placed = (0, 0);
     for set in &sets {
         let set_name = set
             .dir
@@ -310,6 +319,17 @@ fn run_test_in(test: &Path, outline: &ModelOutline, backend: Backend) -> Outcome
             Ok(g) => g,
             Err(e) => return error_outcome(&format!("run {set_name}"), &e),
         };
+        if let Ok(summary) = session.plan_summary(&feeds) {
+            let on = |cpu: bool| {
+                summary
+                    .ops_per_device
+                    .iter()
+                    .filter(|(d, _)| (d.as_str() == "cpu") == cpu)
+                    .map(|(_, n)| n)
+                    .sum::<usize>()
+            };
+            placed = (on(false), on(true));
+        }
         if got.len() != set.outputs.len() {
             return Outcome::fail(
                 Category::WrongValue,
@@ -338,7 +358,10 @@ fn run_test_in(test: &Path, outline: &ModelOutline, backend: Backend) -> Outcome
             }
         }
     }
-    Outcome::Pass
+    Outcome::Pass {
+        gpu_ops: placed.0,
+        cpu_ops: placed.1,
+    }
 }
 
 /// The pass rule: same dtype and shape; integers and booleans exactly equal; floats within

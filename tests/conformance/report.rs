@@ -129,7 +129,7 @@ pub fn check_list(
         let key = r.key();
         let listed = expected.contains(&key);
         match o {
-            Outcome::Pass if !listed => c.new_passes.push(key.clone()),
+            Outcome::Pass { .. } if !listed => c.new_passes.push(key.clone()),
             Outcome::Fail { .. } if listed => c.regressions.push((key.clone(), o.to_string())),
             _ => {}
         }
@@ -196,6 +196,25 @@ pub fn conformance_md(results: &[TestResult], sections: &[&str], vulkan_device: 
         );
     }
     let node: Vec<&TestResult> = results.iter().filter(|r| r.section == COUNTED).collect();
+    let placed = |want: fn(usize, usize) -> bool| {
+        node.iter()
+            .filter(|r| match r.outcomes.get(&Backend::Vulkan) {
+                Some(Outcome::Pass { gpu_ops, cpu_ops }) => want(*gpu_ops, *cpu_ops),
+                _ => false,
+            })
+            .count()
+    };
+    let _ = writeln!(
+        s,
+        "\nWhere the Vulkan passes of the node tests ran: **{}** entirely on the GPU, **{}** partly \
+         on the CPU backend (an op or dtype with no Vulkan kernel, or one the GPU lacks the \
+         features for), **{}** computed while planning (every input known: a test whose inputs \
+         only decide shapes, or an op such as NonZero whose output shape depends on values, is \
+         folded on the CPU when its plan is made).",
+        placed(|g, c| g > 0 && c == 0),
+        placed(|_, c| c > 0),
+        placed(|g, c| g == 0 && c == 0),
+    );
     let _ = writeln!(
         s,
         "\n## Why node tests fail\n\n\
@@ -283,7 +302,7 @@ pub fn conformance_md(results: &[TestResult], sections: &[&str], vulkan_device: 
     );
     for r in others {
         let cell = |b| match r.outcomes.get(&b) {
-            Some(Outcome::Pass) => "pass".to_string(),
+            Some(Outcome::Pass { .. }) => "pass".to_string(),
             Some(Outcome::Fail { category, .. }) => category.label().to_string(),
             None => "-".into(),
         };

@@ -169,8 +169,10 @@ impl Op for LpNorm {
                     .sum::<f64>()
                     .sqrt()
             };
+            // A zero vector stays zero (ONNX's reference), rather than 0 / 0 = NaN.
+            let scale = if norm == 0.0 { 0.0 } else { 1.0 / norm };
             for &i in &inner {
-                y[o + i] = v[o + i] / norm;
+                y[o + i] = v[o + i] * scale;
             }
         }
         Ok(vec![from_f64(x.dtype(), shape.to_vec(), y)?])

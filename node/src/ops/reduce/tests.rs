@@ -283,7 +283,10 @@ fn gpu_long_reductions_split_over_workgroups() {
             ];
             o.infer(&inputs).unwrap();
             // Without keepdims the shapes alone do not say which axes went.
-            assert!(o.gpu(&[Some(&t), Some(&at)], std::slice::from_ref(&out)).is_none());
+            assert!(
+                o.gpu(&[Some(&t), Some(&at)], std::slice::from_ref(&out))
+                    .is_none()
+            );
             o.gpu_planned(&inputs, &[out]).unwrap()
         };
         assert_eq!(k.dispatches.len(), 2, "{op}");
