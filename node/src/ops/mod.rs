@@ -20,6 +20,7 @@ mod cast;
 mod concat;
 mod conv;
 mod conv_transpose;
+mod cpu_gemm;
 mod cumsum;
 mod einsum;
 mod elementwise;

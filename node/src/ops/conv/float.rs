@@ -28,7 +28,7 @@ pub trait Float:
 /// The dtypes [`Float`] covers, for shape rules' error messages.
 pub const FLOAT_DTYPES: [DType; 2] = [DType::F32, DType::F64];
 
-/// Bounds every pointer matrixmultiply will touch, so the unsafe calls below stay in bounds.
+/// The sizes the GEMM below relies on (ndarray checks them too; this names the culprit).
 fn check_gemm(m: usize, k: usize, n: usize, a: usize, b: usize, c: usize, ldc: usize) {
     assert!(ldc >= n, "gemm: ldc {ldc} < n {n}");
     assert!(a >= m * k, "gemm: a holds {a} < {m}x{k}");
@@ -40,7 +40,7 @@ fn check_gemm(m: usize, k: usize, n: usize, a: usize, b: usize, c: usize, ldc: u
 }
 
 macro_rules! float {
-    ($t:ty, $gemm:path) => {
+    ($t:ty) => {
         impl Float for $t {
             const LOWEST: Self = <$t>::MIN;
             fn from_f64(v: f64) -> Self {
@@ -68,35 +68,14 @@ macro_rules! float {
                     }
                     return;
                 }
-                // SAFETY: matrixmultiply reads a[i*k + p] and b[p*n + j] and writes
-                // c[i*ldc + j] for i < m, p < k, j < n; check_gemm asserted that each slice
-                // holds those indices, and `c` is a unique borrow, so nothing aliases it.
-                // With beta = 0 the old contents of `c` are never read.
-                unsafe {
-                    $gemm(
-                        m,
-                        k,
-                        n,
-                        1.0,
-                        a.as_ptr(),
-                        k as isize,
-                        1,
-                        b.as_ptr(),
-                        n as isize,
-                        1,
-                        0.0,
-                        c.as_mut_ptr(),
-                        ldc as isize,
-                        1,
-                    );
-                }
+                crate::ops::cpu_gemm::gemm((m, k, n), 1.0, (a, 0, k, 1), (b, 0, n, 1), 0.0, c, ldc);
             }
         }
     };
 }
 
-float!(f32, matrixmultiply::sgemm);
-float!(f64, matrixmultiply::dgemm);
+float!(f32);
+float!(f64);
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,7 @@
 //! MatMul (numpy semantics: 1-D promotion, broadcast batch dimensions) and Gemm
 //! (`alpha * A' * B' + beta * C`, C broadcast one way to (M, N)).
 //!
-//! Both run on the CPU through `matrixmultiply` (floats) and on the GPU through one tiled
+//! Both run on the CPU through ndarray's `general_mat_mul` (floats) and on the GPU through one tiled
 //! shader, `shaders/gemm.comp`, which reads A and B through row/column strides (so transposes
 //! cost nothing) and walks up to three broadcast batch axes.
 
@@ -78,7 +78,7 @@ fn check_bounds<T>(
 }
 
 macro_rules! float_gemm {
-    ($t:ty, $f:path) => {
+    ($t:ty) => {
         impl MatElem for $t {
             fn gemm(
                 m: usize,
@@ -102,34 +102,21 @@ macro_rules! float_gemm {
                     return;
                 }
                 check_bounds(m, k, n, a, am, b, bm, c);
-                // SAFETY: check_bounds proved that every index matrixmultiply forms,
-                // off + i * rs + j * cs for i < rows and j < cols, lies inside `a` and `b`,
-                // and i * n + j inside `c`; the strides are non-negative and fit isize; `c` is
-                // borrowed mutably, so nothing else reads or writes it meanwhile.
-                unsafe {
-                    $f(
-                        m,
-                        k,
-                        n,
-                        alpha,
-                        a.as_ptr().add(am.off),
-                        am.rs as isize,
-                        am.cs as isize,
-                        b.as_ptr().add(bm.off),
-                        bm.rs as isize,
-                        bm.cs as isize,
-                        beta,
-                        c.as_mut_ptr(),
-                        n as isize,
-                        1,
-                    );
-                }
+                crate::ops::cpu_gemm::gemm(
+                    (m, k, n),
+                    alpha,
+                    (a, am.off, am.rs, am.cs),
+                    (b, bm.off, bm.rs, bm.cs),
+                    beta,
+                    c,
+                    n,
+                );
             }
         }
     };
 }
-float_gemm!(f32, matrixmultiply::sgemm);
-float_gemm!(f64, matrixmultiply::dgemm);
+float_gemm!(f32);
+float_gemm!(f64);
 
 macro_rules! int_gemm {
     ($($t:ty),*) => {$(
