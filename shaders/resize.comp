@@ -120,6 +120,14 @@ void main() {
             float adjustment = float(out_d) / out_f;
             x = in_f / 2.0 * (1.0 - adjustment) + (y + 0.5) / sc - 0.5;
         } else x = (y + 0.5) / sc - 0.5;
+        if (p.mode == 0u) {
+            // GPU division is not correctly rounded (up to 2.5 ulp in Vulkan; NVIDIA uses it):
+            // a coordinate a hair off a tie or an integer would pick the other neighbour than
+            // the CPU's f64 does. The ties and integers that matter come from scales with small
+            // denominators, so snap to them within 1e-5.
+            float h = round(x * 2.0) * 0.5;
+            if (abs(x - h) <= 1e-5 * max(1.0, abs(x))) x = h;
+        }
         int base = int(ceil(x)) - 1;
         float ratio = x - float(base);
         int first = 0;

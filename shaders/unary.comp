@@ -75,8 +75,14 @@ float erf_(float x) {
     return isnan(x) ? x : (x < 0.0 ? -r : r);
 }
 
+float log_1p(float e) {
+    // log(1 + e) loses e's low bits when 1 + e is rounded: for small e a series is exact
+    // enough (error below e^4 / 4), which is what Mish needs for very negative inputs.
+    return e < 1e-2 ? e * (1.0 - e * (0.5 - e / 3.0)) : log(1.0 + e);
+}
+
 float softplus(float x) {
-    return x > 0.0 ? x + log(1.0 + exp(-x)) : log(1.0 + exp(x));
+    return max(x, 0.0) + log_1p(exp(-abs(x)));
 }
 
 float apply(float x) {
