@@ -8,6 +8,17 @@ out=${OUT:-/tmp/vkml-bench}
 mkdir -p "$out"
 repeat() { case $1 in *10000*) echo 300 ;; *1000*) echo 1000 ;; *) echo 3000 ;; esac; }
 "$bin" devices | tee "$out/devices.txt"
+
+# Correctness first (benches/stage-gpu.sh stages these): every GPU kernel against its CPU
+# kernel, every fixture and the PyTorch-exported models against onnxruntime, on this GPU. The
+# fixtures' paths are compiled into the binaries as /work/main/tests/..., hence the link.
+[ -e /work/main/tests/fixtures ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; } 2>/dev/null
+printf 'check\tresult\n' > "$out/checks.tsv"
+for t in lib fixtures models; do
+  [ -x ".gpu/$t" ] || continue
+  timeout 300 ".gpu/$t" --test-threads 8 > "$out/check_$t.txt" 2>&1
+  printf '%s\t%s\n' "$t" "$(grep -E '^test result' "$out/check_$t.txt" | tail -1)" | tee -a "$out/checks.tsv"
+done
 printf 'model\tdevice\tmedian_us\n' > "$out/vkml.tsv"
 python3 - > "$out/input.npy.ok" <<'PY'
 import numpy as np
@@ -86,5 +97,7 @@ for line in open(sys.argv[1]):
     print(f\"{r['workload']}\t{r['runner']}\t{r['median_us']:.1f}{extra}\")
 " "$out/reference_big.jsonl"
 fi
+echo "== checks"
+cat "$out/checks.tsv"
 echo "== vkml"
 cat "$out/vkml.tsv"
