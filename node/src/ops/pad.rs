@@ -301,6 +301,35 @@ impl Op for Pad {
         })
     }
 
+    // With the pads, the constant and the axes known while planning, the table is built here,
+    // sparing `gpu`'s device pre-pass (a dispatch and a barrier). The constant alone may be a
+    // run-time value; then `gpu` reads it on the device.
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+    ) -> Option<GpuKernel> {
+        let known = (1..inputs.len()).all(|i| opt(inputs, i).is_none_or(|v| v.value.is_some()));
+        let x = req(inputs, 0).ok()?.ty;
+        let y = outputs.first()?;
+        if self.attrs.is_some() || !known || y.numel() == 0 || x.numel() == 0 {
+            let types: Vec<Option<&ValueType>> = inputs.iter().map(|i| i.map(|i| i.ty)).collect();
+            return self.gpu(&types, outputs);
+        }
+        let vals = [1, 2, 3].map(|i| opt(inputs, i).and_then(|v| v.value));
+        let d = self.plan(x, vals).ok()?.dispatch(
+            x.dtype.size(),
+            BufRef::Input(0),
+            BufRef::Output(0),
+            x.numel(),
+            y.numel(),
+        )?;
+        Some(GpuKernel {
+            scratch: vec![],
+            dispatches: vec![d],
+        })
+    }
+
     fn flops(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
         0
     }

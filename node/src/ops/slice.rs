@@ -294,6 +294,41 @@ impl Op for Slice {
         })
     }
 
+    // The shape rule needs starts, ends, axes and steps, so while planning they are known: the
+    // table is built here, sparing `gpu`'s device pre-pass (a dispatch and a barrier).
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+    ) -> Option<GpuKernel> {
+        let known = (1..inputs.len()).all(|i| opt(inputs, i).is_none_or(|v| v.value.is_some()));
+        if self.attrs.is_some() || !known {
+            let types: Vec<Option<&ValueType>> = inputs.iter().map(|i| i.map(|i| i.ty)).collect();
+            return self.gpu(&types, outputs);
+        }
+        let x = req(inputs, 0).ok()?.ty;
+        let y = outputs.first()?;
+        if y.numel() == 0 {
+            return Some(GpuKernel {
+                scratch: vec![],
+                dispatches: vec![],
+            });
+        }
+        let vals = [1, 2, 3, 4].map(|i| opt(inputs, i).and_then(|v| v.value));
+        let r = self.ranges_from(&x.shape, vals).ok()?;
+        let d = slice_remap(&x.shape, &r).dispatch(
+            x.dtype.size(),
+            BufRef::Input(0),
+            BufRef::Output(0),
+            x.numel(),
+            y.numel(),
+        )?;
+        Some(GpuKernel {
+            scratch: vec![],
+            dispatches: vec![d],
+        })
+    }
+
     fn flops(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
         0
     }
