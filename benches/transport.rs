@@ -28,6 +28,7 @@ fn header(bytes: usize) -> Vec<u8> {
         dtype: "float32".into(),
         shape: vec![bytes as u64 / 4],
         payload_bytes: bytes as u64,
+        ..Default::default()
     })
     .encode()
     .unwrap()

@@ -74,6 +74,7 @@ async fn join_snapshot_stream_and_leave() {
         dtype: "float32".into(),
         shape: vec![3],
         payload_bytes: payload.len() as u64,
+        ..Default::default()
     };
     transport::write_message(&mut send, &Message::Tensor(header.clone()))
         .await

@@ -9,8 +9,7 @@ use crate::pb;
 const KIB: u32 = 1024;
 const MIB: u32 = 1024 * KIB;
 
-/// The kind byte of a frame. Numbers are forever; 9..=15 are kept for the execution messages
-/// (Submit, Fragment, LoadAck, Run, RunResult, RunFailed, Unload).
+/// The kind byte of a frame. Numbers are forever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 pub enum Kind {
@@ -22,11 +21,20 @@ pub enum Kind {
     StatusRequest = 6,
     StatusReply = 7,
     Error = 8,
+    Submit = 9,
+    Fragment = 10,
+    LoadAck = 11,
+    Run = 12,
+    RunResult = 13,
+    RunFailed = 14,
+    Unload = 15,
     Tensor = 16,
+    LoadProgress = 17,
+    Loaded = 18,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 18] = [
         Kind::Hello,
         Kind::Welcome,
         Kind::Refused,
@@ -35,7 +43,16 @@ impl Kind {
         Kind::StatusRequest,
         Kind::StatusReply,
         Kind::Error,
+        Kind::Submit,
+        Kind::Fragment,
+        Kind::LoadAck,
+        Kind::Run,
+        Kind::RunResult,
+        Kind::RunFailed,
+        Kind::Unload,
         Kind::Tensor,
+        Kind::LoadProgress,
+        Kind::Loaded,
     ];
 
     pub fn from_byte(b: u8) -> Option<Kind> {
@@ -48,13 +65,23 @@ impl Kind {
     /// reply lists every member with its devices.
     pub fn cap(self) -> u32 {
         match self {
-            Kind::Hello | Kind::Welcome | Kind::Refused | Kind::Leave | Kind::StatusRequest => {
-                4 * KIB
-            }
-            Kind::Error => 16 * KIB,
+            Kind::Hello
+            | Kind::Welcome
+            | Kind::Refused
+            | Kind::Leave
+            | Kind::StatusRequest
+            | Kind::Submit
+            | Kind::Run
+            | Kind::RunResult
+            | Kind::Unload
+            | Kind::LoadProgress => 4 * KIB,
+            Kind::Error | Kind::LoadAck | Kind::RunFailed => 16 * KIB,
             Kind::Inventory => 64 * KIB,
             Kind::Tensor => 64 * KIB,
-            Kind::StatusReply => MIB,
+            Kind::StatusReply | Kind::Loaded => MIB,
+            // Every live op of a model with its attributes, and the cost graph: large models
+            // have tens of thousands of ops. Weights travel apart, as tensors.
+            Kind::Fragment => 64 * MIB,
         }
     }
 }
@@ -70,7 +97,16 @@ pub enum Message {
     StatusRequest(pb::StatusRequest),
     StatusReply(pb::StatusReply),
     Error(pb::ErrorReply),
+    Submit(pb::Submit),
+    Fragment(Box<pb::Fragment>),
+    LoadAck(pb::LoadAck),
+    Run(pb::Run),
+    RunResult(pb::RunResult),
+    RunFailed(pb::RunFailed),
+    Unload(pb::Unload),
     Tensor(pb::TensorHeader),
+    LoadProgress(pb::LoadProgress),
+    Loaded(pb::Loaded),
 }
 
 impl Message {
@@ -84,7 +120,16 @@ impl Message {
             Message::StatusRequest(_) => Kind::StatusRequest,
             Message::StatusReply(_) => Kind::StatusReply,
             Message::Error(_) => Kind::Error,
+            Message::Submit(_) => Kind::Submit,
+            Message::Fragment(_) => Kind::Fragment,
+            Message::LoadAck(_) => Kind::LoadAck,
+            Message::Run(_) => Kind::Run,
+            Message::RunResult(_) => Kind::RunResult,
+            Message::RunFailed(_) => Kind::RunFailed,
+            Message::Unload(_) => Kind::Unload,
             Message::Tensor(_) => Kind::Tensor,
+            Message::LoadProgress(_) => Kind::LoadProgress,
+            Message::Loaded(_) => Kind::Loaded,
         }
     }
 
@@ -98,7 +143,16 @@ impl Message {
             Message::StatusRequest(m) => m.encode_to_vec(),
             Message::StatusReply(m) => m.encode_to_vec(),
             Message::Error(m) => m.encode_to_vec(),
+            Message::Submit(m) => m.encode_to_vec(),
+            Message::Fragment(m) => m.encode_to_vec(),
+            Message::LoadAck(m) => m.encode_to_vec(),
+            Message::Run(m) => m.encode_to_vec(),
+            Message::RunResult(m) => m.encode_to_vec(),
+            Message::RunFailed(m) => m.encode_to_vec(),
+            Message::Unload(m) => m.encode_to_vec(),
             Message::Tensor(m) => m.encode_to_vec(),
+            Message::LoadProgress(m) => m.encode_to_vec(),
+            Message::Loaded(m) => m.encode_to_vec(),
         }
     }
 
@@ -138,6 +192,17 @@ impl Message {
             }
             Kind::StatusReply => Message::StatusReply(pb::StatusReply::decode(body).map_err(bad)?),
             Kind::Error => Message::Error(pb::ErrorReply::decode(body).map_err(bad)?),
+            Kind::Submit => Message::Submit(pb::Submit::decode(body).map_err(bad)?),
+            Kind::Fragment => Message::Fragment(Box::new(pb::Fragment::decode(body).map_err(bad)?)),
+            Kind::LoadAck => Message::LoadAck(pb::LoadAck::decode(body).map_err(bad)?),
+            Kind::Run => Message::Run(pb::Run::decode(body).map_err(bad)?),
+            Kind::RunResult => Message::RunResult(pb::RunResult::decode(body).map_err(bad)?),
+            Kind::RunFailed => Message::RunFailed(pb::RunFailed::decode(body).map_err(bad)?),
+            Kind::Unload => Message::Unload(pb::Unload::decode(body).map_err(bad)?),
+            Kind::LoadProgress => {
+                Message::LoadProgress(pb::LoadProgress::decode(body).map_err(bad)?)
+            }
+            Kind::Loaded => Message::Loaded(pb::Loaded::decode(body).map_err(bad)?),
             Kind::Tensor => {
                 let h = pb::TensorHeader::decode(body).map_err(bad)?;
                 if h.payload_bytes > crate::MAX_TENSOR_PAYLOAD {

@@ -33,6 +33,7 @@ fn frames_round_trip_even_byte_by_byte() {
             dtype: "float32".into(),
             shape: vec![2, 3],
             payload_bytes: 24,
+            ..Default::default()
         }),
     ];
     let mut wire = Vec::new();
