@@ -29,6 +29,9 @@ pub struct StatusArgs {
 struct JsonStatus {
     node: String,
     members: Vec<JsonMember>,
+    /// Bytes of intermediate values the answering node sent to / received from other nodes.
+    edge_bytes_sent: u64,
+    edge_bytes_received: u64,
 }
 
 #[derive(Serialize)]
@@ -47,6 +50,8 @@ struct JsonDevice {
     vendor: String,
     memory_budget: u64,
     flops_per_us: u64,
+    op_overhead_ns: u64,
+    features: u32,
 }
 
 fn state(s: i32) -> &'static str {
@@ -62,6 +67,8 @@ fn state(s: i32) -> &'static str {
 fn to_json(r: pb::StatusReply) -> JsonStatus {
     JsonStatus {
         node: r.node,
+        edge_bytes_sent: r.edge_bytes_sent,
+        edge_bytes_received: r.edge_bytes_received,
         members: r
             .members
             .into_iter()
@@ -83,6 +90,8 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
                         vendor: d.vendor,
                         memory_budget: d.memory_budget,
                         flops_per_us: d.flops_per_us,
+                        op_overhead_ns: d.op_overhead_ns,
+                        features: d.features,
                     })
                     .collect(),
             })

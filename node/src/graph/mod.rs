@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
 use crate::model::{ModelDef, ValueDef};
-use crate::ops::{self, NodeSpec, Op, ValueType};
+use crate::ops::{self, Attrs, NodeSpec, Op, ValueType};
 use crate::tensor::Tensor;
 
 pub use specialize::SpecializeError;
@@ -21,6 +21,10 @@ pub type ValueId = usize;
 pub struct Node {
     pub name: String,
     pub op_type: String,
+    /// "" for the default domain.
+    pub domain: String,
+    /// What the op was built from: a cluster fragment ships them, to rebuild the op elsewhere.
+    pub attrs: Attrs,
     pub op: Box<dyn Op>,
     /// None for an omitted optional input.
     pub inputs: Vec<Option<ValueId>>,
@@ -28,6 +32,8 @@ pub struct Node {
 }
 
 pub struct Graph {
+    /// Opset of the default domain: what the ops were built for.
+    pub opset: i64,
     pub value_names: Vec<String>,
     /// In a topological order.
     pub nodes: Vec<Node>,
@@ -183,6 +189,8 @@ impl Graph {
                 Node {
                     name: node.name.clone(),
                     op_type: node.op_type.clone(),
+                    domain: node.domain.clone(),
+                    attrs: node.attrs.clone(),
                     op,
                     inputs,
                     outputs,
@@ -194,6 +202,7 @@ impl Graph {
             initializers[v] = Some(t);
         }
         Ok(Graph {
+            opset: model.opset,
             value_names: names,
             nodes,
             initializers,
