@@ -374,3 +374,6 @@ impl Exec {
 fn one_way() -> DistError {
     DistError::Protocol("this request needs a bidirectional stream".into())
 }
+
+#[cfg(test)]
+mod tests;
