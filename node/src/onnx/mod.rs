@@ -27,7 +27,7 @@ use prost::Message;
 
 pub use encode::{decode_node, encode_node};
 pub use error::LoadError;
-pub(crate) use mmap::map_file;
+pub(crate) use mmap::{map_file, release_pages};
 pub use outline::{DeclaredType, ModelOutline, outline};
 pub use tensor::tensor_from_proto;
 
