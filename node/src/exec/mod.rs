@@ -154,7 +154,8 @@ impl Executable {
 
     fn chunk_reads(&self, c: usize, v: ValueId) -> bool {
         self.plan.chunks[c].ops.iter().any(|&p| {
-            self.spec.node(&self.graph, self.spec.live[p])
+            self.spec
+                .node(&self.graph, self.spec.live[p])
                 .inputs
                 .contains(&Some(v))
         })

@@ -255,9 +255,7 @@ impl Graph {
     ) -> Option<(Node, crate::ops::Attrs)> {
         let attrs = chain.program.to_attrs();
         let first = &spec.node(self, spec.live[chain.positions[0]]).name;
-        let last = &spec
-            .node(self, spec.live[*chain.positions.last()?])
-            .name;
+        let last = &spec.node(self, spec.live[*chain.positions.last()?]).name;
         let name = format!("fused({first}..{last})");
         let op = crate::ops::build(&NodeSpec {
             name: &name,

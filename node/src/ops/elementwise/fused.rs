@@ -142,7 +142,9 @@ impl Program {
     pub fn from_attrs(a: &Attrs) -> Result<Program, OpError> {
         let bad = |m: String| OpError::invalid(format!("{OP_TYPE}: {m}"));
         let Some(AttrValue::Strings(names)) = a.get("steps") else {
-            return Err(bad("attribute 'steps' (a list of strings) is missing".into()));
+            return Err(bad(
+                "attribute 'steps' (a list of strings) is missing".into()
+            ));
         };
         let operands = a.ints_opt("operands")?.unwrap_or(&[]);
         let right = a.ints_opt("chain_right")?.unwrap_or(&[]);
@@ -232,7 +234,10 @@ pub fn block_broadcast(b: &[usize], out: &[usize]) -> Option<(u32, u32)> {
     }
     let count: usize = out[first..=last].iter().product();
     let inner: usize = out[last + 1..].iter().product();
-    Some((u32::try_from(inner.max(1)).ok()?, u32::try_from(count).ok()?))
+    Some((
+        u32::try_from(inner.max(1)).ok()?,
+        u32::try_from(count).ok()?,
+    ))
 }
 
 #[derive(Debug)]
@@ -358,7 +363,9 @@ impl Op for Fused {
                 Operand::Input(k) => Some(crate::ops::util::req(inputs, k)?),
                 _ => sc.as_ref(),
             };
-            let b = bounds.as_ref().map_or([None, None], |[l, h]| [Some(l), Some(h)]);
+            let b = bounds
+                .as_ref()
+                .map_or([None, None], |[l, h]| [Some(l), Some(h)]);
             let args: Vec<Option<&Tensor>> = arrange(Some(&v), s, operand.map(Some), b)
                 .into_iter()
                 .map(Option::flatten)

@@ -19,6 +19,8 @@ mod unary;
 mod variadic;
 
 #[cfg(test)]
+mod fused_tests;
+#[cfg(test)]
 mod gpu_tests;
 #[cfg(test)]
 mod gpu_tests_more;
