@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use super::{Graph, Node, Specialized, ValueId};
 use crate::ops::fused::{self, Operand, Program, Step, block_broadcast, is_binary};
-use crate::ops::{InferInput, NodeSpec, ValueType};
+use crate::ops::{Attrs, InferInput, NodeSpec, ValueType};
 use crate::tensor::DType;
 
 /// Whether specialisation fuses chains: on unless `VKML_FUSION=0`.
@@ -184,7 +184,7 @@ impl Graph {
         }
         let is_output = |v: ValueId| self.outputs.iter().any(|(o, _)| *o == v);
         let mut claimed = vec![false; live.len()];
-        let mut chains: Vec<Chain> = Vec::new();
+        let mut chains: Vec<(Chain, (Node, Attrs))> = Vec::new();
         for pos in 0..live.len() {
             if claimed[pos] {
                 continue;
@@ -208,11 +208,14 @@ impl Graph {
                     break;
                 }
             }
-            if chain.positions.len() >= 2 && self.fused_node(spec, &chain, &ty).is_some() {
+            if chain.positions.len() < 2 {
+                continue;
+            }
+            if let Some(made) = self.fused_node(spec, &chain, &ty) {
                 for &p in &chain.positions {
                     claimed[p] = true;
                 }
-                chains.push(chain);
+                chains.push((chain, made));
             }
         }
         if chains.is_empty() {
@@ -221,7 +224,7 @@ impl Graph {
         let last_of: BTreeMap<usize, usize> = chains
             .iter()
             .enumerate()
-            .map(|(k, c)| (*c.positions.last().expect("two steps"), k))
+            .map(|(k, (c, _))| (*c.positions.last().expect("two steps"), k))
             .collect();
         let base = self.nodes.len() + spec.extra.len();
         let mut new_live = Vec::with_capacity(live.len());
@@ -232,17 +235,13 @@ impl Graph {
                 new_live.push(i);
             }
         }
-        let made: Vec<_> = chains
-            .iter()
-            .map(|c| self.fused_node(spec, c, &ty_of(spec, c)).expect("checked"))
-            .collect();
         tracing::debug!(
-            chains = made.len(),
-            ops = chains.iter().map(|c| c.positions.len()).sum::<usize>(),
+            chains = chains.len(),
+            ops = chains.iter().map(|(c, _)| c.positions.len()).sum::<usize>(),
             "fused elementwise chains"
         );
         spec.live = new_live;
-        spec.extra.extend(made);
+        spec.extra.extend(chains.into_iter().map(|(_, made)| made));
     }
 
     /// The fused node of a chain, built from its attributes as any node is; `None` when its
@@ -252,7 +251,7 @@ impl Graph {
         spec: &Specialized,
         chain: &Chain,
         ty: &ValueType,
-    ) -> Option<(Node, crate::ops::Attrs)> {
+    ) -> Option<(Node, Attrs)> {
         let attrs = chain.program.to_attrs();
         let first = &spec.node(self, spec.live[chain.positions[0]]).name;
         let last = &spec.node(self, spec.live[*chain.positions.last()?]).name;
@@ -289,8 +288,4 @@ impl Graph {
         };
         Some((node, attrs))
     }
-}
-
-fn ty_of(spec: &Specialized, c: &Chain) -> ValueType {
-    spec.types[c.out].clone().expect("typed")
 }
