@@ -25,11 +25,13 @@ import numpy as np
 np.save("/tmp/x1.npy", np.array([0.5], dtype=np.float32))
 PY
 # The small workloads (issue 2): add chains and the MNIST-like CNN. VKML_BENCH_SMALL=0 skips them.
+# The add chains measure the cost per dispatch, so they run unfused (VKML_FUSION=0); fusion has
+# rows of its own below.
 if [ "${VKML_BENCH_SMALL:-1}" = 1 ]; then
 for n in 1 10 100 1000 10000; do
   for dev in vulkan cpu; do
     m=benches/models/add_chain_$n.onnx
-    line=$("$bin" run "$m" --input x=/tmp/x1.npy --device $dev --repeat "$(repeat $n)" --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
+    line=$(VKML_FUSION=0 "$bin" run "$m" --input x=/tmp/x1.npy --device $dev --repeat "$(repeat $n)" --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
     med=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
     printf 'add_chain_%s\t%s\t%s\n' "$n" "$dev" "$med" | tee -a "$out/vkml.tsv"
   done
@@ -38,6 +40,16 @@ for dev in vulkan cpu auto; do
   line=$("$bin" run tests/fixtures/mnist_cnn/model.onnx --test-data tests/fixtures/mnist_cnn/test_data_set_0 --device $dev --repeat 3000 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
   med=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
   printf 'mnist_cnn\t%s\t%s\n' "$dev" "$med" | tee -a "$out/vkml.tsv"
+done
+# Fusion (issue 6): 16 elementwise ops on [1, 64, 128, 128] (1M floats), unfused (16
+# dispatches, each reading and writing 4 MiB) and fused (graph/fuse.rs: 2 dispatches).
+python3 -c "import numpy as np; np.save('/tmp/xchain.npy', np.random.default_rng(0).standard_normal((1, 64, 128, 128)).astype(np.float32))"
+for fusion in 0 1; do
+  for dev in vulkan cpu; do
+    line=$(VKML_FUSION=$fusion "$bin" run benches/models/elementwise_chain_16.onnx --input x=/tmp/xchain.npy --device $dev --repeat 300 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
+    med=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
+    printf 'elementwise_chain_16_fusion%s\t%s\t%s\n' "$fusion" "$dev" "$med" | tee -a "$out/vkml.tsv"
+  done
 done
 PYTHONUNBUFFERED=1 python3 benches/python/bench_reference.py > "$out/reference.jsonl" 2> "$out/reference.log"
 echo "== reference runtimes"

@@ -74,7 +74,7 @@ impl GpuLayout {
         let last_pos = on.ops.last().map_or(0, |o| o.0);
         let chunk_end: BTreeMap<usize, usize> = on.ops.iter().map(|&(p, c)| (c, p)).collect();
         for &(pos, chunk) in &on.ops {
-            let node = &graph.nodes[spec.live[pos]];
+            let node = spec.node(graph, spec.live[pos]);
             for &v in node.inputs.iter().flatten() {
                 let r = *root.get(&v).unwrap_or(&v);
                 if let Some(&i) = interval_of.get(&r) {
@@ -140,7 +140,7 @@ impl GpuLayout {
             .ops
             .iter()
             .flat_map(|&(pos, c)| {
-                graph.nodes[spec.live[pos]]
+                spec.node(graph, spec.live[pos])
                     .outputs
                     .iter()
                     .map(move |&o| (o, c))
@@ -254,7 +254,7 @@ impl GpuLayout {
             let mut steps: Vec<Step<'_>> = Vec::new();
             let mut hazards = Hazards::default();
             for pos in positions {
-                let node = &graph.nodes[spec.live[pos]];
+                let node = spec.node(graph, spec.live[pos]);
                 let Some(kernel) = &on.kernels[pos] else {
                     continue;
                 };

@@ -116,7 +116,7 @@ impl Executable {
                 }
             }
             for &(p, _) in &ops {
-                for &o in &graph.nodes[spec.live[p]].outputs {
+                for &o in &spec.node(&graph, spec.live[p]).outputs {
                     if graph.outputs.iter().any(|(v, _)| *v == o) && !exported.contains(&o) {
                         exported.push(o);
                     }
@@ -237,7 +237,8 @@ impl Executable {
 
     fn chunk_reads(&self, c: usize, v: ValueId) -> bool {
         self.plan.chunks[c].ops.iter().any(|&p| {
-            self.graph.nodes[self.spec.live[p]]
+            self.spec
+                .node(&self.graph, self.spec.live[p])
                 .inputs
                 .contains(&Some(v))
         })

@@ -109,7 +109,7 @@ pub fn cost_graph(graph: &Graph, spec: &Specialized) -> (CostGraph, Vec<Option<G
         .live
         .iter()
         .map(|&i| {
-            let node = &graph.nodes[i];
+            let node = spec.node(graph, i);
             let in_types: Vec<Option<&ValueType>> = node
                 .inputs
                 .iter()

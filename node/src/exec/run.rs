@@ -230,7 +230,7 @@ impl RunState {
     fn run_cpu_chunk(&self, c: usize) -> Result<()> {
         let exe = &self.exe;
         for &p in &exe.plan.chunks[c].ops {
-            let node = &exe.graph.nodes[exe.spec.live[p]];
+            let node = exe.spec.node(&exe.graph, exe.spec.live[p]);
             let args: Vec<Option<&Tensor>> = node
                 .inputs
                 .iter()

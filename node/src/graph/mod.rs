@@ -3,6 +3,9 @@
 //! which resolves the Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains exporters emit),
 //! and to the values of the graph inputs a shape rule needs (see specialize.rs).
 
+mod fuse;
+#[cfg(test)]
+mod fuse_tests;
 mod specialize;
 #[cfg(test)]
 mod tests;
@@ -14,6 +17,7 @@ use crate::model::{ModelDef, ValueDef};
 use crate::ops::{self, Attrs, NodeSpec, Op, ValueType};
 use crate::tensor::Tensor;
 
+pub use fuse::fusion_enabled;
 pub use specialize::SpecializeError;
 
 pub type ValueId = usize;
@@ -41,6 +45,8 @@ pub struct Graph {
     pub initializers: Vec<Option<Tensor>>,
     pub inputs: Vec<(ValueId, ValueDef)>,
     pub outputs: Vec<(ValueId, ValueDef)>,
+    /// The model's default-domain opset: which broadcasting and Clip rules its nodes follow.
+    pub opset: i64,
 }
 
 /// The graph at concrete input types: every value's type, the values known before running,
@@ -48,8 +54,28 @@ pub struct Graph {
 pub struct Specialized {
     pub types: Vec<Option<ValueType>>,
     pub consts: Vec<Option<Tensor>>,
-    /// Indices into `Graph::nodes`, in topological order.
+    /// Node indices, in topological order: below `Graph::nodes.len()` into `Graph::nodes`,
+    /// from there into `extra`. Use [`Specialized::node`].
     pub live: Vec<usize>,
+    /// Nodes made for this specialisation (fused elementwise chains, graph/fuse.rs), with the
+    /// attributes `ops::build` rebuilds each from.
+    pub extra: Vec<(Node, Attrs)>,
+}
+
+impl Specialized {
+    /// The node a `live` entry names.
+    pub fn node<'a>(&'a self, graph: &'a Graph, i: usize) -> &'a Node {
+        match i.checked_sub(graph.nodes.len()) {
+            Some(k) => &self.extra[k].0,
+            None => &graph.nodes[i],
+        }
+    }
+
+    /// The attributes of a node made for this specialisation (`None` for the graph's own).
+    pub fn extra_attrs(&self, graph: &Graph, i: usize) -> Option<&Attrs> {
+        let k = i.checked_sub(graph.nodes.len())?;
+        self.extra.get(k).map(|(_, a)| a)
+    }
 }
 
 fn node_err(node: &str, op_type: &str, e: impl std::fmt::Display) -> Error {
@@ -208,6 +234,7 @@ impl Graph {
             initializers,
             inputs,
             outputs,
+            opset: model.opset,
         })
     }
 }
