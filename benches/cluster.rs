@@ -4,7 +4,7 @@
 //!
 //!     cargo bench --bench cluster            # prints a table; BENCHMARKS.md has results
 //!
-//! Environment: VKML_BENCH_DEVICE (the nodes' --device, default cpu), VKML_BENCH_SECS
+//! Environment: VKML_NODE_BIN (the vkml-node to start), VKML_BENCH_DEVICE (the nodes' --device, default cpu), VKML_BENCH_SECS
 //! (seconds per throughput point, default 3), VKML_BENCH_MODELS (comma-separated paths
 //! relative to the repository; default the MNIST CNN, the MLP and the BERT-style encoder).
 
@@ -22,7 +22,10 @@ use vkml::exec::{Device, inventory};
 use vkml::{DeviceSelection, Session, SessionOptions, Tensor};
 use vkml_planner::Snapshot;
 
-const BIN: &str = env!("CARGO_BIN_EXE_vkml-node");
+/// The node program: the one cargo built, or VKML_NODE_BIN (the GPU machine runs a staged copy).
+fn bin() -> String {
+    std::env::var("VKML_NODE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_vkml-node").into())
+}
 
 struct Nodes {
     children: Vec<Child>,
@@ -53,7 +56,7 @@ fn start(caps: &[Option<u64>], device: &str) -> Nodes {
     };
     for (i, cap) in caps.iter().enumerate() {
         let addr = format!("127.0.0.1:{}", free_port());
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.args([
             "--listen",
             &addr,

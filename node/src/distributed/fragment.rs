@@ -41,7 +41,7 @@ impl Skeleton {
     ) -> Result<Skeleton, DistError> {
         let mut nodes = Vec::with_capacity(spec.live.len());
         for &n in &spec.live {
-            let node = &graph.nodes[n];
+            let node = spec.node(graph, n);
             let def = crate::model::NodeDef {
                 name: node.name.clone(),
                 op_type: node.op_type.clone(),
@@ -97,7 +97,7 @@ impl Skeleton {
             if plan.placement[p].node != node {
                 continue;
             }
-            for &v in graph.nodes[n].inputs.iter().flatten() {
+            for &v in spec.node(graph, n).inputs.iter().flatten() {
                 if spec.consts[v].is_some() {
                     wanted.insert(v);
                 }
@@ -345,6 +345,7 @@ pub fn rebuild(
             types,
             consts,
             live,
+            extra: Vec::new(),
         },
     ))
 }

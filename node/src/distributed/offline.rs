@@ -99,8 +99,8 @@ pub fn plan_model(
         .map(|(p, &n)| {
             let d = &plan.placement[p];
             PlacedOp {
-                name: graph.nodes[n].name.clone(),
-                op_type: graph.nodes[n].op_type.clone(),
+                name: spec.node(&graph, n).name.clone(),
+                op_type: spec.node(&graph, n).op_type.clone(),
                 node: d.node.clone(),
                 device: snapshot
                     .device(d)

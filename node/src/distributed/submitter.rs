@@ -397,7 +397,7 @@ impl Submitter {
         for (p, &n) in spec.live.iter().enumerate() {
             let node = &plan.placement[p].node;
             for (i, (v, _)) in graph.inputs.iter().enumerate() {
-                if graph.nodes[n].inputs.contains(&Some(*v)) && spec.consts[*v].is_none() {
+                if spec.node(graph, n).inputs.contains(&Some(*v)) && spec.consts[*v].is_none() {
                     let list: &mut Vec<usize> = needs.entry(node.clone()).or_default();
                     if !list.contains(&i) {
                         list.push(i);
@@ -408,7 +408,7 @@ impl Submitter {
         let produced: BTreeSet<ValueId> = spec
             .live
             .iter()
-            .flat_map(|&n| graph.nodes[n].outputs.iter().copied())
+            .flat_map(|&n| spec.node(graph, n).outputs.iter().copied())
             .collect();
         let mut fixed_outputs = Vec::new();
         for (i, (v, d)) in graph.outputs.iter().enumerate() {

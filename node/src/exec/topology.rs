@@ -64,7 +64,7 @@ impl Topology {
             if !local[c] {
                 continue;
             }
-            let node = &graph.nodes[n];
+            let node = spec.node(graph, n);
             for (i, (v, _)) in graph.outputs.iter().enumerate() {
                 if node.outputs.contains(v) {
                     outputs_after.entry(c).or_default().push(i);

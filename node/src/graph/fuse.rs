@@ -282,6 +282,8 @@ impl Graph {
         let node = Node {
             name,
             op_type: fused::OP_TYPE.to_string(),
+            domain: String::new(),
+            attrs: attrs.clone(),
             op,
             inputs: chain.inputs.iter().map(|&v| Some(v)).collect(),
             outputs: vec![chain.out],

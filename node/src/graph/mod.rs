@@ -36,7 +36,8 @@ pub struct Node {
 }
 
 pub struct Graph {
-    /// Opset of the default domain: what the ops were built for.
+    /// Opset of the default domain: what the ops were built for (and which broadcasting and
+    /// Clip rules its nodes follow).
     pub opset: i64,
     pub value_names: Vec<String>,
     /// In a topological order.
@@ -45,8 +46,6 @@ pub struct Graph {
     pub initializers: Vec<Option<Tensor>>,
     pub inputs: Vec<(ValueId, ValueDef)>,
     pub outputs: Vec<(ValueId, ValueDef)>,
-    /// The model's default-domain opset: which broadcasting and Clip rules its nodes follow.
-    pub opset: i64,
 }
 
 /// The graph at concrete input types: every value's type, the values known before running,
@@ -228,7 +227,6 @@ impl Graph {
             initializers[v] = Some(t);
         }
         Ok(Graph {
-            opset: model.opset,
             value_names: names,
             nodes,
             initializers,
