@@ -109,6 +109,17 @@ for line in open(sys.argv[1]):
     print(f\"{r['workload']}\t{r['runner']}\t{r['median_us']:.1f}{extra}\")
 " "$out/reference_big.jsonl"
 fi
+# The cluster (issues 4 and 5), on loopback on this host: a 256 MiB tensor over QUIC against
+# TCP, and models on one node against three (latency, overhead per cut edge, throughput at
+# concurrency 1/4/16), with the nodes on the CPU and on this GPU. VKML_BENCH_CLUSTER=0 skips.
+if [ "${VKML_BENCH_CLUSTER:-1}" = 1 ]; then
+  [ -x .gpu/bench-transport ] && timeout 300 .gpu/bench-transport --bench > "$out/transport.txt" 2>&1
+  for dev in cpu vulkan; do
+    [ -x .gpu/bench-cluster ] && VKML_NODE_BIN="$bin" VKML_BENCH_DEVICE=$dev timeout 400 .gpu/bench-cluster --bench > "$out/cluster_$dev.txt" 2>&1
+  done
+  echo "== transport"; tail -8 "$out/transport.txt" 2>/dev/null
+  for dev in cpu vulkan; do echo "== cluster ($dev)"; tail -14 "$out/cluster_$dev.txt" 2>/dev/null; done
+fi
 echo "== checks"
 cat "$out/checks.tsv"
 echo "== vkml"

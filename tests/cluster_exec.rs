@@ -377,3 +377,50 @@ fn kill_9_of_a_participant_is_retried_on_the_survivors_when_they_have_room() {
     common::assert_outputs_match("after the retry", &out.outputs, &set.outputs);
     client.close();
 }
+
+#[test]
+fn a_restarted_participant_gets_its_part_again() {
+    let _serial = cluster_harness::serial();
+    let m = common::fixture("mnist_cnn").join("model.onnx");
+    let caps = caps_for_three(&m);
+    let mut r = start("exec-restart", &caps);
+    let client = connect(&r.nodes[1], &r.key);
+    let model = client.load(&m, |_| {}).unwrap();
+    let set = &common::data_sets("mnist_cnn")[0];
+    common::assert_outputs_match(
+        "before",
+        &model.run(&set.feeds()).unwrap().outputs,
+        &set.outputs,
+    );
+    let t = Instant::now();
+    r.nodes[2].kill9();
+    assert!(
+        r.nodes[1]
+            .saw("n3", "dead", t, Duration::from_secs(5))
+            .is_some(),
+        "n2 sees n3 dead"
+    );
+    // n3 again, same name and cap, a new life: the model is planned and loaded anew.
+    let extra = vec!["--device-memory-limit".to_string(), caps[2].to_string()];
+    let again = r._cluster.start_args("n3", &[&r.nodes[0]], &extra);
+    let t = Instant::now();
+    assert!(
+        r.nodes[1]
+            .saw(
+                "n3",
+                "alive",
+                t - Duration::from_secs(1),
+                Duration::from_secs(10)
+            )
+            .is_some(),
+        "n2 sees n3 back"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    r.nodes[2] = again;
+    let out = model.run(&set.feeds()).unwrap_or_else(|e| {
+        let all: Vec<&Node> = r.nodes.iter().collect();
+        panic!("after the restart: {e}\n{}", cluster_harness::logs(&all))
+    });
+    common::assert_outputs_match("after the restart", &out.outputs, &set.outputs);
+    client.close();
+}

@@ -104,7 +104,16 @@ impl Link {
 
     /// Tells the submitter a run failed here.
     pub fn report_failure(&self, submitter: &str, model: u64, run: u64, reason: &str) {
-        self.report_failure_from(submitter, model, run, reason, &self.me.clone());
+        self.send_failure(submitter, model, run, reason, &self.me.clone(), false);
+    }
+
+    /// Tells the submitter this node does not hold the model a run asked for.
+    pub fn report_lost_model(&self, submitter: &str, model: u64, run: u64) {
+        let why = format!(
+            "{} does not hold model {model:016x} (it restarted?)",
+            self.me
+        );
+        self.send_failure(submitter, model, run, &why, &self.me.clone(), true);
     }
 
     /// Tells the submitter a run failed because of `culprit`.
@@ -116,11 +125,24 @@ impl Link {
         reason: &str,
         culprit: &str,
     ) {
+        self.send_failure(submitter, model, run, reason, culprit, false);
+    }
+
+    fn send_failure(
+        &self,
+        submitter: &str,
+        model: u64,
+        run: u64,
+        reason: &str,
+        culprit: &str,
+        model_lost: bool,
+    ) {
         let m = Message::RunFailed(pb::RunFailed {
             model_id: model,
             run_id: run,
             reason: reason.to_string(),
             culprit: culprit.to_string(),
+            model_lost,
         });
         let Some(exec) = self.local() else { return };
         let submitter = submitter.to_string();

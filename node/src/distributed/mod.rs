@@ -215,9 +215,15 @@ impl Exec {
                         let (h, payload) = wire::read_tensor(&mut recv).await?;
                         inputs.push((h.edge_id as usize, wire::tensor(&h, payload)?));
                     }
-                    if let Err(e) = self.participant.start_run(r.model_id, r.run_id, inputs) {
-                        self.link
-                            .report_failure(&peer, r.model_id, r.run_id, &e.to_string());
+                    match self.participant.start_run(r.model_id, r.run_id, inputs) {
+                        Ok(()) => {}
+                        Err(DistError::NoModel(_)) => {
+                            self.link.report_lost_model(&peer, r.model_id, r.run_id)
+                        }
+                        Err(e) => {
+                            self.link
+                                .report_failure(&peer, r.model_id, r.run_id, &e.to_string())
+                        }
                     }
                     Ok(())
                 }

@@ -39,7 +39,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Why a run failed: a node that died (the run may be retried without it), or anything else.
 #[derive(Debug, Clone)]
 enum Failure {
-    Node { node: String, reason: String },
+    Node {
+        node: String,
+        reason: String,
+    },
+    /// A node of the plan no longer holds its part (it restarted): load the model again.
+    Lost {
+        node: String,
+    },
     Other(String),
 }
 
@@ -245,6 +252,20 @@ impl Submitter {
                         model.name
                     );
                     retried = Some((node, reason));
+                }
+                Err(Failure::Lost { node }) => {
+                    self.forget(model, &dep).await;
+                    self.retire(&dep, None).await;
+                    if let Some((first, reason)) = retried {
+                        return Err(DistError::NodeFailed {
+                            node,
+                            reason: format!(
+                                "it lost the model, on the retry after {first} failed: {reason}"
+                            ),
+                        });
+                    }
+                    tracing::info!("{node} no longer holds {}; loading it again", model.name);
+                    retried = Some((node, "it restarted and lost the model".into()));
                 }
                 Err(Failure::Other(reason)) => return Err(DistError::RunFailed(reason)),
             }
@@ -575,10 +596,11 @@ impl Submitter {
             // Every other node stops waiting for this run.
             let culprit = match f {
                 Failure::Node { node, .. } => Some(node.as_str()),
-                Failure::Other(_) => None,
+                Failure::Lost { .. } | Failure::Other(_) => None,
             };
             let why = match f {
                 Failure::Node { node, reason } => format!("node {node}: {reason}"),
+                Failure::Lost { node } => format!("node {node} lost the model"),
                 Failure::Other(r) => r.clone(),
             };
             for n in &d.nodes {
@@ -593,6 +615,7 @@ impl Submitter {
                         run_id: run,
                         reason: why.clone(),
                         culprit: String::new(),
+                        model_lost: false,
                     });
                     let link = self.link.clone();
                     let n = n.clone();
@@ -640,7 +663,11 @@ impl Submitter {
         } else {
             &r.culprit
         };
-        let f = if culprit != from {
+        let f = if r.model_lost {
+            Failure::Lost {
+                node: from.to_string(),
+            }
+        } else if culprit != from {
             Failure::Node {
                 node: culprit.to_string(),
                 reason: r.reason.clone(),
