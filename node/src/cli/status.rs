@@ -29,6 +29,9 @@ pub struct StatusArgs {
 struct JsonStatus {
     node: String,
     members: Vec<JsonMember>,
+    /// The answering node's own tensor traffic (payload bytes, all peers).
+    tensor_bytes_sent: u64,
+    tensor_bytes_received: u64,
 }
 
 #[derive(Serialize)]
@@ -62,6 +65,8 @@ fn state(s: i32) -> &'static str {
 fn to_json(r: pb::StatusReply) -> JsonStatus {
     JsonStatus {
         node: r.node,
+        tensor_bytes_sent: r.tensor_bytes_sent,
+        tensor_bytes_received: r.tensor_bytes_received,
         members: r
             .members
             .into_iter()
