@@ -34,6 +34,7 @@ use vkml_protocol::{FrameDecoder, MAX_TENSOR_PAYLOAD, Message, error_code, pb};
 
 use super::{Cluster, ClusterError, Inner, MemberEvent, MemberState, lock, transport};
 
+mod pool;
 #[cfg(test)]
 mod tests;
 
@@ -149,6 +150,10 @@ pub(crate) struct TensorState {
     next_assembly: AtomicU64,
     taker: Mutex<Option<mpsc::Sender<ArrivedTensor>>>,
     assemblies: Mutex<HashMap<Key, Assembly>>,
+    /// Tensors dropped recently, and when: their late stripes are refused instead of starting
+    /// a new buffer that could never complete.
+    dropped: Mutex<HashMap<Key, Instant>>,
+    pool: Arc<pool::BufferPool>,
     /// Extra connections (lanes 1..) by (address, generation, lane); lane 0 is `Inner::peers`.
     /// One async mutex per slot, so concurrent sends dial a lane once.
     lane_conns: Mutex<LaneMap>,
@@ -166,6 +171,8 @@ impl TensorState {
             next_assembly: AtomicU64::new(1),
             taker: Mutex::new(None),
             assemblies: Mutex::new(HashMap::new()),
+            dropped: Mutex::new(HashMap::new()),
+            pool: Arc::default(),
             lane_conns: Mutex::new(HashMap::new()),
         }
     }
@@ -236,6 +243,9 @@ impl TensorState {
             role: h.role,
             transfer: h.transfer,
         };
+        if lock(&self.dropped).contains_key(&key) {
+            return Err("its tensor was already dropped".into());
+        }
         let mut map = lock(&self.assemblies);
         if !map.contains_key(&key) {
             let a = self.new_assembly(h, total, len, stripes)?;
@@ -286,11 +296,17 @@ impl TensorState {
         stripes: u32,
     ) -> Result<Assembly, String> {
         let bytes = usize::try_from(total).map_err(|_| format!("{total} bytes do not fit"))?;
-        let mut v = Vec::new();
-        v.try_reserve_exact(bytes)
-            .map_err(|e| format!("cannot allocate {total} bytes: {e}"))?;
-        // Through Bytes so the BytesMut keeps the reserved capacity (no public From<Vec>).
-        let mut rest = BytesMut::from(Bytes::from(v));
+        let mut rest = match self.pool.take(bytes) {
+            Some(b) => b,
+            None => {
+                let mut v = Vec::new();
+                v.try_reserve_exact(bytes)
+                    .map_err(|e| format!("cannot allocate {total} bytes: {e}"))?;
+                // Through Bytes so the BytesMut keeps the reserved capacity (no public
+                // From<Vec>).
+                BytesMut::from(Bytes::from(v))
+            }
+        };
         let mut pieces = Vec::with_capacity(stripes as usize);
         for _ in 1..stripes {
             let tail = rest.split_off(len as usize);
@@ -340,7 +356,7 @@ impl TensorState {
         header.stripes = 0;
         header.transfer = 0;
         self.received.fetch_add(a.total, Ordering::Relaxed);
-        Ok(Some((header, whole.freeze())))
+        Ok(Some((header, pool::freeze(whole, &self.pool))))
     }
 
     /// A stripe failed: its tensor can no longer complete.
@@ -348,6 +364,7 @@ impl TensorState {
         let mut map = lock(&self.assemblies);
         if map.get(&claim.key).is_some_and(|a| a.id == claim.id) {
             map.remove(&claim.key);
+            lock(&self.dropped).insert(claim.key.clone(), Instant::now());
             tracing::warn!(
                 "dropped a partial tensor from {} (run {}, edge {}): {why}",
                 claim.key.peer,
@@ -386,9 +403,13 @@ impl TensorState {
 
     /// Drops partial tensors that no stripe is filling and that made no progress for `stall`.
     fn sweep(&self, stall: Duration) {
+        lock(&self.dropped).retain(|_, at| at.elapsed() < stall);
+        self.pool.sweep(pool::IDLE.min(stall));
+        let mut gone = Vec::new();
         lock(&self.assemblies).retain(|k, a| {
             let keep = a.active > 0 || a.last_progress.elapsed() < stall;
             if !keep {
+                gone.push(k.clone());
                 tracing::warn!(
                     "dropped a partial tensor from {} (run {}, edge {}): {} of {} stripes, none for {stall:?}",
                     k.peer,
@@ -400,6 +421,8 @@ impl TensorState {
             }
             keep
         });
+        let now = Instant::now();
+        lock(&self.dropped).extend(gone.into_iter().map(|k| (k, now)));
     }
 
     #[cfg(test)]

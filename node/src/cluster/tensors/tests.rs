@@ -96,6 +96,62 @@ fn stripes_in_any_order_join_into_one_buffer_without_copying() {
 }
 
 #[test]
+fn large_buffers_are_reused_once_the_taker_drops_the_tensor() {
+    let state = TensorState::new(4);
+    let n = STRIPE_THRESHOLD as u64 + 10;
+    let (len, count) = layout(n, 3);
+    let data = pattern(n as usize, 4);
+    let assemble = |transfer: u64| {
+        let mut last = None;
+        for i in 0..u64::from(count) {
+            let off = i * len;
+            let mut h = stripe(off, len.min(n - off), n, count);
+            h.transfer = transfer;
+            last = fill(
+                &state,
+                &h,
+                &data[off as usize..(off + len.min(n - off)) as usize],
+            );
+        }
+        last.unwrap().1
+    };
+    let first = assemble(1);
+    assert!(first == data);
+    let at = first.as_ptr();
+    let copy = first.clone();
+    drop(first);
+    assert_eq!(
+        state.pool.held().0,
+        0,
+        "returned while a clone still holds it"
+    );
+    drop(copy);
+    assert_eq!(state.pool.held(), (1, n as usize));
+    let second = assemble(2);
+    assert!(second == data);
+    assert_eq!(second.as_ptr(), at, "the buffer was not reused");
+    assert_eq!(state.pool.held().0, 0);
+    drop(second);
+    state.sweep(Duration::ZERO);
+    assert_eq!(state.pool.held().0, 0, "idle buffers are swept");
+
+    // Bounded: at most 8 buffers and 1 GiB idle; small tensors are not pooled.
+    let pool = pool::BufferPool::default();
+    for _ in 0..10 {
+        pool.give(BytesMut::with_capacity(STRIPE_THRESHOLD));
+    }
+    assert_eq!(pool.held(), (8, 8 * STRIPE_THRESHOLD));
+    pool.give(BytesMut::with_capacity(1000));
+    assert_eq!(pool.held().0, 8);
+    assert!(pool.take(100).is_none());
+    assert!(
+        pool.take(STRIPE_THRESHOLD * 3).is_none(),
+        "too small to hold it"
+    );
+    assert!(pool.take(STRIPE_THRESHOLD).is_some());
+}
+
+#[test]
 fn inconsistent_stripes_are_refused() {
     let state = TensorState::new(4);
     let refused = |h: pb::TensorHeader, what: &str| {
@@ -151,9 +207,14 @@ fn partial_tensors_are_dropped_when_their_peer_goes_down_or_stalls() {
         0,
         "no stripe active and no progress: dropped"
     );
+    let late = state.claim("p", &stripe(3, 3, 10, 4)).err().unwrap();
+    assert!(late.contains("already dropped"), "{late}");
+    assert_eq!(state.partial(), 0, "a late stripe made a new buffer");
 
-    let c = state.claim("p", &stripe(0, 3, 10, 4)).unwrap();
-    let _q = state.claim("q", &stripe(0, 3, 10, 4)).unwrap();
+    let mut next = stripe(0, 3, 10, 4);
+    next.transfer = 2;
+    let c = state.claim("p", &next).unwrap();
+    let _q = state.claim("q", &next).unwrap();
     state.peer_down(&MemberEvent {
         name: "p".into(),
         state: MemberState::Dead,
@@ -453,6 +514,12 @@ async fn malformed_and_truncated_stripes_are_refused_and_the_node_lives_on() {
     let why = error_text(&raw_stripe(a, "y", h, &[0; 1000]).await);
     assert!(why.contains("ended after 1000"), "{why}");
     assert_eq!(b.inner.tensors.partial(), 0, "the partial tensor was kept");
+    // Its other stripe, arriving late, does not start a new buffer.
+    let mut h = header(1, 2, 1 << 20);
+    (h.stripe_offset, h.total_bytes, h.stripes) = (1 << 20, 2 << 20, 2);
+    let why = error_text(&raw_stripe(a, "y", h, &[0; 1000]).await);
+    assert!(why.contains("already dropped"), "{why}");
+    assert_eq!(b.inner.tensors.partial(), 0);
 
     // Still serving.
     let ok = pattern(5 << 20, 9);
