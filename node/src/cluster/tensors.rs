@@ -564,8 +564,36 @@ impl Cluster {
                 "a tensor of {total} bytes for {to} is over the {MAX_TENSOR_PAYLOAD}-byte limit"
             )));
         }
-        // Subscribed first, so a departure during the set-up is not missed.
+        // Subscribed before anything, so a departure during the set-up is not missed; the
+        // watch covers the fault layer's delays and the dials too.
         let mut events = inner.events.subscribe();
+        let generation = inner
+            .read_view()
+            .live(to)
+            .ok_or_else(|| ClusterError::NoSuchMember(to.to_string()))?
+            .generation;
+        let down = went_down(&mut events, inner, to, generation);
+        tokio::select! {
+            r = self.send_stripes(to, header, payload) => r?,
+            state = down => {
+                return Err(ClusterError::Peer(format!(
+                    "{to} is {state}: the tensor did not arrive"
+                )));
+            }
+        }
+        inner.tensors.sent.fetch_add(total, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `send_tensor`'s work: the stripes, concurrently, each on its lane.
+    async fn send_stripes(
+        &self,
+        to: &str,
+        header: pb::TensorHeader,
+        payload: Bytes,
+    ) -> Result<(), ClusterError> {
+        let inner = &self.inner;
+        let total = payload.len() as u64;
         let main = inner.connection_to(to).await.map_err(|e| naming(to, e))?;
         let info = inner
             .read_view()
@@ -602,22 +630,12 @@ impl Cluster {
                 send_stripe(conn, h, data).await
             });
         }
-        let all = async {
-            while let Some(r) = stripes.join_next().await {
-                r.map_err(|e| format!("a stripe's task failed: {e}"))??;
-            }
-            Ok::<(), String>(())
-        };
-        let down = went_down(&mut events, inner, to, generation);
-        tokio::select! {
-            r = all => r.map_err(|why| ClusterError::Peer(format!("tensor to {to}: {why}")))?,
-            state = down => {
-                return Err(ClusterError::Peer(format!(
-                    "{to} is {state}: the tensor did not arrive"
-                )));
-            }
+        // A failure returns at once; dropping the set aborts the other stripes.
+        while let Some(r) = stripes.join_next().await {
+            r.map_err(|e| format!("a stripe's task failed: {e}"))
+                .and_then(|r| r)
+                .map_err(|why| ClusterError::Peer(format!("tensor to {to}: {why}")))?;
         }
-        inner.tensors.sent.fetch_add(total, Ordering::Relaxed);
         Ok(())
     }
 

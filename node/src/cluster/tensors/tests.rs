@@ -472,6 +472,49 @@ async fn sending_to_a_partitioned_or_departed_peer_fails_naming_it() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_peer_going_down_during_a_send_fails_it_at_once() {
+    // Every stream the sender opens to "slow" waits 3 s first (the fault layer's delay): the
+    // send is still under way when the membership says "slow" died.
+    let delay = Faults::new(FaultConfig {
+        seed: 1,
+        rules: vec![FaultRule {
+            peer: "slow".into(),
+            delay_ms: 3000,
+            ..Default::default()
+        }],
+    });
+    let nodes = cluster(&["sender", "slow"], vec![Some(delay)]).await;
+    let (a, b) = (nodes[0].clone(), &nodes[1]);
+    let _rx = b.tensors();
+    let send = tokio::spawn(async move {
+        let payload = pattern(6 << 20, 5);
+        a.send_tensor("slow", header(1, 1, payload.len()), payload)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = std::time::Instant::now();
+    let dead = nodes[0]
+        .members()
+        .into_iter()
+        .find(|m| m.name == "slow")
+        .unwrap();
+    nodes[0].inner.publish(vec![MemberEvent {
+        name: dead.name,
+        state: MemberState::Dead,
+        addr: dead.addr,
+        generation: dead.generation,
+    }]);
+    let e = timeout(Duration::from_secs(2), send)
+        .await
+        .expect("the send outlived its peer")
+        .unwrap()
+        .unwrap_err();
+    assert!(e.to_string().contains("slow is dead"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(nodes[0].tensor_bytes_sent(), 0);
+}
+
 /// Opens a stream to `to` and writes a tensor header and `body`: the stripe a faulty or
 /// hostile peer might send. Returns what came back.
 async fn raw_stripe(a: &Cluster, to: &str, h: pb::TensorHeader, body: &[u8]) -> Vec<u8> {
