@@ -81,9 +81,10 @@ pub fn layout(total: u64, wanted: u32) -> (u64, u32) {
 }
 
 /// Lanes from VKML_TENSOR_LANES, else min(4, cores). Measured on loopback with a 256 MiB
-/// tensor (BENCHMARKS.md "transport" and docs/CLUSTER.md): on 16 cores 1 lane reaches 43-47 %
-/// of TCP, 2 lanes 61 %, 4 lanes 76 %; each lane is one more connection-driver task, so lanes
-/// beyond the cores only add contention (on 2 cores, 4 lanes are no faster than 2).
+/// tensor (BENCHMARKS.md "transport" and docs/CLUSTER.md): on 16 cores 1 lane reaches 43 % of
+/// TCP, 2 lanes 61 %, 4 lanes 76 %. Each lane is one more connection-driver task, so lanes
+/// beyond the cores only add contention: on the 2-core VM 1, 2 and 4 lanes all took
+/// 0.27-0.32 s per tensor (the cores are the limit there).
 pub fn lanes_from_env() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     match std::env::var("VKML_TENSOR_LANES") {
