@@ -62,11 +62,21 @@ const REASON_WAIT: Duration = Duration::from_secs(2);
 
 /// A whole tensor that arrived from a peer (stripes reassembled), header as the sender gave it
 /// (`payload_bytes` = the whole payload's length; striping fields cleared).
-#[derive(Debug)]
 pub struct ArrivedTensor {
     pub from: String,
     pub header: pb::TensorHeader,
     pub payload: Bytes,
+}
+
+impl std::fmt::Debug for ArrivedTensor {
+    /// The payload's length, not its bytes (a log line must not print 256 MiB).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArrivedTensor")
+            .field("from", &self.from)
+            .field("header", &self.header)
+            .field("payload", &format_args!("{} bytes", self.payload.len()))
+            .finish()
+    }
 }
 
 /// How `total` bytes are cut into at most `wanted` stripes: (stripe length, stripe count).
@@ -463,7 +473,7 @@ pub(crate) async fn receive(
     mut recv: RecvStream,
 ) {
     let state = &inner.tensors;
-    let claim = match state.claim(from, &header) {
+    let mut claim = match state.claim(from, &header) {
         Ok(c) => c,
         Err(why) => {
             tracing::warn!("refused a tensor stripe from {from}: {why}");
@@ -471,7 +481,6 @@ pub(crate) async fn receive(
             return;
         }
     };
-    let mut claim = claim;
     let piece = std::mem::take(&mut claim.piece);
     match read_stripe(&mut recv, piece, claim.len).await {
         Ok(piece) => claim.piece = piece,
