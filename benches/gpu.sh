@@ -25,11 +25,13 @@ import numpy as np
 np.save("/tmp/x1.npy", np.array([0.5], dtype=np.float32))
 PY
 # The small workloads (issue 2): add chains and the MNIST-like CNN. VKML_BENCH_SMALL=0 skips them.
+# The add chains measure the cost per dispatch, so they run unfused (VKML_FUSION=0); fusion has
+# rows of its own below.
 if [ "${VKML_BENCH_SMALL:-1}" = 1 ]; then
 for n in 1 10 100 1000 10000; do
   for dev in vulkan cpu; do
     m=benches/models/add_chain_$n.onnx
-    line=$("$bin" run "$m" --input x=/tmp/x1.npy --device $dev --repeat "$(repeat $n)" --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
+    line=$(VKML_FUSION=0 "$bin" run "$m" --input x=/tmp/x1.npy --device $dev --repeat "$(repeat $n)" --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
     med=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
     printf 'add_chain_%s\t%s\t%s\n' "$n" "$dev" "$med" | tee -a "$out/vkml.tsv"
   done
@@ -38,6 +40,16 @@ for dev in vulkan cpu auto; do
   line=$("$bin" run tests/fixtures/mnist_cnn/model.onnx --test-data tests/fixtures/mnist_cnn/test_data_set_0 --device $dev --repeat 3000 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
   med=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
   printf 'mnist_cnn\t%s\t%s\n' "$dev" "$med" | tee -a "$out/vkml.tsv"
+done
+# Fusion (issue 6): 16 elementwise ops on [1, 64, 128, 128] (1M floats), unfused (16
+# dispatches, each reading and writing 4 MiB) and fused (graph/fuse.rs: 2 dispatches).
+python3 -c "import numpy as np; np.save('/tmp/xchain.npy', np.random.default_rng(0).standard_normal((1, 64, 128, 128)).astype(np.float32))"
+for fusion in 0 1; do
+  for dev in vulkan cpu; do
+    line=$(VKML_FUSION=$fusion "$bin" run benches/models/elementwise_chain_16.onnx --input x=/tmp/xchain.npy --device $dev --repeat 300 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
+    med=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
+    printf 'elementwise_chain_16_fusion%s\t%s\t%s\n' "$fusion" "$dev" "$med" | tee -a "$out/vkml.tsv"
+  done
 done
 PYTHONUNBUFFERED=1 python3 benches/python/bench_reference.py > "$out/reference.jsonl" 2> "$out/reference.log"
 echo "== reference runtimes"
@@ -96,6 +108,17 @@ for line in open(sys.argv[1]):
     extra = f\" ({r['tflops']:.1f} TFLOP/s)\" if 'tflops' in r else ''
     print(f\"{r['workload']}\t{r['runner']}\t{r['median_us']:.1f}{extra}\")
 " "$out/reference_big.jsonl"
+fi
+# The cluster (issues 4 and 5), on loopback on this host: a 256 MiB tensor over QUIC against
+# TCP, and models on one node against three (latency, overhead per cut edge, throughput at
+# concurrency 1/4/16), with the nodes on the CPU and on this GPU. VKML_BENCH_CLUSTER=0 skips.
+if [ "${VKML_BENCH_CLUSTER:-1}" = 1 ]; then
+  [ -x .gpu/bench-transport ] && timeout 300 .gpu/bench-transport --bench > "$out/transport.txt" 2>&1
+  for dev in cpu vulkan; do
+    [ -x .gpu/bench-cluster ] && VKML_NODE_BIN="$bin" VKML_BENCH_DEVICE=$dev timeout 400 .gpu/bench-cluster --bench > "$out/cluster_$dev.txt" 2>&1
+  done
+  echo "== transport"; tail -8 "$out/transport.txt" 2>/dev/null
+  for dev in cpu vulkan; do echo "== cluster ($dev)"; tail -14 "$out/cluster_$dev.txt" 2>/dev/null; done
 fi
 echo "== checks"
 cat "$out/checks.tsv"

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 target=${CARGO_TARGET_DIR:-target}
-cargo build --release --locked --bins --lib --tests
+cargo build --release --locked --bins --lib --tests --benches
 mkdir -p .gpu
 cp "$target/release/vkml-node" .gpu/vkml-node
 # The newest test executable of each name (cargo names them <test>-<hash>).
@@ -15,6 +15,8 @@ newest() { ls -t "$target"/release/deps/"$1"-* | grep -E "/$1-[0-9a-f]{16}$" | h
 cp "$(newest vkml)" .gpu/lib
 cp "$(newest fixtures)" .gpu/fixtures
 cp "$(newest models)" .gpu/models
+cp "$(newest cluster)" .gpu/bench-cluster
+cp "$(newest transport)" .gpu/bench-transport
 # Unstripped, the binaries exceed what a device call may carry.
-strip .gpu/vkml-node .gpu/lib .gpu/fixtures .gpu/models
+strip .gpu/vkml-node .gpu/lib .gpu/fixtures .gpu/models .gpu/bench-cluster .gpu/bench-transport
 du -sh .gpu

@@ -367,3 +367,46 @@ fn missing_test_data_dir_fails_cleanly() {
 fn unknown_subcommand_fails_cleanly() {
     assert_clean_failure(&["frobnicate"]);
 }
+
+/// `VKML_FUSION=0` turns the fusion pass off: the 16-op elementwise chain plans as 16 ops,
+/// fused as 2, and both match onnxruntime's outputs.
+#[test]
+fn fusion_switch_changes_the_plan_not_the_result() {
+    let mut devices = vec!["cpu"];
+    if !common::skip_vulkan() {
+        devices.push("vulkan");
+    }
+    for device in devices {
+        for (fusion, ops) in [(Some("0"), 16), (None, 2), (Some("1"), 2)] {
+            let out = out_dir(&format!("fusion-{device}-{}", fusion.unwrap_or("default")));
+            let model = fixture_str("elementwise_chain/model.onnx");
+            let data = fixture_str("elementwise_chain/test_data_set_0");
+            let out_s = out.to_string_lossy().into_owned();
+            let args = [
+                "run",
+                &model,
+                "--test-data",
+                &data,
+                "--output-dir",
+                &out_s,
+                "--device",
+                device,
+            ];
+            let mut cmd = Command::new(BIN);
+            cmd.args(args);
+            match fusion {
+                Some(v) => cmd.env("VKML_FUSION", v),
+                None => cmd.env_remove("VKML_FUSION"),
+            };
+            let result = cmd.output().unwrap();
+            assert_success(&args, &result);
+            let (stdout, stderr) = text(&result);
+            let want = format!("plan: {ops} ops on");
+            assert!(
+                stdout.contains(&want) || stderr.contains(&want),
+                "VKML_FUSION={fusion:?} on {device}: no '{want}' in\n{stdout}\n{stderr}"
+            );
+            check_npy_outputs(&out, &common::data_sets("elementwise_chain")[0].outputs);
+        }
+    }
+}

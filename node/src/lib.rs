@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod device;
+pub mod distributed;
 pub mod error;
 pub mod exec;
 pub mod graph;

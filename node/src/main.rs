@@ -61,6 +61,11 @@ enum Command {
     },
     /// Print every member of the cluster a node belongs to, as that node sees it.
     Status(cli::StatusArgs),
+    /// Run a model on a cluster: plan it over every node, stream each its part, run, and
+    /// write the outputs as `run` does.
+    Submit(cli::SubmitArgs),
+    /// Print where the cluster's planner puts a model (ops, devices, cut edges, memory).
+    Plan(cli::PlanArgs),
 }
 
 fn main() -> ExitCode {
@@ -96,6 +101,8 @@ fn real_main(cli: Cli) -> Result<()> {
         Command::Devices => devices(),
         Command::Keygen { out } => cli::keygen(&out),
         Command::Status(args) => cli::status(args),
+        Command::Submit(args) => cli::submit(args),
+        Command::Plan(args) => cli::plan(args),
         Command::Run {
             model,
             inputs,
@@ -165,7 +172,7 @@ fn real_main(cli: Cli) -> Result<()> {
 }
 
 /// Output names become file names: anything but letters, digits, '.', '_' and '-' is '_'.
-fn sanitize(name: &str) -> String {
+pub(crate) fn sanitize(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {

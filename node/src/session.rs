@@ -275,7 +275,7 @@ impl Session {
     }
 }
 
-fn select_devices(sel: DeviceSelection) -> Result<Vec<Device>> {
+pub(crate) fn select_devices(sel: DeviceSelection) -> Result<Vec<Device>> {
     let gpus = || -> Result<Vec<Device>> {
         let v = vulkan()?;
         if v.gpus().is_empty() {

@@ -81,8 +81,11 @@ pub fn place(
             let free = dev
                 .memory_budget
                 .saturating_sub(used.get(dref).copied().unwrap_or(0));
-            largest_free = largest_free.max(free);
-            needed_min = needed_min.min(need);
+            // Report what the roomiest device would have needed: the same device's numbers.
+            if free > largest_free || needed_min == u64::MAX {
+                largest_free = free;
+                needed_min = need;
+            }
             if need > free {
                 continue;
             }

@@ -325,3 +325,41 @@ fn joining_a_chunk_never_makes_a_cycle() {
     assert_eq!(p.placement[1].index, 1);
     assert_ne!(p.op_chunk[0], p.op_chunk[3]);
 }
+
+#[test]
+fn a_one_node_snapshot_gives_the_single_node_plan_whatever_the_node_is_called() {
+    let mut rng = Rng(0x5eed);
+    for _ in 0..50 {
+        let g = random_graph(&mut rng, 30);
+        let devs: Vec<DeviceInventory> = random_snapshot(&mut rng)
+            .nodes
+            .into_values()
+            .next()
+            .unwrap();
+        let single = plan(
+            &g,
+            &Snapshot::single("local", devs.clone()),
+            &LinkCosts::default(),
+        );
+        let mut cluster = Snapshot::single("n7", devs);
+        cluster.version = 0;
+        let one = plan(&g, &cluster, &LinkCosts::default());
+        match (single, one) {
+            (Ok(a), Ok(b)) => {
+                let idx = |p: &Plan| p.placement.iter().map(|d| d.index).collect::<Vec<_>>();
+                assert_eq!(idx(&a), idx(&b));
+                assert_eq!(a.op_chunk, b.op_chunk);
+                assert_eq!(a.transfers, b.transfers);
+                assert!(b.transfers.iter().all(|t| !t.cross_host));
+                let ops = |p: &Plan| p.chunks.iter().map(|c| c.ops.clone()).collect::<Vec<_>>();
+                assert_eq!(ops(&a), ops(&b));
+                assert_eq!(
+                    a.memory.values().collect::<Vec<_>>(),
+                    b.memory.values().collect::<Vec<_>>()
+                );
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b),
+            (a, b) => panic!("one plans and the other does not: {a:?} / {b:?}"),
+        }
+    }
+}

@@ -166,8 +166,9 @@ pub enum PlanError {
     #[error("the cluster snapshot has no device")]
     NoDevices,
     #[error(
-        "op '{op}' needs {needed} bytes but no device that can run it has room \
-         (largest free budget: {largest_free} bytes); use more or larger devices, or raise the memory limit"
+        "op '{op}' fits on no device: the one with the most room has {largest_free} bytes free \
+         and would need {needed} (the op's output, and inputs and weights not already there); \
+         use more or larger devices, or raise the memory limit"
     )]
     OutOfMemory {
         op: String,

@@ -33,6 +33,8 @@ pub mod error_code {
     pub const NO_HELLO: u32 = 3;
     /// The request is valid but this node does not serve it.
     pub const UNSUPPORTED: u32 = 4;
+    /// The request was understood and failed (a model that does not load, a run that fails).
+    pub const FAILED: u32 = 5;
 }
 
 /// Datagrams carry gossip. One tag byte first, so that other datagram uses can come later

@@ -43,6 +43,22 @@ impl Cluster {
         self.start_with(name, free_port(), seeds, &self.key, None)
     }
 
+    /// Starts `name` on a free port with extra flags (say `--device-memory-limit N`).
+    pub fn start_args(&self, name: &str, seeds: &[&Node], extra: &[String]) -> Node {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--listen", &addr, "--name", name, "--device", "cpu"])
+            .arg("--cluster-key")
+            .arg(&self.key)
+            .args(extra)
+            .env("RUST_LOG", "info");
+        for s in seeds {
+            cmd.args(["--join", &s.addr]);
+        }
+        spawn(cmd, name, port)
+    }
+
     pub fn start_with(
         &self,
         name: &str,

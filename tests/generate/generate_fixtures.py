@@ -56,6 +56,7 @@ def main():
     models.gen_mnist(args.fixtures)
     models.gen_mlp(args.fixtures)
     models.gen_add_chain(args.fixtures)
+    models.gen_elementwise_chain(args.fixtures)
     models.gen_output_names(args.fixtures)
     models.gen_external_data(args.fixtures)
     models.gen_shape_input(args.fixtures)

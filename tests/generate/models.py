@@ -141,6 +141,40 @@ def gen_add_chain(root):
                  [{"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(2)])
 
 
+def elementwise_chain(shape, name):
+    """Sixteen elementwise ops, each feeding the next, on an [N, C, H, W] input: per-channel
+    scales and shifts ([C, 1, 1]), scalars, the input itself as an operand, a constant minus
+    the running value, and the unary ops the fusion pass covers. Unfused it is 16 dispatches;
+    fused (graph/fuse.rs), two of eight steps."""
+    rng = rng_for(f"elementwise_chain/{shape}")
+    c = shape[1]
+    per_channel = lambda lo, hi: rng.uniform(lo, hi, size=(c, 1, 1)).astype(np.float32)
+    inits = [init("s1", per_channel(0.5, 1.5)), init("b1", per_channel(-0.5, 0.5)),
+             init("s2", per_channel(0.5, 1.5)), init("b2", per_channel(0.5, 1.0)),
+             init("half", np.array(0.5, np.float32)), init("two", np.array(2.0, np.float32)),
+             init("one", np.array([1.0], np.float32))]
+    steps = [("Mul", ["x", "s1"]), ("Add", [None, "b1"]), ("Sigmoid", [None]),
+             ("Mul", ["x", None]), ("Add", [None, "half"]), ("Tanh", [None]),
+             ("Mul", [None, "two"]), ("Abs", [None]), ("Add", [None, "one"]), ("Sqrt", [None]),
+             ("Log", [None]), ("Neg", [None]), ("Exp", [None]), ("Mul", [None, "s2"]),
+             ("Sub", ["b2", None]), ("Relu", [None])]
+    nodes, prev = [], None
+    for i, (op, ins) in enumerate(steps):
+        out = "y" if i == len(steps) - 1 else f"h{i}"
+        nodes.append(helper.make_node(op, [prev if v is None else v for v in ins], [out],
+                                      name=f"{op.lower()}{i}"))
+        prev = out
+    return make_model(name, nodes, [value_info("x", np.float32, shape)],
+                      [value_info("y", np.float32, shape)], inits)
+
+
+def gen_elementwise_chain(root):
+    rng = rng_for("elementwise_chain/inputs")
+    shape = [2, 8, 5, 7]
+    save_fixture(root, "elementwise_chain", elementwise_chain(shape, "elementwise_chain"),
+                 [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(2)])
+
+
 def gen_shape_input(root):
     """Reshape whose target shape is a graph input, then Relu: one session runs it at several
     target values (one plan per value), and the shape also passes through Add from the input."""
@@ -161,10 +195,13 @@ def gen_shape_input(root):
 
 
 def gen_bench_models(out_dir, sizes=(1, 10, 100, 1000, 10000)):
-    """Add chains on float[1] for the dispatch-cost benchmarks (no reference outputs)."""
+    """Add chains on float[1] for the dispatch-cost benchmarks, and the 16-op elementwise chain
+    on [1, 64, 128, 128] (1M floats) for the fusion benchmark (no reference outputs)."""
     os.makedirs(out_dir, exist_ok=True)
     for n in sizes:
         onnx.save_model(add_chain(n, [1], f"add_chain_{n}"), os.path.join(out_dir, f"add_chain_{n}.onnx"))
+    onnx.save_model(elementwise_chain([1, 64, 128, 128], "elementwise_chain_16"),
+                    os.path.join(out_dir, "elementwise_chain_16.onnx"))
 
 
 def gen_output_names(root):

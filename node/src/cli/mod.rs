@@ -1,7 +1,10 @@
 //! The cluster side of the command line: `keygen`, `status`, and starting a node.
 
 mod config;
+mod placement;
+mod plan;
 mod status;
+mod submit;
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +13,20 @@ use clap::Args;
 use vkml::DeviceSelection;
 use vkml::cluster::{Cluster, ClusterConfig, Secret};
 
+pub use plan::{PlanArgs, plan};
 pub use status::{StatusArgs, status};
+pub use submit::{SubmitArgs, submit};
+
+/// The secret a tool talks to the cluster with.
+pub(crate) fn secret_for_tool(key: Option<&Path>, insecure: bool, what: &str) -> Result<Secret> {
+    match (key, insecure) {
+        (Some(p), _) => Ok(Secret::read(p)?),
+        (None, true) => Ok(Secret::insecure()),
+        (None, false) => {
+            bail!("{what} needs --cluster-key FILE (or --insecure for a loopback cluster)")
+        }
+    }
+}
 
 /// `vkml-node --listen ADDR [--join ADDR]... --cluster-key FILE`: flags, each overriding the
 /// same setting from `--config`.
@@ -79,18 +95,20 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
             "a node needs --cluster-key FILE (make one with `vkml-node keygen --out FILE`), or --insecure on loopback"
         ),
     };
-    let devices =
-        vkml::cluster::inventory::local_devices(settings.device, settings.device_memory_limit);
+    let (devices, inventory) =
+        vkml::cluster::inventory::local_devices(settings.device, settings.device_memory_limit)
+            .context("cannot open this node's devices")?;
     let cfg = ClusterConfig {
         name: settings.name.clone(),
         listen: settings.listen,
         advertise: settings.advertise,
         join: settings.join.clone(),
         secret,
-        devices,
+        devices: inventory.clone(),
     };
     runtime()?.block_on(async move {
         let cluster = Cluster::start(cfg).await?;
+        let _exec = vkml::distributed::Exec::start(cluster.clone(), devices, inventory);
         wait_for_signal().await?;
         tracing::info!("signal received: leaving the cluster");
         cluster.leave().await;

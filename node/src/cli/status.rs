@@ -32,6 +32,9 @@ struct JsonStatus {
     /// The answering node's own tensor traffic (payload bytes, all peers).
     tensor_bytes_sent: u64,
     tensor_bytes_received: u64,
+    /// Bytes of intermediate values the answering node sent to / received from other nodes.
+    edge_bytes_sent: u64,
+    edge_bytes_received: u64,
 }
 
 #[derive(Serialize)]
@@ -50,6 +53,8 @@ struct JsonDevice {
     vendor: String,
     memory_budget: u64,
     flops_per_us: u64,
+    op_overhead_ns: u64,
+    features: u32,
 }
 
 fn state(s: i32) -> &'static str {
@@ -67,6 +72,8 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
         node: r.node,
         tensor_bytes_sent: r.tensor_bytes_sent,
         tensor_bytes_received: r.tensor_bytes_received,
+        edge_bytes_sent: r.edge_bytes_sent,
+        edge_bytes_received: r.edge_bytes_received,
         members: r
             .members
             .into_iter()
@@ -88,6 +95,8 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
                         vendor: d.vendor,
                         memory_budget: d.memory_budget,
                         flops_per_us: d.flops_per_us,
+                        op_overhead_ns: d.op_overhead_ns,
+                        features: d.features,
                     })
                     .collect(),
             })

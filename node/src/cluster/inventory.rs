@@ -7,26 +7,14 @@ use vkml_protocol::pb;
 use crate::exec::Device;
 use crate::session::DeviceSelection;
 
-/// The devices `selection` names on this machine, with budgets capped at `limit`: the same
-/// records (rates, overheads, features) the local planner uses.
-pub fn local_devices(selection: DeviceSelection, limit: Option<u64>) -> Vec<pb::Device> {
-    let gpus = || -> Vec<Device> {
-        match crate::session::vulkan() {
-            Ok(v) => v.gpus().iter().cloned().map(Device::Gpu).collect(),
-            Err(e) => {
-                tracing::info!("serving the CPU only: {e}");
-                Vec::new()
-            }
-        }
-    };
-    let mut devices: Vec<Device> = match selection {
-        DeviceSelection::Cpu => Vec::new(),
-        DeviceSelection::Auto | DeviceSelection::Vulkan => gpus(),
-        DeviceSelection::VulkanIndex(i) => gpus().into_iter().skip(i).take(1).collect(),
-    };
-    if matches!(selection, DeviceSelection::Auto | DeviceSelection::Cpu) {
-        devices.push(Device::Cpu);
-    }
+/// The devices `selection` names on this machine, as the runtime uses them, and as the
+/// cluster sees them (budgets capped at `limit`): the same records (rates, overheads,
+/// features) the local planner uses, in the same order.
+pub fn local_devices(
+    selection: DeviceSelection,
+    limit: Option<u64>,
+) -> Result<(Vec<Device>, Vec<pb::Device>), crate::Error> {
+    let devices = crate::session::select_devices(selection)?;
     let vendors: Vec<String> = devices
         .iter()
         .map(|d| match d {
@@ -35,13 +23,14 @@ pub fn local_devices(selection: DeviceSelection, limit: Option<u64>) -> Vec<pb::
         })
         .collect();
     let snapshot = crate::exec::inventory(&devices, limit);
-    snapshot
+    let wire = snapshot
         .nodes
         .into_values()
         .flatten()
         .zip(vendors)
         .map(|(d, vendor)| to_wire(&d, vendor))
-        .collect()
+        .collect();
+    Ok((devices, wire))
 }
 
 pub fn to_wire(d: &DeviceInventory, vendor: String) -> pb::Device {
@@ -98,7 +87,7 @@ mod tests {
 
     #[test]
     fn cpu_selection_gives_one_cpu_capped_by_the_limit() {
-        let devs = local_devices(DeviceSelection::Cpu, Some(12345));
+        let (_, devs) = local_devices(DeviceSelection::Cpu, Some(12345)).unwrap();
         assert_eq!(devs.len(), 1);
         assert_eq!(devs[0].name, "cpu");
         assert_eq!(devs[0].memory_budget, 12345);

@@ -87,6 +87,8 @@ pub struct ClusterConfig {
 /// tensors...): for the execution layer, through [`Cluster::incoming`].
 pub struct IncomingStream {
     pub peer: String,
+    /// Opened by a tool (`vkml-node submit`, the client API), not by a cluster member.
+    pub client: bool,
     pub first: Message,
     pub send: Option<SendStream>,
     pub recv: RecvStream,
@@ -120,6 +122,15 @@ pub(crate) struct Inner {
     inventory: Mutex<pb::Inventory>,
     incoming: Mutex<Option<mpsc::Sender<IncomingStream>>>,
     tensors: tensors::TensorState,
+    exec_stats: ExecStats,
+}
+
+/// Counters the execution layer keeps and `status` reports.
+#[derive(Default)]
+pub struct ExecStats {
+    /// Payload bytes of values sent to / received from other nodes (a plan's cut edges).
+    pub edge_bytes_sent: AtomicU64,
+    pub edge_bytes_received: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -189,6 +200,7 @@ impl Cluster {
             inventory: Mutex::new(inventory.clone()),
             incoming: Mutex::new(None),
             tensors: tensors::TensorState::new(tensors::lanes_from_env()),
+            exec_stats: ExecStats::default(),
         });
         inner.store_inventory(inventory.clone());
         tokio::spawn(membership::run(
@@ -232,13 +244,17 @@ impl Cluster {
         self.inner.read_view().snapshot()
     }
 
+    pub fn exec_stats(&self) -> &ExecStats {
+        &self.inner.exec_stats
+    }
+
     /// Membership changes from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<MemberEvent> {
         self.inner.events.subscribe()
     }
 
-    /// Streams peers open with messages this layer does not serve. Call once; without a
-    /// taker such streams are answered with an UNSUPPORTED error.
+    /// Streams peers (members and clients) open with messages this layer does not serve.
+    /// Call once; without a taker such streams are answered with an UNSUPPORTED error.
     pub fn incoming(&self) -> mpsc::Receiver<IncomingStream> {
         let (tx, rx) = mpsc::channel(64);
         *lock(&self.inner.incoming) = Some(tx);

@@ -132,10 +132,11 @@ async fn on_stream(
         other => {
             let tx = lock(&inner.incoming).clone();
             match tx {
-                Some(tx) if member => {
+                Some(tx) => {
                     let _ = tx
                         .send(IncomingStream {
                             peer: peer.name.clone(),
+                            client: !member,
                             first: other,
                             send,
                             recv,
@@ -163,8 +164,11 @@ async fn reply_error(send: Option<&mut SendStream>, code: u32, message: &str) {
 }
 
 pub(crate) fn status_reply(inner: &Inner) -> pb::StatusReply {
+    use std::sync::atomic::Ordering::Relaxed;
     pb::StatusReply {
         node: inner.name.clone(),
+        edge_bytes_sent: inner.exec_stats.edge_bytes_sent.load(Relaxed),
+        edge_bytes_received: inner.exec_stats.edge_bytes_received.load(Relaxed),
         members: inner
             .read_view()
             .members()

@@ -74,7 +74,7 @@ impl GpuLayout {
         let last_pos = on.ops.last().map_or(0, |o| o.0);
         let chunk_end: BTreeMap<usize, usize> = on.ops.iter().map(|&(p, c)| (c, p)).collect();
         for &(pos, chunk) in &on.ops {
-            let node = &graph.nodes[spec.live[pos]];
+            let node = spec.node(graph, spec.live[pos]);
             for &v in node.inputs.iter().flatten() {
                 let r = *root.get(&v).unwrap_or(&v);
                 if let Some(&i) = interval_of.get(&r) {
@@ -140,7 +140,7 @@ impl GpuLayout {
             .ops
             .iter()
             .flat_map(|&(pos, c)| {
-                graph.nodes[spec.live[pos]]
+                spec.node(graph, spec.live[pos])
                     .outputs
                     .iter()
                     .map(move |&o| (o, c))
@@ -203,7 +203,11 @@ impl GpuLayout {
                     (locs[v].offset, &t.bytes()[..])
                 })
                 .collect();
-            upload_weights(&gpu, &weights, &parts, WEIGHT_STAGING)?;
+            // The host's copy goes as soon as the GPU has it: a mapped model's pages are
+            // dropped round by round, so peak RSS is the staging buffer, not the model.
+            upload_weights(&gpu, &weights, &parts, WEIGHT_STAGING, &|b| {
+                crate::onnx::release_pages(b)
+            })?;
         }
         Ok(GpuLayout {
             gpu,
@@ -250,7 +254,7 @@ impl GpuLayout {
             let mut steps: Vec<Step<'_>> = Vec::new();
             let mut hazards = Hazards::default();
             for pos in positions {
-                let node = &graph.nodes[spec.live[pos]];
+                let node = spec.node(graph, spec.live[pos]);
                 let Some(kernel) = &on.kernels[pos] else {
                     continue;
                 };
@@ -398,11 +402,14 @@ const WEIGHT_STAGING: u64 = 16 << 20;
 
 /// Copies each `(offset, bytes)` into `weights` at `offset`, in rounds of at most `staging`
 /// bytes through one reused staging buffer (a weight larger than that is split over rounds).
+/// Copies `parts` (destination offset, bytes) into `weights` through a staging buffer of at
+/// most `staging` bytes, calling `done` on each piece once the GPU has it.
 fn upload_weights(
     gpu: &Arc<Gpu>,
     weights: &GpuBuffer,
     parts: &[(u64, &[u8])],
     staging: u64,
+    done: &dyn Fn(&[u8]),
 ) -> Result<()> {
     let total: u64 = parts.iter().map(|(_, b)| b.len() as u64).sum();
     let size = total.clamp(4, staging.max(4));
@@ -419,15 +426,16 @@ fn upload_weights(
             start = end;
         }
     }
-    let mut round: Vec<(u64, u64, u64)> = Vec::new(); // (staging offset, dst offset, bytes)
+    // (staging offset, dst offset, bytes, source)
+    let mut round: Vec<(u64, u64, u64, &[u8])> = Vec::new();
     let mut used = 0u64;
-    let flush = |round: &mut Vec<(u64, u64, u64)>| -> Result<()> {
+    let flush = |round: &mut Vec<(u64, u64, u64, &[u8])>| -> Result<()> {
         if round.is_empty() {
             return Ok(());
         }
         let steps: Vec<Step<'_>> = round
             .iter()
-            .map(|&(src_offset, dst_offset, bytes)| Step::Copy {
+            .map(|&(src_offset, dst_offset, bytes, _)| Step::Copy {
                 src: &staging,
                 src_offset,
                 dst: weights,
@@ -439,7 +447,9 @@ fn upload_weights(
         let value = gpu.submit(&list).map_err(dev_err)?;
         gpu.wait(value, std::time::Duration::from_secs(600))
             .map_err(dev_err)?;
-        round.clear();
+        for (_, _, _, src) in round.drain(..) {
+            done(src);
+        }
         Ok(())
     };
     for (dst, bytes) in pieces {
@@ -453,7 +463,7 @@ fn upload_weights(
         }
         let at = used.next_multiple_of(4);
         staging.write(at, bytes).map_err(dev_err)?;
-        round.push((at, dst, len));
+        round.push((at, dst, len, bytes));
         used = at + len;
     }
     flush(&mut round)
@@ -477,9 +487,18 @@ mod tests {
         let weights = gpu.create_buffer(640, MemoryUse::Device, "w").unwrap();
         let back = gpu.create_buffer(640, MemoryUse::Readback, "back").unwrap();
         let zero = vec![0u8; 640];
-        upload_weights(&gpu, &weights, &[(0, &zero)], 1 << 20).unwrap();
+        upload_weights(&gpu, &weights, &[(0, &zero)], 1 << 20, &|_| {}).unwrap();
         for staging in [16, 40, 64, 1 << 20] {
-            upload_weights(&gpu, &weights, &parts, staging).unwrap();
+            let seen = std::sync::Mutex::new(0usize);
+            upload_weights(&gpu, &weights, &parts, staging, &|b| {
+                *seen.lock().unwrap() += b.len()
+            })
+            .unwrap();
+            assert_eq!(
+                *seen.lock().unwrap(),
+                37 + 200 + 5,
+                "every byte reported once"
+            );
             let list = gpu
                 .record(&[Step::Copy {
                     src: &weights,

@@ -7,11 +7,14 @@ mod completion;
 mod gpu;
 mod plan;
 mod run;
+mod topology;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-pub use plan::{Device, cpu_memory, inventory};
+pub use plan::{Device, LOCAL_NODE, cost_graph, cpu_memory, inventory};
+pub use run::{RemoteHooks, RunLink};
+use topology::Topology;
 use vkml_planner::{LinkCosts, Plan, PlanError};
 
 use crate::error::{Error, Result};
@@ -30,6 +33,8 @@ pub struct Executable {
     spec: Specialized,
     devices: Vec<Device>,
     plan: Plan,
+    /// The plan's chunks as this node sees them: which are its own, what each waits for.
+    topo: Topology,
     kernels: Vec<Option<GpuKernel>>,
     /// Per GPU device index (in `devices`): its layout and the ops it runs.
     layouts: BTreeMap<usize, GpuShare>,
@@ -49,15 +54,39 @@ impl Executable {
         devices: Vec<Device>,
         memory_limit: Option<u64>,
     ) -> Result<Executable> {
-        let input_ids: Vec<usize> = graph.inputs.iter().map(|(v, _)| *v).collect();
-        let (cost, kernels) = plan::cost_graph(&graph, &spec, &input_ids);
+        let (cost, kernels) = plan::cost_graph(&graph, &spec);
         let snapshot = plan::inventory(&devices, memory_limit);
         let plan =
             vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).map_err(plan_error)?;
+        Executable::with_plan(graph, spec, devices, plan, kernels, LOCAL_NODE)
+    }
+
+    /// The part of `plan` placed on node `local` (whose devices are `devices`, in the order
+    /// the plan's snapshot lists them): the whole plan on a single machine, one fragment of
+    /// it on a cluster, where the other nodes' chunks feed this one's through [`RunLink`].
+    pub fn with_plan(
+        graph: Arc<Graph>,
+        spec: Specialized,
+        devices: Vec<Device>,
+        plan: Plan,
+        kernels: Vec<Option<GpuKernel>>,
+        local: &str,
+    ) -> Result<Executable> {
+        let topo = Topology::new(&graph, &spec, &plan, local);
+        let mine = |p: usize| plan.placement[p].node == local;
         let dev_of = |c: usize| plan.chunks[c].device.index;
+        if let Some(d) = plan
+            .placement
+            .iter()
+            .find(|d| d.node == local && d.index >= devices.len())
+        {
+            return Err(Error::Placement(format!(
+                "the plan puts ops on device {d}, which this node does not have"
+            )));
+        }
 
         let mut ops_per_device = BTreeMap::new();
-        for d in &plan.placement {
+        for d in plan.placement.iter().filter(|d| d.node == local) {
             *ops_per_device.entry(devices[d.index].name()).or_insert(0) += 1;
         }
         let summary = PlanSummary {
@@ -71,7 +100,7 @@ impl Executable {
         for (d, dev) in devices.iter().enumerate() {
             let Device::Gpu(g) = dev else { continue };
             let ops: Vec<(usize, usize)> = (0..spec.live.len())
-                .filter(|&p| plan.placement[p].index == d)
+                .filter(|&p| mine(p) && plan.placement[p].index == d)
                 .map(|p| (p, plan.op_chunk[p]))
                 .collect();
             if ops.is_empty() {
@@ -79,12 +108,15 @@ impl Executable {
             }
             let mut exported: Vec<ValueId> = Vec::new();
             for t in &plan.transfers {
-                if dev_of(t.from_chunk) == d && !exported.contains(&t.value) {
+                if topo.is_local(t.from_chunk)
+                    && dev_of(t.from_chunk) == d
+                    && !exported.contains(&t.value)
+                {
                     exported.push(t.value);
                 }
             }
             for &(p, _) in &ops {
-                for &o in &graph.nodes[spec.live[p]].outputs {
+                for &o in &spec.node(&graph, spec.live[p]).outputs {
                     if graph.outputs.iter().any(|(v, _)| *v == o) && !exported.contains(&o) {
                         exported.push(o);
                     }
@@ -103,6 +135,7 @@ impl Executable {
             spec,
             devices,
             plan,
+            topo,
             kernels,
             layouts,
             pool: Mutex::new(Vec::new()),
@@ -142,19 +175,70 @@ impl Executable {
     /// Runs once with inputs in the graph's input order. Concurrent runs each take an
     /// execution context of their own from the pool (or make one).
     pub fn run(self: &Arc<Self>, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let inputs = self
+            .graph
+            .inputs
+            .iter()
+            .map(|(v, _)| *v)
+            .zip(inputs)
+            .collect();
+        self.run_with(inputs, None, |_| {})
+    }
+
+    /// Runs this node's fragment once: `inputs` are the graph inputs its chunks read (graph
+    /// input index, tensor); values from other nodes come through the [`RunLink`] handed to
+    /// `register` before anything starts, and what other nodes need leaves through `hooks`.
+    /// Returns when every local chunk has finished, or the run failed or was aborted.
+    pub fn run_fragment(
+        self: &Arc<Self>,
+        inputs: Vec<(usize, Tensor)>,
+        hooks: Arc<dyn RemoteHooks>,
+        register: impl FnOnce(RunLink),
+    ) -> Result<()> {
+        let inputs = inputs
+            .into_iter()
+            .filter_map(|(i, t)| self.graph.inputs.get(i).map(|(v, _)| (*v, t)))
+            .collect();
+        self.run_with(inputs, Some(hooks), register).map(|_| ())
+    }
+
+    fn run_with(
+        self: &Arc<Self>,
+        inputs: Vec<(ValueId, Tensor)>,
+        hooks: Option<Arc<dyn RemoteHooks>>,
+        register: impl FnOnce(RunLink),
+    ) -> Result<Vec<Tensor>> {
         let ctx = self.pool.lock().expect("pool").pop();
         let ctx = match ctx {
             Some(c) => c,
             None => self.new_context()?,
         };
-        let (ctx, result) = run::run(self, ctx, inputs);
+        let (ctx, result) = run::run(self, ctx, inputs, hooks, register);
         self.pool.lock().expect("pool").push(ctx);
         result
     }
 
+    /// Graph inputs (indices) that this node's chunks read.
+    pub fn needed_inputs(&self) -> &[usize] {
+        &self.topo.needed_inputs
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn graph(&self) -> &Arc<Graph> {
+        &self.graph
+    }
+
+    pub fn spec(&self) -> &Specialized {
+        &self.spec
+    }
+
     fn chunk_reads(&self, c: usize, v: ValueId) -> bool {
         self.plan.chunks[c].ops.iter().any(|&p| {
-            self.graph.nodes[self.spec.live[p]]
+            self.spec
+                .node(&self.graph, self.spec.live[p])
                 .inputs
                 .contains(&Some(v))
         })

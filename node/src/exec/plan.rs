@@ -41,6 +41,9 @@ pub fn cpu_memory() -> u64 {
         .unwrap_or(8 << 30)
 }
 
+/// The name of this machine in a single-node plan.
+pub const LOCAL_NODE: &str = "local";
+
 pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
     let cap = |b: u64| limit.map_or(b, |l| b.min(l));
     let devs = devices
@@ -78,15 +81,12 @@ pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
             },
         })
         .collect();
-    Snapshot::single("local", devs)
+    Snapshot::single(LOCAL_NODE, devs)
 }
 
 /// The cost graph of the live ops, and each live op's GPU kernel (when it has one).
-pub fn cost_graph(
-    graph: &Graph,
-    spec: &Specialized,
-    inputs: &[usize],
-) -> (CostGraph, Vec<Option<GpuKernel>>) {
+pub fn cost_graph(graph: &Graph, spec: &Specialized) -> (CostGraph, Vec<Option<GpuKernel>>) {
+    let inputs: Vec<usize> = graph.inputs.iter().map(|(v, _)| *v).collect();
     let n = graph.value_names.len();
     let mut values: Vec<ValueCost> = (0..n)
         .map(|v| ValueCost {
@@ -109,7 +109,7 @@ pub fn cost_graph(
         .live
         .iter()
         .map(|&i| {
-            let node = &graph.nodes[i];
+            let node = spec.node(graph, i);
             let in_types: Vec<Option<&ValueType>> = node
                 .inputs
                 .iter()

@@ -6,10 +6,14 @@
 //! The calling thread submits the first chunks, then runs the run's CPU chunks as they become
 //! ready and otherwise waits for the last chunk; GPU chunks are submitted by whichever thread
 //! made them ready, so no GPU waits for the caller to notice anything.
+//!
+//! On a cluster the same run state serves one node's fragment of a plan: values from other
+//! nodes arrive through a [`RunLink`] and decrement the counters of the chunks that read
+//! them, and [`RemoteHooks`] carry away what other nodes need when a chunk finishes.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -22,13 +26,63 @@ use crate::graph::ValueId;
 use crate::ops::ValueType;
 use crate::tensor::Tensor;
 
+/// Where a node's finished values go when other nodes need them. Called on the thread that
+/// finished the chunk (a GPU's completion thread, or the run's own): must not block.
+pub trait RemoteHooks: Send + Sync {
+    /// `value` was produced here and is read on `nodes`.
+    fn send(&self, value: ValueId, nodes: &[String], tensor: &Tensor);
+    /// Graph output `index` was produced here.
+    fn output(&self, index: usize, tensor: &Tensor);
+}
+
+/// A running fragment, as the network side sees it: values arrive through it, and a run
+/// abandoned elsewhere is aborted through it. Holds the run weakly: a finished run is gone.
+#[derive(Clone)]
+pub struct RunLink(Weak<RunState>);
+
+impl RunLink {
+    /// Value `v` (a graph value id) arrived from another node. Returns false when the run is
+    /// over or the value was already here.
+    pub fn deliver(&self, v: ValueId, t: Tensor) -> bool {
+        let Some(state) = self.0.upgrade() else {
+            return false;
+        };
+        if v >= state.host.len() || state.host[v].set(t).is_err() {
+            return false;
+        }
+        let mut stack = Vec::new();
+        if let Some(readers) = state.exe.topo.remote_in.get(&v) {
+            for &c in readers {
+                if state.counters[c].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    state.launch(c, &mut stack);
+                }
+            }
+        }
+        for (c, result) in stack {
+            state.finish(c, result);
+        }
+        true
+    }
+
+    /// Gives the run up: chunks not started never will be, and the run returns `e`.
+    pub fn abort(&self, e: Error) {
+        if let Some(state) = self.0.upgrade() {
+            state.fail(e);
+            state.caller.unpark();
+        }
+    }
+}
+
 pub(super) struct RunState {
     exe: Arc<Executable>,
+    hooks: Option<Arc<dyn RemoteHooks>>,
+    /// GPU chunks submitted and not finished: after a failure the run may end at zero.
     ctx: BTreeMap<usize, GpuContext>,
     /// Every value of the graph produced or received on the host during this run, set once.
     host: Vec<OnceLock<Tensor>>,
     counters: Vec<AtomicUsize>,
-    /// Chunks not finished yet; the run is over at zero.
+    in_flight: AtomicUsize,
+    /// Local chunks not finished yet; the run is over at zero.
     remaining: AtomicUsize,
     /// CPU chunks ready to run, taken by the calling thread.
     cpu_ready: SegQueue<usize>,
@@ -42,23 +96,57 @@ impl RunState {
         self.host[v].get().or(self.exe.spec.consts[v].as_ref())
     }
 
+    fn fail(&self, e: Error) {
+        self.failed.store(true, Ordering::Release);
+        let mut slot = self.error.lock().expect("error lock");
+        slot.get_or_insert(e);
+    }
+
     /// Marks chunks finished, iteratively: a finished chunk may make others ready, and after a
     /// failure those are finished unrun, so that every counter still reaches zero.
     fn finish(self: &Arc<Self>, c: usize, result: Result<()>) {
         let mut stack = vec![(c, result)];
         while let Some((c, result)) = stack.pop() {
-            if let Err(e) = result {
-                self.failed.store(true, Ordering::Release);
-                let mut slot = self.error.lock().expect("error lock");
-                slot.get_or_insert(e);
+            match result {
+                Err(e) => self.fail(e),
+                Ok(()) if !self.failed.load(Ordering::Acquire) => self.hand_over(c),
+                Ok(()) => {}
             }
             for &s in &self.exe.plan.chunks[c].succs {
+                if !self.exe.topo.is_local(s) {
+                    continue;
+                }
                 if self.counters[s].fetch_sub(1, Ordering::AcqRel) == 1 {
                     self.launch(s, &mut stack);
                 }
             }
             if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.caller.unpark();
+            }
+        }
+    }
+
+    /// What other nodes need from a finished chunk leaves now.
+    fn hand_over(&self, c: usize) {
+        let Some(hooks) = &self.hooks else { return };
+        let topo = &self.exe.topo;
+        for (v, nodes) in topo.sends.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
+            match self.value(*v) {
+                Some(t) => hooks.send(*v, nodes, t),
+                None => self.fail(Error::Device(format!(
+                    "value '{}' was not produced by its chunk",
+                    self.exe.graph.value_names[*v]
+                ))),
+            }
+        }
+        for &i in topo.outputs_after.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
+            let v = self.exe.graph.outputs[i].0;
+            match self.value(v) {
+                Some(t) => hooks.output(i, t),
+                None => self.fail(Error::Device(format!(
+                    "output '{}' was not produced by its chunk",
+                    self.exe.graph.outputs[i].1.name
+                ))),
             }
         }
     }
@@ -79,6 +167,7 @@ impl RunState {
             }
             Device::Gpu(g) => match self.submit(c, d) {
                 Ok(ticket) => {
+                    self.in_flight.fetch_add(1, Ordering::AcqRel);
                     let state = Arc::clone(self);
                     completion::on_complete(
                         g,
@@ -86,6 +175,8 @@ impl RunState {
                         Box::new(move |done| {
                             let done = done.and_then(|()| state.read_exports(c, d));
                             state.finish(c, done);
+                            state.in_flight.fetch_sub(1, Ordering::AcqRel);
+                            state.caller.unpark();
                         }),
                     );
                 }
@@ -139,7 +230,7 @@ impl RunState {
     fn run_cpu_chunk(&self, c: usize) -> Result<()> {
         let exe = &self.exe;
         for &p in &exe.plan.chunks[c].ops {
-            let node = &exe.graph.nodes[exe.spec.live[p]];
+            let node = exe.spec.node(&exe.graph, exe.spec.live[p]);
             let args: Vec<Option<&Tensor>> = node
                 .inputs
                 .iter()
@@ -166,36 +257,42 @@ impl RunState {
     }
 }
 
-/// Runs `exe` once in the execution context `ctx`, which comes back with the outputs.
+/// Runs `exe`'s local chunks once in the execution context `ctx`, which comes back with the
+/// outputs (all of them on a single machine; none for a fragment, whose outputs leave
+/// through `hooks`).
 pub(super) fn run(
     exe: &Arc<Executable>,
     ctx: BTreeMap<usize, GpuContext>,
-    inputs: Vec<Tensor>,
+    inputs: Vec<(ValueId, Tensor)>,
+    hooks: Option<Arc<dyn RemoteHooks>>,
+    register: impl FnOnce(RunLink),
 ) -> (BTreeMap<usize, GpuContext>, Result<Vec<Tensor>>) {
     let chunks = &exe.plan.chunks;
+    let topo = &exe.topo;
     let host: Vec<OnceLock<Tensor>> = (0..exe.graph.value_names.len())
         .map(|_| OnceLock::new())
         .collect();
-    for ((v, _), t) in exe.graph.inputs.iter().zip(inputs) {
-        let _ = host[*v].set(t);
+    for (v, t) in inputs {
+        let _ = host[v].set(t);
     }
+    let fragment = hooks.is_some();
     let state = Arc::new(RunState {
         exe: Arc::clone(exe),
+        hooks,
+        in_flight: AtomicUsize::new(0),
         ctx,
         host,
-        counters: chunks
-            .iter()
-            .map(|c| AtomicUsize::new(c.preds.len()))
-            .collect(),
-        remaining: AtomicUsize::new(chunks.len()),
+        counters: topo.initial.iter().map(|&n| AtomicUsize::new(n)).collect(),
+        remaining: AtomicUsize::new(topo.local_chunks),
         cpu_ready: SegQueue::new(),
         failed: AtomicBool::new(false),
         error: Mutex::new(None),
         caller: std::thread::current(),
     });
 
+    register(RunLink(Arc::downgrade(&state)));
     let mut stack = Vec::new();
-    for c in (0..chunks.len()).filter(|&c| chunks[c].preds.is_empty()) {
+    for c in (0..chunks.len()).filter(|&c| topo.is_local(c) && topo.initial[c] == 0) {
         state.launch(c, &mut stack);
     }
     for (c, result) in stack {
@@ -228,6 +325,14 @@ pub(super) fn run(
         if state.remaining.load(Ordering::Acquire) == 0 {
             break;
         }
+        // A failed or aborted run: chunks waiting for other nodes will never start; once no
+        // GPU work of ours is pending, nothing more will happen.
+        if state.failed.load(Ordering::Acquire)
+            && state.in_flight.load(Ordering::Acquire) == 0
+            && state.cpu_ready.is_empty()
+        {
+            break;
+        }
         if idle_since.elapsed() < spin {
             std::hint::spin_loop();
         } else {
@@ -250,6 +355,9 @@ pub(super) fn run(
     };
     if let Some(e) = state.error.into_inner().expect("error lock") {
         return (state.ctx, Err(e));
+    }
+    if fragment {
+        return (state.ctx, Ok(Vec::new()));
     }
     let outputs = exe
         .graph

@@ -3,6 +3,9 @@
 //! which resolves the Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains exporters emit),
 //! and to the values of the graph inputs a shape rule needs (see specialize.rs).
 
+mod fuse;
+#[cfg(test)]
+mod fuse_tests;
 mod specialize;
 #[cfg(test)]
 mod tests;
@@ -11,9 +14,10 @@ use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
 use crate::model::{ModelDef, ValueDef};
-use crate::ops::{self, NodeSpec, Op, ValueType};
+use crate::ops::{self, Attrs, NodeSpec, Op, ValueType};
 use crate::tensor::Tensor;
 
+pub use fuse::fusion_enabled;
 pub use specialize::SpecializeError;
 
 pub type ValueId = usize;
@@ -21,6 +25,10 @@ pub type ValueId = usize;
 pub struct Node {
     pub name: String,
     pub op_type: String,
+    /// "" for the default domain.
+    pub domain: String,
+    /// What the op was built from: a cluster fragment ships them, to rebuild the op elsewhere.
+    pub attrs: Attrs,
     pub op: Box<dyn Op>,
     /// None for an omitted optional input.
     pub inputs: Vec<Option<ValueId>>,
@@ -28,6 +36,9 @@ pub struct Node {
 }
 
 pub struct Graph {
+    /// Opset of the default domain: what the ops were built for (and which broadcasting and
+    /// Clip rules its nodes follow).
+    pub opset: i64,
     pub value_names: Vec<String>,
     /// In a topological order.
     pub nodes: Vec<Node>,
@@ -42,8 +53,28 @@ pub struct Graph {
 pub struct Specialized {
     pub types: Vec<Option<ValueType>>,
     pub consts: Vec<Option<Tensor>>,
-    /// Indices into `Graph::nodes`, in topological order.
+    /// Node indices, in topological order: below `Graph::nodes.len()` into `Graph::nodes`,
+    /// from there into `extra`. Use [`Specialized::node`].
     pub live: Vec<usize>,
+    /// Nodes made for this specialisation (fused elementwise chains, graph/fuse.rs), with the
+    /// attributes `ops::build` rebuilds each from.
+    pub extra: Vec<(Node, Attrs)>,
+}
+
+impl Specialized {
+    /// The node a `live` entry names.
+    pub fn node<'a>(&'a self, graph: &'a Graph, i: usize) -> &'a Node {
+        match i.checked_sub(graph.nodes.len()) {
+            Some(k) => &self.extra[k].0,
+            None => &graph.nodes[i],
+        }
+    }
+
+    /// The attributes of a node made for this specialisation (`None` for the graph's own).
+    pub fn extra_attrs(&self, graph: &Graph, i: usize) -> Option<&Attrs> {
+        let k = i.checked_sub(graph.nodes.len())?;
+        self.extra.get(k).map(|(_, a)| a)
+    }
 }
 
 fn node_err(node: &str, op_type: &str, e: impl std::fmt::Display) -> Error {
@@ -183,6 +214,8 @@ impl Graph {
                 Node {
                     name: node.name.clone(),
                     op_type: node.op_type.clone(),
+                    domain: node.domain.clone(),
+                    attrs: node.attrs.clone(),
                     op,
                     inputs,
                     outputs,
@@ -199,6 +232,7 @@ impl Graph {
             initializers,
             inputs,
             outputs,
+            opset: model.opset,
         })
     }
 }

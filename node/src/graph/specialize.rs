@@ -56,7 +56,21 @@ impl Graph {
     /// Checks the caller's input types against the declared ones (symbolic sizes take the
     /// given size, consistently) and infers every value. `known[i]`, when given, is the value
     /// of graph input `i`: it is folded like a constant (its type must be `inputs[i]`).
+    /// Chains of elementwise ops are then fused (graph/fuse.rs) unless `VKML_FUSION=0`.
     pub fn specialize(
+        &self,
+        inputs: &[ValueType],
+        known: &[Option<&Tensor>],
+    ) -> Result<Specialized, SpecializeError> {
+        let mut spec = self.specialize_unfused(inputs, known)?;
+        if super::fusion_enabled() {
+            self.fuse_chains(&mut spec);
+        }
+        Ok(spec)
+    }
+
+    /// [`Graph::specialize`] without fusion.
+    pub fn specialize_unfused(
         &self,
         inputs: &[ValueType],
         known: &[Option<&Tensor>],
@@ -149,6 +163,7 @@ impl Graph {
             types,
             consts,
             live,
+            extra: Vec::new(),
         })
     }
 

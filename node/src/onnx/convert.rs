@@ -56,6 +56,20 @@ pub(crate) fn model(
     })
 }
 
+/// One node on its own (a cluster fragment's), with no model-local functions and no external
+/// data files.
+pub(crate) fn node_def(
+    n: &NodeProto,
+    name: String,
+    files: &ExternalFiles,
+) -> Result<NodeDef, LoadError> {
+    let cx = Converter {
+        files,
+        functions: HashSet::new(),
+    };
+    cx.node(n, name)
+}
+
 fn default_opset(m: &ModelProto, path: &Path) -> Result<i64, LoadError> {
     let mut found: Option<i64> = None;
     for o in &m.opset_import {

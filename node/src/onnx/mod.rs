@@ -5,6 +5,7 @@
 //! The protobuf types are private to the crate; the rest of vkml sees only `model.rs` values.
 
 mod convert;
+mod encode;
 mod error;
 mod external;
 mod mmap;
@@ -24,8 +25,9 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use prost::Message;
 
+pub use encode::{decode_node, encode_node};
 pub use error::LoadError;
-pub(crate) use mmap::map_file;
+pub(crate) use mmap::{map_file, release_pages};
 pub use outline::{DeclaredType, ModelOutline, outline};
 pub use tensor::tensor_from_proto;
 

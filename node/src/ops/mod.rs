@@ -47,6 +47,7 @@ mod transpose;
 mod via_f32;
 
 pub use attrs::{AttrValue, Attrs};
+pub use elementwise::fused;
 
 /// A concrete value type: element type and shape, all sizes known.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

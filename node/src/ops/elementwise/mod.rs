@@ -5,17 +5,21 @@
 //!   walk otherwise, rayon past 64K elements) and the axis collapsing the GPU parameters share;
 //! - `unary`: the one-input ops, table-driven (and Clip); `binary`: two-input ops (arithmetic,
 //!   bitwise, logic, comparisons); `variadic`: Min Max Sum Mean; `select`: Where, Dropout;
+//! - `fused`: FusedElementwise, a chain of float elementwise ops in one kernel (graph/fuse.rs);
 //! - `tests` (CPU against hand-derived and naive references), `gpu_tests` (shaders against the
 //!   CPU kernels), and `testutil`, which the matmul, softmax and cast tests share.
 
 mod binary;
 mod broadcast;
+pub mod fused;
 mod num;
 mod real;
 mod select;
 mod unary;
 mod variadic;
 
+#[cfg(test)]
+mod fused_tests;
 #[cfg(test)]
 mod gpu_tests;
 #[cfg(test)]
@@ -69,4 +73,5 @@ pub fn register(r: &mut Registry) {
     r.add("Clip", Clip::build);
     r.add("Where", select::Where::build);
     r.add("Dropout", select::Dropout::build);
+    r.add(fused::OP_TYPE, fused::Fused::build);
 }

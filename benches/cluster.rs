@@ -1,0 +1,360 @@
+//! The same model on one node and split over three, on loopback, in the same run: latency,
+//! the overhead per cut edge, and throughput at concurrency 1, 4 and 16. Real `vkml-node`
+//! processes, the real client API.
+//!
+//!     cargo bench --bench cluster            # prints a table; BENCHMARKS.md has results
+//!
+//! Environment: VKML_NODE_BIN (the vkml-node to start), VKML_BENCH_DEVICE (the nodes' --device, default cpu), VKML_BENCH_SECS
+//! (seconds per throughput point, default 3), VKML_BENCH_MODELS (comma-separated paths
+//! relative to the repository; default the MNIST CNN, the MLP and the BERT-style encoder).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use vkml::cluster::Secret;
+use vkml::distributed::client::{ClusterClient, RemoteModel};
+use vkml::distributed::offline::plan_model;
+use vkml::exec::{Device, inventory};
+use vkml::{DeviceSelection, Session, SessionOptions, Tensor};
+use vkml_planner::Snapshot;
+
+/// The node program: the one cargo built, or VKML_NODE_BIN (the GPU machine runs a staged copy).
+fn bin() -> String {
+    std::env::var("VKML_NODE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_vkml-node").into())
+}
+
+struct Nodes {
+    children: Vec<Child>,
+    addrs: Vec<String>,
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start(caps: &[Option<u64>], device: &str) -> Nodes {
+    let mut nodes = Nodes {
+        children: Vec::new(),
+        addrs: Vec::new(),
+    };
+    for (i, cap) in caps.iter().enumerate() {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "--listen",
+            &addr,
+            "--name",
+            &format!("n{}", i + 1),
+            "--insecure",
+        ])
+        .args(["--device", device])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        if let Some(c) = cap {
+            cmd.args(["--device-memory-limit", &c.to_string()]);
+        }
+        if let Some(first) = nodes.addrs.first() {
+            cmd.args(["--join", first]);
+        }
+        nodes.children.push(cmd.spawn().expect("start vkml-node"));
+        nodes.addrs.push(addr);
+    }
+    nodes
+}
+
+fn cpu_cluster(caps: &[u64]) -> Snapshot {
+    let mut s = Snapshot::default();
+    for (i, &cap) in caps.iter().enumerate() {
+        let devs = inventory(&[Device::Cpu], Some(cap))
+            .nodes
+            .into_values()
+            .next()
+            .unwrap();
+        s.nodes.insert(format!("n{}", i + 1), devs);
+    }
+    s
+}
+
+fn nodes_used(model: &Path, caps: &[u64]) -> Option<usize> {
+    let r = plan_model(model, &cpu_cluster(caps), None).ok()?;
+    Some(
+        r.placement
+            .parts
+            .iter()
+            .map(|p| &p.node)
+            .collect::<BTreeSet<_>>()
+            .len(),
+    )
+}
+
+/// Caps under which the plan uses all three nodes (as tests/cluster_exec.rs finds them).
+fn caps_for_three(model: &Path) -> Vec<u64> {
+    let mut c = 1024u64;
+    while nodes_used(model, &[c, c, c]).is_none() {
+        c = c * 11 / 10 + 1;
+    }
+    if nodes_used(model, &[c, c, c]) == Some(3) {
+        return vec![c, c, c];
+    }
+    let mut small = 256u64;
+    while small < c {
+        for caps in [[small, c, c], [c, small, c]] {
+            if nodes_used(model, &caps) == Some(3) {
+                return caps.to_vec();
+            }
+        }
+        small = small * 11 / 10 + 1;
+    }
+    panic!("{}: no caps split it over three nodes", model.display());
+}
+
+fn inputs(dir: &Path) -> Vec<(String, Tensor)> {
+    let mut out = Vec::new();
+    for i in 0.. {
+        let p = dir.join("test_data_set_0").join(format!("input_{i}.pb"));
+        if !p.exists() {
+            break;
+        }
+        out.push(vkml::io::read_pb(&p).unwrap());
+    }
+    out
+}
+
+fn connect(addr: &str) -> Arc<ClusterClient> {
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        match ClusterClient::connect(addr, &Secret::insecure()) {
+            Ok(c) => return c,
+            Err(e) if Instant::now() > end => panic!("cannot reach {addr}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median latency (us) of `n` runs one at a time.
+fn latency(run: &(dyn Fn() + Sync), n: usize) -> f64 {
+    for _ in 0..5 {
+        run();
+    }
+    median(
+        (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                run();
+                t.elapsed().as_secs_f64() * 1e6
+            })
+            .collect(),
+    )
+}
+
+/// Runs per second with `k` threads running back to back for `secs`.
+fn throughput(run: &(dyn Fn() + Sync), k: usize, secs: f64) -> f64 {
+    let stop = AtomicBool::new(false);
+    let done = AtomicU64::new(0);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..k {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    run();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        stop.store(true, Ordering::Relaxed);
+    });
+    done.load(Ordering::Relaxed) as f64 / t.elapsed().as_secs_f64()
+}
+
+struct Row {
+    model: String,
+    setup: String,
+    edges: usize,
+    cut_bytes: u64,
+    latency_us: f64,
+    rates: Vec<f64>,
+}
+
+fn measure_cluster(
+    model: &Path,
+    caps: &[Option<u64>],
+    device: &str,
+    secs: f64,
+    label: &str,
+) -> Row {
+    let nodes = start(caps, device);
+    // The node the model is submitted to: the second when there is one.
+    let entry = &nodes.addrs[nodes.addrs.len().min(2) - 1];
+    let client = connect(entry);
+    // Membership and inventories settle before planning.
+    let want = caps.len();
+    let end = Instant::now() + Duration::from_secs(30);
+    let remote: RemoteModel = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        match client.load(model, |_| {}) {
+            Ok(m) => {
+                let used = m.placement.as_ref().map_or(0, |p| {
+                    p.parts
+                        .iter()
+                        .map(|x| &x.node)
+                        .collect::<BTreeSet<_>>()
+                        .len()
+                });
+                if used == want || Instant::now() > end {
+                    break m;
+                }
+                let _ = m.unload();
+            }
+            Err(e) if Instant::now() > end => panic!("{}: {e}", model.display()),
+            Err(_) => {}
+        }
+    };
+    let p = remote.placement.clone().unwrap_or_default();
+    let ins = inputs(model.parent().unwrap());
+    let feeds: Vec<(&str, Tensor)> = ins.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let run = || {
+        remote.run(&feeds).expect("run");
+    };
+    let latency_us = latency(&run, 200);
+    let rates = [1, 4, 16]
+        .iter()
+        .map(|&k| throughput(&run, k, secs))
+        .collect();
+    let _ = remote.unload();
+    drop(nodes);
+    Row {
+        model: model
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into(),
+        setup: label.into(),
+        edges: p.edges.len(),
+        cut_bytes: p.edges.iter().map(|e| e.bytes).sum(),
+        latency_us,
+        rates,
+    }
+}
+
+fn measure_local(model: &Path, device: &str, secs: f64) -> Row {
+    let sel: DeviceSelection = device.parse().unwrap();
+    let session = Session::load(
+        model,
+        SessionOptions {
+            devices: sel,
+            device_memory_limit: None,
+        },
+    )
+    .unwrap();
+    let ins = inputs(model.parent().unwrap());
+    let feeds: Vec<(&str, Tensor)> = ins.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let run = || {
+        session.run(&feeds).expect("run");
+    };
+    Row {
+        model: model
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into(),
+        setup: "in process (no cluster)".into(),
+        edges: 0,
+        cut_bytes: 0,
+        latency_us: latency(&run, 200),
+        rates: [1, 4, 16]
+            .iter()
+            .map(|&k| throughput(&run, k, secs))
+            .collect(),
+    }
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` runs us with no flag: stay quick.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("cluster bench: skipped (run with `cargo bench --bench cluster`)");
+        return;
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let device = std::env::var("VKML_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
+    let secs: f64 = std::env::var("VKML_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let models: Vec<PathBuf> = std::env::var("VKML_BENCH_MODELS")
+        .unwrap_or_else(|_| {
+            "tests/fixtures/mnist_cnn/model.onnx,tests/fixtures/mlp/model.onnx,tests/models/bert_static/model.onnx".into()
+        })
+        .split(',')
+        .map(|p| root.join(p))
+        .collect();
+    let mut rows = Vec::new();
+    for m in &models {
+        rows.push(measure_local(m, &device, secs));
+        rows.push(measure_cluster(m, &[None], &device, secs, "1 node"));
+        let caps: Vec<Option<u64>> = caps_for_three(m).into_iter().map(Some).collect();
+        rows.push(measure_cluster(
+            m,
+            &caps,
+            &device,
+            secs,
+            "3 nodes, split by caps",
+        ));
+    }
+    println!(
+        "\n{:<14} {:<26} {:>5} {:>10} {:>12} {:>10} {:>10} {:>10}",
+        "model", "setup", "edges", "cut bytes", "latency us", "runs/s c1", "c4", "c16"
+    );
+    for r in &rows {
+        println!(
+            "{:<14} {:<26} {:>5} {:>10} {:>12.0} {:>10.0} {:>10.0} {:>10.0}",
+            r.model,
+            r.setup,
+            r.edges,
+            r.cut_bytes,
+            r.latency_us,
+            r.rates[0],
+            r.rates[1],
+            r.rates[2]
+        );
+    }
+    println!("\noverhead per cut edge (3-node latency - 1-node latency) / edges:");
+    for w in rows.chunks(3) {
+        let (one, three) = (&w[1], &w[2]);
+        if three.edges > 0 {
+            println!(
+                "  {:<14} {:.0} us per edge ({} edges)",
+                one.model,
+                (three.latency_us - one.latency_us) / three.edges as f64,
+                three.edges
+            );
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! The tool's side of cluster execution: submit a model to any node, run it many times from
+//! many threads, unload it.
+//!
+//! ```no_run
+//! use vkml::cluster::Secret;
+//! use vkml::distributed::client::ClusterClient;
+//! use vkml::Tensor;
+//! let secret = Secret::read(std::path::Path::new("cluster.key"))?;
+//! let cluster = ClusterClient::connect("10.0.0.2:7000", &secret)?;
+//! let model = cluster.load(std::path::Path::new("model.onnx"), |_| {})?;
+//! let x = Tensor::from_vec(vec![1, 4], vec![1.0f32, 2.0, 3.0, 4.0]);
+//! let outputs = model.run(&[("x", x)])?;
+//! model.unload()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use vkml_protocol::{Message, pb};
+
+use super::{DistError, wire};
+use crate::cluster::client::Client;
+use crate::cluster::{Secret, transport};
+use crate::tensor::Tensor;
+
+/// A connection to one node of a cluster, usable from any number of threads.
+pub struct ClusterClient {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+}
+
+/// A model live on the cluster under `id`.
+pub struct RemoteModel {
+    cluster: Arc<ClusterClient>,
+    pub id: u64,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    /// Where the plan put it; None when its input sizes are symbolic (planned per run).
+    pub placement: Option<pb::Placement>,
+}
+
+/// One run's outputs, in the graph's output order, and whether a node failed during the run
+/// and it was retried on a new plan.
+pub struct RunOutput {
+    pub outputs: Vec<(String, Tensor)>,
+    pub retried: bool,
+}
+
+impl ClusterClient {
+    pub fn connect(addr: &str, secret: &Secret) -> Result<Arc<ClusterClient>, DistError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| DistError::Peer(format!("cannot start the async runtime: {e}")))?;
+        let client = rt.block_on(Client::connect(addr, secret))?;
+        Ok(Arc::new(ClusterClient { rt, client }))
+    }
+
+    /// Sends the model file to the node, which plans it over the cluster and streams each
+    /// node its part. `progress` sees the stages and byte counts as they go.
+    pub fn load(
+        self: &Arc<Self>,
+        path: &Path,
+        mut progress: impl FnMut(&pb::LoadProgress),
+    ) -> Result<RemoteModel, DistError> {
+        let data = std::fs::read(path).map_err(|e| {
+            DistError::Runtime(crate::Error::Input(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))
+        })?;
+        let name = path
+            .file_name()
+            .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+        let loaded = self.rt.block_on(async {
+            let (mut send, mut recv) = self
+                .client
+                .conn
+                .open_bi()
+                .await
+                .map_err(|e| DistError::Peer(e.to_string()))?;
+            let m = Message::Submit(pb::Submit {
+                name,
+                model_bytes: data.len() as u64,
+            });
+            transport::write_message(&mut send, &m).await?;
+            let total = data.len() as u64;
+            let mut done = 0u64;
+            for piece in data.chunks(4 << 20) {
+                send.write_all(piece)
+                    .await
+                    .map_err(|e| DistError::Peer(format!("sending the model: {e}")))?;
+                done += piece.len() as u64;
+                progress(&pb::LoadProgress {
+                    stage: "sending the model".into(),
+                    done_bytes: done,
+                    total_bytes: total,
+                });
+            }
+            let _ = send.finish();
+            loop {
+                match wire::expect_message(&mut recv).await? {
+                    Message::LoadProgress(p) => progress(&p),
+                    Message::Loaded(l) => break Ok::<_, DistError>(l),
+                    other => {
+                        return Err(DistError::Protocol(format!(
+                            "unexpected answer {:?}",
+                            other.kind()
+                        )));
+                    }
+                }
+            }
+        })?;
+        Ok(RemoteModel {
+            cluster: self.clone(),
+            id: loaded.model_id,
+            inputs: loaded.inputs,
+            outputs: loaded.outputs,
+            placement: loaded.placement,
+        })
+    }
+
+    async fn run_async(
+        &self,
+        model: u64,
+        inputs: Vec<Tensor>,
+    ) -> Result<(Vec<Tensor>, bool), DistError> {
+        let (mut send, mut recv) = self
+            .client
+            .conn
+            .open_bi()
+            .await
+            .map_err(|e| DistError::Peer(e.to_string()))?;
+        let m = Message::Run(pb::Run {
+            model_id: model,
+            run_id: 0,
+            tensors: inputs.len() as u32,
+        });
+        transport::write_message(&mut send, &m).await?;
+        for (i, t) in inputs.iter().enumerate() {
+            let h = wire::header(t, pb::TensorRole::Input, model, 0, i as u64);
+            wire::write_tensor(&mut send, h, t.bytes()).await?;
+        }
+        let _ = send.finish();
+        let r = match wire::expect_message(&mut recv).await? {
+            Message::RunResult(r) => r,
+            other => {
+                return Err(DistError::Protocol(format!(
+                    "unexpected answer {:?}",
+                    other.kind()
+                )));
+            }
+        };
+        let mut outs = BTreeMap::new();
+        for _ in 0..r.tensors {
+            let (h, payload) = wire::read_tensor(&mut recv).await?;
+            outs.insert(h.edge_id as usize, wire::tensor(&h, payload)?);
+        }
+        Ok((outs.into_values().collect(), r.retried))
+    }
+
+    pub fn close(self: Arc<Self>) {
+        if let Ok(c) = Arc::try_unwrap(self) {
+            let ClusterClient { rt, client } = c;
+            rt.block_on(async {
+                let _ = tokio::time::timeout(Duration::from_secs(2), client.close()).await;
+            });
+        }
+    }
+}
+
+impl RemoteModel {
+    /// Runs once with named inputs (every graph input, once). Callable from many threads at
+    /// once: concurrent runs pipeline through the cluster's nodes.
+    pub fn run(&self, inputs: &[(&str, Tensor)]) -> Result<RunOutput, DistError> {
+        let mut by_name: BTreeMap<&str, &Tensor> = BTreeMap::new();
+        for (n, t) in inputs {
+            if by_name.insert(n, t).is_some() {
+                return Err(input_err(format!("'{n}' is given twice")));
+            }
+        }
+        for n in by_name.keys() {
+            if !self.inputs.iter().any(|i| i == n) {
+                return Err(input_err(format!(
+                    "the model has no input named '{n}' (its inputs: {})",
+                    self.inputs.join(", ")
+                )));
+            }
+        }
+        let ordered = self
+            .inputs
+            .iter()
+            .map(|n| {
+                by_name
+                    .get(n.as_str())
+                    .map(|t| (*t).clone())
+                    .ok_or_else(|| input_err(format!("missing input '{n}'")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (outs, retried) = self
+            .cluster
+            .rt
+            .block_on(self.cluster.run_async(self.id, ordered))?;
+        Ok(RunOutput {
+            outputs: self.outputs.iter().cloned().zip(outs).collect(),
+            retried,
+        })
+    }
+
+    /// Frees the model on every node.
+    pub fn unload(self) -> Result<(), DistError> {
+        self.cluster.rt.block_on(async {
+            let (mut send, mut recv) = self
+                .cluster
+                .client
+                .conn
+                .open_bi()
+                .await
+                .map_err(|e| DistError::Peer(e.to_string()))?;
+            let m = Message::Unload(pb::Unload { model_id: self.id });
+            transport::write_message(&mut send, &m).await?;
+            let _ = send.finish();
+            match wire::expect_message(&mut recv).await? {
+                Message::Unload(_) => Ok(()),
+                other => Err(DistError::Protocol(format!(
+                    "unexpected answer {:?}",
+                    other.kind()
+                ))),
+            }
+        })
+    }
+}
+
+fn input_err(m: String) -> DistError {
+    DistError::Runtime(crate::Error::Input(m))
+}

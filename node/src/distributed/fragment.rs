@@ -1,0 +1,351 @@
+//! A plan's fragments: what the submitter sends each participant, and how a participant turns
+//! one back into a graph it can run.
+//!
+//! A fragment carries the model already specialised (every value's type, every live op with
+//! its attributes) rather than the model file: specialisation folds constants computed from
+//! weights, and a participant holding only some weights could not fold the same way. With the
+//! cost graph and the frozen snapshot it also carries everything the planner needs, so the
+//! participant recomputes the plan and checks its hash before it trusts the fragment. Of the
+//! weights, only those its own ops read follow it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use vkml_planner::{CostGraph, OpCost, Plan, Snapshot, ValueCost, ValueKind};
+use vkml_protocol::pb;
+
+use super::DistError;
+use super::wire::{dtype_from_name, dtype_name};
+use crate::cluster::inventory;
+use crate::graph::{Graph, Node, Specialized, ValueId};
+use crate::model::{Dim, ValueDef};
+use crate::ops::{self, NodeSpec, ValueType};
+use crate::tensor::Tensor;
+
+/// The parts of a fragment that are the same for every participant of a plan.
+pub struct Skeleton {
+    pub snapshot: pb::ClusterSnapshot,
+    pub cost: pb::PlanGraph,
+    pub value_names: Vec<String>,
+    pub types: Vec<pb::ValueType>,
+    pub nodes: Vec<pb::FragmentNode>,
+}
+
+impl Skeleton {
+    pub fn new(
+        graph: &Graph,
+        spec: &Specialized,
+        cost: &CostGraph,
+        snapshot: &Snapshot,
+    ) -> Result<Skeleton, DistError> {
+        let mut nodes = Vec::with_capacity(spec.live.len());
+        for &n in &spec.live {
+            let node = spec.node(graph, n);
+            let def = crate::model::NodeDef {
+                name: node.name.clone(),
+                op_type: node.op_type.clone(),
+                domain: node.domain.clone(),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                attrs: node.attrs.clone(),
+            };
+            nodes.push(pb::FragmentNode {
+                onnx_node: crate::onnx::encode_node(&def)
+                    .map_err(|e| DistError::Unsupported(e.to_string()))?
+                    .into(),
+                inputs: node
+                    .inputs
+                    .iter()
+                    .map(|v| v.map_or(-1, |v| v as i64))
+                    .collect(),
+                outputs: node.outputs.iter().map(|&v| v as u64).collect(),
+            });
+        }
+        Ok(Skeleton {
+            snapshot: snapshot_to_wire(snapshot),
+            cost: cost_to_wire(cost),
+            value_names: graph.value_names.clone(),
+            types: spec
+                .types
+                .iter()
+                .map(|t| match t {
+                    Some(t) => pb::ValueType {
+                        dtype: dtype_name(t.dtype).to_string(),
+                        shape: t.shape.iter().map(|&d| d as u64).collect(),
+                    },
+                    None => pb::ValueType::default(),
+                })
+                .collect(),
+            nodes,
+        })
+    }
+
+    /// Node `node`'s fragment, and the weights it needs (value id, tensor), in value order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fragment(
+        &self,
+        graph: &Graph,
+        spec: &Specialized,
+        plan: &Plan,
+        node: &str,
+        model_id: u64,
+        submitter: &str,
+    ) -> (pb::Fragment, Vec<(ValueId, Tensor)>) {
+        let mut wanted: BTreeSet<ValueId> = BTreeSet::new();
+        for (p, &n) in spec.live.iter().enumerate() {
+            if plan.placement[p].node != node {
+                continue;
+            }
+            for &v in spec.node(graph, n).inputs.iter().flatten() {
+                if spec.consts[v].is_some() {
+                    wanted.insert(v);
+                }
+            }
+        }
+        let weights: Vec<(ValueId, Tensor)> = wanted
+            .into_iter()
+            .map(|v| (v, spec.consts[v].clone().expect("a const")))
+            .collect();
+        let f = pb::Fragment {
+            model_id,
+            submitter: submitter.to_string(),
+            plan_hash: plan.hash,
+            snapshot: Some(self.snapshot.clone()),
+            cost: Some(self.cost.clone()),
+            opset: graph.opset,
+            value_names: self.value_names.clone(),
+            types: self.types.clone(),
+            nodes: self.nodes.clone(),
+            inputs: graph.inputs.iter().map(|(v, _)| *v as u64).collect(),
+            outputs: graph.outputs.iter().map(|(v, _)| *v as u64).collect(),
+            weight_count: weights.len() as u64,
+            weight_bytes: weights.iter().map(|(_, t)| t.bytes().len() as u64).sum(),
+        };
+        (f, weights)
+    }
+}
+
+pub fn snapshot_to_wire(s: &Snapshot) -> pb::ClusterSnapshot {
+    pb::ClusterSnapshot {
+        version: s.version,
+        nodes: s
+            .nodes
+            .iter()
+            .map(|(name, devs)| pb::NodeDevices {
+                node: name.clone(),
+                devices: devs
+                    .iter()
+                    .map(|d| inventory::to_wire(d, String::new()))
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+pub fn snapshot_from_wire(s: &pb::ClusterSnapshot) -> Snapshot {
+    Snapshot {
+        version: s.version,
+        nodes: s
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.node.clone(),
+                    n.devices.iter().map(inventory::to_planner).collect(),
+                )
+            })
+            .collect(),
+    }
+}
+
+fn kind_code(k: ValueKind) -> u32 {
+    match k {
+        ValueKind::Input => 0,
+        ValueKind::Weight => 1,
+        ValueKind::Computed => 2,
+    }
+}
+
+pub fn cost_to_wire(c: &CostGraph) -> pb::PlanGraph {
+    pb::PlanGraph {
+        ops: c
+            .ops
+            .iter()
+            .map(|o| pb::PlanOp {
+                name: o.name.clone(),
+                inputs: o.inputs.iter().map(|&v| v as u64).collect(),
+                outputs: o.outputs.iter().map(|&v| v as u64).collect(),
+                flops: o.flops,
+                gpu: o.gpu,
+                gpu_needs: o.gpu_needs,
+                view: o.view,
+            })
+            .collect(),
+        values: c
+            .values
+            .iter()
+            .map(|v| pb::PlanValue {
+                bytes: v.bytes,
+                kind: kind_code(v.kind),
+                output: v.output,
+            })
+            .collect(),
+    }
+}
+
+pub fn cost_from_wire(c: &pb::PlanGraph) -> Result<CostGraph, DistError> {
+    let id = |v: u64| usize::try_from(v).map_err(|_| bad("a value id is out of range"));
+    let ops = c
+        .ops
+        .iter()
+        .map(|o| {
+            Ok(OpCost {
+                name: o.name.clone(),
+                inputs: o.inputs.iter().map(|&v| id(v)).collect::<Result<_, _>>()?,
+                outputs: o.outputs.iter().map(|&v| id(v)).collect::<Result<_, _>>()?,
+                flops: o.flops,
+                gpu: o.gpu,
+                gpu_needs: o.gpu_needs,
+                view: o.view,
+            })
+        })
+        .collect::<Result<_, DistError>>()?;
+    let values = c
+        .values
+        .iter()
+        .map(|v| {
+            Ok(ValueCost {
+                bytes: v.bytes,
+                kind: match v.kind {
+                    0 => ValueKind::Input,
+                    1 => ValueKind::Weight,
+                    2 => ValueKind::Computed,
+                    k => return Err(bad(&format!("unknown value kind {k}"))),
+                },
+                output: v.output,
+            })
+        })
+        .collect::<Result<_, DistError>>()?;
+    Ok(CostGraph { ops, values })
+}
+
+fn bad(what: &str) -> DistError {
+    DistError::Protocol(format!("malformed fragment: {what}"))
+}
+
+/// A fragment turned back into a graph and its specialisation: every live op (ops of other
+/// nodes too: the chunk structure spans them), only this node's weights as constants.
+pub fn rebuild(
+    f: &pb::Fragment,
+    weights: BTreeMap<ValueId, Tensor>,
+) -> Result<(Arc<Graph>, Specialized), DistError> {
+    let n = f.value_names.len();
+    if f.types.len() != n {
+        return Err(bad("one type per value expected"));
+    }
+    let value = |v: u64| -> Result<ValueId, DistError> {
+        usize::try_from(v)
+            .ok()
+            .filter(|&v| v < n)
+            .ok_or_else(|| bad(&format!("value id {v} out of range")))
+    };
+    let mut types: Vec<Option<ValueType>> = Vec::with_capacity(n);
+    for t in &f.types {
+        types.push(if t.dtype.is_empty() {
+            None
+        } else {
+            Some(ValueType::new(
+                dtype_from_name(&t.dtype)?,
+                t.shape.iter().map(|&d| d as usize).collect(),
+            ))
+        });
+    }
+    let mut nodes = Vec::with_capacity(f.nodes.len());
+    for fnode in &f.nodes {
+        let def = crate::onnx::decode_node(Bytes::clone(&fnode.onnx_node))
+            .map_err(|e| bad(&e.to_string()))?;
+        let op = ops::build(&NodeSpec {
+            name: &def.name,
+            op_type: &def.op_type,
+            attrs: &def.attrs,
+            opset: f.opset,
+            num_inputs: fnode.inputs.len(),
+            num_outputs: fnode.outputs.len(),
+        })
+        .map_err(|e| {
+            DistError::Unsupported(format!("node '{}' ({}): {e}", def.name, def.op_type))
+        })?;
+        let inputs = fnode
+            .inputs
+            .iter()
+            .map(|&v| {
+                if v < 0 {
+                    Ok(None)
+                } else {
+                    value(v as u64).map(Some)
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        let outputs = fnode
+            .outputs
+            .iter()
+            .map(|&v| value(v))
+            .collect::<Result<_, _>>()?;
+        nodes.push(Node {
+            name: def.name,
+            op_type: def.op_type,
+            domain: def.domain,
+            attrs: def.attrs,
+            op,
+            inputs,
+            outputs,
+        });
+    }
+    let declared = |v: ValueId| -> ValueDef {
+        ValueDef {
+            name: f.value_names[v].clone(),
+            dtype: types[v].as_ref().map(|t| t.dtype),
+            dims: types[v]
+                .as_ref()
+                .map(|t| t.shape.iter().map(|&d| Dim::Fixed(d)).collect()),
+        }
+    };
+    let inputs = f
+        .inputs
+        .iter()
+        .map(|&v| value(v).map(|v| (v, declared(v))))
+        .collect::<Result<_, _>>()?;
+    let outputs = f
+        .outputs
+        .iter()
+        .map(|&v| value(v).map(|v| (v, declared(v))))
+        .collect::<Result<_, _>>()?;
+    let mut consts: Vec<Option<Tensor>> = vec![None; n];
+    for (v, t) in weights {
+        if v >= n || types[v].as_ref() != Some(&ValueType::of(&t)) {
+            return Err(bad(&format!(
+                "weight for value {v} does not match its type"
+            )));
+        }
+        consts[v] = Some(t);
+    }
+    let live = (0..nodes.len()).collect();
+    let graph = Graph {
+        opset: f.opset,
+        value_names: f.value_names.clone(),
+        nodes,
+        initializers: vec![None; n],
+        inputs,
+        outputs,
+    };
+    Ok((
+        Arc::new(graph),
+        Specialized {
+            types,
+            consts,
+            live,
+            extra: Vec::new(),
+        },
+    ))
+}

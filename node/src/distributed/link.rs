@@ -1,0 +1,153 @@
+//! How the execution layer reaches other nodes: tensors, run starts and control messages,
+//! with messages for this node itself handed over in process (the submitter is usually a
+//! participant too).
+
+use std::sync::{OnceLock, Weak};
+
+use bytes::Bytes;
+use vkml_protocol::{Message, pb};
+
+use super::{DistError, Exec, wire};
+use crate::cluster::{Cluster, transport};
+use crate::tensor::Tensor;
+
+pub struct Link {
+    cluster: Cluster,
+    me: String,
+    local: OnceLock<Weak<Exec>>,
+}
+
+impl Link {
+    pub fn new(cluster: Cluster) -> Link {
+        Link {
+            me: cluster.name().to_string(),
+            cluster,
+            local: OnceLock::new(),
+        }
+    }
+
+    pub(super) fn attach(&self, exec: Weak<Exec>) {
+        let _ = self.local.set(exec);
+    }
+
+    fn local(&self) -> Option<std::sync::Arc<Exec>> {
+        self.local.get().and_then(Weak::upgrade)
+    }
+
+    /// Sends one tensor to `to` (this node included); resolves once the receiver has it all.
+    pub async fn send_tensor(
+        &self,
+        to: &str,
+        h: pb::TensorHeader,
+        payload: Bytes,
+    ) -> Result<(), DistError> {
+        if to == self.me {
+            if let Some(exec) = self.local() {
+                exec.tensor_arrived(&self.me, &h, payload);
+            }
+            return Ok(());
+        }
+        let edge = h.role() == pb::TensorRole::Edge;
+        let bytes = payload.len() as u64;
+        // Striped over several connections when large; resolves once the peer has it all.
+        self.cluster.send_tensor(to, h, payload).await?;
+        if edge {
+            self.cluster
+                .exec_stats()
+                .edge_bytes_sent
+                .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// One message on a stream of its own.
+    pub async fn send_message(&self, to: &str, m: &Message) -> Result<(), DistError> {
+        if to == self.me {
+            if let Some(exec) = self.local() {
+                exec.message_from(&self.me, m.clone());
+            }
+            return Ok(());
+        }
+        let mut s = self.cluster.open_uni(to).await?;
+        transport::write_message(&mut s, m).await?;
+        s.finish()
+            .map_err(|e| DistError::Peer(format!("{to}: {e}")))?;
+        Ok(())
+    }
+
+    /// Starts run `run` of fragment `model` on `to`, with the graph inputs it reads.
+    pub async fn start_remote(
+        &self,
+        to: &str,
+        model: u64,
+        run: u64,
+        inputs: Vec<(usize, Tensor)>,
+    ) -> Result<(), DistError> {
+        let mut s = self.cluster.open_uni(to).await?;
+        let m = Message::Run(pb::Run {
+            model_id: model,
+            run_id: run,
+            tensors: inputs.len() as u32,
+        });
+        transport::write_message(&mut s, &m).await?;
+        for (i, t) in inputs {
+            let h = wire::header(&t, pb::TensorRole::Input, model, run, i as u64);
+            wire::write_tensor(&mut s, h, t.bytes()).await?;
+        }
+        s.finish()
+            .map_err(|e| DistError::Peer(format!("{to}: {e}")))?;
+        Ok(())
+    }
+
+    /// Tells the submitter a run failed here.
+    pub fn report_failure(&self, submitter: &str, model: u64, run: u64, reason: &str) {
+        self.send_failure(submitter, model, run, reason, &self.me.clone(), false);
+    }
+
+    /// Tells the submitter this node does not hold the model a run asked for.
+    pub fn report_lost_model(&self, submitter: &str, model: u64, run: u64) {
+        let why = format!(
+            "{} does not hold model {model:016x} (it restarted?)",
+            self.me
+        );
+        self.send_failure(submitter, model, run, &why, &self.me.clone(), true);
+    }
+
+    /// Tells the submitter a run failed because of `culprit`.
+    pub fn report_failure_from(
+        &self,
+        submitter: &str,
+        model: u64,
+        run: u64,
+        reason: &str,
+        culprit: &str,
+    ) {
+        self.send_failure(submitter, model, run, reason, culprit, false);
+    }
+
+    fn send_failure(
+        &self,
+        submitter: &str,
+        model: u64,
+        run: u64,
+        reason: &str,
+        culprit: &str,
+        model_lost: bool,
+    ) {
+        let m = Message::RunFailed(pb::RunFailed {
+            model_id: model,
+            run_id: run,
+            reason: reason.to_string(),
+            culprit: culprit.to_string(),
+            model_lost,
+        });
+        let Some(exec) = self.local() else { return };
+        let submitter = submitter.to_string();
+        let rt = exec.rt().clone();
+        rt.spawn(async move {
+            if let Err(e) = exec.link.send_message(&submitter, &m).await {
+                tracing::debug!("cannot report a failed run to {submitter}: {e}");
+            }
+        });
+    }
+}

@@ -1,0 +1,387 @@
+//! Cluster-wide execution: a model submitted to any node runs over the whole cluster, peer to
+//! peer, with no node coordinating a run.
+//!
+//! - [`submitter`]: the node a model was submitted to: plans it over a frozen snapshot of the
+//!   membership, sends each participant its [`fragment`] and the weights it needs, feeds runs
+//!   their inputs, collects their outputs, and re-plans once around a node that died;
+//! - [`participant`]: every node's part in other nodes' models: checks and loads fragments,
+//!   runs them as values arrive;
+//! - [`link`], [`wire`]: tensors and messages between nodes;
+//! - [`client`]: the tool's side (`vkml-node submit`, the Rust API).
+//!
+//! Inside a node a fragment is an ordinary [`Executable`](crate::exec::Executable) built from
+//! the cluster's plan: its chunks wait on the same atomic counters, which values arriving from
+//! other nodes decrement exactly as finishing local chunks do. docs/CLUSTER.md tells the story.
+
+pub mod client;
+pub mod fragment;
+pub mod link;
+pub mod offline;
+pub mod participant;
+pub mod submitter;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::runtime::Handle;
+use vkml_protocol::{MAX_TENSOR_PAYLOAD, Message, error_code, pb};
+
+use crate::cluster::{Cluster, ClusterError, IncomingStream, MemberState, transport};
+use crate::exec::Device;
+use crate::graph::ValueId;
+use link::Link;
+use participant::Participant;
+use submitter::Submitter;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DistError {
+    #[error("protocol: {0}")]
+    Protocol(String),
+    #[error("peer: {0}")]
+    Peer(String),
+    #[error("{0}")]
+    Remote(String),
+    #[error("not supported on a cluster: {0}")]
+    Unsupported(String),
+    #[error("placement: {0}")]
+    Placement(String),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Runtime(#[from] crate::Error),
+    #[error("node {node} failed: {reason}")]
+    NodeFailed { node: String, reason: String },
+    #[error("the run failed {0}")]
+    RunFailed(String),
+    #[error("no model with id {0:016x} is loaded on this node (unloaded, or the node restarted)")]
+    NoModel(u64),
+    /// Internal: the plan needs input values, known only at a run.
+    #[error("the plan depends on input values")]
+    NeedsValues,
+}
+
+/// A node's execution service: the fragments it runs and the models submitted to it.
+pub struct Exec {
+    cluster: Cluster,
+    link: Arc<Link>,
+    rt: Handle,
+    pub participant: Arc<Participant>,
+    pub submitter: Arc<Submitter>,
+}
+
+impl Exec {
+    /// Serves execution on `cluster` with this node's `devices` (as `inventory` advertises
+    /// them). Call inside the tokio runtime, once.
+    pub fn start(cluster: Cluster, devices: Vec<Device>, inventory: Vec<pb::Device>) -> Arc<Exec> {
+        let rt = Handle::current();
+        let link = Arc::new(Link::new(cluster.clone()));
+        let participant = Arc::new(Participant::new(
+            cluster.name().to_string(),
+            devices,
+            inventory,
+            link.clone(),
+            rt.clone(),
+        ));
+        let submitter = Arc::new(Submitter::new(
+            cluster.clone(),
+            link.clone(),
+            participant.clone(),
+        ));
+        let exec = Arc::new(Exec {
+            cluster: cluster.clone(),
+            link: link.clone(),
+            rt,
+            participant,
+            submitter,
+        });
+        link.attach(Arc::downgrade(&exec));
+
+        let mut tensors = cluster.tensors();
+        let e = exec.clone();
+        tokio::spawn(async move {
+            while let Some(t) = tensors.recv().await {
+                e.tensor_arrived(&t.from, &t.header, t.payload);
+            }
+        });
+        let mut incoming = cluster.incoming();
+        let e = exec.clone();
+        tokio::spawn(async move {
+            while let Some(s) = incoming.recv().await {
+                tokio::spawn(e.clone().serve(s));
+            }
+        });
+        let mut events = cluster.subscribe();
+        let e = exec.clone();
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(ev) => match ev.state {
+                        MemberState::Dead | MemberState::Left => {
+                            e.participant.member_down(&ev.name);
+                            e.submitter.member_down(&ev.name, ev.state.as_str()).await;
+                        }
+                        MemberState::Alive => e.submitter.member_up(&ev.name),
+                        MemberState::Suspect => {}
+                    },
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!("missed {n} membership events");
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+        let e = Arc::downgrade(&exec);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                match e.upgrade() {
+                    Some(e) => e.participant.sweep(),
+                    None => return,
+                }
+            }
+        });
+        exec
+    }
+
+    pub(crate) fn rt(&self) -> &Handle {
+        &self.rt
+    }
+
+    /// A tensor for one of our fragments' runs, or an output of one of our submitted runs.
+    pub(crate) fn tensor_arrived(&self, from: &str, h: &pb::TensorHeader, payload: Bytes) {
+        let t = match wire::tensor(h, payload) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("a bad tensor from {from}: {e}");
+                return;
+            }
+        };
+        match h.role() {
+            pb::TensorRole::Edge => {
+                if from != self.cluster.name() {
+                    self.cluster
+                        .exec_stats()
+                        .edge_bytes_received
+                        .fetch_add(t.bytes().len() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+                self.participant
+                    .arrive(h.model_id, h.run_id, h.edge_id as ValueId, t)
+            }
+            pb::TensorRole::Output => {
+                self.submitter
+                    .output_arrived(h.model_id, h.run_id, h.edge_id as usize, t)
+            }
+            other => tracing::warn!("{from} sent a {other:?} tensor on its own; dropped"),
+        }
+    }
+
+    /// A control message from a member (or from this node to itself).
+    pub(crate) fn message_from(&self, from: &str, m: Message) {
+        match m {
+            Message::RunFailed(r) => {
+                // To the submitter of that run, or to a participant being told to give up.
+                self.submitter.run_failed(from, &r);
+                self.participant.abort(r.model_id, r.run_id, &r.reason);
+            }
+            Message::Unload(u) => self.participant.unload(u.model_id),
+            other => tracing::debug!("unexpected {:?} from {from}", other.kind()),
+        }
+    }
+
+    async fn serve(self: Arc<Self>, s: IncomingStream) {
+        let IncomingStream {
+            peer,
+            client,
+            first,
+            send,
+            mut recv,
+        } = s;
+        let mut send = send;
+        let result: Result<(), DistError> = async {
+            match first {
+                Message::Submit(m) => {
+                    let s = send.as_mut().ok_or_else(one_way)?;
+                    self.serve_submit(m, s, &mut recv).await
+                }
+                Message::Run(r) if client => {
+                    let s = send.as_mut().ok_or_else(one_way)?;
+                    self.serve_client_run(r, s, &mut recv).await
+                }
+                Message::Unload(u) if client => {
+                    let s = send.as_mut().ok_or_else(one_way)?;
+                    self.submitter.unload(u.model_id).await?;
+                    transport::write_message(s, &Message::Unload(u)).await?;
+                    Ok(())
+                }
+                Message::Run(r) => {
+                    let mut inputs = Vec::with_capacity(r.tensors as usize);
+                    for _ in 0..r.tensors {
+                        let (h, payload) = wire::read_tensor(&mut recv).await?;
+                        inputs.push((h.edge_id as usize, wire::tensor(&h, payload)?));
+                    }
+                    match self.participant.start_run(r.model_id, r.run_id, inputs) {
+                        Ok(()) => {}
+                        Err(DistError::NoModel(_)) => {
+                            self.link.report_lost_model(&peer, r.model_id, r.run_id)
+                        }
+                        Err(e) => {
+                            self.link
+                                .report_failure(&peer, r.model_id, r.run_id, &e.to_string())
+                        }
+                    }
+                    Ok(())
+                }
+                Message::Fragment(f) => {
+                    let s = send.as_mut().ok_or_else(one_way)?;
+                    self.serve_fragment(*f, s, &mut recv).await
+                }
+                m @ (Message::RunFailed(_) | Message::Unload(_)) if !client => {
+                    self.message_from(&peer, m);
+                    Ok(())
+                }
+                other => Err(DistError::Protocol(format!(
+                    "{} cannot ask for {:?} here",
+                    if client { "a client" } else { "a member" },
+                    other.kind()
+                ))),
+            }
+        }
+        .await;
+        if let Some(s) = send.as_mut() {
+            if let Err(e) = &result {
+                let m = Message::Error(pb::ErrorReply {
+                    code: error_code::FAILED,
+                    message: e.to_string().chars().take(8000).collect(),
+                });
+                let _ = transport::write_message(s, &m).await;
+            }
+            let _ = s.finish();
+            // Let the reply reach the peer before the stream is dropped.
+            let _ = tokio::time::timeout(Duration::from_secs(5), s.stopped()).await;
+        } else if let Err(e) = result {
+            tracing::warn!("a stream from {peer} failed: {e}");
+        }
+    }
+
+    async fn serve_submit(
+        self: &Arc<Self>,
+        m: pb::Submit,
+        send: &mut quinn::SendStream,
+        recv: &mut quinn::RecvStream,
+    ) -> Result<(), DistError> {
+        if m.model_bytes > MAX_TENSOR_PAYLOAD {
+            return Err(DistError::Protocol(format!(
+                "a model of {} bytes is over the limit",
+                m.model_bytes
+            )));
+        }
+        let mut buf = BytesMut::zeroed(m.model_bytes as usize);
+        recv.read_exact(&mut buf)
+            .await
+            .map_err(|e| DistError::Peer(format!("the model's bytes: {e}")))?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let submitter = self.submitter.clone();
+        let name = m.name.clone();
+        let mut task = tokio::spawn(async move { submitter.submit(name, buf.freeze(), tx).await });
+        let outcome = loop {
+            tokio::select! {
+                Some(p) = rx.recv() => {
+                    transport::write_message(send, &Message::LoadProgress(p)).await?;
+                }
+                r = &mut task => break r.map_err(|e| DistError::Protocol(e.to_string()))?,
+            }
+        };
+        let (model, placement) = outcome?;
+        let (inputs, outputs) = Submitter::inputs_outputs(&model);
+        let loaded = pb::Loaded {
+            model_id: model.id,
+            placement,
+            inputs,
+            outputs,
+        };
+        transport::write_message(send, &Message::Loaded(loaded)).await?;
+        Ok(())
+    }
+
+    async fn serve_client_run(
+        self: &Arc<Self>,
+        r: pb::Run,
+        send: &mut quinn::SendStream,
+        recv: &mut quinn::RecvStream,
+    ) -> Result<(), DistError> {
+        let model = self.submitter.model(r.model_id)?;
+        let (names, _) = Submitter::inputs_outputs(&model);
+        if r.tensors as usize != names.len() {
+            return Err(DistError::Runtime(crate::Error::Input(format!(
+                "the model takes {} input(s) ({}), {} were sent",
+                names.len(),
+                names.join(", "),
+                r.tensors
+            ))));
+        }
+        let mut slots: BTreeMap<usize, crate::tensor::Tensor> = BTreeMap::new();
+        for _ in 0..r.tensors {
+            let (h, payload) = wire::read_tensor(recv).await?;
+            slots.insert(h.edge_id as usize, wire::tensor(&h, payload)?);
+        }
+        let inputs: Vec<_> = (0..names.len())
+            .map(|i| {
+                slots.remove(&i).ok_or_else(|| {
+                    DistError::Runtime(crate::Error::Input(format!("missing input '{}'", names[i])))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let (outputs, retried) = self.submitter.run(&model, inputs).await?;
+        let m = Message::RunResult(pb::RunResult {
+            run_id: 0,
+            tensors: outputs.len() as u32,
+            retried,
+        });
+        transport::write_message(send, &m).await?;
+        for (i, t) in outputs.iter().enumerate() {
+            let h = wire::header(t, pb::TensorRole::Output, r.model_id, 0, i as u64);
+            wire::write_tensor(send, h, t.bytes()).await?;
+        }
+        Ok(())
+    }
+
+    async fn serve_fragment(
+        self: &Arc<Self>,
+        f: pb::Fragment,
+        send: &mut quinn::SendStream,
+        recv: &mut quinn::RecvStream,
+    ) -> Result<(), DistError> {
+        let mut weights = BTreeMap::new();
+        for _ in 0..f.weight_count {
+            let (h, payload) = wire::read_tensor(recv).await?;
+            if h.role() != pb::TensorRole::Weight || h.model_id != f.model_id {
+                return Err(DistError::Protocol(
+                    "expected the fragment's weights".into(),
+                ));
+            }
+            weights.insert(h.edge_id as ValueId, wire::tensor(&h, payload)?);
+        }
+        let p = self.participant.clone();
+        let model = f.model_id;
+        let r = tokio::task::spawn_blocking(move || p.load(&f, weights))
+            .await
+            .map_err(|e| DistError::Protocol(e.to_string()))?;
+        let ack = pb::LoadAck {
+            model_id: model,
+            ok: r.is_ok(),
+            reason: r.err().map(|e| e.to_string()).unwrap_or_default(),
+        };
+        transport::write_message(send, &Message::LoadAck(ack)).await?;
+        Ok(())
+    }
+}
+
+fn one_way() -> DistError {
+    DistError::Protocol("this request needs a bidirectional stream".into())
+}
+
+#[cfg(test)]
+mod tests;

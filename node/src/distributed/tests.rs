@@ -1,0 +1,141 @@
+use std::path::Path;
+
+use vkml_planner::{LinkCosts, Snapshot};
+
+use super::fragment;
+use crate::cluster::inventory::{to_planner, to_wire};
+use crate::exec::{Device, cost_graph, inventory};
+use crate::graph::Graph;
+use crate::ops::ValueType;
+use crate::tensor::DType;
+
+fn mnist() -> (Graph, crate::graph::Specialized) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mnist_cnn/model.onnx");
+    let graph = Graph::from_model(&crate::onnx::load(&path).unwrap()).unwrap();
+    let spec = graph
+        .specialize(&[ValueType::new(DType::F32, vec![1, 1, 28, 28])], &[])
+        .unwrap();
+    (graph, spec)
+}
+
+/// What a node advertises (through the wire record) plans exactly as the single-node runtime
+/// plans over the same devices: a one-node cluster is the degenerate case, not another path.
+#[test]
+fn a_one_node_cluster_plans_as_the_single_node_runtime() {
+    let (graph, spec) = mnist();
+    let (cost, _) = cost_graph(&graph, &spec);
+    for limit in [None, Some(60_000)] {
+        let local = inventory(&[Device::Cpu], limit);
+        let wire: Vec<_> = local
+            .nodes
+            .values()
+            .flatten()
+            .map(|d| to_planner(&to_wire(d, "cpu".into())))
+            .collect();
+        let cluster = Snapshot::single("n1", wire);
+        let a = vkml_planner::plan(&cost, &local, &LinkCosts::default());
+        let b = vkml_planner::plan(&cost, &cluster, &LinkCosts::default());
+        match (a, b) {
+            (Ok(a), Ok(b)) => {
+                let idx = |p: &vkml_planner::Plan| {
+                    p.placement.iter().map(|d| d.index).collect::<Vec<_>>()
+                };
+                assert_eq!(idx(&a), idx(&b));
+                assert_eq!(a.op_chunk, b.op_chunk);
+                assert_eq!(a.transfers, b.transfers);
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b),
+            (a, b) => panic!("{a:?} / {b:?}"),
+        }
+    }
+}
+
+/// A fragment rebuilt on a participant has the submitter's ops, types and (only) the
+/// weights its own ops read; its cost graph survives the wire.
+#[test]
+fn fragments_rebuild_the_graph_with_only_their_weights() {
+    let (graph, spec) = mnist();
+    let (cost, _) = cost_graph(&graph, &spec);
+    let mut snapshot = Snapshot::default();
+    for (name, cap) in [("a", 60_000u64), ("b", 200_000)] {
+        let devs = inventory(&[Device::Cpu], Some(cap))
+            .nodes
+            .into_values()
+            .next()
+            .unwrap();
+        snapshot.nodes.insert(name.into(), devs);
+    }
+    let plan = vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).unwrap();
+    assert!(
+        plan.transfers.iter().any(|t| t.cross_host),
+        "the caps split the model"
+    );
+    let skeleton = fragment::Skeleton::new(&graph, &spec, &cost, &snapshot).unwrap();
+    let back = fragment::cost_from_wire(&fragment::cost_to_wire(&cost)).unwrap();
+    assert_eq!(back, cost);
+    assert_eq!(
+        fragment::snapshot_from_wire(&fragment::snapshot_to_wire(&snapshot)),
+        snapshot
+    );
+    let mut weights_seen = 0;
+    for node in ["a", "b"] {
+        let (f, weights) = skeleton.fragment(&graph, &spec, &plan, node, 7, "a");
+        assert_eq!(f.nodes.len(), spec.live.len());
+        // Only consts read by this node's ops.
+        for (v, _) in &weights {
+            let read_here = spec.live.iter().enumerate().any(|(p, &n)| {
+                plan.placement[p].node == node && spec.node(&graph, n).inputs.contains(&Some(*v))
+            });
+            assert!(
+                read_here,
+                "{node} got weight {} it does not read",
+                graph.value_names[*v]
+            );
+        }
+        weights_seen += weights.len();
+        let (g2, s2) = fragment::rebuild(&f, weights.into_iter().collect()).unwrap();
+        assert_eq!(g2.value_names, graph.value_names);
+        assert_eq!(s2.types, spec.types);
+        for (p, &n) in spec.live.iter().enumerate() {
+            assert_eq!(g2.nodes[p].op_type, spec.node(&graph, n).op_type);
+            assert_eq!(g2.nodes[p].inputs, spec.node(&graph, n).inputs);
+        }
+        let (c2, _) = cost_graph(&g2, &s2);
+        for (p, d) in plan.placement.iter().enumerate() {
+            if d.node == node {
+                assert_eq!(c2.ops[p].flops, cost.ops[p].flops);
+                assert_eq!(c2.ops[p].gpu, cost.ops[p].gpu);
+            }
+        }
+    }
+    let all_consts = spec
+        .live
+        .iter()
+        .flat_map(|&n| spec.node(&graph, n).inputs.iter().flatten())
+        .filter(|&&v| spec.consts[v].is_some())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    assert_eq!(
+        weights_seen, all_consts,
+        "every weight goes to exactly one node here"
+    );
+}
+
+#[test]
+fn a_malformed_fragment_is_an_error_not_a_panic() {
+    let (graph, spec) = mnist();
+    let (cost, _) = cost_graph(&graph, &spec);
+    let snapshot = inventory(&[Device::Cpu], None);
+    let plan = vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).unwrap();
+    let skeleton = fragment::Skeleton::new(&graph, &spec, &cost, &snapshot).unwrap();
+    let (f, _) = skeleton.fragment(&graph, &spec, &plan, "local", 1, "local");
+    let mut bad = f.clone();
+    bad.nodes[0].inputs[0] = 1 << 40;
+    assert!(fragment::rebuild(&bad, Default::default()).is_err());
+    let mut bad = f.clone();
+    bad.types.pop();
+    assert!(fragment::rebuild(&bad, Default::default()).is_err());
+    let mut bad = f;
+    bad.nodes[0].onnx_node = bytes::Bytes::from_static(&[0xff, 0xff]);
+    assert!(fragment::rebuild(&bad, Default::default()).is_err());
+}

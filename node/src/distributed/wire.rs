@@ -1,0 +1,101 @@
+//! Tensors on streams: a `Tensor` frame (the header) followed by the raw payload, and the
+//! conversions between our tensors and the wire's names for element types.
+
+use bytes::{Bytes, BytesMut};
+use quinn::{RecvStream, SendStream};
+use vkml_protocol::{Message, pb};
+
+use super::DistError;
+use crate::cluster::transport;
+use crate::tensor::{DType, Tensor};
+
+/// The wire name of an element type (ONNX's: "float", "int64"...).
+pub fn dtype_name(d: DType) -> &'static str {
+    d.onnx_name()
+}
+
+pub fn dtype_from_name(name: &str) -> Result<DType, DistError> {
+    DType::ALL
+        .into_iter()
+        .find(|d| d.onnx_name() == name)
+        .ok_or_else(|| DistError::Protocol(format!("unknown element type '{name}'")))
+}
+
+pub fn header(
+    t: &Tensor,
+    role: pb::TensorRole,
+    model: u64,
+    run: u64,
+    edge: u64,
+) -> pb::TensorHeader {
+    pb::TensorHeader {
+        run_id: run,
+        edge_id: edge,
+        dtype: dtype_name(t.dtype()).to_string(),
+        shape: t.shape().iter().map(|&d| d as u64).collect(),
+        payload_bytes: t.bytes().len() as u64,
+        model_id: model,
+        role: role as i32,
+        // Whole, not striped: the transport fills in striping when it splits a tensor.
+        ..Default::default()
+    }
+}
+
+/// The tensor a header and its payload describe, checked (the payload must be exactly the
+/// shape's size).
+pub fn tensor(h: &pb::TensorHeader, payload: Bytes) -> Result<Tensor, DistError> {
+    let dtype = dtype_from_name(&h.dtype)?;
+    let shape: Vec<usize> = h.shape.iter().map(|&d| d as usize).collect();
+    Tensor::from_bytes(dtype, shape, payload)
+        .map_err(|e| DistError::Protocol(format!("tensor on the wire: {e}")))
+}
+
+pub async fn write_tensor(
+    send: &mut SendStream,
+    h: pb::TensorHeader,
+    payload: &Bytes,
+) -> Result<(), DistError> {
+    transport::write_message(send, &Message::Tensor(h)).await?;
+    send.write_all(payload)
+        .await
+        .map_err(|e| DistError::Peer(format!("write: {e}")))
+}
+
+/// The payload that follows a tensor header on `recv`.
+pub async fn read_payload(recv: &mut RecvStream, h: &pb::TensorHeader) -> Result<Bytes, DistError> {
+    let n = usize::try_from(h.payload_bytes)
+        .map_err(|_| DistError::Protocol("tensor payload too large for this machine".into()))?;
+    let mut buf = BytesMut::zeroed(n);
+    recv.read_exact(&mut buf)
+        .await
+        .map_err(|e| DistError::Peer(format!("tensor payload: {e}")))?;
+    Ok(buf.freeze())
+}
+
+/// The next frame, which must be a tensor header, and its payload.
+pub async fn read_tensor(recv: &mut RecvStream) -> Result<(pb::TensorHeader, Bytes), DistError> {
+    match transport::read_message(recv).await? {
+        Some(Message::Tensor(h)) => {
+            let payload = read_payload(recv, &h).await?;
+            Ok((h, payload))
+        }
+        Some(other) => Err(DistError::Protocol(format!(
+            "expected a tensor, got {:?}",
+            other.kind()
+        ))),
+        None => Err(DistError::Protocol(
+            "the stream ended before a tensor".into(),
+        )),
+    }
+}
+
+/// Reads the next message; an end of stream or an error reply is an error.
+pub async fn expect_message(recv: &mut RecvStream) -> Result<Message, DistError> {
+    match transport::read_message(recv).await? {
+        Some(Message::Error(e)) => Err(DistError::Remote(e.message)),
+        Some(m) => Ok(m),
+        None => Err(DistError::Peer(
+            "the peer closed the stream without answering".into(),
+        )),
+    }
+}
