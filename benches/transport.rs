@@ -1,17 +1,20 @@
 //! QUIC (the cluster transport, with its tuned settings and full mutual TLS) against plain
-//! TCP on loopback, in the same run: a 256 MiB tensor (header frame + raw payload, acked by
-//! the receiver), and the round trip of a 4 KiB message on an open stream / socket.
+//! TCP on loopback, in the same run: a 256 MiB tensor and the round trip of a 4 KiB message on
+//! an open stream / socket. The QUIC tensor takes the node's real path: two `Cluster` nodes,
+//! `send_tensor` (striped over several connections) to `tensors()` on the other, timed until
+//! the reassembled tensor is delivered; TCP sends header + payload on one socket, acked.
 //!
 //!     cargo bench --bench transport            # prints a table; BENCHMARKS.md has results
 //!
-//! Environment: VKML_BENCH_MIB (tensor size, default 256), VKML_BENCH_REPS (default 5).
+//! Environment: VKML_BENCH_MIB (tensor size, default 256), VKML_BENCH_REPS (default 5),
+//! VKML_TENSOR_LANES (the node's lanes, default min(4, cores)).
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vkml::cluster::tls::NodeTls;
-use vkml::cluster::{Secret, transport};
+use vkml::cluster::{Cluster, ClusterConfig, MemberState, Secret, transport};
 use vkml_protocol::{Message, pb};
 
 const RTT_ROUNDS: usize = 2000;
@@ -19,6 +22,13 @@ const RTT_ROUNDS: usize = 2000;
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+fn fmt_runs(v: &[f64]) -> String {
+    v.iter()
+        .map(|s| format!("{s:.3}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn header(bytes: usize) -> Vec<u8> {
@@ -34,7 +44,66 @@ fn header(bytes: usize) -> Vec<u8> {
     .unwrap()
 }
 
-async fn quic(payload: Bytes, reps: usize) -> (Vec<f64>, Vec<f64>) {
+/// The node's own path: two `Cluster` nodes on loopback, `send_tensor` on one, `tensors()` on
+/// the other (striped over VKML_TENSOR_LANES connections, default min(4, cores)), timed until
+/// the reassembled tensor is in the receiver's hands.
+async fn quic_tensor(payload: Bytes, reps: usize) -> (Vec<f64>, usize) {
+    let secret = Secret::generate().unwrap();
+    let config = |name: &str, join: Vec<String>| ClusterConfig {
+        name: name.into(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        advertise: None,
+        join,
+        secret: secret.clone(),
+        devices: vec![],
+    };
+    let a = Cluster::start(config("sender", vec![])).await.unwrap();
+    let b = Cluster::start(config("receiver", vec![a.addr().to_string()]))
+        .await
+        .unwrap();
+    let mut rx = b.tensors();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !a
+        .members()
+        .iter()
+        .any(|m| m.name == "receiver" && m.state == MemberState::Alive)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the nodes did not join within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let h = pb::TensorHeader {
+        run_id: 1,
+        edge_id: 1,
+        dtype: "float32".into(),
+        shape: vec![payload.len() as u64 / 4],
+        payload_bytes: payload.len() as u64,
+        ..Default::default()
+    };
+    // Dials the lanes before timing (as the raw version connected before timing).
+    let warm = payload.slice(..payload.len().min(16 << 20));
+    a.send_tensor("receiver", h.clone(), warm).await.unwrap();
+    rx.recv().await.unwrap();
+    let mut secs = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        a.send_tensor("receiver", h.clone(), payload.clone())
+            .await
+            .unwrap();
+        let got = rx.recv().await.unwrap();
+        secs.push(t.elapsed().as_secs_f64());
+        assert_eq!(got.payload.len(), payload.len());
+    }
+    let lanes = a.tensor_lanes();
+    b.leave().await;
+    a.leave().await;
+    (secs, lanes)
+}
+
+/// The 4 KiB round trip on one open QUIC stream (endpoints with the cluster's settings and TLS).
+async fn quic_rtt() -> Vec<f64> {
     let secret = Secret::generate().unwrap();
     let server_tls = NodeTls::new(&secret, "server").unwrap();
     let client_tls = NodeTls::new(&secret, "client").unwrap();
@@ -46,50 +115,14 @@ async fn quic(payload: Bytes, reps: usize) -> (Vec<f64>, Vec<f64>) {
         }
     });
     let client = transport::endpoint(&client_tls, "127.0.0.1:0".parse().unwrap(), false).unwrap();
-    let mut lanes = Vec::new();
-    for _ in 0..lanes_wanted() {
-        let (conn, _) = transport::connect(
-            &client,
-            addr,
-            vkml_protocol::hello("client", pb::Role::Member, 1),
-        )
-        .await
-        .unwrap();
-        lanes.push(conn);
-    }
-    let conn = lanes[0].clone();
-    let mut secs = Vec::new();
-    for _ in 0..reps {
-        let t = Instant::now();
-        // The tensor split evenly over the lanes (one connection each), sent concurrently.
-        let part = payload.len().div_ceil(lanes.len());
-        let sends: Vec<_> = lanes
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let c = c.clone();
-                let bytes = payload
-                    .slice((i * part).min(payload.len())..((i + 1) * part).min(payload.len()));
-                tokio::spawn(send_tensor(c, bytes))
-            })
-            .collect();
-        for s in sends {
-            s.await.unwrap();
-        }
-        secs.push(t.elapsed().as_secs_f64());
-    }
-    let st = conn.stats();
-    println!(
-        "QUIC path: {} lane(s), mtu {} B, {} packets sent, {} lost, {} congestion events, cwnd {} B",
-        lanes.len(),
-        st.path.current_mtu,
-        st.path.sent_packets,
-        st.path.lost_packets,
-        st.path.congestion_events,
-        st.path.cwnd
-    );
+    let (conn, _) = transport::connect(
+        &client,
+        addr,
+        vkml_protocol::hello("client", pb::Role::Member, 1),
+    )
+    .await
+    .unwrap();
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    // A first frame that is not a tensor makes the server echo.
     send.write_all(
         &Message::StatusRequest(pb::StatusRequest {})
             .encode()
@@ -106,60 +139,22 @@ async fn quic(payload: Bytes, reps: usize) -> (Vec<f64>, Vec<f64>) {
         recv.read_exact(&mut back).await.unwrap();
         rtts.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    for c in lanes {
-        c.close(0u32.into(), b"done");
-    }
-    (secs, rtts)
-}
-
-/// Connections a tensor is spread over (VKML_BENCH_LANES, default 1).
-fn lanes_wanted() -> usize {
-    std::env::var("VKML_BENCH_LANES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
-
-async fn send_tensor(conn: quinn::Connection, payload: Bytes) {
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    send.write_all(&header(payload.len())).await.unwrap();
-    for off in (0..payload.len()).step_by(1 << 20) {
-        let end = (off + (1 << 20)).min(payload.len());
-        send.write_chunk(payload.slice(off..end)).await.unwrap();
-    }
-    let _ = send.finish();
-    let mut ack = [0u8; 1];
-    recv.read_exact(&mut ack).await.unwrap();
+    conn.close(0u32.into(), b"done");
+    rtts
 }
 
 async fn serve(incoming: quinn::Incoming) {
     {
         let conn = incoming.await.unwrap();
         transport::accept_hello(&conn, "server", 1).await.unwrap();
-        // Each stream: one tensor (header, payload, ack) or a ping-pong session.
+        // Each stream: a ping-pong session echoing 4 KiB messages.
         while let Ok((mut send, mut recv)) = conn.accept_bi().await {
             tokio::spawn(async move {
-                match transport::read_message(&mut recv).await {
-                    Ok(Some(Message::Tensor(h))) => {
-                        let mut got = 0u64;
-                        while got < h.payload_bytes {
-                            match recv.read_chunk(usize::MAX, true).await {
-                                Ok(Some(c)) => got += c.bytes.len() as u64,
-                                _ => break,
-                            }
-                        }
-                        send.write_all(&[1]).await.unwrap();
-                        let _ = send.finish();
-                    }
-                    _ => {
-                        // Ping-pong: echo 4 KiB messages back.
-                        let mut buf = vec![0u8; 4096];
-                        while recv.read_exact(&mut buf).await.is_ok() {
-                            if send.write_all(&buf).await.is_err() {
-                                break;
-                            }
-                        }
+                let _ = transport::read_message(&mut recv).await;
+                let mut buf = vec![0u8; 4096];
+                while recv.read_exact(&mut buf).await.is_ok() {
+                    if send.write_all(&buf).await.is_err() {
+                        break;
                     }
                 }
             });
@@ -246,15 +241,21 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let (q_secs, q_rtt) = rt.block_on(quic(payload.clone(), reps));
+    let (q_secs, lanes) = rt.block_on(quic_tensor(payload.clone(), reps));
+    let q_rtt = rt.block_on(quic_rtt());
     let (t_secs, t_rtt) = rt.block_on(tcp(payload, reps));
     rt.shutdown_timeout(Duration::from_secs(1));
     let mbps = |s: f64| (mib as f64) / s;
-    let (qs, ts) = (median(q_secs), median(t_secs));
+    let (qs, ts) = (median(q_secs.clone()), median(t_secs.clone()));
     let (qr, tr) = (median(q_rtt), median(t_rtt));
     println!(
         "transport on loopback, {mib} MiB tensor x {reps}, 4 KiB round trip x {RTT_ROUNDS} (medians)"
     );
+    println!(
+        "QUIC tensor: Cluster::send_tensor -> tensors(), {lanes} lane(s) (VKML_TENSOR_LANES), runs (s): {}",
+        fmt_runs(&q_secs)
+    );
+    println!("TCP tensor runs (s): {}", fmt_runs(&t_secs));
     println!(
         "{:<6} {:>12} {:>12} {:>16}",
         "", "tensor s", "MiB/s", "4 KiB RTT us"

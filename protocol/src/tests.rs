@@ -231,6 +231,7 @@ fn random_and_mutated_bytes_never_panic() {
                 generation: 1,
                 devices: vec![],
             }],
+            ..Default::default()
         })
         .encode()
         .unwrap(),

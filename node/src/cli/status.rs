@@ -29,6 +29,9 @@ pub struct StatusArgs {
 struct JsonStatus {
     node: String,
     members: Vec<JsonMember>,
+    /// The answering node's own tensor traffic (payload bytes, all peers).
+    tensor_bytes_sent: u64,
+    tensor_bytes_received: u64,
     /// Bytes of intermediate values the answering node sent to / received from other nodes.
     edge_bytes_sent: u64,
     edge_bytes_received: u64,
@@ -67,6 +70,8 @@ fn state(s: i32) -> &'static str {
 fn to_json(r: pb::StatusReply) -> JsonStatus {
     JsonStatus {
         node: r.node,
+        tensor_bytes_sent: r.tensor_bytes_sent,
+        tensor_bytes_received: r.tensor_bytes_received,
         edge_bytes_sent: r.edge_bytes_sent,
         edge_bytes_received: r.edge_bytes_received,
         members: r

@@ -8,6 +8,7 @@
 //! - [`inventory`]: this node's devices, and the wire <-> planner records;
 //! - [`view`]: the membership table every API reads;
 //! - [`service`]: accepting connections and answering requests (status, inventory, leave);
+//! - [`tensors`]: whole tensors between members, large ones striped over several connections;
 //! - [`client`]: a tool's connection (`vkml-node status`).
 //!
 //! docs/CLUSTER.md explains the choices.
@@ -18,6 +19,7 @@ pub mod inventory;
 pub mod membership;
 pub mod secret;
 pub mod service;
+pub mod tensors;
 pub mod tls;
 pub mod transport;
 pub mod view;
@@ -38,6 +40,7 @@ use vkml_protocol::{Message, datagram, error_code, pb};
 pub use faults::Faults;
 pub use membership::NodeId;
 pub use secret::Secret;
+pub use tensors::ArrivedTensor;
 pub use view::{MemberEvent, MemberInfo, MemberState};
 
 use faults::Verdict;
@@ -118,6 +121,7 @@ pub(crate) struct Inner {
     gossip_tx: mpsc::UnboundedSender<Input>,
     inventory: Mutex<pb::Inventory>,
     incoming: Mutex<Option<mpsc::Sender<IncomingStream>>>,
+    tensors: tensors::TensorState,
     exec_stats: ExecStats,
 }
 
@@ -137,6 +141,22 @@ impl Cluster {
     /// Binds the endpoint, starts gossip, and starts joining through the seeds (in the
     /// background: a seed that is not up yet is retried every second).
     pub async fn start(cfg: ClusterConfig) -> Result<Cluster, ClusterError> {
+        Self::start_with(cfg, Faults::from_env()?).await
+    }
+
+    /// `start` with a fault layer of the test's own (VKML_FAULTS is process-wide).
+    #[cfg(test)]
+    pub(crate) async fn start_with_faults(
+        cfg: ClusterConfig,
+        faults: Faults,
+    ) -> Result<Cluster, ClusterError> {
+        Self::start_with(cfg, Some(faults)).await
+    }
+
+    async fn start_with(
+        cfg: ClusterConfig,
+        faults: Option<Faults>,
+    ) -> Result<Cluster, ClusterError> {
         let tls = NodeTls::new(&cfg.secret, &cfg.name)?;
         let endpoint = transport::endpoint(&tls, cfg.listen, true)?;
         let local = endpoint
@@ -172,13 +192,14 @@ impl Cluster {
             addr,
             generation: AtomicU64::new(generation),
             endpoint,
-            faults: Faults::from_env()?,
+            faults,
             view: RwLock::new(View::new(&me)),
             events: broadcast::channel(256).0,
             peers: Mutex::new(HashMap::new()),
             gossip_tx,
             inventory: Mutex::new(inventory.clone()),
             incoming: Mutex::new(None),
+            tensors: tensors::TensorState::new(tensors::lanes_from_env()),
             exec_stats: ExecStats::default(),
         });
         inner.store_inventory(inventory.clone());
@@ -189,6 +210,10 @@ impl Cluster {
             gossip_rx,
         ));
         tokio::spawn(service::accept_loop(inner.clone()));
+        tokio::spawn(tensors::watch(
+            Arc::downgrade(&inner),
+            inner.events.subscribe(),
+        ));
         if !cfg.join.is_empty() {
             tokio::spawn(join_loop(inner.clone(), cfg.join.clone()));
         }

@@ -126,6 +126,9 @@ async fn on_stream(
         Message::Leave(l) if member && l.node == peer.name => {
             inner.mark_left(&l.node, l.generation);
         }
+        Message::Tensor(h) if member && inner.tensors.taken() => {
+            super::tensors::receive(&inner, &peer.name, h, send, recv).await;
+        }
         other => {
             let tx = lock(&inner.incoming).clone();
             match tx {
@@ -160,7 +163,7 @@ async fn reply_error(send: Option<&mut SendStream>, code: u32, message: &str) {
     }
 }
 
-fn status_reply(inner: &Inner) -> pb::StatusReply {
+pub(crate) fn status_reply(inner: &Inner) -> pb::StatusReply {
     use std::sync::atomic::Ordering::Relaxed;
     pb::StatusReply {
         node: inner.name.clone(),
@@ -178,5 +181,7 @@ fn status_reply(inner: &Inner) -> pb::StatusReply {
                 devices: m.devices,
             })
             .collect(),
+        tensor_bytes_sent: inner.tensors.bytes_sent(),
+        tensor_bytes_received: inner.tensors.bytes_received(),
     }
 }

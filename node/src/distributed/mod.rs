@@ -99,6 +99,13 @@ impl Exec {
         });
         link.attach(Arc::downgrade(&exec));
 
+        let mut tensors = cluster.tensors();
+        let e = exec.clone();
+        tokio::spawn(async move {
+            while let Some(t) = tensors.recv().await {
+                e.tensor_arrived(&t.from, &t.header, t.payload);
+            }
+        });
         let mut incoming = cluster.incoming();
         let e = exec.clone();
         tokio::spawn(async move {
@@ -230,11 +237,6 @@ impl Exec {
                 Message::Fragment(f) => {
                     let s = send.as_mut().ok_or_else(one_way)?;
                     self.serve_fragment(*f, s, &mut recv).await
-                }
-                Message::Tensor(h) => {
-                    let payload = wire::read_payload(&mut recv, &h).await?;
-                    self.tensor_arrived(&peer, &h, payload);
-                    Ok(())
                 }
                 m @ (Message::RunFailed(_) | Message::Unload(_)) if !client => {
                     self.message_from(&peer, m);

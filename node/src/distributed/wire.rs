@@ -36,6 +36,8 @@ pub fn header(
         payload_bytes: t.bytes().len() as u64,
         model_id: model,
         role: role as i32,
+        // Whole, not striped: the transport fills in striping when it splits a tensor.
+        ..Default::default()
     }
 }
 
