@@ -3,6 +3,14 @@
 //! Both shaders read the same parameter table (a `BufRef::Table`, since 3-D geometry does
 //! not fit the 128-byte push-constant budget next to five buffer addresses). Its layout is
 //! mirrored by the `P_*` constants in shaders/conv_gemm.comp and shaders/conv_direct.comp.
+//!
+//! Split-K: a convolution with few output tiles and a long K (late CNN layers at small batch:
+//! 7 x 7 pixels, 512 channels, K = 4608) would run a handful of workgroups on a GPU with 100+
+//! multiprocessors, each walking all of K. [`split_k`] then cuts K into slices: one workgroup
+//! per (slice, tile) writes float partial sums to a scratch buffer, and a second dispatch
+//! (shaders/conv_splitk_reduce.comp) adds them in slice order plus the bias. The choice is a
+//! pure function of the shapes (plans and recorded command lists depend on it), overridable
+//! for benchmarks with `VKML_CONV_SPLITK` (see [`SplitK::from_env`]).
 
 use super::ConvShape;
 use crate::ops::util::groups_1d;
@@ -11,6 +19,8 @@ use crate::ops::{BufRef, Dispatch, GpuKernel};
 /// Output pixels x output channels per workgroup of the implicit GEMM (shaders/conv_gemm.comp).
 const TILE_M: usize = 64;
 const TILE_N: usize = 64;
+/// K elements per step of the implicit GEMM's main loop (`BK` in the shader).
+const TILE_K: usize = 16;
 /// Below this many output channels per group, a 64-wide channel tile would be mostly idle:
 /// the direct shader is used instead (depthwise, ResNeXt-style narrow groups).
 const MIN_GEMM_OCG: usize = 16;
@@ -18,8 +28,74 @@ const MIN_GEMM_OCG: usize = 16;
 /// Largest element count the shaders index with 32-bit arithmetic.
 const MAX_ELEMS: usize = i32::MAX as usize;
 
+/// Convolutions with fewer output tiles than this are split along K...
+const SPLIT_BELOW_TILES: usize = 256;
+/// ...into enough slices to launch about this many workgroups (an H100's 132 multiprocessors
+/// hold about 4 of these 256-thread workgroups each: one full wave)...
+const SPLIT_TARGET_GROUPS: usize = 512;
+/// ...each slice at least this many K steps, so the partial sums' extra traffic (one float per
+/// output per slice, written and read back) stays small next to the slice's own loads.
+const MIN_SLICE_STEPS: usize = 4;
+const MAX_SPLITS: usize = 64;
+
+/// How to choose split-K: by the shape rule, never, or with a given slice count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitK {
+    Auto,
+    Off,
+    /// At most this many slices (fewer when K has fewer steps).
+    Forced(usize),
+}
+
+impl SplitK {
+    /// `VKML_CONV_SPLITK`: unset (or unreadable) is `Auto`, `0` is `Off`, `N` forces N slices
+    /// on every implicit-GEMM convolution. Read once: plans must not change under a process.
+    pub fn from_env() -> SplitK {
+        static MODE: std::sync::OnceLock<SplitK> = std::sync::OnceLock::new();
+        *MODE.get_or_init(|| match std::env::var("VKML_CONV_SPLITK") {
+            Err(_) => SplitK::Auto,
+            Ok(v) => match v.trim().parse::<usize>() {
+                Ok(0) => SplitK::Off,
+                Ok(n) => SplitK::Forced(n),
+                Err(_) => {
+                    tracing::warn!("VKML_CONV_SPLITK={v:?} is not a number; using the shape rule");
+                    SplitK::Auto
+                }
+            },
+        })
+    }
+}
+
+/// Slices of K for a convolution with `tiles` output tiles (all groups), a reduction of
+/// length `k` and `y_len` outputs: (slice count, K elements per slice, a multiple of the
+/// shader's step). One slice means no split. Every slice is non-empty; the last may be short.
+pub fn split_k(tiles: usize, k: usize, y_len: usize, mode: SplitK) -> (usize, usize) {
+    let steps = k.div_ceil(TILE_K);
+    let want = match mode {
+        SplitK::Off => 1,
+        SplitK::Forced(n) => n,
+        SplitK::Auto if tiles >= SPLIT_BELOW_TILES => 1,
+        SplitK::Auto => SPLIT_TARGET_GROUPS
+            .div_ceil(tiles.max(1))
+            .min(steps / MIN_SLICE_STEPS)
+            .min(MAX_SPLITS),
+    };
+    // The partials are indexed with 32-bit arithmetic too.
+    let want = want.min(steps).min(MAX_ELEMS / y_len.max(1));
+    if want < 2 {
+        return (1, k);
+    }
+    let slice_steps = steps.div_ceil(want);
+    (steps.div_ceil(slice_steps), slice_steps * TILE_K)
+}
+
 /// `half`: the tensors are f16 (the shaders' `_f16` variants; arithmetic stays in float).
 pub fn kernel(s: &ConvShape, has_bias: bool, half: bool) -> Option<GpuKernel> {
+    kernel_with(s, has_bias, half, SplitK::from_env())
+}
+
+/// [`kernel`] with the split-K choice given rather than read from the environment.
+pub fn kernel_with(s: &ConvShape, has_bias: bool, half: bool, mode: SplitK) -> Option<GpuKernel> {
     let a = s.axes3();
     let x_len = s.n * s.c * s.in_plane();
     let w_len = s.oc * s.cg() * s.kernel_volume();
@@ -30,6 +106,13 @@ pub fn kernel(s: &ConvShape, has_bias: bool, half: bool) -> Option<GpuKernel> {
     let m = s.n * s.out_plane();
     let tiles_m = m.div_ceil(TILE_M);
     let tiles_n = s.ocg().div_ceil(TILE_N);
+    let tiles = tiles_m * tiles_n * s.group;
+    let direct = s.ocg() < MIN_GEMM_OCG;
+    let (splits, k_slice) = if direct {
+        (1, 0)
+    } else {
+        split_k(tiles, s.cg() * s.kernel_volume(), y_len, mode)
+    };
     let mut table: Vec<u32> = vec![s.n as u32, s.c as u32];
     table.extend(a.iter().map(|a| a.input as u32));
     table.push(s.oc as u32);
@@ -38,8 +121,8 @@ pub fn kernel(s: &ConvShape, has_bias: bool, half: bool) -> Option<GpuKernel> {
     table.extend(a.iter().map(|a| a.stride as u32));
     table.extend(a.iter().map(|a| a.dilation as u32));
     table.extend(a.iter().map(|a| a.pad_begin as u32));
-    table.extend([s.group, s.cg(), s.ocg(), tiles_m, tiles_n].map(|v| v as u32));
-    debug_assert_eq!(table.len(), 26);
+    table.extend([s.group, s.cg(), s.ocg(), tiles_m, tiles_n, splits, k_slice].map(|v| v as u32));
+    debug_assert_eq!(table.len(), 28);
 
     // Without B the shaders read zeros, so they need no branch on it.
     let bias = if has_bias {
@@ -47,14 +130,43 @@ pub fn kernel(s: &ConvShape, has_bias: bool, half: bool) -> Option<GpuKernel> {
     } else {
         BufRef::Table(vec![0; s.oc])
     };
-    let buffers = vec![
+    let mut buffers = vec![
         BufRef::Input(0),
         BufRef::Input(1),
-        bias,
+        bias.clone(),
         BufRef::Output(0),
         BufRef::Table(table),
     ];
-    let dispatch = if s.ocg() < MIN_GEMM_OCG {
+    if splits > 1 {
+        buffers[3] = BufRef::Scratch(0);
+        let gemm = Dispatch {
+            shader: if half {
+                "conv_gemm_f16_splitk"
+            } else {
+                "conv_gemm_f32_splitk"
+            },
+            buffers,
+            params: vec![],
+            groups: groups_1d(tiles * splits * 256, 256),
+        };
+        let reduce = Dispatch {
+            shader: if half {
+                "conv_splitk_reduce_f16"
+            } else {
+                "conv_splitk_reduce_f32"
+            },
+            buffers: vec![BufRef::Scratch(0), bias, BufRef::Output(0)],
+            params: [y_len, splits, s.out_plane(), s.oc]
+                .map(|v| v as u32)
+                .to_vec(),
+            groups: groups_1d(y_len, 256),
+        };
+        return Some(GpuKernel {
+            scratch: vec![(splits * y_len * 4) as u64],
+            dispatches: vec![gemm, reduce],
+        });
+    }
+    let dispatch = if direct {
         Dispatch {
             shader: if half {
                 "conv_direct_f16"
@@ -66,7 +178,6 @@ pub fn kernel(s: &ConvShape, has_bias: bool, half: bool) -> Option<GpuKernel> {
             groups: groups_1d(y_len, 256),
         }
     } else {
-        let tiles = tiles_m * tiles_n * s.group;
         Dispatch {
             shader: if half {
                 "conv_gemm_f16"
@@ -111,9 +222,9 @@ mod tests {
             group: 32,
             axes: vec![axis(8, 3), axis(8, 3)],
         };
-        let k = kernel(&s, false, false).unwrap();
+        let k = kernel_with(&s, false, false, SplitK::Auto).unwrap();
         assert_eq!(k.dispatches[0].shader, "conv_direct_f32");
-        let k = kernel(&s, false, true).unwrap();
+        let k = kernel_with(&s, false, true, SplitK::Auto).unwrap();
         assert_eq!(k.dispatches[0].shader, "conv_direct_f16");
         let s = ConvShape {
             n: 2,
@@ -122,7 +233,7 @@ mod tests {
             group: 1,
             axes: vec![axis(10, 3)],
         };
-        let k = kernel(&s, true, false).unwrap();
+        let k = kernel_with(&s, true, false, SplitK::Auto).unwrap();
         let d = &k.dispatches[0];
         assert_eq!(d.shader, "conv_gemm_f32");
         // 2 * 8 outputs -> 1 pixel tile, 2 channel tiles.
@@ -132,5 +243,44 @@ mod tests {
             panic!("no table")
         };
         assert_eq!(&t[..5], &[2, 8, 1, 1, 10]);
+        // K = 24 is two steps: too short to split.
+        assert_eq!(&t[26..], &[1, 24]);
+        assert_eq!(k.scratch, Vec::<u64>::new());
+        // Depthwise stays direct even when split-K is forced.
+        let s = ConvShape {
+            n: 1,
+            c: 32,
+            oc: 32,
+            group: 32,
+            axes: vec![axis(8, 3), axis(8, 3)],
+        };
+        let k = kernel_with(&s, false, false, SplitK::Forced(4)).unwrap();
+        assert_eq!(k.dispatches.len(), 1);
+        assert_eq!(k.dispatches[0].shader, "conv_direct_f32");
+    }
+
+    #[test]
+    fn split_rule_on_resnet50_shapes() {
+        let y = 1000;
+        // Batch 1, 7 x 7 stage, 3 x 3 over 512 channels: 8 tiles, K = 4608 (288 steps):
+        // 512 / 8 = 64 slices wanted, 288 / 64 -> 5 steps each, 58 slices.
+        assert_eq!(split_k(8, 4608, y, SplitK::Auto), (58, 80));
+        // Batch 8, same layer: 7 x 8 = 56 tiles, 10 slices of 29 steps (the last 27).
+        assert_eq!(split_k(56, 4608, y, SplitK::Auto), (10, 464));
+        // 1 x 1, 2048 -> 512 channels: 128 steps, 32 slices of the minimum 4 steps.
+        assert_eq!(split_k(8, 2048, y, SplitK::Auto), (32, 64));
+        // Batch 1, 56 x 56 stage, 1 x 1 over 64 channels: 196 tiles but K is 4 steps.
+        assert_eq!(split_k(196, 64, y, SplitK::Auto), (1, 64));
+        // Enough tiles to fill the GPU: never split.
+        assert_eq!(split_k(256, 4608, y, SplitK::Auto), (1, 4608));
+        // Overrides: off, and forced counts capped by the number of steps.
+        assert_eq!(split_k(8, 4608, y, SplitK::Off), (1, 4608));
+        assert_eq!(split_k(1000, 45, y, SplitK::Forced(3)), (3, 16));
+        assert_eq!(split_k(1000, 45, y, SplitK::Forced(9)), (3, 16));
+        assert_eq!(split_k(1000, 45, y, SplitK::Forced(1)), (1, 45));
+        // 6 steps asked for 4 slices: 2 steps each, so 3 slices.
+        assert_eq!(split_k(1, 96, y, SplitK::Forced(4)), (3, 32));
+        // The partials must stay indexable with 32 bits.
+        assert_eq!(split_k(1, 4608, MAX_ELEMS / 3, SplitK::Auto), (3, 1536));
     }
 }
