@@ -6,21 +6,20 @@
 //!
 //! Split-K: a convolution with few output tiles and a long K (late CNN layers at small batch:
 //! 7 x 7 pixels, 512 channels, K = 4608) would run a handful of workgroups on a GPU with 100+
-//! multiprocessors, each walking all of K. [`split_k`] then cuts K into slices: one workgroup
-//! per (slice, tile) writes float partial sums to a scratch buffer, and a second dispatch
-//! (shaders/conv_splitk_reduce.comp) adds them in slice order plus the bias. The choice is a
-//! pure function of the shapes (plans and recorded command lists depend on it), overridable
-//! for benchmarks with `VKML_CONV_SPLITK` (see [`SplitK::from_env`]).
+//! multiprocessors, each walking all of K. `ops::splitk::split_k` then cuts K into slices: one
+//! workgroup per (slice, tile) writes float partial sums to a scratch buffer, and a second
+//! dispatch (shaders/conv_splitk_reduce.comp) adds them in slice order plus the bias. The
+//! choice is a pure function of the shapes (plans and recorded command lists depend on it),
+//! overridable for benchmarks with `VKML_CONV_SPLITK` (see [`conv_mode`]).
 
 use super::ConvShape;
+use crate::ops::splitk::{SplitK, split_k};
 use crate::ops::util::groups_1d;
 use crate::ops::{BufRef, Dispatch, GpuKernel};
 
 /// Output pixels x output channels per workgroup of the implicit GEMM (shaders/conv_gemm.comp).
 const TILE_M: usize = 64;
 const TILE_N: usize = 64;
-/// K elements per step of the implicit GEMM's main loop (`BK` in the shader).
-const TILE_K: usize = 16;
 /// Below this many output channels per group, a 64-wide channel tile would be mostly idle:
 /// the direct shader is used instead (depthwise, ResNeXt-style narrow groups).
 const MIN_GEMM_OCG: usize = 16;
@@ -28,70 +27,16 @@ const MIN_GEMM_OCG: usize = 16;
 /// Largest element count the shaders index with 32-bit arithmetic.
 const MAX_ELEMS: usize = i32::MAX as usize;
 
-/// Convolutions with fewer output tiles than this are split along K...
-const SPLIT_BELOW_TILES: usize = 256;
-/// ...into enough slices to launch about this many workgroups (an H100's 132 multiprocessors
-/// hold about 4 of these 256-thread workgroups each: one full wave)...
-const SPLIT_TARGET_GROUPS: usize = 512;
-/// ...each slice at least this many K steps, so the partial sums' extra traffic (one float per
-/// output per slice, written and read back) stays small next to the slice's own loads.
-const MIN_SLICE_STEPS: usize = 4;
-const MAX_SPLITS: usize = 64;
-
-/// How to choose split-K: by the shape rule, never, or with a given slice count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SplitK {
-    Auto,
-    Off,
-    /// At most this many slices (fewer when K has fewer steps).
-    Forced(usize),
-}
-
-impl SplitK {
-    /// `VKML_CONV_SPLITK`: unset (or unreadable) is `Auto`, `0` is `Off`, `N` forces N slices
-    /// on every implicit-GEMM convolution. Read once: plans must not change under a process.
-    pub fn from_env() -> SplitK {
-        static MODE: std::sync::OnceLock<SplitK> = std::sync::OnceLock::new();
-        *MODE.get_or_init(|| match std::env::var("VKML_CONV_SPLITK") {
-            Err(_) => SplitK::Auto,
-            Ok(v) => match v.trim().parse::<usize>() {
-                Ok(0) => SplitK::Off,
-                Ok(n) => SplitK::Forced(n),
-                Err(_) => {
-                    tracing::warn!("VKML_CONV_SPLITK={v:?} is not a number; using the shape rule");
-                    SplitK::Auto
-                }
-            },
-        })
-    }
-}
-
-/// Slices of K for a convolution with `tiles` output tiles (all groups), a reduction of
-/// length `k` and `y_len` outputs: (slice count, K elements per slice, a multiple of the
-/// shader's step). One slice means no split. Every slice is non-empty; the last may be short.
-pub fn split_k(tiles: usize, k: usize, y_len: usize, mode: SplitK) -> (usize, usize) {
-    let steps = k.div_ceil(TILE_K);
-    let want = match mode {
-        SplitK::Off => 1,
-        SplitK::Forced(n) => n,
-        SplitK::Auto if tiles >= SPLIT_BELOW_TILES => 1,
-        SplitK::Auto => SPLIT_TARGET_GROUPS
-            .div_ceil(tiles.max(1))
-            .min(steps / MIN_SLICE_STEPS)
-            .min(MAX_SPLITS),
-    };
-    // The partials are indexed with 32-bit arithmetic too.
-    let want = want.min(steps).min(MAX_ELEMS / y_len.max(1));
-    if want < 2 {
-        return (1, k);
-    }
-    let slice_steps = steps.div_ceil(want);
-    (steps.div_ceil(slice_steps), slice_steps * TILE_K)
-}
-
 /// `half`: the tensors are f16 (the shaders' `_f16` variants; arithmetic stays in float).
 pub fn kernel(s: &ConvShape, has_bias: bool, half: bool) -> Option<GpuKernel> {
-    kernel_with(s, has_bias, half, SplitK::from_env())
+    kernel_with(s, has_bias, half, conv_mode())
+}
+
+/// `VKML_CONV_SPLITK` (read once): unset is the shape rule, `0` never splits, `N` forces up to
+/// N slices on every implicit-GEMM convolution.
+pub fn conv_mode() -> SplitK {
+    static MODE: std::sync::OnceLock<SplitK> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| SplitK::from_var("VKML_CONV_SPLITK"))
 }
 
 /// [`kernel`] with the split-K choice given rather than read from the environment.
@@ -257,30 +202,5 @@ mod tests {
         let k = kernel_with(&s, false, false, SplitK::Forced(4)).unwrap();
         assert_eq!(k.dispatches.len(), 1);
         assert_eq!(k.dispatches[0].shader, "conv_direct_f32");
-    }
-
-    #[test]
-    fn split_rule_on_resnet50_shapes() {
-        let y = 1000;
-        // Batch 1, 7 x 7 stage, 3 x 3 over 512 channels: 8 tiles, K = 4608 (288 steps):
-        // 512 / 8 = 64 slices wanted, 288 / 64 -> 5 steps each, 58 slices.
-        assert_eq!(split_k(8, 4608, y, SplitK::Auto), (58, 80));
-        // Batch 8, same layer: 7 x 8 = 56 tiles, 10 slices of 29 steps (the last 27).
-        assert_eq!(split_k(56, 4608, y, SplitK::Auto), (10, 464));
-        // 1 x 1, 2048 -> 512 channels: 128 steps, 32 slices of the minimum 4 steps.
-        assert_eq!(split_k(8, 2048, y, SplitK::Auto), (32, 64));
-        // Batch 1, 56 x 56 stage, 1 x 1 over 64 channels: 196 tiles but K is 4 steps.
-        assert_eq!(split_k(196, 64, y, SplitK::Auto), (1, 64));
-        // Enough tiles to fill the GPU: never split.
-        assert_eq!(split_k(256, 4608, y, SplitK::Auto), (1, 4608));
-        // Overrides: off, and forced counts capped by the number of steps.
-        assert_eq!(split_k(8, 4608, y, SplitK::Off), (1, 4608));
-        assert_eq!(split_k(1000, 45, y, SplitK::Forced(3)), (3, 16));
-        assert_eq!(split_k(1000, 45, y, SplitK::Forced(9)), (3, 16));
-        assert_eq!(split_k(1000, 45, y, SplitK::Forced(1)), (1, 45));
-        // 6 steps asked for 4 slices: 2 steps each, so 3 slices.
-        assert_eq!(split_k(1, 96, y, SplitK::Forced(4)), (3, 32));
-        // The partials must stay indexable with 32 bits.
-        assert_eq!(split_k(1, 4608, MAX_ELEMS / 3, SplitK::Auto), (3, 1536));
     }
 }

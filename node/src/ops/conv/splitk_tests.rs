@@ -2,11 +2,12 @@
 //! shaders/conv_splitk_reduce.comp) against the CPU kernel, in f32 and f16: shapes that the
 //! shape rule splits, and slice counts forced as `VKML_CONV_SPLITK=N` would.
 
-use super::gpu::{SplitK, kernel_with};
+use super::gpu::{conv_mode, kernel_with};
 use super::gpu_tests::{gpu_and_cpu, shader_of};
 use super::tests::{Case, conv_op, data};
 use super::testutil::{Rng, assert_close};
 use super::{Conv, ConvShape, WindowAttrs};
+use crate::ops::splitk::SplitK;
 use crate::ops::{Attrs, GpuKernel, InferInput, Op, OpError, ValueType};
 use crate::tensor::{DType, Tensor};
 
@@ -182,7 +183,7 @@ fn the_rule_splits_late_layers_as_documented() {
 #[test]
 fn split_convolutions_match_the_cpu_f32_and_f16() {
     let mut rng = Rng::new(31);
-    let auto = SplitK::from_env() == SplitK::Auto;
+    let auto = conv_mode() == SplitK::Auto;
     for half in [false, true] {
         for (c, _) in split_cases() {
             let Some(shader) = check(&c, None, half, &mut rng) else {
