@@ -164,6 +164,8 @@ fn split_cases() -> Vec<(Case, (usize, usize))> {
         ),
         // 1-D: K = 640 (40 steps), one tile -> 10 slices.
         (case(1, 1, 128, 16, &[20], &[5]), (10, 64)),
+        // 3-D: 4 x 4 x 4 pixels, K = 32 x 27 = 864 (54 steps), one tile -> 11 slices.
+        (case(1, 1, 32, 16, &[4, 4, 4], &[3, 3, 3]), (11, 80)),
     ]
 }
 
