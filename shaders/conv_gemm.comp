@@ -8,27 +8,41 @@
 // One workgroup computes a 64 x 64 tile of Y; each of its 256 threads a 4 x 4 block.
 // K is streamed in slices of 16 through 8 KiB of shared memory; the next slice is loaded
 // into registers while the current one is multiplied.
+//
+// SPLIT_K variants: when there are too few tiles to fill the GPU (late layers of a CNN: few
+// pixels, long K), each tile's K range is cut into P_SPLITS slices of P_KSLICE (a multiple of
+// BK) and one workgroup computes one (slice, tile): it writes its partial sums, in float, to
+// y viewed as SPLITS x (N x OC x OD x OH x OW); shaders/conv_splitk_reduce.comp then adds the
+// slices and the bias in a fixed order, so results do not depend on scheduling.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
 #extension GL_GOOGLE_include_directive : require
 // @variant f32 DT_F32
 // @variant f16 DT_F16
+// @variant f32_splitk DT_F32 SPLIT_K
+// @variant f16_splitk DT_F16 SPLIT_K
 #include "types.glsl"
 
 layout(local_size_x = 256) in;
 
 layout(buffer_reference, scalar) readonly buffer FIn { T v[]; };
+#ifdef SPLIT_K
+layout(buffer_reference, scalar) writeonly buffer FOut { float v[]; };
+#else
 layout(buffer_reference, scalar) writeonly buffer FOut { T v[]; };
+#endif
 layout(buffer_reference, scalar) readonly buffer UIn { uint v[]; };
 
 // x: N x C x ID x IH x IW; w: OC x CG x KD x KH x KW; b: OC; y: N x OC x OD x OH x OW;
-// t: the parameter table written by node/src/ops/conv/gpu.rs.
+// t: the parameter table written by node/src/ops/conv/gpu.rs. With SPLIT_K, b is unused and
+// y is the float scratch of partial sums.
 layout(push_constant, scalar) uniform P { FIn x; FIn w; FIn b; FOut y; UIn t; } p;
 
 const uint P_N = 0, P_C = 1, P_ID = 2, P_IH = 3, P_IW = 4, P_OC = 5, P_OD = 6, P_OH = 7,
            P_OW = 8, P_KD = 9, P_KH = 10, P_KW = 11, P_SD = 12, P_SH = 13, P_SW = 14,
            P_DD = 15, P_DH = 16, P_DW = 17, P_PD = 18, P_PH = 19, P_PW = 20, P_G = 21,
-           P_CG = 22, P_OCG = 23, P_TILES_M = 24, P_TILES_N = 25;
+           P_CG = 22, P_OCG = 23, P_TILES_M = 24, P_TILES_N = 25, P_SPLITS = 26,
+           P_KSLICE = 27;
 
 const uint BM = 64, BN = 64, BK = 16;
 
@@ -84,7 +98,18 @@ void main() {
     // neighbouring workgroups share a slice of W.
     uint tile = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint tiles_mn = TILES_M * TILES_N;
+    uint k_begin = 0, k_end = K;
+#ifdef SPLIT_K
+    // Slices outermost: the workgroups of one slice share its part of W.
+    uint slice = tile / (tiles_mn * G);
+    if (slice >= p.t.v[P_SPLITS]) return;
+    tile -= slice * tiles_mn * G;
+    uint KSLICE = p.t.v[P_KSLICE];
+    k_begin = slice * KSLICE;
+    k_end = min(K, k_begin + KSLICE);
+#else
     if (tile >= tiles_mn * G) return;
+#endif
     uint g = tile / tiles_mn;
     uint rest = tile - g * tiles_mn;
     uint tn = rest / TILES_M;
@@ -120,8 +145,8 @@ void main() {
     float ra[4];
     float rb[4];
     for (uint j = 0; j < 4; j++) {
-        ra[j] = load_a(m_ok, xbase, d0, h0, w0, a_k + 4 * j);
-        rb[j] = load_b(g, ocl0 + b_n + 16 * j, b_k);
+        ra[j] = load_a(m_ok, xbase, d0, h0, w0, k_begin + a_k + 4 * j);
+        rb[j] = load_b(g, ocl0 + b_n + 16 * j, k_begin + b_k);
     }
 
     uint tx = lid & 15u;
@@ -130,14 +155,16 @@ void main() {
     for (uint i = 0; i < 4; i++)
         for (uint j = 0; j < 4; j++) acc[i][j] = 0.0;
 
-    for (uint k0 = 0; k0 < K; k0 += BK) {
+    // Slices start at multiples of BK, so only the last one reads past its end, where the
+    // loads' k >= K checks give zeros.
+    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
         for (uint j = 0; j < 4; j++) {
             As[a_k + 4 * j][a_m] = ra[j];
             Bs[b_k][b_n + 16 * j] = rb[j];
         }
         barrier();
         uint kn = k0 + BK;
-        if (kn < K) {
+        if (kn < k_end) {
             for (uint j = 0; j < 4; j++) {
                 ra[j] = load_a(m_ok, xbase, d0, h0, w0, kn + a_k + 4 * j);
                 rb[j] = load_b(g, ocl0 + b_n + 16 * j, kn + b_k);
@@ -154,6 +181,9 @@ void main() {
         barrier();
     }
 
+#ifdef SPLIT_K
+    uint y0 = slice * N * OC * PLANE;
+#endif
     for (uint i = 0; i < 4; i++) {
         uint mo = tm * BM + tx + 16 * i;
         if (mo >= M) continue;
@@ -163,7 +193,11 @@ void main() {
             uint ocl = ocl0 + ty + 16 * j;
             if (ocl >= OCG) continue;
             uint oc = g * OCG + ocl;
+#ifdef SPLIT_K
+            p.y.v[y0 + (n * OC + oc) * PLANE + sp] = acc[i][j];
+#else
             p.y.v[(n * OC + oc) * PLANE + sp] = T(acc[i][j] + float(p.b.v[oc]));
+#endif
         }
     }
 }

@@ -1,6 +1,8 @@
 #version 460
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
+// @variant f32
+// @variant f32_splitk SPLIT_K
 
 // gemm: Y[z] = alpha * A[z] * B[z] + beta * C over f32, for MatMul and Gemm (ops/matmul.rs).
 //
@@ -13,6 +15,12 @@
 // Each 16x16 workgroup computes a 64x64 tile of Y, 4x4 elements per invocation, streaming
 // 64x16 slices of A and 16x64 slices of B through shared memory (8.1 KiB). Out-of-range rows,
 // columns and k are loaded as 0, so any M, N, K (K = 0 included) is handled.
+//
+// SPLIT_K (ops/splitk.rs): too few tiles to fill the GPU and a long K. Workgroup z is then
+// slice * batch + z: slice `slice` covers k in [slice * KSLICE, +KSLICE) (a multiple of BK)
+// and writes its raw sums (no alpha, C or beta) to y, a float scratch laid out
+// [slices][batch][M][N]; shaders/gemm_splitk_reduce.comp adds the slices and applies the
+// rest. C is unused and the words of rsC and csC carry the slice count and KSLICE instead.
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(buffer_reference, scalar) readonly buffer In { float v[]; };
 layout(buffer_reference, scalar) writeonly buffer Out { float v[]; };
@@ -36,8 +44,13 @@ layout(push_constant, scalar) uniform P {
     uint bB0;
     uint bB1;
     uint bB2;
+#ifdef SPLIT_K
+    uint SPLITS;
+    uint KSLICE;
+#else
     uint rsC;
     uint csC;
+#endif
     float alpha;
     float beta;
     uint has_c;
@@ -64,6 +77,14 @@ void main() {
     uint n0 = gl_WorkGroupID.x * BN;
 
     uint z = gl_WorkGroupID.z;
+    uint kBegin = 0u, kEnd = p.K;
+#ifdef SPLIT_K
+    uint nbatch = gl_NumWorkGroups.z / p.SPLITS;
+    uint slice = z / nbatch;
+    z -= slice * nbatch;
+    kBegin = slice * p.KSLICE;
+    kEnd = min(p.K, kBegin + p.KSLICE);
+#endif
     uint i2 = z % p.nb2;
     uint t = z / p.nb2;
     uint i1 = t % p.nb1;
@@ -82,7 +103,8 @@ void main() {
         }
     }
 
-    for (uint k0 = 0u; k0 < p.K; k0 += BK) {
+    // Slices start at multiples of BK: only the last one reaches past K, where loads give 0.
+    for (uint k0 = kBegin; k0 < kEnd; k0 += BK) {
         for (uint l = 0u; l < (BM * BK) / THREADS; ++l) {
             uint idx = tid + l * THREADS;
             uint r = aKFast ? idx / BK : idx % BM;
@@ -116,17 +138,25 @@ void main() {
         barrier();
     }
 
+#ifdef SPLIT_K
+    uint offY = p.offY + gl_WorkGroupID.z * p.M * p.N;
+#else
     uint offY = p.offY + z * p.M * p.N;
+#endif
     for (uint i = 0u; i < 4u; ++i) {
         uint m = m0 + ty + 16u * i;
         if (m >= p.M) continue;
         for (uint j = 0u; j < 4u; ++j) {
             uint n = n0 + tx + 16u * j;
             if (n >= p.N) continue;
+#ifdef SPLIT_K
+            float v = acc[i][j];
+#else
             float v = p.alpha * acc[i][j];
             if (p.has_c != 0u) {
                 v += p.beta * p.c.v[m * p.rsC + n * p.csC];
             }
+#endif
             p.y.v[offY + m * p.N + n] = v;
         }
     }

@@ -41,6 +41,7 @@ mod select;
 mod shape_ops;
 mod slice;
 mod softmax;
+mod splitk;
 mod tile_expand;
 mod topk;
 mod transpose;

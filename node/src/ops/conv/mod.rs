@@ -1,7 +1,8 @@
 //! Conv (opsets 1, 11, 22): N-D convolution with groups, strides, dilations and padding.
 //!
 //! CPU: im2col + GEMM per (batch, group), a direct loop for depthwise. GPU: a tiled
-//! implicit-GEMM shader, or a one-thread-per-output shader when a group has few output
+//! implicit-GEMM shader (split along K into two passes when it has too few output tiles to
+//! fill the GPU, see gpu.rs), or a one-thread-per-output shader when a group has few output
 //! channels (depthwise and narrow grouped convolutions), both for 1-D to 3-D.
 //!
 //! The window geometry and the float element trait live here too and are shared with the
@@ -13,6 +14,8 @@ pub(super) mod geometry;
 mod gpu;
 #[cfg(test)]
 pub(crate) mod gpu_tests;
+#[cfg(test)]
+mod splitk_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]

@@ -8,6 +8,7 @@
 use rayon::prelude::*;
 
 use super::elementwise::collapse;
+use super::splitk::split_k;
 use super::util::{broadcast_shapes, broadcast_strides, expect_dtype, opt, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Element, Tensor, numel};
@@ -612,9 +613,9 @@ fn gemm_shader(m: usize, n: usize, batch: usize) -> (&'static str, usize) {
     let big_tiles = m.div_ceil(128) * n.div_ceil(128) * batch;
     match forced {
         Some("gemm_big") => ("gemm_big", 128),
-        Some(_) => ("gemm", TILE),
+        Some(_) => ("gemm_f32", TILE),
         None if big_tiles >= 256 => ("gemm_big", 128),
-        None => ("gemm", TILE),
+        None => ("gemm_f32", TILE),
     }
 }
 
@@ -672,6 +673,18 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
     if count > MAX_DISPATCHES {
         return None;
     }
+    // One dispatch of small tiles that cannot fill the GPU: split K (splitk.rs).
+    if count == 1 && shader == "gemm_f32" {
+        let (splits, k_slice) = split_k(
+            groups[0] * groups[1] * groups[2],
+            g.k,
+            groups[2] * g.m * g.n,
+            splitk::gemm_mode(),
+        );
+        if splits > 1 && groups[2] * splits <= 65_535 {
+            return Some(splitk::kernel(g, params, groups, splits, k_slice));
+        }
+    }
     let mut dispatches = Vec::with_capacity(count);
     for z in 0..count {
         let (mut oa, mut ob, mut rem) = (0, 0, z);
@@ -703,6 +716,7 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
     })
 }
 
+mod splitk;
 #[cfg(test)]
 mod tests;
 

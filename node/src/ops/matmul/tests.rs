@@ -354,7 +354,7 @@ fn gpu_params_carry_strides_and_batches() {
         )
         .unwrap();
     let d = &k.dispatches[0];
-    assert_eq!((d.shader, d.groups), ("gemm", [2, 3, 1]));
+    assert_eq!((d.shader, d.groups), ("gemm_f32", [2, 3, 1]));
     assert_eq!(d.buffers[2], BufRef::Input(2));
     assert_eq!(&d.params[..7], &[130, 65, 7, 1, 1, 1, 130]);
     assert_eq!(&d.params[10..12], &[65, 1]);
@@ -444,6 +444,80 @@ fn gpu_gemm_every_transpose_scale_and_c_shape() {
                         ("transB", AttrValue::Int(tb as i64)),
                     ];
                     let op = build("Gemm", 13, &attrs).unwrap();
+                    gpu_matches_cpu(&*op, &[Some(&a), Some(&b), c.as_ref()], 1e-4);
+                }
+            }
+        }
+    }
+}
+
+/// The first dispatch's shader and, for a split, its slice count (gemm.comp's word 15).
+fn split_of(op: &dyn Op, inputs: &[&Tensor]) -> (&'static str, u32) {
+    let types: Vec<ValueType> = inputs.iter().map(|t| ValueType::of(t)).collect();
+    let infer_in: Vec<_> = types
+        .iter()
+        .map(|ty| Some(InferInput { ty, value: None }))
+        .collect();
+    let outs = op.infer(&infer_in).unwrap();
+    let refs: Vec<Option<&ValueType>> = types.iter().map(Some).collect();
+    let k = op.gpu(&refs, &outs).unwrap();
+    let d = &k.dispatches[0];
+    (d.shader, d.params[15])
+}
+
+#[test]
+fn gpu_split_k_matmul_matches_cpu() {
+    let auto = splitk::gemm_mode() == crate::ops::splitk::SplitK::Auto;
+    let cases: &[(&[usize], &[usize], u32)] = &[
+        // ResNet-50's classifier at batch 1: 16 tiles, K = 2048 -> 32 slices of 4 steps.
+        (&[1, 2048], &[2048, 1000], 32),
+        // 3 batches x 2 tiles, K = 300 (19 steps) -> 4 slices of 5 steps, the last of 4.
+        (&[3, 5, 300], &[3, 300, 70], 4),
+        // B broadcast over a [2, 3] batch: 12 tiles, K = 200 (13 steps) -> 3 slices.
+        (&[2, 3, 40, 200], &[200, 65], 3),
+    ];
+    let mut rng = Rng::new(34);
+    for &(a, b, splits) in cases {
+        let (x, y) = (rng.tensor_f32(a), rng.tensor_f32(b));
+        let op = build("MatMul", 13, &[]).unwrap();
+        if auto {
+            assert_eq!(
+                split_of(&*op, &[&x, &y]),
+                ("gemm_f32_splitk", splits),
+                "{a:?} x {b:?}"
+            );
+        }
+        gpu_matches_cpu(&*op, &[Some(&x), Some(&y)], 1e-4);
+    }
+}
+
+#[test]
+fn gpu_split_k_gemm_every_transpose_scale_and_c_shape() {
+    // 2 x 2 tiles, K = 260 (17 steps): 4 slices of 5 steps, the last of 2.
+    let (m, k, n) = (70, 260, 65);
+    let auto = splitk::gemm_mode() == crate::ops::splitk::SplitK::Auto;
+    let mut rng = Rng::new(35);
+    let c_shapes: &[Option<&[usize]>] =
+        &[None, Some(&[]), Some(&[n]), Some(&[m, 1]), Some(&[m, n])];
+    for ta in [false, true] {
+        for tb in [false, true] {
+            for (alpha, beta) in [(1.0f32, 1.0f32), (0.5, -2.0), (-1.5, 0.0)] {
+                for cs in c_shapes {
+                    let a = rng.tensor_f32(&if ta { [k, m] } else { [m, k] });
+                    let b = rng.tensor_f32(&if tb { [n, k] } else { [k, n] });
+                    let c = cs.map(|s| rng.tensor_f32(s));
+                    let attrs = [
+                        ("alpha", AttrValue::Float(alpha)),
+                        ("beta", AttrValue::Float(beta)),
+                        ("transA", AttrValue::Int(ta as i64)),
+                        ("transB", AttrValue::Int(tb as i64)),
+                    ];
+                    let op = build("Gemm", 13, &attrs).unwrap();
+                    if auto {
+                        let mut ins = vec![&a, &b];
+                        ins.extend(c.as_ref());
+                        assert_eq!(split_of(&*op, &ins), ("gemm_f32_splitk", 4));
+                    }
                     gpu_matches_cpu(&*op, &[Some(&a), Some(&b), c.as_ref()], 1e-4);
                 }
             }
