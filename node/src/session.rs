@@ -130,7 +130,7 @@ impl Session {
                 .collect();
             types.push(ValueType::new(dtype, shape));
         }
-        match self.graph.specialize(&types, &[]) {
+        match self.graph.specialize_for(&types, &[], self.has_gpu()) {
             Ok(spec) if is_static => {
                 let exe = Arc::new(Executable::new(
                     self.graph.clone(),
@@ -165,6 +165,10 @@ impl Session {
         }
     }
 
+    fn has_gpu(&self) -> bool {
+        self.devices.iter().any(|d| matches!(d, Device::Gpu(_)))
+    }
+
     /// Inputs the caller must feed, as declared by the model.
     pub fn inputs(&self) -> Vec<ValueDef> {
         self.graph.inputs.iter().map(|(_, d)| d.clone()).collect()
@@ -193,7 +197,7 @@ impl Session {
             let known: Vec<Option<&Tensor>> = (0..inputs.len())
                 .map(|i| wanted.contains(&i).then_some(inputs[i]))
                 .collect();
-            match self.graph.specialize(&types, &known) {
+            match self.graph.specialize_for(&types, &known, self.has_gpu()) {
                 Ok(spec) => {
                     let exe = Arc::new(Executable::new(
                         self.graph.clone(),

@@ -76,7 +76,10 @@ pub fn plan_model(
         Some(ins) => ins.iter().map(Some).collect(),
         None => Vec::new(),
     };
-    let spec = match graph.specialize(&types, &known) {
+    let gpus = snapshot
+        .devices()
+        .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
+    let spec = match graph.specialize_for(&types, &known, gpus) {
         Ok(s) => s,
         Err(SpecializeError::NeedsValues(which)) => {
             let names: Vec<&str> = which

@@ -296,6 +296,11 @@ impl Submitter {
                 return Ok(d.clone());
             }
             let graph = model.graph.clone();
+            let gpus = self
+                .cluster
+                .snapshot()
+                .devices()
+                .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
             let (types2, known): (Vec<ValueType>, Vec<Option<Tensor>>) = (
                 types.clone(),
                 (0..inputs.len())
@@ -304,7 +309,7 @@ impl Submitter {
             );
             let spec = tokio::task::spawn_blocking(move || {
                 let known: Vec<Option<&Tensor>> = known.iter().map(Option::as_ref).collect();
-                graph.specialize(&types2, &known)
+                graph.specialize_for(&types2, &known, gpus)
             })
             .await
             .map_err(join_err)?;

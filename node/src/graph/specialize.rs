@@ -62,8 +62,20 @@ impl Graph {
         inputs: &[ValueType],
         known: &[Option<&Tensor>],
     ) -> Result<Specialized, SpecializeError> {
+        self.specialize_for(inputs, known, true)
+    }
+
+    /// [`Graph::specialize`], fusing only when `gpus`: a fused chain saves dispatches and
+    /// memory traffic on a GPU, while the CPU backend runs its steps one by one anyway (and
+    /// measured slower fused, BENCHMARKS.md), so plans for the CPU alone stay unfused.
+    pub fn specialize_for(
+        &self,
+        inputs: &[ValueType],
+        known: &[Option<&Tensor>],
+        gpus: bool,
+    ) -> Result<Specialized, SpecializeError> {
         let mut spec = self.specialize_unfused(inputs, known)?;
-        if super::fusion_enabled() {
+        if gpus && super::fusion_enabled() {
             self.fuse_chains(&mut spec);
         }
         Ok(spec)
