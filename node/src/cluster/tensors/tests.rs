@@ -510,7 +510,13 @@ async fn a_peer_going_down_during_a_send_fails_it_at_once() {
         .expect("the send outlived its peer")
         .unwrap()
         .unwrap_err();
-    assert!(e.to_string().contains("slow is dead"), "{e}");
+    // Either the send's own watch on membership ("slow is dead") or, when a lane is dialled
+    // after the news, the view ("no member named 'slow' is alive"): both name the peer, at once.
+    let text = e.to_string();
+    assert!(
+        text.contains("slow is dead") || text.contains("'slow' is alive"),
+        "{e}"
+    );
     assert!(t.elapsed() < Duration::from_secs(1));
     assert_eq!(nodes[0].tensor_bytes_sent(), 0);
 }
