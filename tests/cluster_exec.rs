@@ -11,66 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster_harness::{Cluster, Node};
+use cluster_harness::{Cluster, Node, caps_for_three};
 use vkml::cluster::Secret;
 use vkml::distributed::client::{ClusterClient, RemoteModel};
-use vkml::distributed::offline::plan_model;
-use vkml::exec::{Device, inventory};
 use vkml::{DeviceSelection, Session, SessionOptions};
-use vkml_planner::Snapshot;
-
-/// The snapshot real CPU-only nodes with these caps advertise.
-fn cpu_cluster(caps: &[u64]) -> Snapshot {
-    let mut s = Snapshot::default();
-    for (i, &cap) in caps.iter().enumerate() {
-        let devs = inventory(&[Device::Cpu], Some(cap))
-            .nodes
-            .into_values()
-            .next()
-            .unwrap();
-        s.nodes.insert(format!("n{}", i + 1), devs);
-    }
-    s
-}
-
-fn nodes_used(model: &Path, caps: &[u64]) -> Option<usize> {
-    let r = plan_model(model, &cpu_cluster(caps), None).ok()?;
-    Some(
-        r.placement
-            .parts
-            .iter()
-            .map(|p| &p.node)
-            .collect::<BTreeSet<_>>()
-            .len(),
-    )
-}
-
-/// Memory caps (per node) under which the planner must use all three nodes: the smallest
-/// equal cap that fits; when one part is so large that equal caps leave a node idle, a
-/// smaller cap for the first or the second node.
-fn caps_for_three(model: &Path) -> Vec<u64> {
-    let mut c = 1024u64;
-    while nodes_used(model, &[c, c, c]).is_none() {
-        c = c * 11 / 10 + 1;
-        assert!(c < 1 << 32, "{}: no cap fits", model.display());
-    }
-    if nodes_used(model, &[c, c, c]) == Some(3) {
-        return vec![c, c, c];
-    }
-    let mut small = 256u64;
-    while small < c {
-        for caps in [[small, c, c], [c, small, c]] {
-            if nodes_used(model, &caps) == Some(3) {
-                return caps.to_vec();
-            }
-        }
-        small = small * 11 / 10 + 1;
-    }
-    panic!(
-        "{}: no caps split the model over three nodes",
-        model.display()
-    );
-}
 
 struct Running {
     _cluster: Cluster,
@@ -247,7 +191,7 @@ fn stream_while_killing(
     r: &mut Running,
     model: &RemoteModel,
     victim: usize,
-) -> (usize, usize, Vec<(Duration, String)>) {
+) -> (usize, usize, Vec<(Duration, String)>, Instant) {
     let sets = common::data_sets("mnist_cnn");
     let stop = Instant::now() + Duration::from_secs(6);
     let killed_at = std::sync::Mutex::new(None::<Instant>);
@@ -293,7 +237,7 @@ fn stream_while_killing(
             Err(e) => failed.push((at.saturating_duration_since(killed), e)),
         }
     }
-    (ok, retried, failed)
+    (ok, retried, failed, killed)
 }
 
 #[test]
@@ -304,7 +248,7 @@ fn kill_9_of_a_needed_participant_fails_runs_with_its_name() {
     let mut r = start("exec-kill", &caps);
     let client = connect(&r.nodes[1], &r.key);
     let model = client.load(&m, |_| {}).unwrap();
-    let (ok, retried, failed) = stream_while_killing(&mut r, &model, 2);
+    let (ok, retried, failed, killed) = stream_while_killing(&mut r, &model, 2);
     assert!(ok > 0, "runs before the kill succeed");
     assert_eq!(
         retried, 0,
@@ -323,6 +267,13 @@ fn kill_9_of_a_needed_participant_fails_runs_with_its_name() {
     assert!(
         first < Duration::from_secs(3),
         "first failure {first:?} after the kill"
+    );
+    // The other participant drops its part too, naming the dead node, within 3 s.
+    let seen = r.nodes[0].wait_line(|l| l.contains("node n3 is gone"), Duration::from_secs(3));
+    assert!(
+        seen.is_some_and(|t| t.saturating_duration_since(killed) < Duration::from_secs(3)),
+        "n1 logs that it dropped the model because n3 is gone:\n{}",
+        r.nodes[0].log()
     );
     let late = failed
         .iter()
@@ -356,7 +307,7 @@ fn kill_9_of_a_participant_is_retried_on_the_survivors_when_they_have_room() {
         .map(|p| p.node.clone())
         .collect();
     assert!(used.contains("n3") && !used.contains("n4"), "plan {used:?}");
-    let (ok, retried, failed) = stream_while_killing(&mut r, &model, 2);
+    let (ok, retried, failed, _) = stream_while_killing(&mut r, &model, 2);
     assert!(ok > 0, "runs succeed");
     assert!(
         failed.is_empty(),

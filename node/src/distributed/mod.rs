@@ -18,6 +18,7 @@ pub mod fragment;
 pub mod link;
 pub mod offline;
 pub mod participant;
+pub mod placement;
 pub mod submitter;
 pub mod wire;
 

@@ -1,0 +1,100 @@
+//! A plan as the submitter and `vkml-node plan` see it: made from a specialised graph and a
+//! snapshot, and described for people.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use vkml_planner::{LinkCosts, Plan, Snapshot};
+use vkml_protocol::pb;
+
+use super::DistError;
+use super::fragment::Skeleton;
+use crate::graph::{Graph, Specialized};
+use crate::model::Dim;
+use crate::ops::ValueType;
+
+/// The declared input types when every size is fixed.
+pub fn static_types(graph: &Graph) -> Option<Vec<ValueType>> {
+    graph
+        .inputs
+        .iter()
+        .map(|(_, d)| {
+            let dims = d.dims.as_ref()?;
+            let shape = dims
+                .iter()
+                .map(|x| match x {
+                    Dim::Fixed(n) => Some(*n),
+                    Dim::Sym(_) => None,
+                })
+                .collect::<Option<Vec<usize>>>()?;
+            Some(ValueType::new(d.dtype?, shape))
+        })
+        .collect()
+}
+
+/// Plans a specialised graph over a snapshot (blocking; pure).
+pub fn plan_for(
+    graph: &Graph,
+    spec: Specialized,
+    snapshot: &Snapshot,
+) -> Result<(Plan, Skeleton, Specialized), DistError> {
+    let (cost, _) = crate::exec::cost_graph(graph, &spec);
+    let plan = vkml_planner::plan(&cost, snapshot, &LinkCosts::default())
+        .map_err(|e| DistError::Placement(e.to_string()))?;
+    let skeleton = Skeleton::new(graph, &spec, &cost, snapshot)?;
+    Ok((plan, skeleton, spec))
+}
+
+pub fn skeleton_snapshot(s: &Skeleton) -> Snapshot {
+    super::fragment::snapshot_from_wire(&s.snapshot)
+}
+
+/// Where a plan puts a model, for people: ops and memory per node and device, and the values
+/// that cross between nodes (once per value and receiving node, as they are sent).
+pub fn describe(
+    graph: &Graph,
+    spec: &Specialized,
+    plan: &Plan,
+    snapshot: &Snapshot,
+) -> pb::Placement {
+    let mut parts: BTreeMap<(String, usize), (u32, u64)> = BTreeMap::new();
+    for d in &plan.placement {
+        parts.entry((d.node.clone(), d.index)).or_default().0 += 1;
+    }
+    for (d, &bytes) in &plan.memory {
+        parts.entry((d.node.clone(), d.index)).or_default().1 = bytes;
+    }
+    let mut edges = BTreeSet::new();
+    let mut cut = Vec::new();
+    for t in plan.transfers.iter().filter(|t| t.cross_host) {
+        let from = &plan.chunks[t.from_chunk].device.node;
+        let to = &plan.chunks[t.to_chunk].device.node;
+        if edges.insert((t.value, to.clone())) {
+            cut.push(pb::CutEdge {
+                value: graph.value_names[t.value].clone(),
+                from_node: from.clone(),
+                to_node: to.clone(),
+                bytes: t.bytes,
+            });
+        }
+    }
+    let _ = spec;
+    pb::Placement {
+        plan_hash: plan.hash,
+        snapshot_version: plan.snapshot_version,
+        chunks: plan.chunks.len() as u32,
+        parts: parts
+            .into_iter()
+            .map(|((node, index), (ops, memory_bytes))| pb::PlacedPart {
+                device: snapshot
+                    .nodes
+                    .get(&node)
+                    .and_then(|d| d.get(index))
+                    .map_or_else(|| format!("device {index}"), |d| d.name.clone()),
+                node,
+                ops,
+                memory_bytes,
+            })
+            .collect(),
+        edges: cut,
+    }
+}
