@@ -221,7 +221,10 @@ impl RemoteModel {
                 .open_bi()
                 .await
                 .map_err(|e| DistError::Peer(e.to_string()))?;
-            let m = Message::Unload(pb::Unload { model_id: self.id });
+            let m = Message::Unload(pb::Unload {
+                model_id: self.id,
+                reason: String::new(),
+            });
             transport::write_message(&mut send, &m).await?;
             let _ = send.finish();
             match wire::expect_message(&mut recv).await? {

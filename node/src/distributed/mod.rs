@@ -187,7 +187,7 @@ impl Exec {
                 self.submitter.run_failed(from, &r);
                 self.participant.abort(r.model_id, r.run_id, &r.reason);
             }
-            Message::Unload(u) => self.participant.unload(u.model_id),
+            Message::Unload(u) => self.participant.unload(u.model_id, &u.reason),
             other => tracing::debug!("unexpected {:?} from {from}", other.kind()),
         }
     }

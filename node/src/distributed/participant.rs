@@ -308,12 +308,13 @@ impl Participant {
         }
     }
 
-    pub fn unload(&self, model: u64) {
+    /// Forgets a model; its runs in flight end with `why`.
+    pub fn unload(&self, model: u64, why: &str) {
         let mut st = lock(&self.state);
         if let Some(f) = st.fragments.remove(&model) {
             release(&mut st, &f);
-            abort_runs(&mut st, model, "the model was unloaded");
-            tracing::info!("unloaded model {model:016x}");
+            abort_runs(&mut st, model, &format!("the model was unloaded: {why}"));
+            tracing::info!("unloaded model {model:016x}: {why}");
         }
     }
 

@@ -177,7 +177,7 @@ impl Submitter {
             .map(|(_, d)| d)
             .collect();
         for d in deps {
-            self.retire(&d, None).await;
+            self.retire(&d, None, "unloaded by its client").await;
         }
         Ok(())
     }
@@ -236,7 +236,8 @@ impl Submitter {
                 Err(Failure::Node { node, reason }) => {
                     lock(&model.avoid).insert(node.clone());
                     self.forget(model, &dep).await;
-                    self.retire(&dep, Some(&node)).await;
+                    self.retire(&dep, Some(&node), &format!("node {node} failed: {reason}"))
+                        .await;
                     if let Some((first, first_reason)) = retried {
                         return Err(DistError::NodeFailed {
                             node,
@@ -253,7 +254,8 @@ impl Submitter {
                 }
                 Err(Failure::Lost { node }) => {
                     self.forget(model, &dep).await;
-                    self.retire(&dep, None).await;
+                    self.retire(&dep, None, &format!("node {node} lost its part"))
+                        .await;
                     if let Some((first, reason)) = retried {
                         return Err(DistError::NodeFailed {
                             node,
@@ -410,7 +412,8 @@ impl Submitter {
         }
         if let Some((node, e)) = failed {
             for n in loaded {
-                self.send_unload(&n, load_id).await;
+                self.send_unload(&n, load_id, "loading failed on another node")
+                    .await;
             }
             return Err(DistError::NodeFailed {
                 node,
@@ -502,22 +505,25 @@ impl Submitter {
         }
     }
 
-    async fn send_unload(&self, node: &str, load_id: u64) {
+    async fn send_unload(&self, node: &str, load_id: u64, why: &str) {
         if node == self.me {
-            self.participant.unload(load_id);
+            self.participant.unload(load_id, why);
             return;
         }
-        let m = Message::Unload(pb::Unload { model_id: load_id });
+        let m = Message::Unload(pb::Unload {
+            model_id: load_id,
+            reason: why.to_string(),
+        });
         if let Err(e) = self.link.send_message(node, &m).await {
             tracing::debug!("unload on {node}: {e}");
         }
     }
 
-    /// Unloads a deployment from its nodes (but `dead`).
-    async fn retire(&self, d: &Deployment, dead: Option<&str>) {
+    /// Unloads a deployment from its nodes (but `dead`), saying why.
+    async fn retire(&self, d: &Deployment, dead: Option<&str>, why: &str) {
         for n in &d.nodes {
             if Some(n.as_str()) != dead {
-                self.send_unload(n, d.load_id).await;
+                self.send_unload(n, d.load_id, why).await;
             }
         }
     }
@@ -709,7 +715,8 @@ impl Submitter {
                 gone.into_iter().map(|(_, d)| d).collect()
             };
             for d in gone {
-                self.retire(&d, Some(node)).await;
+                self.retire(&d, Some(node), &format!("node {node} is {state}"))
+                    .await;
             }
         }
     }
