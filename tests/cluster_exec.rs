@@ -181,6 +181,20 @@ fn a_one_node_cluster_runs_a_model() {
         common::assert_outputs_match("one-node cluster", &got, &set.outputs);
     }
     model.unload().unwrap();
+    // A model dropped without unload() is unloaded too: a second unload line appears.
+    let again = client.load(&m.join("model.onnx"), |_| {}).unwrap();
+    drop(again);
+    let end = Instant::now() + Duration::from_secs(5);
+    let unloads = || r.nodes[0].log().matches("unloaded by its client").count();
+    while unloads() < 2 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        unloads(),
+        2,
+        "a dropped model is unloaded:\n{}",
+        r.nodes[0].log()
+    );
     client.close();
 }
 

@@ -40,6 +40,7 @@ pub struct RemoteModel {
     pub outputs: Vec<String>,
     /// Where the plan put it; None when its input sizes are symbolic (planned per run).
     pub placement: Option<pb::Placement>,
+    unloaded: bool,
 }
 
 /// One run's outputs, in the graph's output order, and whether a node failed during the run
@@ -121,6 +122,7 @@ impl ClusterClient {
             inputs: loaded.inputs,
             outputs: loaded.outputs,
             placement: loaded.placement,
+            unloaded: false,
         })
     }
 
@@ -211,30 +213,49 @@ impl RemoteModel {
         })
     }
 
-    /// Frees the model on every node.
-    pub fn unload(self) -> Result<(), DistError> {
-        self.cluster.rt.block_on(async {
-            let (mut send, mut recv) = self
-                .cluster
-                .client
-                .conn
-                .open_bi()
-                .await
-                .map_err(|e| DistError::Peer(e.to_string()))?;
-            let m = Message::Unload(pb::Unload {
-                model_id: self.id,
-                reason: String::new(),
+    /// Frees the model on every node. (Dropping a `RemoteModel` asks for the same without
+    /// waiting for the answer.)
+    pub fn unload(mut self) -> Result<(), DistError> {
+        self.unloaded = true;
+        self.cluster
+            .rt
+            .block_on(unload(self.cluster.clone(), self.id))
+    }
+}
+
+impl Drop for RemoteModel {
+    fn drop(&mut self) {
+        if !self.unloaded {
+            // Not block_on: a drop may happen inside someone's async context.
+            let (cluster, id) = (self.cluster.clone(), self.id);
+            self.cluster.rt.spawn(async move {
+                if let Err(e) = unload(cluster, id).await {
+                    tracing::debug!("unloading model {id:016x} on drop: {e}");
+                }
             });
-            transport::write_message(&mut send, &m).await?;
-            let _ = send.finish();
-            match wire::expect_message(&mut recv).await? {
-                Message::Unload(_) => Ok(()),
-                other => Err(DistError::Protocol(format!(
-                    "unexpected answer {:?}",
-                    other.kind()
-                ))),
-            }
-        })
+        }
+    }
+}
+
+async fn unload(cluster: Arc<ClusterClient>, id: u64) -> Result<(), DistError> {
+    let (mut send, mut recv) = cluster
+        .client
+        .conn
+        .open_bi()
+        .await
+        .map_err(|e| DistError::Peer(e.to_string()))?;
+    let m = Message::Unload(pb::Unload {
+        model_id: id,
+        reason: String::new(),
+    });
+    transport::write_message(&mut send, &m).await?;
+    let _ = send.finish();
+    match wire::expect_message(&mut recv).await? {
+        Message::Unload(_) => Ok(()),
+        other => Err(DistError::Protocol(format!(
+            "unexpected answer {:?}",
+            other.kind()
+        ))),
     }
 }
 
