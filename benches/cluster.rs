@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 
 use vkml::cluster::Secret;
 use vkml::distributed::client::{ClusterClient, RemoteModel};
-use vkml::distributed::offline::plan_model;
-use vkml::exec::{Device, inventory};
 use vkml::{DeviceSelection, Session, SessionOptions, Tensor};
-use vkml_planner::Snapshot;
+
+#[path = "../tests/cluster_harness/caps.rs"]
+mod caps;
+use caps::caps_for_three;
 
 /// The node program: the one cargo built, or VKML_NODE_BIN (the GPU machine runs a staged copy).
 fn bin() -> String {
@@ -78,52 +79,6 @@ fn start(caps: &[Option<u64>], device: &str) -> Nodes {
         nodes.addrs.push(addr);
     }
     nodes
-}
-
-fn cpu_cluster(caps: &[u64]) -> Snapshot {
-    let mut s = Snapshot::default();
-    for (i, &cap) in caps.iter().enumerate() {
-        let devs = inventory(&[Device::Cpu], Some(cap))
-            .nodes
-            .into_values()
-            .next()
-            .unwrap();
-        s.nodes.insert(format!("n{}", i + 1), devs);
-    }
-    s
-}
-
-fn nodes_used(model: &Path, caps: &[u64]) -> Option<usize> {
-    let r = plan_model(model, &cpu_cluster(caps), None).ok()?;
-    Some(
-        r.placement
-            .parts
-            .iter()
-            .map(|p| &p.node)
-            .collect::<BTreeSet<_>>()
-            .len(),
-    )
-}
-
-/// Caps under which the plan uses all three nodes (as tests/cluster_exec.rs finds them).
-fn caps_for_three(model: &Path) -> Vec<u64> {
-    let mut c = 1024u64;
-    while nodes_used(model, &[c, c, c]).is_none() {
-        c = c * 11 / 10 + 1;
-    }
-    if nodes_used(model, &[c, c, c]) == Some(3) {
-        return vec![c, c, c];
-    }
-    let mut small = 256u64;
-    while small < c {
-        for caps in [[small, c, c], [c, small, c]] {
-            if nodes_used(model, &caps) == Some(3) {
-                return caps.to_vec();
-            }
-        }
-        small = small * 11 / 10 + 1;
-    }
-    panic!("{}: no caps split it over three nodes", model.display());
 }
 
 fn inputs(dir: &Path) -> Vec<(String, Tensor)> {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use vkml::{DeviceSelection, Session, SessionOptions, Tensor};
 
@@ -189,27 +189,8 @@ fn read_inputs(
     inputs: &[String],
     test_data: Option<&Path>,
 ) -> Result<Vec<(String, Tensor)>> {
-    let declared = session.inputs();
-    if let Some(dir) = test_data {
-        return declared
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let path = dir.join(format!("input_{i}.pb"));
-                let (_, t) = vkml::io::read_pb(&path)?;
-                Ok((d.name.clone(), t))
-            })
-            .collect();
-    }
-    let mut out = Vec::new();
-    for spec in inputs {
-        let Some((name, file)) = spec.split_once('=') else {
-            bail!("--input '{spec}' should be NAME=FILE");
-        };
-        let t = vkml::io::read_tensor_file(Path::new(file))?;
-        out.push((name.to_string(), t));
-    }
-    Ok(out)
+    let declared: Vec<String> = session.inputs().into_iter().map(|d| d.name).collect();
+    cli::read_inputs(&declared, inputs, test_data)
 }
 
 fn devices() -> Result<()> {

@@ -5,6 +5,12 @@
 
 #![allow(dead_code)]
 
+mod caps;
+
+// Not every cluster test binary plans models.
+#[allow(unused_imports)]
+pub use caps::caps_for_three;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -296,57 +302,4 @@ pub fn converged(nodes: &[&Node], since: Instant, limit: Duration) -> Option<Ins
         }
     }
     Some(last)
-}
-
-/// The snapshot real CPU-only nodes with these caps advertise.
-fn cpu_cluster(caps: &[u64]) -> vkml_planner::Snapshot {
-    let mut s = vkml_planner::Snapshot::default();
-    for (i, &cap) in caps.iter().enumerate() {
-        let devs = vkml::exec::inventory(&[vkml::exec::Device::Cpu], Some(cap))
-            .nodes
-            .into_values()
-            .next()
-            .unwrap();
-        s.nodes.insert(format!("n{}", i + 1), devs);
-    }
-    s
-}
-
-fn nodes_used(model: &Path, caps: &[u64]) -> Option<usize> {
-    let r = vkml::distributed::offline::plan_model(model, &cpu_cluster(caps), None).ok()?;
-    Some(
-        r.placement
-            .parts
-            .iter()
-            .map(|p| &p.node)
-            .collect::<std::collections::BTreeSet<_>>()
-            .len(),
-    )
-}
-
-/// Memory caps (per node, for nodes n1, n2, n3 serving their CPU) under which the planner
-/// must use all three nodes: the smallest equal cap that fits; when one part is so large
-/// that equal caps leave a node idle, a smaller cap for the first or the second node.
-pub fn caps_for_three(model: &Path) -> Vec<u64> {
-    let mut c = 1024u64;
-    while nodes_used(model, &[c, c, c]).is_none() {
-        c = c * 11 / 10 + 1;
-        assert!(c < 1 << 32, "{}: no cap fits", model.display());
-    }
-    if nodes_used(model, &[c, c, c]) == Some(3) {
-        return vec![c, c, c];
-    }
-    let mut small = 256u64;
-    while small < c {
-        for caps in [[small, c, c], [c, small, c]] {
-            if nodes_used(model, &caps) == Some(3) {
-                return caps.to_vec();
-            }
-        }
-        small = small * 11 / 10 + 1;
-    }
-    panic!(
-        "{}: no caps split the model over three nodes",
-        model.display()
-    );
 }

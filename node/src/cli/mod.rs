@@ -1,4 +1,5 @@
-//! The cluster side of the command line: `keygen`, `status`, and starting a node.
+//! The cluster side of the command line: `keygen`, `status`, `submit`, `plan`, starting a node,
+//! and reading input tensors (shared with `run`).
 
 mod config;
 mod placement;
@@ -7,6 +8,8 @@ mod status;
 mod submit;
 
 use std::path::{Path, PathBuf};
+
+use vkml::Tensor;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -125,4 +128,32 @@ async fn wait_for_signal() -> Result<()> {
         _ = int.recv() => {}
     }
     Ok(())
+}
+
+/// Inputs by name: from NAME=FILE flags, or DIR/input_<i>.pb in the model's input order.
+pub fn read_inputs(
+    declared: &[String],
+    inputs: &[String],
+    test_data: Option<&Path>,
+) -> Result<Vec<(String, Tensor)>> {
+    if let Some(dir) = test_data {
+        return declared
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let path = dir.join(format!("input_{i}.pb"));
+                let (_, t) = vkml::io::read_pb(&path)?;
+                Ok((name.clone(), t))
+            })
+            .collect();
+    }
+    let mut out = Vec::new();
+    for spec in inputs {
+        let Some((name, file)) = spec.split_once('=') else {
+            bail!("--input '{spec}' should be NAME=FILE");
+        };
+        let t = vkml::io::read_tensor_file(Path::new(file))?;
+        out.push((name.to_string(), t));
+    }
+    Ok(out)
 }

@@ -144,7 +144,7 @@ pub fn plan(args: PlanArgs) -> Result<()> {
         .into_iter()
         .map(|(name, _)| name)
         .collect();
-    let given = super::submit::read_inputs(&declared, &args.inputs, args.test_data.as_deref())?;
+    let given = super::read_inputs(&declared, &args.inputs, args.test_data.as_deref())?;
     let inputs = if given.is_empty() {
         None
     } else {

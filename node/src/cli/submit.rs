@@ -1,11 +1,11 @@
 //! `vkml-node submit`: run a model on a cluster through any of its nodes.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use vkml::Tensor;
@@ -77,7 +77,7 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
 }
 
 fn run_and_write(model: &RemoteModel, args: &SubmitArgs) -> Result<()> {
-    let inputs = read_inputs(&model.inputs, &args.inputs, args.test_data.as_deref())?;
+    let inputs = super::read_inputs(&model.inputs, &args.inputs, args.test_data.as_deref())?;
     let named: Vec<(&str, Tensor)> = inputs
         .iter()
         .map(|(n, t)| (n.as_str(), t.clone()))
@@ -145,32 +145,4 @@ fn run_and_write(model: &RemoteModel, args: &SubmitArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Inputs by name: from NAME=FILE flags, or DIR/input_<i>.pb in the model's input order.
-pub fn read_inputs(
-    declared: &[String],
-    inputs: &[String],
-    test_data: Option<&Path>,
-) -> Result<Vec<(String, Tensor)>> {
-    if let Some(dir) = test_data {
-        return declared
-            .iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let path = dir.join(format!("input_{i}.pb"));
-                let (_, t) = vkml::io::read_pb(&path)?;
-                Ok((name.clone(), t))
-            })
-            .collect();
-    }
-    let mut out = Vec::new();
-    for spec in inputs {
-        let Some((name, file)) = spec.split_once('=') else {
-            bail!("--input '{spec}' should be NAME=FILE");
-        };
-        let t = vkml::io::read_tensor_file(Path::new(file))?;
-        out.push((name.to_string(), t));
-    }
-    Ok(out)
 }

@@ -94,7 +94,7 @@ pub fn plan_model(
         Err(e) => return Err(DistError::Runtime(e.into())),
     };
     let (plan, _, spec) = super::placement::plan_for(&graph, spec, snapshot)?;
-    let placement = super::placement::describe(&graph, &spec, &plan, snapshot);
+    let placement = super::placement::describe(&graph, &plan, snapshot);
     let ops = spec
         .live
         .iter()

@@ -3,11 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use vkml_planner::{LinkCosts, Plan, Snapshot};
+use vkml_planner::{CostGraph, LinkCosts, Plan, Snapshot};
 use vkml_protocol::pb;
 
 use super::DistError;
-use super::fragment::Skeleton;
 use crate::graph::{Graph, Specialized};
 use crate::model::Dim;
 use crate::ops::ValueType;
@@ -36,26 +35,16 @@ pub fn plan_for(
     graph: &Graph,
     spec: Specialized,
     snapshot: &Snapshot,
-) -> Result<(Plan, Skeleton, Specialized), DistError> {
+) -> Result<(Plan, CostGraph, Specialized), DistError> {
     let (cost, _) = crate::exec::cost_graph(graph, &spec);
     let plan = vkml_planner::plan(&cost, snapshot, &LinkCosts::default())
         .map_err(|e| DistError::Placement(e.to_string()))?;
-    let skeleton = Skeleton::new(graph, &spec, &cost, snapshot)?;
-    Ok((plan, skeleton, spec))
-}
-
-pub fn skeleton_snapshot(s: &Skeleton) -> Snapshot {
-    super::fragment::snapshot_from_wire(&s.snapshot)
+    Ok((plan, cost, spec))
 }
 
 /// Where a plan puts a model, for people: ops and memory per node and device, and the values
 /// that cross between nodes (once per value and receiving node, as they are sent).
-pub fn describe(
-    graph: &Graph,
-    spec: &Specialized,
-    plan: &Plan,
-    snapshot: &Snapshot,
-) -> pb::Placement {
+pub fn describe(graph: &Graph, plan: &Plan, snapshot: &Snapshot) -> pb::Placement {
     let mut parts: BTreeMap<(String, usize), (u32, u64)> = BTreeMap::new();
     for d in &plan.placement {
         parts.entry((d.node.clone(), d.index)).or_default().0 += 1;
@@ -77,7 +66,6 @@ pub fn describe(
             });
         }
     }
-    let _ = spec;
     pb::Placement {
         plan_hash: plan.hash,
         snapshot_version: plan.snapshot_version,

@@ -16,9 +16,10 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use vkml_protocol::{Message, pb};
 
+use super::fragment::Skeleton;
 use super::link::Link;
 use super::participant::Participant;
-use super::placement::{describe, plan_for, skeleton_snapshot, static_types};
+use super::placement::{describe, plan_for, static_types};
 use super::{DistError, wire};
 use crate::cluster::{Cluster, transport};
 use crate::graph::{Graph, SpecializeError, Specialized, ValueId};
@@ -351,14 +352,17 @@ impl Submitter {
             snapshot.nodes.remove(node);
         }
         let graph = model.graph.clone();
-        let (plan, skeleton, spec) =
-            tokio::task::spawn_blocking(move || plan_for(&graph, spec, &snapshot))
-                .await
-                .map_err(join_err)??;
+        let (plan, skeleton, spec, snapshot) = tokio::task::spawn_blocking(move || {
+            let (plan, cost, spec) = plan_for(&graph, spec, &snapshot)?;
+            let skeleton = Skeleton::new(&graph, &spec, &cost, &snapshot)?;
+            Ok::<_, DistError>((plan, skeleton, spec, snapshot))
+        })
+        .await
+        .map_err(join_err)??;
         let graph = &model.graph;
         let load_id: u64 = rand::random();
         let nodes: BTreeSet<String> = plan.placement.iter().map(|d| d.node.clone()).collect();
-        let placement = describe(graph, &spec, &plan, &skeleton_snapshot(&skeleton));
+        let placement = describe(graph, &plan, &snapshot);
         let mut frags = Vec::new();
         let mut total = 0u64;
         for node in &nodes {
