@@ -6,6 +6,8 @@
 //!   their inputs, collects their outputs, and re-plans once around a node that died;
 //! - [`participant`]: every node's part in other nodes' models: checks and loads fragments,
 //!   runs them as values arrive;
+//! - [`placement`]: a plan from a specialised graph and a snapshot, and its description for
+//!   people; [`offline`]: the same without a cluster (`vkml-node plan`);
 //! - [`link`], [`wire`]: tensors and messages between nodes;
 //! - [`client`]: the tool's side (`vkml-node submit`, the Rust API).
 //!
