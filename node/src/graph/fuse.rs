@@ -8,8 +8,8 @@
 //!   with one output of the chain's type (f32 or f16, one shape), the running value as one of
 //!   its operands;
 //! - a binary step's other operand is a single-element constant (a scalar in the program) or a
-//!   tensor of the dtype whose broadcast is a block of the output's dims (a bias [C], a
-//!   per-channel [C,1,1], a full tensor); binary steps only from opset 7 (numpy broadcasting),
+//!   tensor of the dtype whose broadcast is a block of the output's dims (a bias `[C]`, a
+//!   per-channel `[C,1,1]`, a full tensor); binary steps only from opset 7 (numpy broadcasting),
 //!   Clip only from opset 11 with constant bounds (earlier bounds are attributes);
 //! - every interior value has exactly one use (its next step) and is no graph output;
 //! - the program fits the kernel's push constants (fused.rs `Program::fits`): longer chains

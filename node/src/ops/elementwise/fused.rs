@@ -218,7 +218,7 @@ impl Program {
 
 /// How an operand of shape `b` is read for output element i: `(i / inner) % count`. That holds
 /// when, right-aligned to `out`, b's non-1 dims are one contiguous block equal to out's there
-/// (a full tensor, a bias [C], a per-channel [C,1,1], a single element); else `None`.
+/// (a full tensor, a bias `[C]`, a per-channel `[C,1,1]`, a single element); else `None`.
 pub fn block_broadcast(b: &[usize], out: &[usize]) -> Option<(u32, u32)> {
     if b.len() > out.len() {
         return None;
