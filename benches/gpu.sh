@@ -76,6 +76,15 @@ if [ "${VKML_BENCH_BIG:-1}" = 1 ]; then
     tflops=$(python3 -c "print(f'{4 * 2 * 4096**3 / float(\"$med\") / 1e6:.1f}')" 2>/dev/null)
     printf 'gemm_4096_f32_%s\tvulkan\t%s\t(%s TFLOP/s)\n' "$kernel" "$med" "$tflops" | tee -a "$out/vkml.tsv"
   done
+  # The tensor-core path (ops/matmul/coop.rs): 16 chained products per run; VKML_GEMM_COOP
+  # picks NV cooperative matrix 2 (the default where present) or the portable KHR kernel.
+  for half in f16 bf16; do
+    for coop in nv2 khr; do
+      med=$(VKML_GEMM_COOP=$coop "$bin" run "$big/gemm_4096_$half.onnx" --input x="$big/zero.npy" --input row="$big/row.npy" --device vulkan --repeat 20 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency | median)
+      tflops=$(python3 -c "print(f'{16 * 2 * 4096**3 / float(\"$med\") / 1e6:.1f}')" 2>/dev/null)
+      printf 'gemm_4096_%s_%s\tvulkan\t%s\t(%s TFLOP/s)\n' "$half" "$coop" "$med" "$tflops" | tee -a "$out/vkml.tsv"
+    done
+  done
   for b in 1 8; do
     for dev in vulkan auto; do
       med=$("$bin" run "$big/resnet50.onnx" --input x="$big/resnet50_x$b.npy" --device $dev --repeat 50 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency | median)

@@ -11,6 +11,11 @@ last product is read back (Gather), so timings are the GEMMs, not PCIe. The inpu
 0) makes the chain depend on a run-time value: with weights alone the planner would fold the
 whole chain into a constant. Values are scaled so the chain stays O(1).
 
+gemm_4096_f16 / gemm_4096_bf16: the same in half precision (the tensor-core path), HALF_REPS
+products per run: A + x in f32, cast to the half type, HALF_REPS products by B (a half weight),
+cast back to f32, one row gathered. The f32 perturbation and the casts (about 0.1 ms) count
+against the products' time, so the TFLOP/s derived from it slightly understates the kernel.
+
 resnet50: torchvision's ResNet-50 layout (bottleneck blocks 3-4-6-3, widths 64..2048) written
 out here, random weights, exported with a symbolic batch by the TorchScript exporter (which
 folds BatchNorm into the convolutions, as deployments do). 25.6 M parameters: 102 MB of f32,
@@ -27,6 +32,7 @@ import time
 import numpy as np
 
 REPS = 4
+HALF_REPS = 16
 SIZE = 4096
 
 
@@ -49,6 +55,39 @@ def gemm_model(path):
                              helper.make_tensor_value_info("row", TensorProto.INT64, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, SIZE])],
         [numpy_helper.from_array(a, "A"), numpy_helper.from_array(b, "B")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.save_model(model, path)
+
+
+def half_gemm_model(path, half):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4096)
+    a = (rng.standard_normal((SIZE, SIZE)) / math.sqrt(SIZE)).astype(np.float32)
+    b = (rng.standard_normal((SIZE, SIZE)) / math.sqrt(SIZE)).astype(np.float32)
+    if half == "f16":
+        code, weight = TensorProto.FLOAT16, numpy_helper.from_array(b.astype(np.float16), "B")
+    else:
+        # numpy has no bfloat16: the top 16 bits of each f32, rounded to nearest even.
+        bits = b.view(np.uint32).astype(np.uint64)
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        code = TensorProto.BFLOAT16
+        weight = helper.make_tensor("B", code, [SIZE, SIZE], bits.tobytes(), raw=True)
+    nodes = [helper.make_node("Add", ["A", "x"], ["a32"], name="perturb"),
+             helper.make_node("Cast", ["a32"], ["a"], to=code, name="to_half")]
+    prev = "a"
+    for i in range(HALF_REPS):
+        out = f"y{i}"
+        nodes.append(helper.make_node("MatMul", [prev, "B"], [out], name=f"gemm{i}"))
+        prev = out
+    nodes.append(helper.make_node("Cast", [prev], ["yf"], to=TensorProto.FLOAT, name="to_f32"))
+    nodes.append(helper.make_node("Gather", ["yf", "row"], ["y"], axis=0, name="first_row"))
+    graph = helper.make_graph(
+        nodes, f"gemm_4096_{half}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+                                     helper.make_tensor_value_info("row", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, SIZE])],
+        [numpy_helper.from_array(a, "A"), weight])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     onnx.save_model(model, path)
 
@@ -97,6 +136,8 @@ def make(out):
 
     os.makedirs(out, exist_ok=True)
     gemm_model(os.path.join(out, "gemm_4096.onnx"))
+    for half in ("f16", "bf16"):
+        half_gemm_model(os.path.join(out, f"gemm_4096_{half}.onnx"), half)
     model = resnet50()
     x = torch.randn(1, 3, 224, 224)
     torch.onnx.export(model, (x,), os.path.join(out, "resnet50.onnx"), dynamo=False, opset_version=17,

@@ -1,4 +1,5 @@
-//! Compiles every `shaders/*.comp` to SPIR-V (Vulkan 1.2, SPIR-V 1.5) with glslang and writes
+//! Compiles every `shaders/*.comp` to SPIR-V (Vulkan 1.2, SPIR-V 1.5, or 1.3 / 1.6 for a file
+//! with a `// @vulkan1.3` line) with glslang and writes
 //! `$OUT_DIR/shaders.rs`, holding `pub static SHADERS: &[(&str, &[u32])]` sorted by name (the
 //! file stem), which the Vulkan layer embeds. See docs/SHADERS.md for the conventions.
 //!
@@ -164,13 +165,15 @@ fn features_needed(words: &[u32]) -> u32 {
         }
         if words[i] & 0xffff == OP_CAPABILITY && i + 1 < words.len() {
             needs |= match words[i + 1] {
-                9 => 1,                // Float16
-                10 => 1 << 1,          // Float64
-                22 => 1 << 2,          // Int16
-                39 => 1 << 3,          // Int8
-                4433..=4435 => 1 << 4, // 16-bit storage
-                4448..=4450 => 1 << 5, // 8-bit storage
-                6022 | 5357 => 1 << 6, // cooperative matrix (KHR, NV)
+                9 => 1,                       // Float16
+                10 => 1 << 1,                 // Float64
+                22 => 1 << 2,                 // Int16
+                39 => 1 << 3,                 // Int8
+                4433..=4435 => 1 << 4,        // 16-bit storage
+                4448..=4450 => 1 << 5,        // 8-bit storage
+                6022 | 5357 => 1 << 6,        // cooperative matrix (KHR, NV)
+                5430..=5434 | 5439 => 1 << 7, // cooperative matrix 2 (NV)
+                5116..=5118 => 1 << 8,        // bfloat16 (KHR)
                 _ => 0,
             };
         }
@@ -193,11 +196,18 @@ fn compile(
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_deref()))
         .collect();
+    // Extensions that exist only for SPIR-V 1.6 (NV cooperative matrix 2) need Vulkan 1.3; a
+    // file asks for it with a `// @vulkan1.3` line. The rest stay loadable on Vulkan 1.2.
+    let (version, spirv_version) = if text.lines().any(|l| l.trim() == "// @vulkan1.3") {
+        (VulkanVersion::Vulkan1_3, SpirvVersion::SPIRV1_6)
+    } else {
+        (VulkanVersion::Vulkan1_2, SpirvVersion::SPIRV1_5)
+    };
     let options = CompilerOptions {
         source_language: SourceLanguage::GLSL,
         target: Target::Vulkan {
-            version: VulkanVersion::Vulkan1_2,
-            spirv_version: SpirvVersion::SPIRV1_5,
+            version,
+            spirv_version,
         },
         version_profile: None,
         messages: ShaderMessage::DEFAULT

@@ -205,7 +205,7 @@ fn devices() -> Result<()> {
             for g in v.gpus() {
                 let i = g.info();
                 println!(
-                    "vulkan:{}: {} [{}, {}] Vulkan {}, driver {}\n  memory budget {} MiB, shared memory {} KiB, subgroup {}, push constants {} B, fp16 {}, int64 {}, cooperative matrix {}",
+                    "vulkan:{}: {} [{}, {}] Vulkan {}, driver {}\n  memory budget {} MiB, shared memory {} KiB, subgroup {}, push constants {} B, fp16 {}, int64 {}, cooperative matrix {} (NV2 {}, bf16 {})",
                     i.index,
                     i.name,
                     i.vendor,
@@ -218,7 +218,9 @@ fn devices() -> Result<()> {
                     i.max_push_constants,
                     i.fp16,
                     i.int64,
-                    i.cooperative_matrix
+                    i.cooperative_matrix,
+                    i.cooperative_matrix2,
+                    i.bf16
                 );
             }
         }

@@ -15,6 +15,9 @@ pub struct LinkCosts {
     pub remote_bytes_per_us: u64,
     /// Caller's input into a GPU (an upload).
     pub upload_latency_ns: u64,
+    /// Per GPU chunk and run: one submission and its completion observed (about 20 us on an
+    /// H100, measured by benches/gpu.sh as the one-op run).
+    pub gpu_run_ns: u64,
 }
 
 impl Default for LinkCosts {
@@ -25,6 +28,7 @@ impl Default for LinkCosts {
             remote_latency_ns: 200_000,
             remote_bytes_per_us: 1_000,
             upload_latency_ns: 10_000,
+            gpu_run_ns: 20_000,
         }
     }
 }

@@ -308,7 +308,11 @@ fn joining_a_chunk_never_makes_a_cycle() {
                 features: 0,
                 ..device("vulkan:0", DeviceKind::Gpu, 1 << 20)
             },
-            device("cpu", DeviceKind::Cpu, 1 << 20),
+            // Slow enough that running everything there is no alternative.
+            DeviceInventory {
+                op_overhead_ns: 1_000_000,
+                ..device("cpu", DeviceKind::Cpu, 1 << 20)
+            },
         ],
     );
     let p = plan(
@@ -317,6 +321,7 @@ fn joining_a_chunk_never_makes_a_cycle() {
         &LinkCosts {
             local_latency_ns: 0,
             upload_latency_ns: 0,
+            gpu_run_ns: 0,
             ..Default::default()
         },
     )
@@ -362,4 +367,52 @@ fn a_one_node_snapshot_gives_the_single_node_plan_whatever_the_node_is_called() 
             (a, b) => panic!("one plans and the other does not: {a:?} / {b:?}"),
         }
     }
+}
+
+/// A GPU and a CPU with the test rates (GPU: 2 us + 1 flop/ps per op; CPU: 0.5 us + 5 flops/ns).
+fn gpu_and_cpu() -> Snapshot {
+    Snapshot::single(
+        "n",
+        vec![
+            device("vulkan:0", DeviceKind::Gpu, 1 << 30),
+            device("cpu", DeviceKind::Cpu, 1 << 30),
+        ],
+    )
+}
+
+fn with_flops(mut g: CostGraph, flops: &[u64]) -> CostGraph {
+    for (op, &f) in g.ops.iter_mut().zip(flops) {
+        op.flops = f;
+    }
+    g
+}
+
+#[test]
+fn a_tiny_model_runs_on_the_cpu_alone() {
+    // Two ops of 60,000 flops. Greedy puts the first on the GPU (2.06 + 10 upload = 12.06 us
+    // against the CPU's 0.5 + 12 = 12.5) and the second follows; but that plan pays a GPU
+    // submission (20 us) per run: 2 * 2.06 + 10 + 20 = 34.1 us, against 2 * 12.5 = 25 us on
+    // the CPU alone.
+    let g = with_flops(chain(2, 64), &[60_000, 60_000]);
+    let s = gpu_and_cpu();
+    let p = plan(&g, &s, &LinkCosts::default()).unwrap();
+    check_plan(&g, &s, &p);
+    assert!(p.placement.iter().all(|d| d.index == 1), "{p:?}");
+    // Ten times the work: the GPU plan (2 * 2.6 + 30 = 35.2 us) beats the CPU's 241 us.
+    let g = with_flops(chain(2, 64), &[600_000, 600_000]);
+    let p = plan(&g, &s, &LinkCosts::default()).unwrap();
+    assert!(p.placement.iter().all(|d| d.index == 0), "{p:?}");
+}
+
+#[test]
+fn a_cheap_first_op_does_not_keep_a_model_off_the_gpu() {
+    // Greedy runs the tiny first op on the CPU (0.52 us against 2 + 10 upload) and moves to
+    // the GPU for the heavy rest, paying a transfer (30 us): 0.52 + 3 * 2.2 + 30 + 20 = 57.1
+    // us. All on the GPU: 2 + 3 * 2.2 + 10 + 20 = 38.6 us.
+    let g = with_flops(chain(4, 64), &[100, 200_000, 200_000, 200_000]);
+    let s = gpu_and_cpu();
+    let p = plan(&g, &s, &LinkCosts::default()).unwrap();
+    check_plan(&g, &s, &p);
+    assert!(p.placement.iter().all(|d| d.index == 0), "{p:?}");
+    assert!(p.transfers.is_empty());
 }

@@ -104,7 +104,7 @@ fn snapshot_from_file(path: &PathBuf) -> Result<Snapshot> {
                     vendor: String::new(),
                     memory_budget: d.memory_budget,
                     flops_per_us: d.flops_per_us,
-                    op_overhead_ns: d.op_overhead_ns.unwrap_or(if gpu { 1_500 } else { 300 }),
+                    op_overhead_ns: d.op_overhead_ns.unwrap_or(if gpu { 2_500 } else { 300 }),
                     features: d.features,
                 }))
             })

@@ -12,7 +12,7 @@ mod topology;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-pub use plan::{Device, LOCAL_NODE, cost_graph, cpu_memory, inventory};
+pub use plan::{Device, Kernels, LOCAL_NODE, cost_graph, cpu_memory, inventory};
 pub use run::{RemoteHooks, RunLink};
 use topology::Topology;
 use vkml_planner::{LinkCosts, Plan, PlanError};
@@ -24,8 +24,14 @@ use crate::session::PlanSummary;
 use crate::tensor::Tensor;
 use gpu::{GpuContext, GpuLayout, GpuOps};
 
-/// One GPU's layout, its ops as (plan position, chunk), and the values it exports.
-type GpuShare = (GpuLayout, Vec<(usize, usize)>, Vec<ValueId>);
+/// One GPU's layout, its ops as (plan position, chunk), the values it exports, and the
+/// kernels it runs (by plan position; its own choice among preferred ones).
+type GpuShare = (
+    GpuLayout,
+    Vec<(usize, usize)>,
+    Vec<ValueId>,
+    Vec<Option<GpuKernel>>,
+);
 
 /// A model specialised to input shapes, planned and ready to run many times.
 pub struct Executable {
@@ -35,7 +41,6 @@ pub struct Executable {
     plan: Plan,
     /// The plan's chunks as this node sees them: which are its own, what each waits for.
     topo: Topology,
-    kernels: Vec<Option<GpuKernel>>,
     /// Per GPU device index (in `devices`): its layout and the ops it runs.
     layouts: BTreeMap<usize, GpuShare>,
     /// Idle execution contexts; a run takes one, or makes one when all are busy.
@@ -69,7 +74,7 @@ impl Executable {
         spec: Specialized,
         devices: Vec<Device>,
         plan: Plan,
-        kernels: Vec<Option<GpuKernel>>,
+        kernels: Kernels,
         local: &str,
     ) -> Result<Executable> {
         let topo = Topology::new(&graph, &spec, &plan, local);
@@ -122,13 +127,14 @@ impl Executable {
                     }
                 }
             }
+            let mine = kernels.for_gpu(g.info().shader_features);
             let on = GpuOps {
                 ops: ops.clone(),
                 exported: exported.clone(),
-                kernels: &kernels,
+                kernels: &mine,
             };
             let layout = GpuLayout::new(g.clone(), &graph, &spec, &on)?;
-            layouts.insert(d, (layout, ops, exported));
+            layouts.insert(d, (layout, ops, exported, mine));
         }
         let exe = Executable {
             graph,
@@ -136,7 +142,6 @@ impl Executable {
             devices,
             plan,
             topo,
-            kernels,
             layouts,
             pool: Mutex::new(Vec::new()),
             summary,
@@ -161,11 +166,11 @@ impl Executable {
 
     fn new_context(&self) -> Result<BTreeMap<usize, GpuContext>> {
         let mut m = BTreeMap::new();
-        for (d, (layout, ops, exported)) in &self.layouts {
+        for (d, (layout, ops, exported, kernels)) in &self.layouts {
             let on = GpuOps {
                 ops: ops.clone(),
                 exported: exported.clone(),
-                kernels: &self.kernels,
+                kernels,
             };
             m.insert(*d, layout.context(&self.graph, &self.spec, &on)?);
         }

@@ -1,5 +1,6 @@
 //! From a specialised graph and this machine's devices to the planner's input, and back.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use vkml_planner::{
@@ -41,6 +42,14 @@ pub fn cpu_memory() -> u64 {
         .unwrap_or(8 << 30)
 }
 
+/// A rough rate for the CPU backend: 10 GFLOP/s per core, for up to four cores (small ops
+/// run on one core, large ones on all; the planner only needs the order of magnitude right
+/// to weigh a tiny model's CPU run against a GPU submission).
+fn cpu_flops_per_us() -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    10_000 * cores.clamp(1, 4)
+}
+
 /// The name of this machine in a single-node plan.
 pub const LOCAL_NODE: &str = "local";
 
@@ -52,10 +61,12 @@ pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
             Device::Gpu(g) => {
                 let info = g.info();
                 // lavapipe is a GPU API over the CPU: far slower per op than real hardware.
+                // On a real GPU a dependent dispatch costs about 2.5 us (benches/gpu.sh's add
+                // chain on an H100: the barrier between dispatches is most of it).
                 let (rate, overhead) = if info.is_cpu {
                     (5_000, 8_000)
                 } else {
-                    (20_000_000, 1_500)
+                    (20_000_000, 2_500)
                 };
                 DeviceInventory {
                     name: d.name(),
@@ -70,7 +81,7 @@ pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
                 name: "cpu".into(),
                 kind: DeviceKind::Cpu,
                 memory_budget: cap(cpu_memory()),
-                flops_per_us: 10_000,
+                flops_per_us: cpu_flops_per_us(),
                 // A fallback costs so much that the planner picks it only when nothing else can.
                 op_overhead_ns: if matches!(d, Device::CpuFallback) {
                     1 << 40
@@ -84,8 +95,38 @@ pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
     Snapshot::single(LOCAL_NODE, devs)
 }
 
-/// The cost graph of the live ops, and each live op's GPU kernel (when it has one).
-pub fn cost_graph(graph: &Graph, spec: &Specialized) -> (CostGraph, Vec<Option<GpuKernel>>) {
+/// Each live op's GPU kernels: the one the planner costs and checks features with, and, for
+/// some ops, faster ones for GPUs with optional features (tensor cores), best first.
+#[derive(Debug, Clone, Default)]
+pub struct Kernels {
+    pub base: Vec<Option<GpuKernel>>,
+    /// By position in the plan; see [`crate::ops::Op::gpu_preferred`].
+    pub preferred: BTreeMap<usize, Vec<GpuKernel>>,
+}
+
+fn needs_of(k: &GpuKernel) -> ShaderNeeds {
+    k.dispatches
+        .iter()
+        .filter_map(|d| shader_needs(d.shader))
+        .fold(ShaderNeeds::default(), ShaderNeeds::union)
+}
+
+impl Kernels {
+    /// The kernels a GPU with features `have` runs: for each op the first preferred one it
+    /// can, else the base one.
+    pub fn for_gpu(&self, have: ShaderNeeds) -> Vec<Option<GpuKernel>> {
+        let mut out = self.base.clone();
+        for (&pos, list) in &self.preferred {
+            if let Some(k) = list.iter().find(|k| needs_of(k).met_by(have)) {
+                out[pos] = Some(k.clone());
+            }
+        }
+        out
+    }
+}
+
+/// The cost graph of the live ops, and each live op's GPU kernels (when it has some).
+pub fn cost_graph(graph: &Graph, spec: &Specialized) -> (CostGraph, Kernels) {
     let inputs: Vec<usize> = graph.inputs.iter().map(|(v, _)| *v).collect();
     let n = graph.value_names.len();
     let mut values: Vec<ValueCost> = (0..n)
@@ -105,6 +146,7 @@ pub fn cost_graph(graph: &Graph, spec: &Specialized) -> (CostGraph, Vec<Option<G
         values[*v].output = true;
     }
     let mut kernels = Vec::new();
+    let mut preferred = BTreeMap::new();
     let ops = spec
         .live
         .iter()
@@ -135,16 +177,18 @@ pub fn cost_graph(graph: &Graph, spec: &Specialized) -> (CostGraph, Vec<Option<G
                         })
                     })
                     .collect();
-                node.op.gpu_planned(&planned, &out_types)
+                let faster = node.op.gpu_preferred(&planned, &out_types);
+                let base = node.op.gpu_planned(&planned, &out_types);
+                // An op with only preferred kernels is planned with the most widely
+                // supported of them.
+                let base = base.or_else(|| faster.last().cloned());
+                if !faster.is_empty() {
+                    preferred.insert(kernels.len(), faster);
+                }
+                base
             };
             let gpu = node.op.is_view() || kernel.is_some();
-            let gpu_needs = kernel.as_ref().map_or(0, |k| {
-                k.dispatches
-                    .iter()
-                    .filter_map(|d| shader_needs(d.shader))
-                    .fold(ShaderNeeds::default(), ShaderNeeds::union)
-                    .0
-            });
+            let gpu_needs = kernel.as_ref().map_or(0, |k| needs_of(k).0);
             kernels.push(kernel);
             OpCost {
                 name: node.name.clone(),
@@ -157,5 +201,11 @@ pub fn cost_graph(graph: &Graph, spec: &Specialized) -> (CostGraph, Vec<Option<G
             }
         })
         .collect();
-    (CostGraph { ops, values }, kernels)
+    (
+        CostGraph { ops, values },
+        Kernels {
+            base: kernels,
+            preferred,
+        },
+    )
 }

@@ -331,6 +331,9 @@ impl Op for Cast {
         let (shader, count) = match (x.dtype, to) {
             // A cast to the same type is a copy; 4- and 8-byte types copy as 32-bit words.
             (a, b) if a == b && a.size() % 4 == 0 => ("cast_copy32", n * a.size() / 4),
+            // bf16 only to and from f32 (on bits: no bfloat16 type needed).
+            (DType::F32, DType::BF16) => ("cast_bf16_from_f32", n),
+            (DType::BF16, DType::F32) => ("cast_bf16_to_f32", n),
             (a, b) => {
                 let name = format!("cast_{}_{}", gpu_name(a)?, gpu_name(b)?);
                 (*GPU_PAIRS.iter().find(|s| **s == name)?, n)
@@ -533,7 +536,7 @@ mod tests {
             (k.dispatches[0].shader, &k.dispatches[0].params[..]),
             ("cast_copy32", &[30u32][..])
         );
-        // bf16 has no GPU kernel.
+        // bf16 has GPU kernels to and from f32 only.
         let h = ValueType::new(DType::BF16, vec![3]);
         assert!(op.gpu(&[Some(&h)], &[same]).is_none());
     }
@@ -577,5 +580,36 @@ mod tests {
             // Integer -> float must round exactly as the CPU does.
             gpu_matches_cpu(&*to(d), &[Some(x)], 0.0);
         }
+    }
+
+    #[test]
+    fn gpu_bf16_casts_round_to_nearest_even_and_keep_nan() {
+        // 1 + 2^-8 is halfway between two bf16 values: ties go to the even one (1.0); just
+        // above the tie rounds up; the largest finite f32 rounds to infinity; NaN stays NaN.
+        let f = Tensor::from_vec(
+            vec![9],
+            vec![
+                1.0f32 + 1.0 / 256.0,
+                1.0 + 1.0 / 256.0 + 1.0 / 65536.0,
+                1.0 + 3.0 / 256.0,
+                -2.5e-3,
+                f32::MAX,
+                f32::NAN,
+                f32::NEG_INFINITY,
+                0.0,
+                -0.0,
+            ],
+        );
+        let to =
+            |d: DType| build("Cast", 13, &[("to", AttrValue::Int(d.onnx_code() as i64))]).unwrap();
+        let b = run1(&*to(DType::BF16), &[&f]).unwrap();
+        let bits: Vec<u16> = b.to_f64_vec().unwrap()[..4]
+            .iter()
+            .map(|&v| half::bf16::from_f64(v).to_bits())
+            .collect();
+        // By hand: 1.0 = 0x3f80; 1 + 2^-7 = 0x3f81; 1 + 2^-6 = 0x3f82.
+        assert_eq!(&bits[..3], &[0x3f80, 0x3f81, 0x3f82]);
+        gpu_matches_cpu(&*to(DType::BF16), &[Some(&f)], 0.0);
+        gpu_matches_cpu(&*to(DType::F32), &[Some(&b)], 0.0);
     }
 }

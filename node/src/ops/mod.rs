@@ -148,6 +148,19 @@ pub trait Op: Send + Sync + fmt::Debug {
         self.gpu(&types, outputs)
     }
 
+    /// Faster GPU kernels for devices with optional features (tensor cores), best first: a
+    /// GPU runs the first whose shaders' needs it meets, else [`Op::gpu_planned`]'s kernel.
+    /// They must compute the same outputs from the same buffers; the planner sizes memory and
+    /// checks features with [`Op::gpu_planned`]'s (or with the last of these when that is
+    /// `None`: then only devices meeting one of them can run the op).
+    fn gpu_preferred(
+        &self,
+        _inputs: &[Option<InferInput<'_>>],
+        _outputs: &[ValueType],
+    ) -> Vec<GpuKernel> {
+        Vec::new()
+    }
+
     /// True when output 0 is input 0's bytes under another shape (Reshape, Flatten, Squeeze,
     /// Unsqueeze, Identity): on a GPU such an op costs nothing, its output aliases its input.
     fn is_view(&self) -> bool {

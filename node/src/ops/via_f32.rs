@@ -177,6 +177,14 @@ impl Op for ViaF32 {
         self.inner.gpu_planned(inputs, outputs)
     }
 
+    fn gpu_preferred(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+    ) -> Vec<GpuKernel> {
+        self.inner.gpu_preferred(inputs, outputs)
+    }
+
     fn is_view(&self) -> bool {
         self.inner.is_view()
     }

@@ -217,6 +217,14 @@ fn create_device(instance: &Instance, c: &Candidate) -> Result<ash::Device, Vulk
     if f.cooperative_matrix {
         f2 = f2.push_next(&mut fcoop);
     }
+    let mut fcoop2 = super::coop::Coopmat2Features::needed();
+    if f.coopmat2 {
+        f2 = f2.push_next(&mut fcoop2);
+    }
+    let mut fbf16 = super::coop::Bfloat16Features::needed();
+    if f.bf16 {
+        f2 = f2.push_next(&mut fbf16);
+    }
 
     let priorities = [1.0f32];
     let queues = [vk::DeviceQueueCreateInfo::default()

@@ -4,6 +4,7 @@ use std::ffi::CStr;
 
 use ash::vk;
 
+use super::coop::{self, Half};
 use super::instance::Instance;
 use super::shaders::ShaderNeeds;
 
@@ -47,6 +48,11 @@ pub struct GpuInfo {
     pub fp64: bool,
     /// VK_KHR_cooperative_matrix (enabled when present).
     pub cooperative_matrix: bool,
+    /// VK_NV_cooperative_matrix2 with what gemm_coop2.comp uses (workgroup scope, flexible
+    /// dimensions, tensor addressing, per-element operations), enabled when present.
+    pub cooperative_matrix2: bool,
+    /// bfloat16 in shaders and in cooperative matrices (VK_KHR_shader_bfloat16).
+    pub bf16: bool,
     /// The optional shader features enabled, to check a shader's needs against.
     pub shader_features: ShaderNeeds,
     /// Host-visible device-local memory covering the whole device-local heap (resizable BAR or
@@ -78,7 +84,9 @@ impl Features {
             (self.shader_int8, ShaderNeeds::INT8),
             (self.storage_buffer_16bit, ShaderNeeds::STORAGE16),
             (self.storage_buffer_8bit, ShaderNeeds::STORAGE8),
-            (self.cooperative_matrix, ShaderNeeds::COOPERATIVE_MATRIX),
+            (self.coop_f16, ShaderNeeds::COOPERATIVE_MATRIX),
+            (self.coopmat2, ShaderNeeds::COOPERATIVE_MATRIX2),
+            (self.bf16, ShaderNeeds::BFLOAT16),
         ] {
             if present {
                 have = have.union(need);
@@ -101,6 +109,15 @@ pub(crate) struct Features {
     pub vulkan_memory_model_device_scope: bool,
     pub subgroup_extended_types: bool,
     pub cooperative_matrix: bool,
+    /// Cooperative matrices as gemm_coop.comp uses them: 16x16x16 f16 with f32 accumulators in
+    /// 32-wide subgroups (the shader lays its 128 invocations out as 4 subgroups), and 44 KiB
+    /// of shared memory.
+    pub coop_f16: bool,
+    /// VK_NV_cooperative_matrix2, as [`Coopmat2Features::usable`](coop::Coopmat2Features).
+    pub coopmat2: bool,
+    /// bfloat16 values and cooperative matrices (and, with `coop_f16`'s subgroup
+    /// requirement, the 16x16x16 bf16 shape).
+    pub bf16: bool,
     /// Vulkan 1.3 features, when the device is 1.3.
     pub v13: Option<Features13>,
 }
@@ -157,6 +174,8 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
             .any(|e| e.extension_name_as_c_str() == Ok(n))
     };
     let has_coop = has_ext(ash::khr::cooperative_matrix::NAME);
+    let has_coop2 = has_ext(coop::COOPMAT2_NAME);
+    let has_bf16 = has_ext(coop::BFLOAT16_NAME);
     let has_budget = has_ext(ash::ext::memory_budget::NAME);
     let is_13 = props.api_version >= vk::API_VERSION_1_3;
 
@@ -164,6 +183,8 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
     let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
     let mut f13 = vk::PhysicalDeviceVulkan13Features::default();
     let mut fcoop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+    let mut fcoop2 = coop::Coopmat2Features::default();
+    let mut fbf16 = coop::Bfloat16Features::default();
     let mut f2 = vk::PhysicalDeviceFeatures2::default()
         .push_next(&mut f11)
         .push_next(&mut f12);
@@ -172,6 +193,14 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
     }
     if has_coop {
         f2 = f2.push_next(&mut fcoop);
+    }
+    // Cooperative matrix 2 needs SPIR-V 1.6, hence Vulkan 1.3.
+    let has_coop2 = has_coop2 && has_coop && is_13;
+    if has_coop2 {
+        f2 = f2.push_next(&mut fcoop2);
+    }
+    if has_bf16 {
+        f2 = f2.push_next(&mut fbf16);
     }
     // SAFETY: the chain holds only structs of core 1.2 (the device is 1.2+), of 1.3 when the
     // device is 1.3, and of extensions the device lists; all outlive the call.
@@ -256,9 +285,33 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
     let max_allocation = largest_heap.min(max_buffer_size);
 
     let mut extensions_to_enable = Vec::new();
-    if has_coop && fcoop.cooperative_matrix != 0 {
+    let coop_khr = has_coop && fcoop.cooperative_matrix != 0;
+    if coop_khr {
         extensions_to_enable.push(ash::khr::cooperative_matrix::NAME);
     }
+    // Which 16x16x16 shapes (f16, bf16) the device runs in a subgroup.
+    let shapes = if coop_khr {
+        let ext = ash::khr::cooperative_matrix::Instance::new(&inst.entry, instance);
+        // SAFETY: the device lists the extension; `pd` belongs to this instance.
+        let props = unsafe { ext.get_physical_device_cooperative_matrix_properties(pd) }
+            .unwrap_or_default();
+        (
+            coop::has_16x16x16(&props, Half::F16),
+            coop::has_16x16x16(&props, Half::Bf16),
+        )
+    } else {
+        (false, false)
+    };
+    let coopmat2 = coop_khr && has_coop2 && fcoop2.usable();
+    if coopmat2 {
+        extensions_to_enable.push(coop::COOPMAT2_NAME);
+    }
+    let bf16 = coop_khr && has_bf16 && fbf16.usable();
+    if bf16 {
+        extensions_to_enable.push(coop::BFLOAT16_NAME);
+    }
+    // gemm_coop.comp lays its 128 invocations out as four 32-wide subgroups and stages 44 KiB.
+    let wide32 = p11.subgroup_size == 32 && limits.max_compute_shared_memory_size >= 45_056;
     // The spec requires enabling the portability subset wherever a device lists it.
     if has_ext(ash::khr::portability_subset::NAME) {
         extensions_to_enable.push(ash::khr::portability_subset::NAME);
@@ -274,7 +327,10 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
         vulkan_memory_model: f12.vulkan_memory_model != 0,
         vulkan_memory_model_device_scope: f12.vulkan_memory_model_device_scope != 0,
         subgroup_extended_types: f12.shader_subgroup_extended_types != 0,
-        cooperative_matrix: has_coop && fcoop.cooperative_matrix != 0,
+        cooperative_matrix: coop_khr,
+        coop_f16: coop_khr && wide32 && shapes.0,
+        coopmat2,
+        bf16: bf16 && (coopmat2 || (wide32 && shapes.1)),
         v13: is_13.then_some(Features13 {
             subgroup_size_control: f13.subgroup_size_control != 0,
             compute_full_subgroups: f13.compute_full_subgroups != 0,
@@ -323,6 +379,8 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
         int64: true,
         fp64: features.shader_float64,
         cooperative_matrix: features.cooperative_matrix,
+        cooperative_matrix2: features.coopmat2,
+        bf16: features.bf16,
         shader_features: features.shader_needs_met(),
         rebar,
         is_cpu,

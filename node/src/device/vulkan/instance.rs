@@ -23,8 +23,8 @@ pub fn validation_messages() -> u64 {
 
 /// The loader and instance, shared by every [`Gpu`] so that it outlives them all.
 pub(crate) struct Instance {
-    /// Keeps the loader library loaded while the instance lives.
-    _entry: ash::Entry,
+    /// Keeps the loader library loaded while the instance lives; extension loaders use it.
+    pub(crate) entry: ash::Entry,
     pub(crate) instance: ash::Instance,
     debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
 }
@@ -204,7 +204,7 @@ fn create_instance() -> Result<Instance, VulkanError> {
         None
     };
     Ok(Instance {
-        _entry: entry,
+        entry,
         instance,
         debug,
     })

@@ -14,6 +14,7 @@
 //! touch, and dropping a command list waits for its last submission first.
 
 mod buffer;
+mod coop;
 mod error;
 mod gpu;
 mod info;

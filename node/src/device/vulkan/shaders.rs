@@ -15,7 +15,9 @@ impl ShaderNeeds {
     pub const STORAGE16: ShaderNeeds = ShaderNeeds(1 << 4);
     pub const STORAGE8: ShaderNeeds = ShaderNeeds(1 << 5);
     pub const COOPERATIVE_MATRIX: ShaderNeeds = ShaderNeeds(1 << 6);
-    const NAMES: [&'static str; 7] = [
+    pub const COOPERATIVE_MATRIX2: ShaderNeeds = ShaderNeeds(1 << 7);
+    pub const BFLOAT16: ShaderNeeds = ShaderNeeds(1 << 8);
+    const NAMES: [&'static str; 9] = [
         "shaderFloat16",
         "shaderFloat64",
         "shaderInt16",
@@ -23,6 +25,8 @@ impl ShaderNeeds {
         "storageBuffer16BitAccess",
         "storageBuffer8BitAccess",
         "cooperativeMatrix",
+        "cooperativeMatrix2 (NV)",
+        "shaderBFloat16Type",
     ];
 
     pub fn union(self, o: ShaderNeeds) -> ShaderNeeds {

@@ -90,6 +90,16 @@ pub fn run_op_on(
     let kernel = op
         .gpu_planned(&planned, outputs)
         .ok_or_else(|| format!("{op:?} has no GPU kernel for inputs {types:?}"))?;
+    run_kernel_on(gpu, &kernel, inputs, outputs)
+}
+
+/// As [`run_op_on`], with a given kernel of the op (one of its preferred ones, say).
+pub fn run_kernel_on(
+    gpu: &Gpu,
+    kernel: &crate::ops::GpuKernel,
+    inputs: &[Option<&Tensor>],
+    outputs: &[ValueType],
+) -> Result<Vec<Tensor>, String> {
     let e = |e: VulkanError| e.to_string();
 
     let mut input_bufs: Vec<Option<GpuBuffer>> = Vec::new();

@@ -314,35 +314,19 @@ impl Op for MatMul {
     }
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
-        let (a, b) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?);
-        // f32 (gemm.comp) or f16 (gemm_simple.comp; the CPU side runs it through f32).
-        if !matches!(a.dtype, DType::F32 | DType::F16) || b.dtype != a.dtype {
-            return None;
-        }
-        let s = MatMulShape::new(&a.shape, &b.shape).ok()?;
-        gemm_kernel(&GpuGemm {
-            half: a.dtype == DType::F16,
-            m: s.m,
-            n: s.n,
-            k: s.k,
-            a: Strided {
-                off: 0,
-                rs: s.k,
-                cs: 1,
-            },
-            b: Strided {
-                off: 0,
-                rs: s.n,
-                cs: 1,
-            },
-            batch: s.batch,
-            a_batch: s.a_batch,
-            b_batch: s.b_batch,
-            c: None,
-            alpha: 1.0,
-            beta: 0.0,
-            sizes: [a.numel(), b.numel(), numel(&s.out)],
-        })
+        // f32 (gemm.comp) or f16 (gemm_simple.comp; the CPU side runs it through f32); bf16
+        // has only the tensor-core kernels.
+        let (dtype, g) = MatMul::describe(inputs)?;
+        (dtype != DType::BF16).then(|| gemm_kernel(&g)).flatten()
+    }
+
+    fn gpu_preferred(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        _outputs: &[ValueType],
+    ) -> Vec<GpuKernel> {
+        let types: Vec<Option<&ValueType>> = inputs.iter().map(|i| i.map(|i| i.ty)).collect();
+        MatMul::describe(&types).map_or_else(Vec::new, |(dtype, g)| coop::kernels(&g, dtype))
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
@@ -352,6 +336,44 @@ impl Op for MatMul {
                 .unwrap_or(0),
             _ => 0,
         }
+    }
+}
+
+impl MatMul {
+    /// The product on the GPU, for float operands of one type.
+    fn describe(inputs: &[Option<&ValueType>]) -> Option<(DType, GpuGemm)> {
+        let (a, b) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?);
+        if !matches!(a.dtype, DType::F32 | DType::F16 | DType::BF16) || b.dtype != a.dtype {
+            return None;
+        }
+        let s = MatMulShape::new(&a.shape, &b.shape).ok()?;
+        Some((
+            a.dtype,
+            GpuGemm {
+                half: a.dtype == DType::F16,
+                coop: None,
+                m: s.m,
+                n: s.n,
+                k: s.k,
+                a: Strided {
+                    off: 0,
+                    rs: s.k,
+                    cs: 1,
+                },
+                b: Strided {
+                    off: 0,
+                    rs: s.n,
+                    cs: 1,
+                },
+                batch: s.batch,
+                a_batch: s.a_batch,
+                b_batch: s.b_batch,
+                c: None,
+                alpha: 1.0,
+                beta: 0.0,
+                sizes: [a.numel(), b.numel(), numel(&s.out)],
+            },
+        ))
     }
 }
 
@@ -526,31 +548,18 @@ impl Op for Gemm {
     }
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
-        let (a, b, c) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?, opt(inputs, 2));
-        if !matches!(a.dtype, DType::F32 | DType::F16)
-            || b.dtype != a.dtype
-            || c.is_some_and(|c| c.dtype != a.dtype)
-        {
-            return None;
-        }
-        let s = self
-            .shape(&a.shape, &b.shape, c.map(|c| &c.shape[..]))
-            .ok()?;
-        gemm_kernel(&GpuGemm {
-            half: a.dtype == DType::F16,
-            m: s.m,
-            n: s.n,
-            k: s.k,
-            a: s.a,
-            b: s.b,
-            batch: vec![],
-            a_batch: vec![],
-            b_batch: vec![],
-            c: if self.beta != 0.0 { s.c } else { None },
-            alpha: self.alpha,
-            beta: self.beta,
-            sizes: [a.numel(), b.numel(), outputs.first()?.numel()],
-        })
+        let (dtype, g) = self.describe(inputs, outputs)?;
+        (dtype != DType::BF16).then(|| gemm_kernel(&g)).flatten()
+    }
+
+    fn gpu_preferred(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+    ) -> Vec<GpuKernel> {
+        let types: Vec<Option<&ValueType>> = inputs.iter().map(|i| i.map(|i| i.ty)).collect();
+        self.describe(&types, outputs)
+            .map_or_else(Vec::new, |(dtype, g)| coop::kernels(&g, dtype))
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
@@ -564,6 +573,45 @@ impl Op for Gemm {
     }
 }
 
+impl Gemm {
+    /// The product on the GPU, for float operands (and C) of one type.
+    fn describe(
+        &self,
+        inputs: &[Option<&ValueType>],
+        outputs: &[ValueType],
+    ) -> Option<(DType, GpuGemm)> {
+        let (a, b, c) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?, opt(inputs, 2));
+        if !matches!(a.dtype, DType::F32 | DType::F16 | DType::BF16)
+            || b.dtype != a.dtype
+            || c.is_some_and(|c| c.dtype != a.dtype)
+        {
+            return None;
+        }
+        let s = self
+            .shape(&a.shape, &b.shape, c.map(|c| &c.shape[..]))
+            .ok()?;
+        Some((
+            a.dtype,
+            GpuGemm {
+                half: a.dtype == DType::F16,
+                coop: None,
+                m: s.m,
+                n: s.n,
+                k: s.k,
+                a: s.a,
+                b: s.b,
+                batch: vec![],
+                a_batch: vec![],
+                b_batch: vec![],
+                c: if self.beta != 0.0 { s.c } else { None },
+                alpha: self.alpha,
+                beta: self.beta,
+                sizes: [a.numel(), b.numel(), outputs.first()?.numel()],
+            },
+        ))
+    }
+}
+
 /// Output tile of one workgroup of `gemm.comp` (both M and N).
 const TILE: usize = 64;
 /// Batch axes `gemm.comp` walks.
@@ -574,6 +622,8 @@ const GPU_BATCH_RANK: usize = 3;
 struct GpuGemm {
     /// f16 tensors: gemm_simple.comp's variant rather than gemm.comp.
     half: bool,
+    /// A tensor-core shader (coop.rs) in place of both, with its tile's rows and columns.
+    coop: Option<(&'static str, usize, usize)>,
     m: usize,
     n: usize,
     k: usize,
@@ -652,12 +702,15 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
         g.beta.to_bits(),
         u32::from(g.c.is_some()),
     ]);
-    let (shader, tile) = if g.half {
-        ("gemm_simple_f16", TILE)
+    let (shader, tile) = if let Some((shader, tm, tn)) = g.coop {
+        (shader, (tm, tn))
+    } else if g.half {
+        ("gemm_simple_f16", (TILE, TILE))
     } else {
-        gemm_shader(g.m, g.n, numel(&dims) * numel(&lay.dims[..split]))
+        let (shader, tile) = gemm_shader(g.m, g.n, numel(&dims) * numel(&lay.dims[..split]));
+        (shader, (tile, tile))
     };
-    let groups = [g.n.div_ceil(tile), g.m.div_ceil(tile), numel(&dims)];
+    let groups = [g.n.div_ceil(tile.1), g.m.div_ceil(tile.0), numel(&dims)];
     if groups.iter().any(|&v| v > 65_535) {
         return None;
     }
@@ -716,6 +769,9 @@ fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
     })
 }
 
+mod coop;
+#[cfg(test)]
+mod coop_tests;
 mod splitk;
 #[cfg(test)]
 mod tests;
@@ -737,6 +793,7 @@ pub(super) fn strided_gemm_kernel(
 ) -> Option<GpuKernel> {
     gemm_kernel(&GpuGemm {
         half,
+        coop: None,
         m,
         n,
         k,

@@ -1,0 +1,228 @@
+//! The tensor-core kernels (coop.rs) on the test GPU, against products computed here in f64
+//! from the same half-precision inputs. Each kernel runs only where the GPU has the features
+//! its shaders need (lavapipe has none: there these tests check nothing and say so).
+
+use super::super::elementwise::testutil::{Rng, build, f64s};
+use super::MatMul;
+use super::coop::{Mode, kernels_in};
+use crate::device::vulkan::{shader_needs, testing};
+use crate::ops::{AttrValue, GpuKernel, InferInput, Op, ValueType};
+use crate::tensor::{DType, Tensor};
+
+fn random_half(rng: &mut Rng, shape: &[usize], dtype: DType) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n)
+        .map(|_| (rng.next_u64() % 20_001) as f64 / 10_000.0 - 1.0)
+        .collect();
+    match dtype {
+        DType::F16 => Tensor::from_vec(
+            shape.to_vec(),
+            v.iter().map(|&x| half::f16::from_f64(x)).collect(),
+        ),
+        DType::BF16 => Tensor::from_vec(
+            shape.to_vec(),
+            v.iter().map(|&x| half::bf16::from_f64(x)).collect(),
+        ),
+        other => panic!("not a half type: {other}"),
+    }
+}
+
+/// Y[z] = alpha * A'[z] B'[z] + beta * C in f64: A' is m x k at `a(z, i, p)`, B' k x n at
+/// `b(z, p, j)`, C broadcast by `c(i, j)`.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    batch: usize,
+    (m, n, k): (usize, usize, usize),
+    a: impl Fn(usize, usize, usize) -> f64,
+    b: impl Fn(usize, usize, usize) -> f64,
+    alpha: f64,
+    beta: f64,
+    c: impl Fn(usize, usize) -> f64,
+) -> Vec<f64> {
+    let mut y = vec![0.0; batch * m * n];
+    for z in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k).map(|p| a(z, i, p) * b(z, p, j)).sum();
+                y[(z * m + i) * n + j] = alpha * dot + beta * c(i, j);
+            }
+        }
+    }
+    y
+}
+
+/// Runs every preferred kernel of `op` the test GPU can run on `inputs`; each must give `want`
+/// within 1e-2 of the output's scale (the rounding of a half-precision result, plus f32
+/// accumulation in another order). Returns the shaders run.
+fn check(op: &dyn Op, inputs: &[Option<&Tensor>], want: &[f64], what: &str) -> Vec<&'static str> {
+    let types: Vec<Option<ValueType>> = inputs.iter().map(|t| t.map(ValueType::of)).collect();
+    let planned: Vec<Option<InferInput<'_>>> = types
+        .iter()
+        .zip(inputs)
+        .map(|(ty, t)| ty.as_ref().map(|ty| InferInput { ty, value: *t }))
+        .collect();
+    let outs = op.infer(&planned).expect("shape rule");
+    let kernels = op.gpu_preferred(&planned, &outs);
+    check_kernels(&kernels, inputs, &outs, want, what)
+}
+
+fn check_kernels(
+    kernels: &[GpuKernel],
+    inputs: &[Option<&Tensor>],
+    outs: &[ValueType],
+    want: &[f64],
+    what: &str,
+) -> Vec<&'static str> {
+    let Some(gpu) = testing::test_gpu() else {
+        return Vec::new();
+    };
+    assert!(!kernels.is_empty(), "{what}: no tensor-core kernel offered");
+    let scale = want.iter().map(|v| v * v).sum::<f64>().sqrt() / (want.len() as f64).sqrt();
+    let mut ran = Vec::new();
+    for k in kernels {
+        let shader = k.dispatches[0].shader;
+        let needs = shader_needs(shader).expect("a known shader");
+        if !needs.met_by(gpu.info().shader_features) {
+            continue;
+        }
+        let got = testing::run_kernel_on(gpu, k, inputs, outs)
+            .unwrap_or_else(|e| panic!("{what}: {shader} failed: {e}"));
+        assert_eq!(ValueType::of(&got[0]), outs[0], "{what}: {shader}");
+        let got = f64s(&got[0]);
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-2 * (w.abs() + scale),
+                "{what}: {shader}: element {i} is {g}, want {w} (scale {scale})"
+            );
+        }
+        ran.push(shader);
+    }
+    if ran.is_empty() {
+        eprintln!("{what}: this GPU has no tensor-core path; nothing checked");
+    }
+    ran
+}
+
+#[test]
+fn gpu_coop_matmul_matches_f64() {
+    for dtype in [DType::F16, DType::BF16] {
+        let mut rng = Rng::new(11);
+        // Edges in every direction: M, N and K are not multiples of the tiles.
+        let (m, k, n) = (300, 200, 260);
+        let a = random_half(&mut rng, &[m, k], dtype);
+        let b = random_half(&mut rng, &[k, n], dtype);
+        let (av, bv) = (f64s(&a), f64s(&b));
+        let want = reference(
+            1,
+            (m, n, k),
+            |_, i, p| av[i * k + p],
+            |_, p, j| bv[p * n + j],
+            1.0,
+            0.0,
+            |_, _| 0.0,
+        );
+        let op = build("MatMul", 13, &[]).unwrap();
+        check(
+            &*op,
+            &[Some(&a), Some(&b)],
+            &want,
+            &format!("{dtype} matmul"),
+        );
+
+        // Batched, B broadcast over the batch.
+        let (m, k, n) = (130, 72, 150);
+        let a = random_half(&mut rng, &[2, 3, m, k], dtype);
+        let b = random_half(&mut rng, &[k, n], dtype);
+        let (av, bv) = (f64s(&a), f64s(&b));
+        let want = reference(
+            6,
+            (m, n, k),
+            |z, i, p| av[(z * m + i) * k + p],
+            |_, p, j| bv[p * n + j],
+            1.0,
+            0.0,
+            |_, _| 0.0,
+        );
+        check(
+            &*op,
+            &[Some(&a), Some(&b)],
+            &want,
+            &format!("{dtype} batched matmul"),
+        );
+    }
+}
+
+#[test]
+fn gpu_coop_gemm_transposes_scale_and_bias_match_f64() {
+    for dtype in [DType::F16, DType::BF16] {
+        let mut rng = Rng::new(12);
+        let (m, k, n) = (200, 136, 190);
+        for (ta, tb) in [(false, true), (true, false), (true, true)] {
+            let a = random_half(&mut rng, &if ta { [k, m] } else { [m, k] }, dtype);
+            let b = random_half(&mut rng, &if tb { [n, k] } else { [k, n] }, dtype);
+            let c = random_half(&mut rng, &[n], dtype);
+            let (av, bv, cv) = (f64s(&a), f64s(&b), f64s(&c));
+            let (alpha, beta) = (0.5, -2.0);
+            let want = reference(
+                1,
+                (m, n, k),
+                |_, i, p| if ta { av[p * m + i] } else { av[i * k + p] },
+                |_, p, j| if tb { bv[j * k + p] } else { bv[p * n + j] },
+                alpha,
+                beta,
+                |_, j| cv[j],
+            );
+            let op = build(
+                "Gemm",
+                13,
+                &[
+                    ("alpha", AttrValue::Float(alpha as f32)),
+                    ("beta", AttrValue::Float(beta as f32)),
+                    ("transA", AttrValue::Int(ta as i64)),
+                    ("transB", AttrValue::Int(tb as i64)),
+                ],
+            )
+            .unwrap();
+            check(
+                &*op,
+                &[Some(&a), Some(&b), Some(&c)],
+                &want,
+                &format!("{dtype} gemm transA {ta} transB {tb}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_coop_wide_tiles_match_f64() {
+    // The 128x256 tiles of gemm_coop2's wide variant, which only products with many tiles get
+    // by default; edges in every direction.
+    for dtype in [DType::F16, DType::BF16] {
+        let mut rng = Rng::new(13);
+        let (m, k, n) = (200, 136, 300);
+        let a = random_half(&mut rng, &[m, k], dtype);
+        let b = random_half(&mut rng, &[k, n], dtype);
+        let (av, bv) = (f64s(&a), f64s(&b));
+        let want = reference(
+            1,
+            (m, n, k),
+            |_, i, p| av[i * k + p],
+            |_, p, j| bv[p * n + j],
+            1.0,
+            0.0,
+            |_, _| 0.0,
+        );
+        let (ta, tb) = (ValueType::of(&a), ValueType::of(&b));
+        let (_, g) = MatMul::describe(&[Some(&ta), Some(&tb)]).unwrap();
+        let kernels = kernels_in(&g, dtype, Mode::Nv2Wide);
+        assert_eq!(kernels[0].dispatches[0].groups, [2, 2, 1]);
+        let out = ValueType::new(dtype, vec![m, n]);
+        check_kernels(
+            &kernels,
+            &[Some(&a), Some(&b)],
+            &[out],
+            &want,
+            &format!("{dtype} wide tiles"),
+        );
+    }
+}

@@ -1,0 +1,99 @@
+//! Greedy placement is myopic: it places one op at a time, so it cannot weigh what a plan
+//! costs per run as a whole (a GPU submission and its completion, tens of microseconds, is
+//! paid once per chunk whatever the chunk holds). A tiny model is then faster on the CPU alone,
+//! and a model whose first ops are cheap anywhere may start on the CPU and stay there. So the
+//! greedy plan is compared with every single-device plan that fits, by an estimate of one
+//! run's time, and the cheapest wins (the greedy plan on a tie, then snapshot order).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::cost::{LinkCosts, compute_ns, is_gpu, move_ns};
+use crate::types::{Chunk, CostGraph, DeviceRef, Snapshot, Transfer, ValueKind};
+
+/// Nanoseconds one run of a plan takes, estimated as a sum (no overlap between devices, so
+/// split plans are, if anything, overestimated): every op's compute on its device, every
+/// transfer, every graph input uploaded to a GPU that reads it, and one submission per GPU
+/// chunk.
+pub fn estimate_ns(
+    graph: &CostGraph,
+    snapshot: &Snapshot,
+    links: &LinkCosts,
+    placement: &[DeviceRef],
+    chunks: &[Chunk],
+    transfers: &[Transfer],
+) -> u64 {
+    let mut total: u64 = 0;
+    let mut uploaded = BTreeSet::new();
+    for (op, dref) in graph.ops.iter().zip(placement) {
+        let Some(dev) = snapshot.device(dref) else {
+            return u64::MAX;
+        };
+        total = total.saturating_add(compute_ns(op, dev));
+        if is_gpu(dev) {
+            for &v in &op.inputs {
+                let val = &graph.values[v];
+                if val.kind == ValueKind::Input && uploaded.insert((dref.clone(), v)) {
+                    total = total.saturating_add(move_ns(
+                        val.bytes,
+                        links.upload_latency_ns,
+                        links.local_bytes_per_us,
+                    ));
+                }
+            }
+        }
+    }
+    for t in transfers {
+        total = total.saturating_add(if t.cross_host {
+            move_ns(t.bytes, links.remote_latency_ns, links.remote_bytes_per_us)
+        } else {
+            move_ns(t.bytes, links.local_latency_ns, links.local_bytes_per_us)
+        });
+    }
+    for c in chunks {
+        if snapshot.device(&c.device).is_some_and(is_gpu) {
+            total = total.saturating_add(links.gpu_run_ns);
+        }
+    }
+    total
+}
+
+/// Every op on `dref`, with the memory that takes, when the device can run them all and hold
+/// every weight, input and output at once.
+pub fn on_one_device(
+    graph: &CostGraph,
+    snapshot: &Snapshot,
+    dref: &DeviceRef,
+) -> Option<(Vec<DeviceRef>, BTreeMap<DeviceRef, u64>)> {
+    let dev = snapshot.device(dref)?;
+    if is_gpu(dev)
+        && graph
+            .ops
+            .iter()
+            .any(|op| !op.gpu || op.gpu_needs & !dev.features != 0)
+    {
+        return None;
+    }
+    // Charged as greedy charges a device: weights and inputs once, every output but views'.
+    let mut bytes: u64 = 0;
+    let mut seen = BTreeSet::new();
+    for op in &graph.ops {
+        for &v in &op.inputs {
+            let val = &graph.values[v];
+            if val.kind != ValueKind::Computed && seen.insert(v) {
+                bytes = bytes.saturating_add(val.bytes);
+            }
+        }
+        if !op.view {
+            for &v in &op.outputs {
+                bytes = bytes.saturating_add(graph.values[v].bytes);
+            }
+        }
+    }
+    if bytes > dev.memory_budget {
+        return None;
+    }
+    Some((
+        vec![dref.clone(); graph.ops.len()],
+        BTreeMap::from([(dref.clone(), bytes)]),
+    ))
+}
