@@ -1,23 +1,54 @@
 //! The CPU backend's GEMM: ndarray's `general_mat_mul`, which runs matrixmultiply's packed,
-//! multi-threaded kernels behind a safe, bounds-checked API (so no `unsafe` here).
+//! multi-threaded kernels behind a safe, bounds-checked API (so no `unsafe` here), and a plain
+//! matrix-vector loop for products with a single row or column.
 
 use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2, LinalgScalar, ShapeBuilder};
+
+/// One operand of [`gemm`]: element (i, j) is at `slice[off + i * rs + j * cs]`.
+type Mat<'a, T> = (&'a [T], usize, usize, usize);
 
 /// `c[i * ldc + j] = alpha * sum_p A(i, p) * B(p, j) + beta * c[..]` for an M x K matrix A whose
 /// element (i, p) is `a[off + i * rs + p * cs]`, likewise B (K x N), and a row-major C with
 /// leading dimension `ldc`. With `beta == 0` the old contents of C are not read (NaN in them
 /// does not leak). The callers have checked the bounds; a violation is a bug and panics.
+/// `T::default()` must be zero (it is for the floats this serves).
 #[allow(clippy::too_many_arguments)]
-pub fn gemm<T: LinalgScalar>(
+pub fn gemm<T: LinalgScalar + Default + PartialEq>(
     (m, k, n): (usize, usize, usize),
     alpha: T,
-    (a, a_off, a_rs, a_cs): (&[T], usize, usize, usize),
-    (b, b_off, b_rs, b_cs): (&[T], usize, usize, usize),
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
     beta: T,
     c: &mut [T],
     ldc: usize,
 ) {
+    if (m == 1 || n == 1) && m * n > 0 && k > 0 {
+        // A matrix-vector product: matrixmultiply would first pack the whole matrix into its
+        // panel layout, a copy that costs as much as the product (a 1x400 by 400x64 Gemm spent
+        // more time packing than multiplying), and it is memory-bound either way.
+        let acc = if m == 1 {
+            // c^T = B^T a^T: the rows of B^T are B's columns, the vector is A's only row.
+            let (bs, b_off, b_rs, b_cs) = b;
+            let (as_, a_off, _, a_cs) = a;
+            matvec((n, k), (bs, b_off, b_cs, b_rs), (as_, a_off, a_cs))
+        } else {
+            let (bs, b_off, b_rs, _) = b;
+            matvec((m, k), a, (bs, b_off, b_rs))
+        };
+        for (i, s) in acc.into_iter().enumerate() {
+            let at = if m == 1 { i } else { i * ldc };
+            let prev = if beta == T::default() {
+                T::default()
+            } else {
+                beta * c[at]
+            };
+            c[at] = alpha * s + prev;
+        }
+        return;
+    }
+    let (a, a_off, a_rs, a_cs) = a;
+    let (b, b_off, b_rs, b_cs) = b;
     let a = ArrayView2::from_shape((m, k).strides((a_rs, a_cs)), &a[a_off..])
         .expect("gemm: A's strides reach past its data");
     let b = ArrayView2::from_shape((k, n).strides((b_rs, b_cs)), &b[b_off..])
@@ -26,4 +57,147 @@ pub fn gemm<T: LinalgScalar>(
     let mut c = ArrayViewMut2::from_shape((m, n).strides((ldc, 1)), &mut c[..rows])
         .expect("gemm: C is smaller than M x N");
     general_mat_mul(alpha, &a, &b, beta, &mut c);
+}
+
+/// Lanes of the dot product: independent partial sums the compiler keeps in vector registers
+/// (one running sum would be a serial chain it may not reorder). 16 f32 make four 4-wide
+/// chains, enough to cover the add latency; 16 f64 still fit the 16 vector registers.
+const LANES: usize = 16;
+
+/// `out[i] = sum_p A(i, p) * v[off + p * step]` for an `rows x k` matrix A.
+fn matvec<T: LinalgScalar + Default>(
+    (rows, k): (usize, usize),
+    (a, a_off, a_rs, a_cs): Mat<'_, T>,
+    (v, v_off, v_step): (&[T], usize, usize),
+) -> Vec<T> {
+    let vk: Vec<T> = (0..k).map(|p| v[v_off + p * v_step]).collect();
+    let zero = T::default();
+    if a_cs == 1 {
+        // Rows of A are contiguous: one dot product per row.
+        (0..rows)
+            .map(|i| dot(&a[a_off + i * a_rs..][..k], &vk))
+            .collect()
+    } else if a_rs == 1 {
+        // Columns of A are contiguous: accumulate column by column (vectorises over rows).
+        let mut out = vec![zero; rows];
+        for (p, &vp) in vk.iter().enumerate() {
+            let col = &a[a_off + p * a_cs..][..rows];
+            for (o, &x) in out.iter_mut().zip(col) {
+                *o = *o + x * vp;
+            }
+        }
+        out
+    } else {
+        (0..rows)
+            .map(|i| {
+                vk.iter()
+                    .enumerate()
+                    .fold(zero, |s, (p, &vp)| s + a[a_off + i * a_rs + p * a_cs] * vp)
+            })
+            .collect()
+    }
+}
+
+fn dot<T: LinalgScalar + Default>(x: &[T], y: &[T]) -> T {
+    let zero = T::default();
+    let mut acc = [zero; LANES];
+    let (xc, yc) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+    let (xr, yr) = (xc.remainder(), yc.remainder());
+    for (xs, ys) in xc.zip(yc) {
+        for l in 0..LANES {
+            acc[l] = acc[l] + xs[l] * ys[l];
+        }
+    }
+    let mut s = xr.iter().zip(yr).fold(zero, |s, (&p, &q)| s + p * q);
+    for v in acc {
+        s = s + v;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The product from its definition, in f64.
+    fn naive(
+        (m, k, n): (usize, usize, usize),
+        a: &[f64],
+        (a_off, a_rs, a_cs): (usize, usize, usize),
+        b: &[f64],
+        (b_off, b_rs, b_cs): (usize, usize, usize),
+    ) -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for p in 0..k {
+                    c[i * n + j] += a[a_off + i * a_rs + p * a_cs] * b[b_off + p * b_rs + j * b_cs];
+                }
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn single_row_and_single_column_products_match_the_definition() {
+        let data: Vec<f64> = (0..1200)
+            .map(|i| ((i * 37 % 23) as f64 - 11.0) / 8.0)
+            .collect();
+        let f32_data: Vec<f32> = data.iter().map(|&v| v as f32).collect();
+        for (m, n) in [(1, 1), (1, 5), (1, 64), (6, 1), (13, 1)] {
+            for k in [1, 3, 8, 17] {
+                // Row-major and transposed layouts of both operands, at an offset.
+                for (a_t, b_t) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let am = if a_t { (3, 1, m) } else { (3, k, 1) };
+                    let bm = if b_t { (5, 1, k) } else { (5, n, 1) };
+                    let want = naive((m, k, n), &data, am, &data, bm);
+                    for (alpha, beta) in [(1.0, 0.0), (0.5, 2.0)] {
+                        // C with row stride n + 2, seeded with NaN where beta == 0 so a read
+                        // of it would show, and with 1.0 elsewhere.
+                        let ldc = n + 2;
+                        let seed = if beta == 0.0 { f64::NAN } else { 1.0 };
+                        let mut c = vec![seed; (m - 1) * ldc + n];
+                        gemm(
+                            (m, k, n),
+                            alpha,
+                            (&data, am.0, am.1, am.2),
+                            (&data, bm.0, bm.1, bm.2),
+                            beta,
+                            &mut c,
+                            ldc,
+                        );
+                        let mut c32 = vec![seed as f32; c.len()];
+                        let (a32, b32) = (&f32_data[..], &f32_data[..]);
+                        gemm(
+                            (m, k, n),
+                            alpha as f32,
+                            (a32, am.0, am.1, am.2),
+                            (b32, bm.0, bm.1, bm.2),
+                            beta as f32,
+                            &mut c32,
+                            ldc,
+                        );
+                        for i in 0..m {
+                            for j in 0..n {
+                                let w =
+                                    alpha * want[i * n + j] + if beta == 0.0 { 0.0 } else { beta };
+                                let (g, g32) = (c[i * ldc + j], c32[i * ldc + j] as f64);
+                                let what = format!("{m}x{k}x{n} t{a_t}{b_t} ({i},{j})");
+                                assert!((g - w).abs() < 1e-12, "{what}: {g} vs {w}");
+                                assert!((g32 - w).abs() < 1e-4, "{what}: {g32} vs {w}");
+                            }
+                        }
+                        // The gaps between C's rows are not written.
+                        for i in 0..m.saturating_sub(1) {
+                            assert!(
+                                c[i * ldc + n..(i + 1) * ldc]
+                                    .iter()
+                                    .all(|v| v.to_bits() == seed.to_bits())
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

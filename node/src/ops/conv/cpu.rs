@@ -1,14 +1,13 @@
 //! The CPU convolution: for each (batch, group), im2col then one GEMM, or a direct loop when
-//! each group reads a single input channel (depthwise), where im2col would only copy.
-
-use rayon::prelude::*;
+//! each group reads a single input channel (depthwise), where im2col would only copy. Small
+//! convolutions run inline on the calling thread (see par.rs).
 
 use super::ConvShape;
 use super::float::Float;
 use super::geometry::Axis;
 
 /// Caps the im2col buffer (elements) of one task; larger outputs are done in row blocks.
-const COL_CAP: usize = 1 << 20;
+pub(super) const COL_CAP: usize = 1 << 20;
 
 /// `x` is N x C x spatial, `w` is OC x C/group x kernel, `b` is OC; returns N x OC x out.
 pub fn conv<T: Float>(s: &ConvShape, x: &[T], w: &[T], b: Option<&[T]>) -> Vec<T> {
@@ -20,24 +19,23 @@ pub fn conv<T: Float>(s: &ConvShape, x: &[T], w: &[T], b: Option<&[T]>) -> Vec<T
     let (cg, k) = (s.cg(), s.cg() * s.kernel_volume());
     let xg_len = cg * s.in_plane();
     let axes = s.axes3();
-    // One task per (batch, group): its output channels are one contiguous block of y.
-    y.par_chunks_mut(ocg * p)
-        .enumerate()
-        .for_each(|(task, yb)| {
-            let (ni, g) = (task / s.group, task % s.group);
-            let xg = &x[(ni * s.group + g) * xg_len..][..xg_len];
-            let wg = &w[g * ocg * k..][..ocg * k];
-            if cg == 1 && s.group > 1 {
-                depthwise(&axes, xg, wg, yb);
-            } else {
-                im2col_gemm(&axes, cg, ocg, xg, wg, yb);
+    // One task per (batch, group): its output channels are one contiguous block of y. A single
+    // large group (the usual case) is parallel inside its GEMM instead.
+    super::par::for_each_chunk(&mut y, ocg * p, ocg * p * k, |task, yb| {
+        let (ni, g) = (task / s.group, task % s.group);
+        let xg = &x[(ni * s.group + g) * xg_len..][..xg_len];
+        let wg = &w[g * ocg * k..][..ocg * k];
+        if cg == 1 && s.group > 1 {
+            depthwise(&axes, xg, wg, yb);
+        } else {
+            im2col_gemm(&axes, cg, ocg, xg, wg, yb);
+        }
+        if let Some(b) = b {
+            for (plane, &bias) in yb.chunks_mut(p).zip(&b[g * ocg..]) {
+                plane.iter_mut().for_each(|v| *v += bias);
             }
-            if let Some(b) = b {
-                for (plane, &bias) in yb.chunks_mut(p).zip(&b[g * ocg..]) {
-                    plane.iter_mut().for_each(|v| *v += bias);
-                }
-            }
-        });
+        }
+    });
     y
 }
 
@@ -64,45 +62,104 @@ fn im2col_gemm<T: Float>(
         T::gemm(ocg, k, p, wg, xg, yb, p);
         return;
     }
+    if super::wide::applies(axes, k) {
+        super::wide::conv(ah, aw, cg, ocg, xg, wg, yb);
+        return;
+    }
     let rows = ad.output * ah.output;
     let ow = aw.output;
     let rows_per_block = (COL_CAP / (k * ow).max(1)).clamp(1, rows);
-    let mut col = vec![T::default(); k * rows_per_block * ow];
+    // Filled by appending, row after row, so no element is written twice (no zeroing first).
+    let mut col: Vec<T> = Vec::with_capacity(k * rows_per_block * ow);
     let (ih_len, iw_len) = (ah.input, aw.input);
     let in_plane = ad.input * ih_len * iw_len;
     for r0 in (0..rows).step_by(rows_per_block) {
         let r1 = (r0 + rows_per_block).min(rows);
-        let pc = (r1 - r0) * ow;
-        for (kk, col_row) in col.chunks_mut(pc).take(k).enumerate() {
-            let (c, tap) = (kk / kvol, kk % kvol);
-            let (kd, kh, kw) = (
-                tap / (ah.kernel * aw.kernel),
-                (tap / aw.kernel) % ah.kernel,
-                tap % aw.kernel,
-            );
-            let xc = &xg[c * in_plane..][..in_plane];
-            for (r, dst) in (r0..r1).zip(col_row.chunks_mut(ow)) {
-                let (od, oh) = (r / ah.output, r % ah.output);
-                let id = ad.start(od) + (kd * ad.dilation) as i64;
-                let ih = ah.start(oh) + (kh * ah.dilation) as i64;
-                if id < 0 || id >= ad.input as i64 || ih < 0 || ih >= ih_len as i64 {
-                    dst.fill(T::default());
-                    continue;
-                }
-                let src = &xc[(id as usize * ih_len + ih as usize) * iw_len..][..iw_len];
-                let base = aw.start(0) + (kw * aw.dilation) as i64;
-                for (o, v) in dst.iter_mut().enumerate() {
-                    let iw = base + (o * aw.stride) as i64;
-                    *v = if iw >= 0 && iw < iw_len as i64 {
-                        src[iw as usize]
-                    } else {
-                        T::default()
-                    };
+        let (od_r0, oh_r0) = (r0 / ah.output, r0 % ah.output);
+        col.clear();
+        for xc in (0..cg).map(|c| &xg[c * in_plane..][..in_plane]) {
+            for kd in 0..ad.kernel {
+                // Which outputs of a tap read the input rather than padding, per axis: worked
+                // out once per tap so the row loop below has no bounds tests or divisions.
+                let d_base = ad.start(0) + (kd * ad.dilation) as i64;
+                let (d0, d1) = valid_outputs(d_base, ad.stride, ad.input, ad.output);
+                for kh in 0..ah.kernel {
+                    let h_base = ah.start(0) + (kh * ah.dilation) as i64;
+                    let (h0, h1) = valid_outputs(h_base, ah.stride, ih_len, ah.output);
+                    for kw in 0..aw.kernel {
+                        let w_base = aw.start(0) + (kw * aw.dilation) as i64;
+                        let (w0, w1) = valid_outputs(w_base, aw.stride, iw_len, ow);
+                        let first = (w_base + (w0 * aw.stride) as i64).max(0) as usize;
+                        let (mut od, mut oh) = (od_r0, oh_r0);
+                        for _ in r0..r1 {
+                            if (d0..d1).contains(&od) && (h0..h1).contains(&oh) && w0 < w1 {
+                                let id = (d_base + (od * ad.stride) as i64) as usize;
+                                let ih = (h_base + (oh * ah.stride) as i64) as usize;
+                                let src = &xc[(id * ih_len + ih) * iw_len..][..iw_len];
+                                push_run(&mut col, ow, (w0, w1), &src[first..], aw.stride);
+                            } else {
+                                col.resize(col.len() + ow, T::default());
+                            }
+                            oh += 1;
+                            if oh == ah.output {
+                                (od, oh) = (od + 1, 0);
+                            }
+                        }
+                    }
                 }
             }
         }
-        T::gemm(ocg, k, pc, wg, &col[..k * pc], &mut yb[r0 * ow..], p);
+        let pc = (r1 - r0) * ow;
+        debug_assert_eq!(col.len(), k * pc);
+        T::gemm(ocg, k, pc, wg, &col, &mut yb[r0 * ow..], p);
     }
+}
+
+/// The outputs `o` of one im2col row whose input `base + o * stride` lies inside `0..len`,
+/// as a half-open range (empty when `o0 == o1`).
+fn valid_outputs(base: i64, stride: usize, len: usize, outputs: usize) -> (usize, usize) {
+    let s = stride as i64;
+    // First o with base + o*s >= 0, and first o with base + o*s >= len (no division at the
+    // common stride 1).
+    let first_at = |bound: i64| {
+        let d = (bound - base).max(0);
+        if s == 1 { d } else { (d + s - 1) / s }
+    };
+    let o1 = (first_at(len as i64) as usize).min(outputs);
+    ((first_at(0) as usize).min(o1), o1)
+}
+
+/// Appends one im2col row of `len` outputs: `src[(o - o0) * stride]` for `o` in `o0..o1`,
+/// zero elsewhere (the padding); a slice copy at stride 1, with no per-element bounds test.
+fn push_run<T: Float>(
+    col: &mut Vec<T>,
+    len: usize,
+    (o0, o1): (usize, usize),
+    src: &[T],
+    stride: usize,
+) {
+    col.resize(col.len() + o0, T::default());
+    if stride == 1 {
+        col.extend_from_slice(&src[..o1 - o0]);
+    } else {
+        col.extend(src.iter().step_by(stride).take(o1 - o0));
+    }
+    col.resize(col.len() + len - o1, T::default());
+}
+
+/// `dst[o] = src[base + o * stride]`, or zero where that falls outside `src`: one row of
+/// im2col as the loop in [`im2col_gemm`] builds it, for the tests.
+#[cfg(test)]
+pub(super) fn fill_row<T: Float>(dst: &mut [T], src: &[T], base: i64, stride: usize) {
+    let (o0, o1) = valid_outputs(base, stride, src.len(), dst.len());
+    let mut row = Vec::new();
+    if o0 < o1 {
+        let first = (base + (o0 * stride) as i64) as usize;
+        push_run(&mut row, dst.len(), (o0, o1), &src[first..], stride);
+    } else {
+        row.resize(dst.len(), T::default());
+    }
+    dst.copy_from_slice(&row);
 }
 
 /// One group of a depthwise convolution (one input channel, `ocg` output channels).

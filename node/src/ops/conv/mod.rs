@@ -9,17 +9,21 @@
 //! pools and BatchNormalization.
 
 mod cpu;
+#[cfg(test)]
+mod fast_tests;
 mod float;
 pub(super) mod geometry;
 mod gpu;
 #[cfg(test)]
 pub(crate) mod gpu_tests;
+pub(super) mod par;
 #[cfg(test)]
 mod splitk_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
+mod wide;
 
 use super::util::{opt, req};
 use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};

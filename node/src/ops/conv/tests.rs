@@ -221,11 +221,15 @@ pub fn conv_op(case: &Case) -> Box<dyn crate::ops::Op> {
 }
 
 fn check_case(case: &Case, rng: &mut Rng) {
-    let d = data(case, rng);
+    reference_check(case, &data(case, rng));
+}
+
+/// Runs `case` on `d` in f32 and f64 and compares with [`Case::reference`].
+pub fn reference_check(case: &Case, d: &Data) {
     let (shape, want, abs) = case.reference(&d.x, &d.w, d.b.as_deref());
     let op = conv_op(case);
     for f64_dtype in [false, true] {
-        let t = tensors(case, &d, f64_dtype);
+        let t = tensors(case, d, f64_dtype);
         let inputs: Vec<Option<&Tensor>> = t.iter().map(Some).collect();
         let y = &run(op.as_ref(), &inputs).unwrap_or_else(|e| panic!("{case:?}: {e}"))[0];
         assert_eq!(y.shape(), shape, "{case:?}");
@@ -274,6 +278,11 @@ fn large_outputs_are_done_in_row_blocks() {
         ..case
     };
     check_case(&case, &mut Rng::new(4));
+}
+
+/// [`conv_values`] for inputs known to be valid.
+pub fn conv_values_f32(attrs: Vec<(&str, AttrValue)>, inputs: &[Tensor]) -> Tensor {
+    conv_values(attrs, inputs).unwrap()
 }
 
 fn conv_values(attrs: Vec<(&str, AttrValue)>, inputs: &[Tensor]) -> Result<Tensor, OpError> {

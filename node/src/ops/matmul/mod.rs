@@ -255,9 +255,12 @@ fn matmul_typed<T: MatElem>(
             };
             T::gemm(m, k, n, one, &x, am, &y, bm, zero, c);
         };
-        if offs.len() > 1 && m * k + k * n <= SMALL_GEMM {
+        // Side by side only when there is enough work to pay for the hand-off to rayon.
+        let grain = super::conv::par::grain(offs.len(), m * k * n);
+        if let (Some(min), true) = (grain, m * k + k * n <= SMALL_GEMM) {
             offs.par_iter()
                 .zip(out.par_chunks_mut(m * n))
+                .with_min_len(min)
                 .for_each(one_batch);
         } else {
             offs.iter().zip(out.chunks_mut(m * n)).for_each(one_batch);

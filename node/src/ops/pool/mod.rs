@@ -8,6 +8,8 @@
 //! - a window that covers no input element gives the lowest finite value (max) or 0 (average).
 
 mod cpu;
+#[cfg(test)]
+mod fast_tests;
 mod gpu;
 #[cfg(test)]
 mod gpu_tests;
