@@ -14,7 +14,7 @@ type Mat<'a, T> = (&'a [T], usize, usize, usize);
 /// does not leak). The callers have checked the bounds; a violation is a bug and panics.
 /// `T::default()` must be zero (it is for the floats this serves).
 #[allow(clippy::too_many_arguments)]
-pub fn gemm<T: LinalgScalar + Default + PartialEq>(
+pub fn gemm<T: LinalgScalar + Default + PartialEq + Send + Sync>(
     (m, k, n): (usize, usize, usize),
     alpha: T,
     a: Mat<'_, T>,
@@ -64,38 +64,46 @@ pub fn gemm<T: LinalgScalar + Default + PartialEq>(
 /// chains, enough to cover the add latency; 16 f64 still fit the 16 vector registers.
 const LANES: usize = 16;
 
-/// `out[i] = sum_p A(i, p) * v[off + p * step]` for an `rows x k` matrix A.
-fn matvec<T: LinalgScalar + Default>(
+/// Output rows per task of [`matvec`]'s split (enough to keep each task's A block long).
+const MATVEC_ROWS: usize = 64;
+
+/// `out[i] = sum_p A(i, p) * v[off + p * step]` for an `rows x k` matrix A; split across rayon
+/// by blocks of rows when large enough (see ops/conv/par.rs), as a large product that would
+/// have gone to matrixmultiply's threads is still memory-bound on one core.
+fn matvec<T: LinalgScalar + Default + Send + Sync>(
     (rows, k): (usize, usize),
     (a, a_off, a_rs, a_cs): Mat<'_, T>,
     (v, v_off, v_step): (&[T], usize, usize),
 ) -> Vec<T> {
     let vk: Vec<T> = (0..k).map(|p| v[v_off + p * v_step]).collect();
     let zero = T::default();
-    if a_cs == 1 {
-        // Rows of A are contiguous: one dot product per row.
-        (0..rows)
-            .map(|i| dot(&a[a_off + i * a_rs..][..k], &vk))
-            .collect()
-    } else if a_rs == 1 {
-        // Columns of A are contiguous: accumulate column by column (vectorises over rows).
-        let mut out = vec![zero; rows];
-        for (p, &vp) in vk.iter().enumerate() {
-            let col = &a[a_off + p * a_cs..][..rows];
-            for (o, &x) in out.iter_mut().zip(col) {
-                *o = *o + x * vp;
+    let mut out = vec![zero; rows];
+    let block = |bi: usize, ob: &mut [T]| {
+        let r0 = bi * MATVEC_ROWS;
+        if a_cs == 1 {
+            // Rows of A are contiguous: one dot product per row.
+            for (i, o) in (r0..).zip(ob.iter_mut()) {
+                *o = dot(&a[a_off + i * a_rs..][..k], &vk);
+            }
+        } else if a_rs == 1 {
+            // Columns of A are contiguous: accumulate column by column (vectorises over rows).
+            for (p, &vp) in vk.iter().enumerate() {
+                let col = &a[a_off + p * a_cs + r0..][..ob.len()];
+                for (o, &x) in ob.iter_mut().zip(col) {
+                    *o = *o + x * vp;
+                }
+            }
+        } else {
+            for (i, o) in (r0..).zip(ob.iter_mut()) {
+                *o = vk
+                    .iter()
+                    .enumerate()
+                    .fold(zero, |s, (p, &vp)| s + a[a_off + i * a_rs + p * a_cs] * vp);
             }
         }
-        out
-    } else {
-        (0..rows)
-            .map(|i| {
-                vk.iter()
-                    .enumerate()
-                    .fold(zero, |s, (p, &vp)| s + a[a_off + i * a_rs + p * a_cs] * vp)
-            })
-            .collect()
-    }
+    };
+    super::conv::par::for_each_chunk(&mut out, MATVEC_ROWS, MATVEC_ROWS * k, block);
+    out
 }
 
 fn dot<T: LinalgScalar + Default>(x: &[T], y: &[T]) -> T {
@@ -140,12 +148,13 @@ mod tests {
 
     #[test]
     fn single_row_and_single_column_products_match_the_definition() {
-        let data: Vec<f64> = (0..1200)
+        let data: Vec<f64> = (0..310_000)
             .map(|i| ((i * 37 % 23) as f64 - 11.0) / 8.0)
             .collect();
         let f32_data: Vec<f32> = data.iter().map(|&v| v as f32).collect();
-        for (m, n) in [(1, 1), (1, 5), (1, 64), (6, 1), (13, 1)] {
-            for k in [1, 3, 8, 17] {
+        for (m, n) in [(1, 1), (1, 5), (1, 64), (6, 1), (13, 1), (1, 1000)] {
+            // k = 300 with n = 1000 is large enough for the split across rayon.
+            for k in [1, 3, 8, 17, 300] {
                 // Row-major and transposed layouts of both operands, at an offset.
                 for (a_t, b_t) in [(false, false), (true, false), (false, true), (true, true)] {
                     let am = if a_t { (3, 1, m) } else { (3, k, 1) };

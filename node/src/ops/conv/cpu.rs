@@ -69,50 +69,51 @@ fn im2col_gemm<T: Float>(
     let rows = ad.output * ah.output;
     let ow = aw.output;
     let rows_per_block = (COL_CAP / (k * ow).max(1)).clamp(1, rows);
-    // Filled by appending, row after row, so no element is written twice (no zeroing first).
-    let mut col: Vec<T> = Vec::with_capacity(k * rows_per_block * ow);
     let (ih_len, iw_len) = (ah.input, aw.input);
     let in_plane = ad.input * ih_len * iw_len;
-    for r0 in (0..rows).step_by(rows_per_block) {
-        let r1 = (r0 + rows_per_block).min(rows);
-        let (od_r0, oh_r0) = (r0 / ah.output, r0 % ah.output);
-        col.clear();
-        for xc in (0..cg).map(|c| &xg[c * in_plane..][..in_plane]) {
-            for kd in 0..ad.kernel {
-                // Which outputs of a tap read the input rather than padding, per axis: worked
-                // out once per tap so the row loop below has no bounds tests or divisions.
-                let d_base = ad.start(0) + (kd * ad.dilation) as i64;
-                let (d0, d1) = valid_outputs(d_base, ad.stride, ad.input, ad.output);
-                for kh in 0..ah.kernel {
-                    let h_base = ah.start(0) + (kh * ah.dilation) as i64;
-                    let (h0, h1) = valid_outputs(h_base, ah.stride, ih_len, ah.output);
-                    for kw in 0..aw.kernel {
-                        let w_base = aw.start(0) + (kw * aw.dilation) as i64;
-                        let (w0, w1) = valid_outputs(w_base, aw.stride, iw_len, ow);
-                        let first = (w_base + (w0 * aw.stride) as i64).max(0) as usize;
-                        let (mut od, mut oh) = (od_r0, oh_r0);
-                        for _ in r0..r1 {
-                            if (d0..d1).contains(&od) && (h0..h1).contains(&oh) && w0 < w1 {
-                                let id = (d_base + (od * ad.stride) as i64) as usize;
-                                let ih = (h_base + (oh * ah.stride) as i64) as usize;
-                                let src = &xc[(id * ih_len + ih) * iw_len..][..iw_len];
-                                push_run(&mut col, ow, (w0, w1), &src[first..], aw.stride);
-                            } else {
-                                col.resize(col.len() + ow, T::default());
-                            }
-                            oh += 1;
-                            if oh == ah.output {
-                                (od, oh) = (od + 1, 0);
+    // Filled by appending, row after row, so no element is written twice (no zeroing first).
+    T::with_scratch(|col| {
+        for r0 in (0..rows).step_by(rows_per_block) {
+            let r1 = (r0 + rows_per_block).min(rows);
+            let (od_r0, oh_r0) = (r0 / ah.output, r0 % ah.output);
+            col.clear();
+            for xc in (0..cg).map(|c| &xg[c * in_plane..][..in_plane]) {
+                for kd in 0..ad.kernel {
+                    // Which outputs of a tap read the input rather than padding, per axis: worked
+                    // out once per tap so the row loop below has no bounds tests or divisions.
+                    let d_base = ad.start(0) + (kd * ad.dilation) as i64;
+                    let (d0, d1) = valid_outputs(d_base, ad.stride, ad.input, ad.output);
+                    for kh in 0..ah.kernel {
+                        let h_base = ah.start(0) + (kh * ah.dilation) as i64;
+                        let (h0, h1) = valid_outputs(h_base, ah.stride, ih_len, ah.output);
+                        for kw in 0..aw.kernel {
+                            let w_base = aw.start(0) + (kw * aw.dilation) as i64;
+                            let (w0, w1) = valid_outputs(w_base, aw.stride, iw_len, ow);
+                            let first = (w_base + (w0 * aw.stride) as i64).max(0) as usize;
+                            let (mut od, mut oh) = (od_r0, oh_r0);
+                            for _ in r0..r1 {
+                                if (d0..d1).contains(&od) && (h0..h1).contains(&oh) && w0 < w1 {
+                                    let id = (d_base + (od * ad.stride) as i64) as usize;
+                                    let ih = (h_base + (oh * ah.stride) as i64) as usize;
+                                    let src = &xc[(id * ih_len + ih) * iw_len..][..iw_len];
+                                    push_run(col, ow, (w0, w1), &src[first..], aw.stride);
+                                } else {
+                                    col.resize(col.len() + ow, T::default());
+                                }
+                                oh += 1;
+                                if oh == ah.output {
+                                    (od, oh) = (od + 1, 0);
+                                }
                             }
                         }
                     }
                 }
             }
+            let pc = (r1 - r0) * ow;
+            debug_assert_eq!(col.len(), k * pc);
+            T::gemm(ocg, k, pc, wg, col, &mut yb[r0 * ow..], p);
         }
-        let pc = (r1 - r0) * ow;
-        debug_assert_eq!(col.len(), k * pc);
-        T::gemm(ocg, k, pc, wg, &col, &mut yb[r0 * ow..], p);
-    }
+    });
 }
 
 /// The outputs `o` of one im2col row whose input `base + o * stride` lies inside `0..len`,

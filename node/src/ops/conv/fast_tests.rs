@@ -5,6 +5,7 @@
 //! direct reference in tests.rs.
 
 use super::cpu::fill_row;
+use super::geometry::Axis;
 use super::tests::{Case, conv_values_f32, data, reference_check};
 use super::testutil::{Rng, ints};
 use crate::tensor::Tensor;
@@ -95,6 +96,22 @@ fn windows_over_every_border_match_the_reference() {
             pads: vec![1, 0, 1, 0, 1, 1],
             ..case(2, 2, &[3, 4, 5], &[2, 3, 2])
         },
+        // Stride 1 (the padded-width im2col of wide.rs): dilations with uneven pads, a
+        // kernel one column wide with no row padding (its GEMM writes the output directly),
+        // and 1-D.
+        Case {
+            dilations: vec![2, 2],
+            pads: vec![1, 0, 2, 3],
+            ..case(3, 2, &[6, 7], &[3, 2])
+        },
+        Case {
+            pads: vec![1, 0, 1, 0],
+            ..case(2, 3, &[5, 6], &[3, 1])
+        },
+        Case {
+            pads: vec![2, 1],
+            ..case(2, 2, &[8], &[3])
+        },
         // Four (batch, group) tasks of ~590K multiply-adds each: the parallel path.
         Case {
             n: 2,
@@ -118,4 +135,26 @@ fn asymmetric_pads_and_stride_by_hand() {
     let y = conv_values_f32(attrs, &[x, w]);
     assert_eq!(y.shape(), [1, 1, 2, 3]);
     assert_eq!(y.to_f64_vec().unwrap(), [11., 25., 15., 101., 121., 55.]);
+}
+
+#[test]
+fn the_padded_width_path_takes_narrow_stride_1_convolutions_only() {
+    let axis = |input, kernel, stride, pad| Axis {
+        input,
+        output: (input + 2 * pad - kernel) / stride + 1,
+        kernel,
+        stride,
+        dilation: 1,
+        pad_begin: pad,
+        pad_end: pad,
+    };
+    let applies = |h: Axis, w: Axis| super::wide::applies(&[Axis::UNIT, h, w], 25);
+    // The MNIST layers, which the cases above include.
+    assert!(applies(axis(28, 5, 1, 2), axis(28, 5, 1, 2)));
+    assert!(applies(axis(14, 5, 1, 0), axis(14, 5, 1, 0)));
+    // Stride 2, too wide a window for the row, too wide an image.
+    assert!(!applies(axis(28, 5, 2, 2), axis(28, 5, 1, 2)));
+    assert!(!applies(axis(28, 5, 1, 2), axis(28, 5, 2, 2)));
+    assert!(!applies(axis(8, 7, 1, 0), axis(8, 7, 1, 0)));
+    assert!(!applies(axis(224, 3, 1, 1), axis(224, 3, 1, 1)));
 }

@@ -1,6 +1,7 @@
 //! The element types the CPU kernels of Conv, the pools and BatchNormalization accept (f32,
 //! f64), with the one GEMM they share.
 
+use std::cell::RefCell;
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
 
 use crate::tensor::{DType, Element};
@@ -23,7 +24,16 @@ pub trait Float:
     /// `c[i * ldc + j] = sum_p a[i * k + p] * b[p * n + j]` for an `m x k` row-major `a` and a
     /// `k x n` row-major `b`; `c` is overwritten, never read.
     fn gemm(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self], ldc: usize);
+
+    /// `f` on this thread's scratch vector, empty but keeping its capacity from earlier calls:
+    /// the im2col buffers of small convolutions, which would otherwise be a large allocation
+    /// and free per call (glibc consolidates its free lists on every free that large).
+    fn with_scratch<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R;
 }
+
+/// Scratch capacity (elements) kept between calls; a larger buffer is freed after use, so a
+/// big model's threads do not each hold megabytes after its large convolutions.
+const SCRATCH_KEEP: usize = 1 << 18;
 
 /// The dtypes [`Float`] covers, for shape rules' error messages.
 pub const FLOAT_DTYPES: [DType; 2] = [DType::F32, DType::F64];
@@ -70,6 +80,23 @@ macro_rules! float {
                 }
                 crate::ops::cpu_gemm::gemm((m, k, n), 1.0, (a, 0, k, 1), (b, 0, n, 1), 0.0, c, ldc);
             }
+            fn with_scratch<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R {
+                thread_local! {
+                    static SCRATCH: RefCell<Vec<$t>> = const { RefCell::new(Vec::new()) };
+                }
+                SCRATCH.with(|cell| match cell.try_borrow_mut() {
+                    Ok(mut v) => {
+                        v.clear();
+                        let r = f(&mut v);
+                        if v.capacity() > SCRATCH_KEEP {
+                            *v = Vec::new();
+                        }
+                        r
+                    }
+                    // Only if a caller nested two uses: a buffer of its own.
+                    Err(_) => f(&mut Vec::new()),
+                })
+            }
         }
     };
 }
@@ -80,6 +107,23 @@ float!(f64);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scratch_is_empty_on_entry_and_nested_use_gets_its_own() {
+        f32::with_scratch(|v| {
+            assert!(v.is_empty());
+            v.extend([1.0, 2.0]);
+            f32::with_scratch(|inner| {
+                assert!(inner.is_empty());
+                inner.push(3.0);
+            });
+            assert_eq!(v, &[1.0, 2.0]);
+        });
+        assert!(f32::with_scratch(|v| v.is_empty()));
+        // A buffer past the kept size is released, not held by the thread.
+        f64::with_scratch(|v| v.resize(SCRATCH_KEEP + 1, 0.0));
+        assert_eq!(f64::with_scratch(|v| v.capacity()), 0);
+    }
 
     #[test]
     fn gemm_multiplies_into_a_strided_block() {

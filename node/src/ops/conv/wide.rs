@@ -65,25 +65,28 @@ pub fn conv<T: Float>(
     // The last output row needs only OW columns: the run then ends inside the padded plane.
     let len = (oh - 1) * wp + ow;
     let k = cg * ah.kernel * aw.kernel;
-    let mut col = Vec::with_capacity(k * len);
-    for c in 0..cg {
-        for kh in 0..ah.kernel {
-            for kw in 0..aw.kernel {
-                let at = c * plane + kh * ah.dilation * wp + kw * aw.dilation;
-                col.extend_from_slice(&padded[at..][..len]);
+    T::with_scratch(|col| {
+        for c in 0..cg {
+            for kh in 0..ah.kernel {
+                for kw in 0..aw.kernel {
+                    let at = c * plane + kh * ah.dilation * wp + kw * aw.dilation;
+                    col.extend_from_slice(&padded[at..][..len]);
+                }
             }
         }
-    }
-    if wp == ow {
-        // No wasted columns (a 1-D convolution, or no width beyond the window): C is yb.
-        T::gemm(ocg, k, len, wg, &col, yb, len);
-        return;
-    }
-    let mut wide = vec![T::default(); ocg * len];
-    T::gemm(ocg, k, len, wg, &col, &mut wide, len);
-    for (yo, wo) in yb.chunks_mut(oh * ow).zip(wide.chunks(len)) {
-        for (r, yr) in yo.chunks_mut(ow).enumerate() {
-            yr.copy_from_slice(&wo[r * wp..][..ow]);
+        if wp == ow {
+            // No wasted columns (a 1-D convolution, or no width beyond the window): C is yb.
+            T::gemm(ocg, k, len, wg, col, yb, len);
+            return;
         }
-    }
+        // The wide result goes after col in the same scratch buffer.
+        col.resize(k * len + ocg * len, T::default());
+        let (col, wide) = col.split_at_mut(k * len);
+        T::gemm(ocg, k, len, wg, col, wide, len);
+        for (yo, wo) in yb.chunks_mut(oh * ow).zip(wide.chunks(len)) {
+            for (r, yr) in yo.chunks_mut(ow).enumerate() {
+                yr.copy_from_slice(&wo[r * wp..][..ow]);
+            }
+        }
+    });
 }

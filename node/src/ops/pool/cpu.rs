@@ -75,7 +75,6 @@ pub fn max_pool<T: Float>(
     };
     let work_per_plane = op * a.iter().map(|x| x.kernel).product::<usize>();
     if want_indices {
-        let planes_iter = y.chunks_mut(op.max(1)).zip(idx.chunks_mut(op.max(1)));
         match grain(planes, work_per_plane) {
             Some(min) => y
                 .par_chunks_mut(op.max(1))
@@ -83,7 +82,9 @@ pub fn max_pool<T: Float>(
                 .with_min_len(min)
                 .enumerate()
                 .for_each(|(plane, (yp, ix))| work(plane, yp, Some(ix))),
-            None => planes_iter
+            None => y
+                .chunks_mut(op.max(1))
+                .zip(idx.chunks_mut(op.max(1)))
                 .enumerate()
                 .for_each(|(plane, (yp, ix))| work(plane, yp, Some(ix))),
         }
