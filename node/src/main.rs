@@ -10,6 +10,10 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use vkml::{DeviceSelection, Session, SessionOptions, Tensor};
 
+// See Cargo.toml: glibc's allocator hands the heap's top back after every small CPU run.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "vkml-node",
