@@ -209,3 +209,58 @@ pub fn cost_graph(graph: &Graph, spec: &Specialized) -> (CostGraph, Kernels) {
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{BufRef, Dispatch};
+
+    fn kernel(shader: &'static str) -> GpuKernel {
+        GpuKernel {
+            scratch: vec![],
+            dispatches: vec![Dispatch {
+                shader,
+                buffers: vec![BufRef::Input(0), BufRef::Output(0)],
+                params: vec![],
+                groups: [1, 1, 1],
+            }],
+        }
+    }
+
+    #[test]
+    fn each_gpu_takes_the_first_preferred_kernel_it_can_run() {
+        let kernels = Kernels {
+            base: vec![
+                Some(kernel("gemm_simple_f16")),
+                Some(kernel("binary_f32")),
+                None,
+            ],
+            preferred: BTreeMap::from([(
+                0,
+                vec![kernel("gemm_coop2_f16"), kernel("gemm_coop_f16")],
+            )]),
+        };
+        let names = |have: ShaderNeeds| -> Vec<Option<&'static str>> {
+            kernels
+                .for_gpu(have)
+                .iter()
+                .map(|k| k.as_ref().map(|k| k.dispatches[0].shader))
+                .collect()
+        };
+        let f16 = ShaderNeeds::FLOAT16.union(ShaderNeeds::STORAGE16);
+        // No tensor cores (lavapipe): the base kernels.
+        assert_eq!(
+            names(f16),
+            [Some("gemm_simple_f16"), Some("binary_f32"), None]
+        );
+        // KHR cooperative matrices only: the second choice.
+        let khr = f16.union(ShaderNeeds::COOPERATIVE_MATRIX);
+        assert_eq!(names(khr)[0], Some("gemm_coop_f16"));
+        // Both: the first.
+        let both = khr.union(ShaderNeeds::COOPERATIVE_MATRIX2);
+        assert_eq!(names(both)[0], Some("gemm_coop2_f16"));
+        // The needs come from the shaders themselves.
+        assert!(shader_needs("gemm_coop2_f16").unwrap().met_by(both));
+        assert!(!shader_needs("gemm_coop_bf16").unwrap().met_by(both));
+    }
+}
