@@ -311,7 +311,14 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
         extensions_to_enable.push(coop::BFLOAT16_NAME);
     }
     // gemm_coop.comp lays its 128 invocations out as four 32-wide subgroups and stages 44 KiB.
-    let wide32 = p11.subgroup_size == 32 && limits.max_compute_shared_memory_size >= 45_056;
+    // A device that may pick another width per pipeline (Intel: 8 to 32, AMD: 32 or 64) could
+    // break that layout, so only devices whose width is always 32 qualify.
+    let fixed32 = if is_13 {
+        p13.min_subgroup_size == 32 && p13.max_subgroup_size == 32
+    } else {
+        p11.subgroup_size == 32
+    };
+    let wide32 = fixed32 && limits.max_compute_shared_memory_size >= 45_056;
     // The spec requires enabling the portability subset wherever a device lists it.
     if has_ext(ash::khr::portability_subset::NAME) {
         extensions_to_enable.push(ash::khr::portability_subset::NAME);
