@@ -2,7 +2,7 @@ use super::super::elementwise::testutil::{
     Rng, assert_close, build, f64s, gpu_matches_cpu, run, run1,
 };
 use super::*;
-use crate::ops::AttrValue;
+use crate::ops::{AttrValue, BufRef};
 
 /// numpy.matmul the slow way, accumulating in f64.
 fn naive_matmul(a: &[f64], ash: &[usize], b: &[f64], bsh: &[usize]) -> Vec<f64> {
