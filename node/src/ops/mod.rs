@@ -144,7 +144,7 @@ pub trait Op: Send + Sync + fmt::Debug {
         inputs: &[Option<InferInput<'_>>],
         outputs: &[ValueType],
     ) -> Option<GpuKernel> {
-        let types: Vec<Option<&ValueType>> = inputs.iter().map(|i| i.map(|i| i.ty)).collect();
+        let types = util::types_of(inputs);
         self.gpu(&types, outputs)
     }
 

@@ -313,7 +313,7 @@ impl Op for Pad {
         let x = req(inputs, 0).ok()?.ty;
         let y = outputs.first()?;
         if self.attrs.is_some() || !known || y.numel() == 0 || x.numel() == 0 {
-            let types: Vec<Option<&ValueType>> = inputs.iter().map(|i| i.map(|i| i.ty)).collect();
+            let types = super::util::types_of(inputs);
             return self.gpu(&types, outputs);
         }
         let vals = [1, 2, 3].map(|i| opt(inputs, i).and_then(|v| v.value));

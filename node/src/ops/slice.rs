@@ -303,7 +303,7 @@ impl Op for Slice {
     ) -> Option<GpuKernel> {
         let known = (1..inputs.len()).all(|i| opt(inputs, i).is_none_or(|v| v.value.is_some()));
         if self.attrs.is_some() || !known {
-            let types: Vec<Option<&ValueType>> = inputs.iter().map(|i| i.map(|i| i.ty)).collect();
+            let types = super::util::types_of(inputs);
             return self.gpu(&types, outputs);
         }
         let x = req(inputs, 0).ok()?.ty;

@@ -112,6 +112,11 @@ pub fn expect_dtype(
     }
 }
 
+/// The types of planning-time inputs, for rules that need only those.
+pub fn types_of<'a>(inputs: &[Option<super::InferInput<'a>>]) -> Vec<Option<&'a ValueType>> {
+    inputs.iter().map(|i| i.map(|i| i.ty)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,8 +50,8 @@ fn mode() -> Mode {
 /// The tensor-core kernels for `g` (best first), or none when the operands are not f16/bf16,
 /// the product is small, or an operand is strided along both axes (the shaders read each
 /// operand as a row-major or a transposed matrix).
-pub(super) fn kernels(g: &GpuGemm, dtype: DType) -> Vec<GpuKernel> {
-    kernels_in(g, dtype, mode())
+pub(super) fn kernels((dtype, g): (DType, GpuGemm)) -> Vec<GpuKernel> {
+    kernels_in(&g, dtype, mode())
 }
 
 pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel> {

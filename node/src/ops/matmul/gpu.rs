@@ -7,7 +7,7 @@ use super::splitk;
 use crate::ops::elementwise::collapse;
 use crate::ops::splitk::split_k;
 use crate::ops::{BufRef, Dispatch, GpuKernel};
-use crate::tensor::numel;
+use crate::tensor::{DType, numel};
 
 /// Output tile of one workgroup of `gemm.comp` (both M and N).
 const TILE: usize = 64;
@@ -59,6 +59,12 @@ fn gemm_shader(m: usize, n: usize, batch: usize) -> (&'static str, usize) {
         None if big_tiles >= 256 => ("gemm_big", 128),
         None => ("gemm_f32", TILE),
     }
+}
+
+/// The kernel every GPU can run for a described product: gemm.comp's family for f32 and f16;
+/// none for bf16, which has only the tensor-core kernels (coop.rs).
+pub(super) fn plain_kernel((dtype, g): (DType, GpuGemm)) -> Option<GpuKernel> {
+    (dtype != DType::BF16).then(|| gemm_kernel(&g)).flatten()
 }
 
 /// The dispatches of one product. Push-constant words of `gemm.comp` (and of the kernels

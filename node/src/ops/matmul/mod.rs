@@ -7,11 +7,11 @@
 
 use rayon::prelude::*;
 
-use super::util::{broadcast_shapes, broadcast_strides, expect_dtype, opt, req};
+use super::util::{broadcast_shapes, broadcast_strides, expect_dtype, opt, req, types_of};
 use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Element, Tensor, numel};
 pub(super) use gpu::strided_gemm_kernel;
-use gpu::{GpuGemm, gemm_kernel};
+use gpu::{GpuGemm, gemm_kernel, plain_kernel};
 
 pub fn register(r: &mut Registry) {
     // f16 / bf16 run through f32 on the CPU.
@@ -319,8 +319,7 @@ impl Op for MatMul {
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         // f32 (gemm.comp) or f16 (gemm_simple.comp; the CPU side runs it through f32); bf16
         // has only the tensor-core kernels.
-        let (dtype, g) = MatMul::describe(inputs)?;
-        (dtype != DType::BF16).then(|| gemm_kernel(&g)).flatten()
+        plain_kernel(MatMul::describe(inputs)?)
     }
 
     fn gpu_preferred(
@@ -328,8 +327,7 @@ impl Op for MatMul {
         inputs: &[Option<InferInput<'_>>],
         _outputs: &[ValueType],
     ) -> Vec<GpuKernel> {
-        let types: Vec<Option<&ValueType>> = inputs.iter().map(|i| i.map(|i| i.ty)).collect();
-        MatMul::describe(&types).map_or_else(Vec::new, |(dtype, g)| coop::kernels(&g, dtype))
+        MatMul::describe(&types_of(inputs)).map_or_else(Vec::new, coop::kernels)
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
@@ -551,8 +549,7 @@ impl Op for Gemm {
     }
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
-        let (dtype, g) = self.describe(inputs, outputs)?;
-        (dtype != DType::BF16).then(|| gemm_kernel(&g)).flatten()
+        plain_kernel(self.describe(inputs, outputs)?)
     }
 
     fn gpu_preferred(
@@ -560,9 +557,8 @@ impl Op for Gemm {
         inputs: &[Option<InferInput<'_>>],
         outputs: &[ValueType],
     ) -> Vec<GpuKernel> {
-        let types: Vec<Option<&ValueType>> = inputs.iter().map(|i| i.map(|i| i.ty)).collect();
-        self.describe(&types, outputs)
-            .map_or_else(Vec::new, |(dtype, g)| coop::kernels(&g, dtype))
+        self.describe(&types_of(inputs), outputs)
+            .map_or_else(Vec::new, coop::kernels)
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
