@@ -1,9 +1,11 @@
 //! MatMul (numpy semantics: 1-D promotion, broadcast batch dimensions) and Gemm
 //! (`alpha * A' * B' + beta * C`, C broadcast one way to (M, N)).
 //!
-//! Both run on the CPU through ndarray's `general_mat_mul` (floats) and on the GPU through one tiled
-//! shader, `shaders/gemm.comp`, which reads A and B through row/column strides (so transposes
-//! cost nothing) and walks up to three broadcast batch axes.
+//! Both run on the CPU through ops/cpu_gemm.rs (floats; f16 and bf16 widened to f32) and on the
+//! GPU through kernels that read A and B through row/column strides (so transposes cost nothing)
+//! and walk up to three broadcast batch axes: gemm.comp's family for f32 and f16 (gpu.rs, with
+//! split-K in splitk.rs), and tensor-core kernels for f16 and bf16 on GPUs that have
+//! cooperative matrices (coop.rs).
 
 use rayon::prelude::*;
 
