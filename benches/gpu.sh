@@ -36,6 +36,12 @@ for n in 1 10 100 1000 10000; do
     printf 'add_chain_%s\t%s\t%s\n' "$n" "$dev" "$med" | tee -a "$out/vkml.tsv"
   done
 done
+# What a dispatch, a barrier and one run's round trip cost on this GPU, measured by the Vulkan
+# layer alone (device/vulkan/tests.rs, timing_report).
+if [ -x .gpu/lib ]; then
+  .gpu/lib --ignored --nocapture --test-threads 1 timing_report > "$out/timing.txt" 2>&1
+  grep -E 'dispatches|submit' "$out/timing.txt"
+fi
 for dev in vulkan cpu auto; do
   line=$("$bin" run tests/fixtures/mnist_cnn/model.onnx --test-data tests/fixtures/mnist_cnn/test_data_set_0 --device $dev --repeat 3000 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
   med=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
@@ -85,6 +91,12 @@ if [ "${VKML_BENCH_BIG:-1}" = 1 ]; then
       printf 'gemm_4096_%s_%s\tvulkan\t%s\t(%s TFLOP/s)\n' "$half" "$coop" "$med" "$tflops" | tee -a "$out/vkml.tsv"
     done
   done
+  # The tensor cores' ceilings through each Vulkan path, and each GEMM kernel alone on 4096^3
+  # (device/vulkan/coop_report.rs, ops/matmul/coop_tests.rs): tables of TFLOP/s.
+  if [ -x .gpu/lib ]; then
+    .gpu/lib --ignored --nocapture --test-threads 1 coop_report coop_gemm_report > "$out/kernels.txt" 2>&1
+    grep '^|' "$out/kernels.txt"
+  fi
   for b in 1 8; do
     for dev in vulkan auto; do
       med=$("$bin" run "$big/resnet50.onnx" --input x="$big/resnet50_x$b.npy" --device $dev --repeat 50 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency | median)

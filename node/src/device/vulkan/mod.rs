@@ -26,6 +26,8 @@ mod submit;
 pub mod testing;
 
 #[cfg(test)]
+mod coop_report;
+#[cfg(test)]
 mod tests;
 
 pub use buffer::{GpuBuffer, MemoryUse};

@@ -158,50 +158,15 @@ pub fn run_kernel_on(
         });
     }
     steps.push(Step::Barrier);
-    for (d, dispatch) in kernel.dispatches.iter().enumerate() {
-        if d > 0 {
-            steps.push(Step::Barrier);
-        }
-        let mut addrs = Vec::new();
-        for r in &dispatch.buffers {
-            let addr = match r {
-                BufRef::Input(i) => input_bufs
-                    .get(*i)
-                    .and_then(Option::as_ref)
-                    .ok_or_else(|| format!("dispatch {d} reads input {i}, which is absent"))?
-                    .address(),
-                BufRef::Output(i) => output_bufs
-                    .get(*i)
-                    .ok_or_else(|| format!("dispatch {d} writes output {i}, which does not exist"))?
-                    .address(),
-                BufRef::Scratch(i) => scratch_bufs
-                    .get(*i)
-                    .ok_or_else(|| format!("dispatch {d} uses scratch {i}, which does not exist"))?
-                    .address(),
-                BufRef::Table(words) => {
-                    let bytes: &[u8] = bytemuck::cast_slice(words);
-                    let t = gpu
-                        .create_buffer(
-                            bytes.len() as u64,
-                            MemoryUse::Upload,
-                            &format!("table of dispatch {d}"),
-                        )
-                        .map_err(e)?;
-                    t.write(0, bytes).map_err(e)?;
-                    let a = t.address();
-                    tables.push(t);
-                    a
-                }
-            };
-            addrs.push(addr);
-        }
-        steps.push(Step::Dispatch {
-            shader: dispatch.shader,
-            addrs,
-            params: dispatch.params.clone(),
-            groups: dispatch.groups,
-        });
-    }
+    let inputs_ref: Vec<Option<&GpuBuffer>> = input_bufs.iter().map(Option::as_ref).collect();
+    steps.extend(kernel_steps(
+        gpu,
+        kernel,
+        &inputs_ref,
+        &output_bufs,
+        &scratch_bufs,
+        &mut tables,
+    )?);
     steps.push(Step::Barrier);
     for (o, r) in output_bufs.iter().zip(&readback_bufs) {
         steps.push(Step::Copy {
@@ -229,6 +194,142 @@ pub fn run_kernel_on(
                 .map_err(|x| x.to_string())
         })
         .collect()
+}
+
+/// The dispatches of `kernel` over the given buffers, with a barrier between each pair;
+/// tables are uploaded into `tables`, which must outlive the recorded list.
+fn kernel_steps<'a>(
+    gpu: &Gpu,
+    kernel: &crate::ops::GpuKernel,
+    inputs: &[Option<&GpuBuffer>],
+    outputs: &[GpuBuffer],
+    scratch: &[GpuBuffer],
+    tables: &mut Vec<GpuBuffer>,
+) -> Result<Vec<Step<'a>>, String> {
+    let e = |e: VulkanError| e.to_string();
+    let mut steps = Vec::new();
+    for (d, dispatch) in kernel.dispatches.iter().enumerate() {
+        if d > 0 {
+            steps.push(Step::Barrier);
+        }
+        let mut addrs = Vec::new();
+        for r in &dispatch.buffers {
+            let addr = match r {
+                BufRef::Input(i) => inputs
+                    .get(*i)
+                    .copied()
+                    .flatten()
+                    .ok_or_else(|| format!("dispatch {d} reads input {i}, which is absent"))?
+                    .address(),
+                BufRef::Output(i) => outputs
+                    .get(*i)
+                    .ok_or_else(|| format!("dispatch {d} writes output {i}, which does not exist"))?
+                    .address(),
+                BufRef::Scratch(i) => scratch
+                    .get(*i)
+                    .ok_or_else(|| format!("dispatch {d} uses scratch {i}, which does not exist"))?
+                    .address(),
+                BufRef::Table(words) => {
+                    let bytes: &[u8] = bytemuck::cast_slice(words);
+                    let t = gpu
+                        .create_buffer(
+                            bytes.len() as u64,
+                            MemoryUse::Upload,
+                            &format!("table of dispatch {d}"),
+                        )
+                        .map_err(e)?;
+                    t.write(0, bytes).map_err(e)?;
+                    let a = t.address();
+                    tables.push(t);
+                    a
+                }
+            };
+            addrs.push(addr);
+        }
+        steps.push(Step::Dispatch {
+            shader: dispatch.shader,
+            addrs,
+            params: dispatch.params.clone(),
+            groups: dispatch.groups,
+        });
+    }
+    Ok(steps)
+}
+
+/// Seconds each of `runs` submissions of `kernel` alone takes on `gpu` (after one unmeasured
+/// run), its inputs, outputs and scratch in device memory as the executor places them: for
+/// reports that time one kernel without a model around it.
+pub fn time_kernel_on(
+    gpu: &Gpu,
+    kernel: &crate::ops::GpuKernel,
+    inputs: &[Option<&Tensor>],
+    outputs: &[ValueType],
+    runs: usize,
+) -> Result<Vec<f64>, String> {
+    let e = |e: VulkanError| e.to_string();
+    let device = |bytes: usize, name: &str| {
+        gpu.create_buffer(bytes.max(4) as u64, MemoryUse::Device, name)
+            .map_err(e)
+    };
+    let mut input_bufs = Vec::new();
+    for (i, t) in inputs.iter().enumerate() {
+        input_bufs.push(match t {
+            Some(t) => {
+                let up = gpu
+                    .create_buffer(t.bytes().len().max(4) as u64, MemoryUse::Upload, "staging")
+                    .map_err(e)?;
+                up.write(0, t.bytes()).map_err(e)?;
+                let dev = device(t.bytes().len(), &format!("input {i}"))?;
+                let copy = gpu
+                    .record(&[Step::Copy {
+                        src: &up,
+                        src_offset: 0,
+                        dst: &dev,
+                        dst_offset: 0,
+                        bytes: t.bytes().len() as u64,
+                    }])
+                    .map_err(e)?;
+                let v = gpu.submit(&copy).map_err(e)?;
+                gpu.wait(v, Duration::from_secs(300)).map_err(e)?;
+                Some(dev)
+            }
+            None => None,
+        });
+    }
+    let output_bufs = outputs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| device(o.bytes(), &format!("output {i}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let scratch_bufs = kernel
+        .scratch
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| device(b as usize, &format!("scratch {i}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut tables = Vec::new();
+    let inputs_ref: Vec<Option<&GpuBuffer>> = input_bufs.iter().map(Option::as_ref).collect();
+    let steps = kernel_steps(
+        gpu,
+        kernel,
+        &inputs_ref,
+        &output_bufs,
+        &scratch_bufs,
+        &mut tables,
+    )?;
+    let list = gpu.record(&steps).map_err(e)?;
+    let mut times = Vec::new();
+    for run in 0..=runs {
+        let t = std::time::Instant::now();
+        let v = gpu.submit(&list).map_err(e)?;
+        if !gpu.wait(v, Duration::from_secs(300)).map_err(e)? {
+            return Err("the GPU kernel did not finish within 300 s".into());
+        }
+        if run > 0 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    Ok(times)
 }
 
 #[cfg(test)]

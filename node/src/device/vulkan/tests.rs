@@ -527,7 +527,7 @@ fn timing_report() {
         .unwrap();
     let back = gpu.create_buffer(4, MemoryUse::Readback, "back").unwrap();
     let count = 10_000;
-    for barriers in [false, true] {
+    for (barriers, exec_only) in [(false, false), (true, false), (true, true)] {
         let mut steps = Vec::new();
         for k in 0..count {
             let (s, d) = if k % 2 == 0 { (&a, &b) } else { (&b, &a) };
@@ -536,7 +536,9 @@ fn timing_report() {
                 steps.push(Step::Barrier);
             }
         }
+        super::record::EXECUTION_ONLY_BARRIERS.set(exec_only);
         let list = gpu.record(&steps).unwrap();
+        super::record::EXECUTION_ONLY_BARRIERS.set(false);
         let mut best = f64::MAX;
         for _ in 0..5 {
             let t = Instant::now();
@@ -545,7 +547,7 @@ fn timing_report() {
             best = best.min(t.elapsed().as_secs_f64());
         }
         println!(
-            "{count} dispatches, barriers {barriers}: {:.3} us per dispatch",
+            "{count} dispatches, barriers {barriers} (execution only: {exec_only}): {:.3} us per dispatch",
             best * 1e6 / count as f64
         );
     }
@@ -582,6 +584,56 @@ fn timing_report() {
         );
         println!(
             "submit + wait (spin {spin:?}) + readback of 1 dispatch: median {:.1} us, p10 {:.1}, p90 {:.1}",
+            times[times.len() / 2],
+            times[times.len() / 10],
+            times[times.len() * 9 / 10]
+        );
+    }
+    // What one run's result costs to get back, by way of reaching the host: the copy the
+    // executor records today (barrier, then a transfer into readback memory), a compute copy
+    // instead of the transfer, the dispatch writing straight into readback memory, and an
+    // empty list (the floor: a submission and its signal).
+    let direct = add_scalar(a.address(), back.address(), 1, 1.0);
+    let copy_shader = Step::Dispatch {
+        shader: "copy",
+        addrs: vec![b.address(), back.address()],
+        params: vec![1],
+        groups: [1, 1, 1],
+    };
+    let transfer = Step::Copy {
+        src: &b,
+        src_offset: 0,
+        dst: &back,
+        dst_offset: 0,
+        bytes: 4,
+    };
+    let one = add_scalar(a.address(), b.address(), 1, 1.0);
+    let paths: [(&str, Vec<Step<'_>>); 4] = [
+        (
+            "dispatch, barrier, transfer",
+            vec![one.clone(), Step::Barrier, transfer],
+        ),
+        (
+            "dispatch, barrier, compute copy",
+            vec![one.clone(), Step::Barrier, copy_shader],
+        ),
+        ("dispatch into readback memory", vec![direct]),
+        ("nothing", vec![]),
+    ];
+    for (name, steps) in paths {
+        let list = gpu.record(&steps).unwrap();
+        let mut out = [0u8; 4];
+        let mut times = Vec::new();
+        for _ in 0..3000 {
+            let t = Instant::now();
+            let v = gpu.submit(&list).unwrap();
+            assert!(gpu.wait_spin(v, gpu.spin_default(), LONG).unwrap());
+            back.read(0, &mut out).unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "submit + wait + read, {name}: median {:.1} us, p10 {:.1}, p90 {:.1}",
             times[times.len() / 2],
             times[times.len() / 10],
             times[times.len() * 9 / 10]

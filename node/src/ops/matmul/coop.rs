@@ -54,10 +54,51 @@ pub(super) fn kernels((dtype, g): (DType, GpuGemm)) -> Vec<GpuKernel> {
     kernels_in(&g, dtype, mode())
 }
 
+/// Whether every offset and stride of A and B is a multiple of 8 elements (16 bytes), as
+/// gemm_coop2's `a8` and `exact` variants require: telling the driver so lets it move whole
+/// 16-byte pieces (see the shader).
+fn aligned8(g: &GpuGemm) -> bool {
+    let m8 = |v: &usize| v.is_multiple_of(8);
+    [g.a.off, g.b.off, g.a.rs.max(g.a.cs), g.b.rs.max(g.b.cs)]
+        .iter()
+        .chain(&g.a_batch)
+        .chain(&g.b_batch)
+        .all(m8)
+}
+
+/// gemm_coop2's variant for `g`: `exact` where every tile lies inside the output and K is a
+/// multiple of the tile's depth and there is no epilogue (alpha 1, no C), `a8` where the
+/// operands are 16-byte aligned, else the general one.
+fn nv2_shader(g: &GpuGemm, dtype: DType, wide: bool) -> Option<&'static str> {
+    let (tm, tn, depth) = if wide { (128, 256, 64) } else { (128, 128, 32) };
+    let aligned = aligned8(g);
+    let exact = aligned
+        && g.m.is_multiple_of(tm)
+        && g.n.is_multiple_of(tn)
+        && g.k.is_multiple_of(depth)
+        && g.alpha == 1.0
+        && g.c.is_none();
+    Some(match (dtype, wide, exact, aligned) {
+        (DType::F16, false, true, _) => "gemm_coop2_exact_f16",
+        (DType::F16, false, false, true) => "gemm_coop2_a8_f16",
+        (DType::F16, false, false, false) => "gemm_coop2_f16",
+        (DType::F16, true, true, _) => "gemm_coop2_exact_wide_f16",
+        (DType::F16, true, false, true) => "gemm_coop2_a8_wide_f16",
+        (DType::F16, true, false, false) => "gemm_coop2_wide_f16",
+        (DType::BF16, false, true, _) => "gemm_coop2_exact_bf16",
+        (DType::BF16, false, false, true) => "gemm_coop2_a8_bf16",
+        (DType::BF16, false, false, false) => "gemm_coop2_bf16",
+        (DType::BF16, true, true, _) => "gemm_coop2_exact_wide_bf16",
+        (DType::BF16, true, false, true) => "gemm_coop2_a8_wide_bf16",
+        (DType::BF16, true, false, false) => "gemm_coop2_wide_bf16",
+        _ => return None,
+    })
+}
+
 pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel> {
-    let (nv2, nv2_wide, khr) = match dtype {
-        DType::F16 => ("gemm_coop2_f16", "gemm_coop2_wide_f16", "gemm_coop_f16"),
-        DType::BF16 => ("gemm_coop2_bf16", "gemm_coop2_wide_bf16", "gemm_coop_bf16"),
+    let khr = match dtype {
+        DType::F16 => "gemm_coop_f16",
+        DType::BF16 => "gemm_coop_bf16",
         _ => return Vec::new(),
     };
     let unit = |rs: usize, cs: usize| rs == 1 || cs == 1;
@@ -74,10 +115,9 @@ pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel
         Mode::Nv2Narrow => false,
         _ => wide_tiles * batch >= 256,
     };
-    let (nv2, nv2_tile) = if wide {
-        (nv2_wide, TILE_NV2_WIDE)
-    } else {
-        (nv2, TILE_NV2)
+    let nv2_tile = if wide { TILE_NV2_WIDE } else { TILE_NV2 };
+    let Some(nv2) = nv2_shader(g, dtype, wide) else {
+        return Vec::new();
     };
     let mut out = Vec::new();
     for (shader, tile, wanted) in [
@@ -151,16 +191,50 @@ mod tests {
         };
         assert_eq!(
             names(DType::F16, Mode::Both),
-            ["gemm_coop2_f16", "gemm_coop_f16"]
+            ["gemm_coop2_exact_f16", "gemm_coop_f16"]
         );
         assert_eq!(
             names(DType::BF16, Mode::Both),
-            ["gemm_coop2_bf16", "gemm_coop_bf16"]
+            ["gemm_coop2_exact_bf16", "gemm_coop_bf16"]
         );
         assert_eq!(names(DType::F16, Mode::Khr), ["gemm_coop_f16"]);
-        assert_eq!(names(DType::BF16, Mode::Nv2), ["gemm_coop2_bf16"]);
+        assert_eq!(names(DType::BF16, Mode::Nv2), ["gemm_coop2_exact_bf16"]);
         assert!(names(DType::F16, Mode::Off).is_empty());
         assert!(names(DType::F32, Mode::Both).is_empty());
+    }
+
+    #[test]
+    fn only_operands_aligned_to_16_bytes_get_the_aligned_shaders() {
+        let first = |g: &GpuGemm| kernels_in(g, DType::F16, Mode::Nv2)[0].dispatches[0].shader;
+        let mut g = product(256, 256, 256, row_major(256, 256));
+        assert_eq!(first(&g), "gemm_coop2_exact_f16");
+        // Whole tiles but an epilogue, or an edge tile: aligned, not exact.
+        g.alpha = 2.0;
+        assert_eq!(first(&g), "gemm_coop2_a8_f16");
+        let g = product(256, 264, 256, row_major(256, 264));
+        assert_eq!(first(&g), "gemm_coop2_a8_f16");
+        let wide = |g: &GpuGemm| kernels_in(g, DType::F16, Mode::Nv2Wide)[0].dispatches[0].shader;
+        // The wide exact tile is 128x256, 64 deep.
+        let mut g = product(256, 512, 128, row_major(128, 512));
+        assert_eq!(wide(&g), "gemm_coop2_exact_wide_f16");
+        g.k = 96;
+        g.a.rs = 96;
+        assert_eq!(wide(&g), "gemm_coop2_a8_wide_f16");
+        let mut g = product(256, 256, 256, row_major(256, 256));
+        // Rows of A 260 elements apart: 8 bytes off a 16-byte boundary every other row.
+        g.k = 260;
+        g.a.rs = 260;
+        assert_eq!(first(&g), "gemm_coop2_f16");
+        // B starting 4 elements into its buffer.
+        let mut g = product(256, 256, 256, row_major(256, 256));
+        g.b.off = 4;
+        assert_eq!(first(&g), "gemm_coop2_f16");
+        // A batch stride that is not a multiple of 8.
+        let mut g = product(256, 256, 256, row_major(256, 256));
+        g.batch = vec![3];
+        g.a_batch = vec![256 * 256 + 4];
+        g.b_batch = vec![0];
+        assert_eq!(first(&g), "gemm_coop2_f16");
     }
 
     #[test]

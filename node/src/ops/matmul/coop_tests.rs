@@ -107,27 +107,33 @@ fn check_kernels(
 fn gpu_coop_matmul_matches_f64() {
     for dtype in [DType::F16, DType::BF16] {
         let mut rng = Rng::new(11);
-        // Edges in every direction: M, N and K are not multiples of the tiles.
-        let (m, k, n) = (300, 200, 260);
-        let a = random_half(&mut rng, &[m, k], dtype);
-        let b = random_half(&mut rng, &[k, n], dtype);
-        let (av, bv) = (f64s(&a), f64s(&b));
-        let want = reference(
-            1,
-            (m, n, k),
-            |_, i, p| av[i * k + p],
-            |_, p, j| bv[p * n + j],
-            1.0,
-            0.0,
-            |_, _| 0.0,
-        );
+        // Edges in every direction (M, N and K are not multiples of the tiles), then whole
+        // 128x128x32 tiles (the `exact` kernel), aligned and batched further down.
+        for (m, k, n) in [(300, 200, 260), (256, 96, 384)] {
+            let a = random_half(&mut rng, &[m, k], dtype);
+            let b = random_half(&mut rng, &[k, n], dtype);
+            let (av, bv) = (f64s(&a), f64s(&b));
+            let want = reference(
+                1,
+                (m, n, k),
+                |_, i, p| av[i * k + p],
+                |_, p, j| bv[p * n + j],
+                1.0,
+                0.0,
+                |_, _| 0.0,
+            );
+            let op = build("MatMul", 13, &[]).unwrap();
+            let ran = check(
+                &*op,
+                &[Some(&a), Some(&b)],
+                &want,
+                &format!("{dtype} matmul {m}x{k}x{n}"),
+            );
+            if let Some(shader) = ran.first().filter(|s| s.starts_with("gemm_coop2")) {
+                assert_eq!(shader.contains("_exact_"), m == 256, "{shader}");
+            }
+        }
         let op = build("MatMul", 13, &[]).unwrap();
-        check(
-            &*op,
-            &[Some(&a), Some(&b)],
-            &want,
-            &format!("{dtype} matmul"),
-        );
 
         // Batched, B broadcast over the batch.
         let (m, k, n) = (130, 72, 150);
@@ -197,9 +203,18 @@ fn gpu_coop_gemm_transposes_scale_and_bias_match_f64() {
 fn gpu_coop_wide_tiles_match_f64() {
     // The 128x256 tiles of gemm_coop2's wide variant, which only products with many tiles get
     // by default; edges in every direction.
-    for dtype in [DType::F16, DType::BF16] {
+    // N = 300 leaves B's rows 8 bytes off 16-byte boundaries (the general kernel); N = 296
+    // keeps every row aligned (the `a8` kernel); 256 x 512 x 128 is whole 128x256x64 tiles
+    // (the `exact` kernel).
+    for (dtype, (m, k, n), kind) in [
+        (DType::F16, (200, 136, 300), "gemm_coop2_wide_"),
+        (DType::BF16, (200, 136, 300), "gemm_coop2_wide_"),
+        (DType::F16, (200, 136, 296), "gemm_coop2_a8_wide_"),
+        (DType::BF16, (200, 136, 296), "gemm_coop2_a8_wide_"),
+        (DType::F16, (256, 128, 512), "gemm_coop2_exact_wide_"),
+        (DType::BF16, (256, 128, 512), "gemm_coop2_exact_wide_"),
+    ] {
         let mut rng = Rng::new(13);
-        let (m, k, n) = (200, 136, 300);
         let a = random_half(&mut rng, &[m, k], dtype);
         let b = random_half(&mut rng, &[k, n], dtype);
         let (av, bv) = (f64s(&a), f64s(&b));
@@ -215,14 +230,135 @@ fn gpu_coop_wide_tiles_match_f64() {
         let (ta, tb) = (ValueType::of(&a), ValueType::of(&b));
         let (_, g) = MatMul::describe(&[Some(&ta), Some(&tb)]).unwrap();
         let kernels = kernels_in(&g, dtype, Mode::Nv2Wide);
-        assert_eq!(kernels[0].dispatches[0].groups, [2, 2, 1]);
+        assert_eq!(
+            kernels[0].dispatches[0].groups,
+            [n.div_ceil(256) as u32, m.div_ceil(128) as u32, 1]
+        );
+        assert!(kernels[0].dispatches[0].shader.starts_with(kind));
         let out = ValueType::new(dtype, vec![m, n]);
-        check_kernels(
+        let ran = check_kernels(
             &kernels,
             &[Some(&a), Some(&b)],
             &[out],
             &want,
-            &format!("{dtype} wide tiles"),
+            &format!("{dtype} wide tiles, n = {n}"),
         );
+        if let Some(shader) = ran.first() {
+            assert!(shader.starts_with(kind), "{shader}");
+        }
+    }
+}
+
+/// Each GEMM kernel alone (no model around it, operands in device memory), in TFLOP/s:
+/// `cargo test --release --lib coop_gemm_report -- --ignored --nocapture` on a GPU. Beside
+/// device/vulkan/coop_report.rs's probes it says how far each kernel is from the rate its
+/// matrix operations can reach. The `unaligned` rows pad each operand's rows by 4 elements,
+/// so that the kernels for operands off 16-byte boundaries run.
+#[test]
+#[ignore]
+fn coop_gemm_report() {
+    let Some(gpu) = testing::test_gpu() else {
+        return;
+    };
+    let mut rng = Rng::new(17);
+    // Every kernel is timed in three rounds of ten runs, after ten seconds of keeping the GPU
+    // busy (an idle GPU takes seconds to reach its clocks); each row is the best round's
+    // median, so a kernel timed while the clocks still moved is not held against it.
+    let mut jobs: Vec<(String, GpuKernel, Vec<Tensor>, ValueType)> = Vec::new();
+    let mut time = |label: String, kernel: &GpuKernel, inputs: &[&Tensor], out: ValueType| {
+        let needs = shader_needs(kernel.dispatches[0].shader).expect("a known shader");
+        if needs.met_by(gpu.info().shader_features) {
+            let inputs = inputs.iter().map(|t| (*t).clone()).collect();
+            jobs.push((label, kernel.clone(), inputs, out));
+        }
+    };
+    let modes = [
+        (Mode::Nv2Wide, "nv2 128x256"),
+        (Mode::Nv2Narrow, "nv2 128x128"),
+        (Mode::Khr, "khr 128x128"),
+    ];
+    for (dtype, size, pad) in [
+        (DType::F16, 4096, 0),
+        (DType::BF16, 4096, 0),
+        (DType::F16, 4096, 4),
+    ] {
+        // With `pad`, each operand's rows are `pad` elements longer than the matrix's: 4 puts
+        // every other row off a 16-byte boundary, so the unaligned kernels run.
+        let a = random_half(&mut rng, &[size, size + pad], dtype);
+        let b = random_half(&mut rng, &[size, size + pad], dtype);
+        let t = ValueType::new(dtype, vec![size, size]);
+        let (_, mut g) = MatMul::describe(&[Some(&t), Some(&t)]).unwrap();
+        g.a.rs = size + pad;
+        g.b.rs = size + pad;
+        g.sizes[0] = size * (size + pad);
+        g.sizes[1] = size * (size + pad);
+        let out = ValueType::new(dtype, vec![size, size]);
+        for (mode, what) in modes {
+            if let Some(k) = kernels_in(&g, dtype, mode).first() {
+                let label = format!(
+                    "{dtype} {size}^3{} {what} ({})",
+                    if pad > 0 { " unaligned" } else { "" },
+                    k.dispatches[0].shader
+                );
+                time(label, k, &[&a, &b], out.clone());
+                // The same product through the less specialised variants of gemm_coop2.
+                let others: &[&'static str] = match k.dispatches[0].shader {
+                    "gemm_coop2_exact_wide_f16" => {
+                        &["gemm_coop2_a8_wide_f16", "gemm_coop2_wide_f16"]
+                    }
+                    "gemm_coop2_exact_wide_bf16" => {
+                        &["gemm_coop2_a8_wide_bf16", "gemm_coop2_wide_bf16"]
+                    }
+                    _ => &[],
+                };
+                for &shader in others {
+                    let with = super::GpuGemm {
+                        coop: Some((shader, 128, 256)),
+                        ..g.clone()
+                    };
+                    let k = super::gemm_kernel(&with).unwrap();
+                    time(
+                        format!("{dtype} {size}^3 {what} ({shader})"),
+                        &k,
+                        &[&a, &b],
+                        out.clone(),
+                    );
+                }
+            }
+        }
+    }
+    let size = 4096;
+    let a = Tensor::from_vec(vec![size, size], vec![0.5f32; size * size]);
+    let ta = ValueType::of(&a);
+    let op = build("MatMul", 13, &[]).unwrap();
+    let types = [Some(&ta), Some(&ta)];
+    let out = ValueType::new(DType::F32, vec![size, size]);
+    if let Some(k) = op.gpu(&types, std::slice::from_ref(&out)) {
+        let label = format!("f32 {size}^3 ({})", k.dispatches[0].shader);
+        time(label, &k, &[&a, &a], out);
+    }
+    let run = |(_, kernel, inputs, out): &(String, GpuKernel, Vec<Tensor>, ValueType), runs| {
+        let inputs: Vec<Option<&Tensor>> = inputs.iter().map(Some).collect();
+        let mut t =
+            testing::time_kernel_on(gpu, kernel, &inputs, std::slice::from_ref(out), runs).unwrap();
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let Some(first) = jobs.first() else { return };
+    let start = std::time::Instant::now();
+    while start.elapsed().as_secs() < 10 {
+        run(first, 50);
+    }
+    let mut best = vec![f64::MAX; jobs.len()];
+    for _ in 0..3 {
+        for (job, best) in jobs.iter().zip(&mut best) {
+            *best = best.min(run(job, 10));
+        }
+    }
+    println!("\n{}: GEMM kernels alone", gpu.info().name);
+    println!("| kernel | TFLOP/s |\n|---|---:|");
+    for ((label, _, inputs, out), t) in jobs.iter().zip(best) {
+        let flops = 2.0 * out.numel() as f64 * inputs[0].shape()[1] as f64;
+        println!("| {label} | {:.1} |", flops / t / 1e12);
     }
 }
