@@ -17,7 +17,8 @@
 // fragments. `regs` keeps the fragments in registers (the tensor cores' rate as the driver
 // reaches it); `shared` reloads them from shared memory every iteration, at the ratio of loads
 // to products gemm_coop's inner loop has (its 16-byte rows padded the same way), which adds
-// the cost of feeding the tensor cores from shared memory. No global memory is touched until
+// the cost of feeding the tensor cores from shared memory (an upper bound: a compiler that
+// unrolls by two may keep both alternating halves in registers). No global memory is touched until
 // workgroup 0 stores its accumulators for the report to check: every element must equal
 // iters * 16 * (1/16)^2 = iters / 16.
 layout(local_size_x = 128) in;
