@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::testing::test_gpu;
+use super::testing::{device_copy, test_gpu};
 use super::{Gpu, GpuBuffer, MemoryUse, Step, shader_needs};
 
 const LONG: Duration = Duration::from_secs(120);
@@ -27,64 +27,40 @@ struct Probe {
     shape: Option<(u32, u32)>,
 }
 
+/// A KHR probe: 4 subgroups x 16 products of 16x16x16 per iteration; each accumulator ends at
+/// iters / 16.
+const fn khr(shader: &'static str) -> Probe {
+    Probe {
+        shader,
+        flops_per_iter: 16.0 * 4.0 * 2.0 * 4096.0,
+        outputs: 4 * 16 * 256,
+        expect: |iters| iters as f32 / 16.0,
+        reads_a: false,
+        shape: None,
+    }
+}
+
+/// An NV2 probe with a 128 x `bn` accumulator, 32 deep: each element ends at iters * 32 / 256.
+const fn nv2(shader: &'static str, bn: usize, shape: Option<(u32, u32)>) -> Probe {
+    Probe {
+        shader,
+        flops_per_iter: 2.0 * 128.0 * bn as f64 * 32.0,
+        outputs: 128 * bn,
+        expect: |iters| iters as f32 * 32.0 / 256.0,
+        reads_a: true,
+        shape,
+    }
+}
+
 const PROBES: &[Probe] = &[
-    Probe {
-        shader: "test_coop_peak_regs",
-        flops_per_iter: 16.0 * 4.0 * 2.0 * 4096.0,
-        outputs: 4 * 16 * 256,
-        expect: |iters| iters as f32 / 16.0,
-        reads_a: false,
-        shape: None,
-    },
-    Probe {
-        shader: "test_coop_peak_shared",
-        flops_per_iter: 16.0 * 4.0 * 2.0 * 4096.0,
-        outputs: 4 * 16 * 256,
-        expect: |iters| iters as f32 / 16.0,
-        reads_a: false,
-        shape: None,
-    },
-    Probe {
-        shader: "test_coop2_peak_regs",
-        flops_per_iter: 2.0 * 128.0 * 256.0 * 32.0,
-        outputs: 128 * 256,
-        expect: |iters| iters as f32 * 32.0 / 256.0,
-        reads_a: true,
-        shape: None,
-    },
-    Probe {
-        shader: "test_coop2_peak_global",
-        flops_per_iter: 2.0 * 128.0 * 256.0 * 32.0,
-        outputs: 128 * 256,
-        expect: |iters| iters as f32 * 32.0 / 256.0,
-        reads_a: true,
-        shape: None,
-    },
-    Probe {
-        shader: "test_coop2_peak_strided",
-        flops_per_iter: 2.0 * 128.0 * 256.0 * 32.0,
-        outputs: 128 * 256,
-        expect: |iters| iters as f32 * 32.0 / 256.0,
-        reads_a: true,
-        shape: None,
-    },
-    Probe {
-        // One 4096^3 product: 512 tiles of 128 x 256, 128 steps of 32 each.
-        shader: "test_coop2_peak_big",
-        flops_per_iter: 2.0 * 128.0 * 256.0 * 32.0,
-        outputs: 128 * 256,
-        expect: |iters| iters as f32 * 32.0 / 256.0,
-        reads_a: true,
-        shape: Some((512, 128)),
-    },
-    Probe {
-        shader: "test_coop2_peak_narrow_regs",
-        flops_per_iter: 2.0 * 128.0 * 128.0 * 32.0,
-        outputs: 128 * 128,
-        expect: |iters| iters as f32 * 32.0 / 256.0,
-        reads_a: true,
-        shape: None,
-    },
+    khr("test_coop_peak_regs"),
+    khr("test_coop_peak_shared"),
+    nv2("test_coop2_peak_regs", 256, None),
+    nv2("test_coop2_peak_global", 256, None),
+    nv2("test_coop2_peak_strided", 256, None),
+    // One 4096^3 product: 512 tiles of 128 x 256, 128 steps of 32 each.
+    nv2("test_coop2_peak_big", 256, Some((512, 128))),
+    nv2("test_coop2_peak_narrow_regs", 128, None),
 ];
 
 /// The operand buffer of test_coop2_peak, large enough for its `big` variant's two 4096 x
@@ -94,30 +70,8 @@ fn operands(gpu: &Gpu) -> GpuBuffer {
     let bytes: Vec<u8> = std::iter::repeat_n(half::f16::from_f32(1.0 / 16.0).to_le_bytes(), halves)
         .flatten()
         .collect();
-    let up = gpu
-        .create_buffer(
-            bytes.len() as u64,
-            MemoryUse::Upload,
-            "probe operands (host)",
-        )
-        .unwrap();
-    up.write(0, &bytes).unwrap();
-    // In device memory, so the reloading variant reads from the GPU's own caches and memory.
-    let dev = gpu
-        .create_buffer(bytes.len() as u64, MemoryUse::Device, "probe operands")
-        .unwrap();
-    let list = gpu
-        .record(&[Step::Copy {
-            src: &up,
-            src_offset: 0,
-            dst: &dev,
-            dst_offset: 0,
-            bytes: bytes.len() as u64,
-        }])
-        .unwrap();
-    let v = gpu.submit(&list).unwrap();
-    assert!(gpu.wait(v, LONG).unwrap());
-    dev
+    // In device memory, so the reloading variants read from the GPU's own caches and memory.
+    device_copy(gpu, &bytes, "probe operands").unwrap()
 }
 
 #[test]

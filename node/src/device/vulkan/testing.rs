@@ -119,21 +119,7 @@ pub fn run_kernel_on(
             None => None,
         });
     }
-    let output_bufs = outputs
-        .iter()
-        .enumerate()
-        .map(|(i, o)| {
-            gpu.create_buffer(o.bytes() as u64, MemoryUse::Device, &format!("output {i}"))
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(e)?;
-    let scratch_bufs = kernel
-        .scratch
-        .iter()
-        .enumerate()
-        .map(|(i, &b)| gpu.create_buffer(b, MemoryUse::Device, &format!("scratch {i}")))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(e)?;
+    let (output_bufs, scratch_bufs) = output_and_scratch(gpu, kernel, outputs)?;
     let readback_bufs = outputs
         .iter()
         .enumerate()
@@ -256,80 +242,107 @@ fn kernel_steps<'a>(
     Ok(steps)
 }
 
-/// Seconds each of `runs` submissions of `kernel` alone takes on `gpu` (after one unmeasured
-/// run), its inputs, outputs and scratch in device memory as the executor places them: for
-/// reports that time one kernel without a model around it.
-pub fn time_kernel_on(
+/// Device buffers for `kernel`'s outputs (of the types `outputs`) and its scratch.
+fn output_and_scratch(
     gpu: &Gpu,
     kernel: &crate::ops::GpuKernel,
-    inputs: &[Option<&Tensor>],
     outputs: &[ValueType],
-    runs: usize,
-) -> Result<Vec<f64>, String> {
+) -> Result<(Vec<GpuBuffer>, Vec<GpuBuffer>), String> {
+    let sizes = outputs
+        .iter()
+        .map(|o| (o.bytes() as u64, "output"))
+        .chain(kernel.scratch.iter().map(|&b| (b, "scratch")));
+    let mut bufs = sizes
+        .enumerate()
+        .map(|(i, (bytes, what))| {
+            gpu.create_buffer(bytes, MemoryUse::Device, &format!("{what} {i}"))
+                .map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let scratch = bufs.split_off(outputs.len());
+    Ok((bufs, scratch))
+}
+
+/// A device-local buffer holding `bytes`, filled through a staging buffer.
+pub fn device_copy(gpu: &Gpu, bytes: &[u8], name: &str) -> Result<GpuBuffer, String> {
     let e = |e: VulkanError| e.to_string();
-    let device = |bytes: usize, name: &str| {
-        gpu.create_buffer(bytes.max(4) as u64, MemoryUse::Device, name)
-            .map_err(e)
-    };
-    let mut input_bufs = Vec::new();
-    for (i, t) in inputs.iter().enumerate() {
-        input_bufs.push(match t {
-            Some(t) => {
-                let up = gpu
-                    .create_buffer(t.bytes().len().max(4) as u64, MemoryUse::Upload, "staging")
-                    .map_err(e)?;
-                up.write(0, t.bytes()).map_err(e)?;
-                let dev = device(t.bytes().len(), &format!("input {i}"))?;
-                let copy = gpu
-                    .record(&[Step::Copy {
-                        src: &up,
-                        src_offset: 0,
-                        dst: &dev,
-                        dst_offset: 0,
-                        bytes: t.bytes().len() as u64,
-                    }])
-                    .map_err(e)?;
-                let v = gpu.submit(&copy).map_err(e)?;
-                gpu.wait(v, Duration::from_secs(300)).map_err(e)?;
-                Some(dev)
-            }
-            None => None,
-        });
+    let len = bytes.len() as u64;
+    let staging = gpu
+        .create_buffer(len.max(4), MemoryUse::Upload, "staging")
+        .map_err(e)?;
+    staging.write(0, bytes).map_err(e)?;
+    let buf = gpu
+        .create_buffer(len.max(4), MemoryUse::Device, name)
+        .map_err(e)?;
+    let copy = gpu
+        .record(&[Step::Copy {
+            src: &staging,
+            src_offset: 0,
+            dst: &buf,
+            dst_offset: 0,
+            bytes: len,
+        }])
+        .map_err(e)?;
+    let v = gpu.submit(&copy).map_err(e)?;
+    if !gpu.wait(v, Duration::from_secs(300)).map_err(e)? {
+        return Err("the upload did not finish within 300 s".into());
     }
-    let output_bufs = outputs
-        .iter()
-        .enumerate()
-        .map(|(i, o)| device(o.bytes(), &format!("output {i}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let scratch_bufs = kernel
-        .scratch
-        .iter()
-        .enumerate()
-        .map(|(i, &b)| device(b as usize, &format!("scratch {i}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut tables = Vec::new();
-    let inputs_ref: Vec<Option<&GpuBuffer>> = input_bufs.iter().map(Option::as_ref).collect();
-    let steps = kernel_steps(
-        gpu,
-        kernel,
-        &inputs_ref,
-        &output_bufs,
-        &scratch_bufs,
-        &mut tables,
-    )?;
-    let list = gpu.record(&steps).map_err(e)?;
-    let mut times = Vec::new();
-    for run in 0..=runs {
-        let t = std::time::Instant::now();
-        let v = gpu.submit(&list).map_err(e)?;
-        if !gpu.wait(v, Duration::from_secs(300)).map_err(e)? {
-            return Err("the GPU kernel did not finish within 300 s".into());
-        }
-        if run > 0 {
-            times.push(t.elapsed().as_secs_f64());
-        }
+    Ok(buf)
+}
+
+/// One kernel alone on fixed inputs, recorded once and timed as often as wanted: inputs,
+/// outputs and scratch sit in device memory as the executor places them. For reports that
+/// time a kernel without a model around it.
+pub struct KernelTimer<'g> {
+    gpu: &'g Gpu,
+    list: super::CommandList,
+}
+
+impl<'g> KernelTimer<'g> {
+    pub fn new(
+        gpu: &'g Gpu,
+        kernel: &crate::ops::GpuKernel,
+        inputs: &[Option<&Tensor>],
+        outputs: &[ValueType],
+    ) -> Result<Self, String> {
+        let input_bufs = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                t.map(|t| device_copy(gpu, t.bytes(), &format!("input {i}")))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (output_bufs, scratch_bufs) = output_and_scratch(gpu, kernel, outputs)?;
+        let mut tables = Vec::new();
+        let inputs_ref: Vec<Option<&GpuBuffer>> = input_bufs.iter().map(Option::as_ref).collect();
+        let steps = kernel_steps(
+            gpu,
+            kernel,
+            &inputs_ref,
+            &output_bufs,
+            &scratch_bufs,
+            &mut tables,
+        )?;
+        // The list keeps every buffer its steps touch alive.
+        let list = gpu.record(&steps).map_err(|e| e.to_string())?;
+        Ok(KernelTimer { gpu, list })
     }
-    Ok(times)
+
+    /// Seconds each of `runs` submissions takes, submission to observed completion.
+    pub fn time(&self, runs: usize) -> Result<Vec<f64>, String> {
+        let e = |e: VulkanError| e.to_string();
+        (0..runs)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                let v = self.gpu.submit(&self.list).map_err(e)?;
+                if !self.gpu.wait(v, Duration::from_secs(300)).map_err(e)? {
+                    return Err("the GPU kernel did not finish within 300 s".into());
+                }
+                Ok(t.elapsed().as_secs_f64())
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -51,6 +51,19 @@ fn reference(
     y
 }
 
+/// A B for row-major m x k A and k x n B, in f64.
+fn plain_product(av: &[f64], bv: &[f64], (m, k, n): (usize, usize, usize)) -> Vec<f64> {
+    reference(
+        1,
+        (m, n, k),
+        |_, i, p| av[i * k + p],
+        |_, p, j| bv[p * n + j],
+        1.0,
+        0.0,
+        |_, _| 0.0,
+    )
+}
+
 /// Runs every preferred kernel of `op` the test GPU can run on `inputs`; each must give `want`
 /// within 1e-2 of the output's scale (the rounding of a half-precision result, plus f32
 /// accumulation in another order). Returns the shaders run.
@@ -113,15 +126,7 @@ fn gpu_coop_matmul_matches_f64() {
             let a = random_half(&mut rng, &[m, k], dtype);
             let b = random_half(&mut rng, &[k, n], dtype);
             let (av, bv) = (f64s(&a), f64s(&b));
-            let want = reference(
-                1,
-                (m, n, k),
-                |_, i, p| av[i * k + p],
-                |_, p, j| bv[p * n + j],
-                1.0,
-                0.0,
-                |_, _| 0.0,
-            );
+            let want = plain_product(&av, &bv, (m, k, n));
             let op = build("MatMul", 13, &[]).unwrap();
             let ran = check(
                 &*op,
@@ -218,15 +223,7 @@ fn gpu_coop_wide_tiles_match_f64() {
         let a = random_half(&mut rng, &[m, k], dtype);
         let b = random_half(&mut rng, &[k, n], dtype);
         let (av, bv) = (f64s(&a), f64s(&b));
-        let want = reference(
-            1,
-            (m, n, k),
-            |_, i, p| av[i * k + p],
-            |_, p, j| bv[p * n + j],
-            1.0,
-            0.0,
-            |_, _| 0.0,
-        );
+        let want = plain_product(&av, &bv, (m, k, n));
         let (ta, tb) = (ValueType::of(&a), ValueType::of(&b));
         let (_, g) = MatMul::describe(&[Some(&ta), Some(&tb)]).unwrap();
         let kernels = kernels_in(&g, dtype, Mode::Nv2Wide);
@@ -264,12 +261,14 @@ fn coop_gemm_report() {
     // Every kernel is timed in three rounds of ten runs, after ten seconds of keeping the GPU
     // busy (an idle GPU takes seconds to reach its clocks); each row is the best round's
     // median, so a kernel timed while the clocks still moved is not held against it.
-    let mut jobs: Vec<(String, GpuKernel, Vec<Tensor>, ValueType)> = Vec::new();
+    let mut jobs: Vec<(String, f64, testing::KernelTimer<'_>)> = Vec::new();
     let mut time = |label: String, kernel: &GpuKernel, inputs: &[&Tensor], out: ValueType| {
         let needs = shader_needs(kernel.dispatches[0].shader).expect("a known shader");
         if needs.met_by(gpu.info().shader_features) {
-            let inputs = inputs.iter().map(|t| (*t).clone()).collect();
-            jobs.push((label, kernel.clone(), inputs, out));
+            let flops = 2.0 * out.numel() as f64 * inputs[0].shape()[1] as f64;
+            let inputs: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
+            let timer = testing::KernelTimer::new(gpu, kernel, &inputs, &[out]).unwrap();
+            jobs.push((label, flops, timer));
         }
     };
     let modes = [
@@ -337,28 +336,27 @@ fn coop_gemm_report() {
         let label = format!("f32 {size}^3 ({})", k.dispatches[0].shader);
         time(label, &k, &[&a, &a], out);
     }
-    let run = |(_, kernel, inputs, out): &(String, GpuKernel, Vec<Tensor>, ValueType), runs| {
-        let inputs: Vec<Option<&Tensor>> = inputs.iter().map(Some).collect();
-        let mut t =
-            testing::time_kernel_on(gpu, kernel, &inputs, std::slice::from_ref(out), runs).unwrap();
+    let median = |timer: &testing::KernelTimer<'_>, runs| {
+        let mut t = timer.time(runs).unwrap();
         t.sort_by(f64::total_cmp);
         t[t.len() / 2]
     };
-    let Some(first) = jobs.first() else { return };
+    let Some((_, _, first)) = jobs.first() else {
+        return;
+    };
     let start = std::time::Instant::now();
     while start.elapsed().as_secs() < 10 {
-        run(first, 50);
+        median(first, 50);
     }
     let mut best = vec![f64::MAX; jobs.len()];
     for _ in 0..3 {
-        for (job, best) in jobs.iter().zip(&mut best) {
-            *best = best.min(run(job, 10));
+        for ((_, _, timer), best) in jobs.iter().zip(&mut best) {
+            *best = best.min(median(timer, 10));
         }
     }
     println!("\n{}: GEMM kernels alone", gpu.info().name);
     println!("| kernel | TFLOP/s |\n|---|---:|");
-    for ((label, _, inputs, out), t) in jobs.iter().zip(best) {
-        let flops = 2.0 * out.numel() as f64 * inputs[0].shape()[1] as f64;
+    for ((label, flops, _), t) in jobs.iter().zip(best) {
         println!("| {label} | {:.1} |", flops / t / 1e12);
     }
 }
