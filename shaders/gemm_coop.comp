@@ -7,35 +7,60 @@
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
-// @variant f16 T=float16_t
-// @variant bf16 T=bfloat16_t BF16
+// @variant nn_f16 T=float16_t
+// @variant nt_f16 T=float16_t B_T
+// @variant tn_f16 T=float16_t A_T
+// @variant tt_f16 T=float16_t A_T B_T
+// @variant nn_exact_f16 T=float16_t EXACT
+// @variant nt_exact_f16 T=float16_t B_T EXACT
+// @variant tn_exact_f16 T=float16_t A_T EXACT
+// @variant tt_exact_f16 T=float16_t A_T B_T EXACT
+// @variant nn_bf16 T=bfloat16_t BF16
+// @variant nt_bf16 T=bfloat16_t BF16 B_T
+// @variant tn_bf16 T=bfloat16_t BF16 A_T
+// @variant tt_bf16 T=bfloat16_t BF16 A_T B_T
+// @variant nn_exact_bf16 T=bfloat16_t BF16 EXACT
+// @variant nt_exact_bf16 T=bfloat16_t BF16 B_T EXACT
+// @variant tn_exact_bf16 T=bfloat16_t BF16 A_T EXACT
+// @variant tt_exact_bf16 T=bfloat16_t BF16 A_T B_T EXACT
 #ifdef BF16
 #extension GL_EXT_bfloat16 : require
 #endif
 
 // gemm_coop: Y[z] = alpha * A[z] * B[z] + beta * C on cooperative matrices (VK_KHR_
-// cooperative_matrix, subgroup scope, 16x16x16 with f32 accumulators): the portable tensor-core
-// path. Half-precision operands, Y in their type. Push constants: gemm.comp's, word for word.
+// cooperative_matrix, subgroup scope, 16x16x16 with f32 accumulators): the portable
+// tensor-core path, for operands whose every row starts on a 16-byte boundary and outputs of
+// whole 16x16 fragments (M and N multiples of 16; ops/matmul checks, and gemm_coop_any.comp
+// takes the rest). Push constants: gemm.comp's, word for word.
+//
+// Everything the loop does not need is decided at compile time, because on NVIDIA's driver
+// code that never runs still costs registers the main loop then lacks (the lesson of
+// gemm_coop2's `exact` variants too). Each variant knows its operands' layouts: A `n`
+// (row-major, k contiguous) or `t` (transposed, m contiguous), likewise B (`n`: n contiguous,
+// `t`: k contiguous). `exact` variants are for whole 128x128x32 tiles with alpha 1 and no C,
+// and check no bounds; the others read zeros past the edges, skip fragments that lie past
+// them, and apply alpha and C.
+//
+// The results never go through memory as f32: an epilogue that stored the accumulators to a
+// shared scratch to treat them element by element made the whole kernel 8x slower on an H100
+// (30 against 265 TFLOP/s on 4096^3 f16, coop_gemm_report), as did the old kernel, now
+// gemm_coop_any. So alpha and beta scale whole fragments, C is staged in shared memory in its
+// own type and loaded back as fragments, and each fragment is converted and stored directly.
 //
 // 128 invocations in 4 subgroups of 32 (ops/matmul uses it only where the subgroup size is
-// 32) compute a 128x128 tile of Y, each subgroup a 64x64 quarter as 4x4 accumulators. Each
-// step stages a 128x32 slice of A and a 32x128 slice of B in shared memory, double-buffered:
-// the next slice's global loads are in flight while the tensor cores work on this one. Slices
-// are stored as they lie in memory (row-major, or transposed and read back as column-major
-// matrices), 16 bytes at a time where the strides, offsets and contiguous extents allow
-// (`vec` below: the usual case), else element by element with bounds; rows are padded by 16
-// bytes against bank conflicts. Operands move as raw 16-bit words: only the matrices and the
-// epilogue need the element type. The epilogue goes through a per-subgroup 16x16 f32 scratch
-// so alpha, C and the bounds apply element by element.
+// always 32) compute a 128x128 tile of Y, each subgroup a 64x64 quarter as 4x4 accumulators.
+// Each 32-deep step of A and B is staged in shared memory as it lies in memory, 16 bytes at a
+// time, double-buffered: the next step's global loads are in flight while the tensor cores
+// work on this one. Staged rows are padded by 16 bytes, so the fragment loads' 8 rows of 16
+// bytes fall in distinct banks.
 layout(local_size_x = 128) in;
-layout(buffer_reference, scalar) readonly buffer In { T v[]; };
-layout(buffer_reference, scalar) readonly buffer Raw { uint16_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer Raw8 { uvec4 v[]; };
+layout(buffer_reference, scalar) readonly buffer Raw { uint16_t v[]; };
 layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
 layout(push_constant, scalar) uniform P {
-    Raw a;
-    Raw b;
-    In c;
+    Raw8 a;
+    Raw8 b;
+    Raw c;
     Out y;
     uint M;
     uint N;
@@ -66,107 +91,95 @@ const uint BM = 128;
 const uint BN = 128;
 const uint BK = 32;
 const uint THREADS = 128;
-// Row strides in 16-byte units: a 32-wide row is 4 units (+1 pad), a 128-wide row 16 (+1).
+// Staged row strides in 16-byte units: a 32-wide row is 4 units (+1 pad), a 128-wide row 16
+// (+1). A stage holds 128 rows of 32 or 32 rows of 128.
 const uint S32 = 5;
 const uint S128 = 17;
-// One stage of either operand holds at most 128 rows of 32 or 32 rows of 128, padded.
 const uint STAGE = 128 * S32;
-// Per thread and stage: 128 * 32 / 8 / THREADS = 4 loads of 16 bytes per operand.
-const uint PER = (BM * BK / 8) / THREADS;
+// 16-byte units per operand and stage, per invocation: 128 * 32 / 8 / 128.
+const uint PER = 4;
 
-shared uvec4 As[2][STAGE];
-shared uvec4 Bs[2][STAGE];
-shared float Cs[4][16 * 16];
-
-uint offA;
-uint offB;
-bool aRow;   // A's k is contiguous (csA == 1): stage [BM][BK]; else [BK][BM]
-bool bRow;   // B's n is contiguous (csB == 1): stage [BK][BN]; else [BN][BK]
-bool aVec;
-bool bVec;
-
-uvec4 packRaw(Raw r, uint base, uint step, uint count) {
-    uint w[8];
-    [[unroll]] for (uint e = 0u; e < 8u; ++e) {
-        w[e] = e < count ? uint(r.v[base + e * step]) : 0u;
-    }
-    return uvec4(w[0] | (w[1] << 16), w[2] | (w[3] << 16), w[4] | (w[5] << 16), w[6] | (w[7] << 16));
-}
-
-// The 16-byte unit `s` of A's slice at k0: where it goes in the stage, and its value.
-uvec4 loadA(uint s, uint m0, uint k0, out uint at) {
-    uint outer, inner;
-    if (aRow) {
-        outer = s / (BK / 8u);
-        inner = s % (BK / 8u);
-        at = outer * S32 + inner;
-        uint m = m0 + outer;
-        uint k = k0 + inner * 8u;
-        if (m >= p.M || k >= p.K) return uvec4(0);
-        uint base = offA + m * p.rsA + k;
-        if (aVec) return Raw8(p.a).v[base / 8u];
-        return packRaw(p.a, base, 1u, min(8u, p.K - k));
-    }
-    outer = s / (BM / 8u);
-    inner = s % (BM / 8u);
-    at = outer * S128 + inner;
-    uint k = k0 + outer;
-    uint m = m0 + inner * 8u;
-    if (k >= p.K || m >= p.M) return uvec4(0);
-    uint base = offA + k * p.csA + m;
-    if (aVec) return Raw8(p.a).v[base / 8u];
-    return packRaw(p.a, base, p.rsA, min(8u, p.M - m));
-}
-
-uvec4 loadB(uint s, uint n0, uint k0, out uint at) {
-    uint outer, inner;
-    if (bRow) {
-        outer = s / (BN / 8u);
-        inner = s % (BN / 8u);
-        at = outer * S128 + inner;
-        uint k = k0 + outer;
-        uint n = n0 + inner * 8u;
-        if (k >= p.K || n >= p.N) return uvec4(0);
-        uint base = offB + k * p.rsB + n;
-        if (bVec) return Raw8(p.b).v[base / 8u];
-        return packRaw(p.b, base, 1u, min(8u, p.N - n));
-    }
-    outer = s / (BK / 8u);
-    inner = s % (BK / 8u);
-    at = outer * S32 + inner;
-    uint n = n0 + outer;
-    uint k = k0 + inner * 8u;
-    if (n >= p.N || k >= p.K) return uvec4(0);
-    uint base = offB + n * p.csB + k;
-    if (bVec) return Raw8(p.b).v[base / 8u];
-    return packRaw(p.b, base, p.rsB, min(8u, p.K - k));
-}
+// A's two stages, then B's: S[(operand * 2 + stage) * STAGE ...]. One array, so that the
+// epilogue can stage a whole 128x128 tile of C (128 rows of 17 units) across all four.
+shared uvec4 S[4 * STAGE];
+const uint A0 = 0;
+const uint B0 = 2 * STAGE;
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
     uint sg = gl_SubgroupID;
-    uint lane = gl_SubgroupInvocationID;
     uint m0 = gl_WorkGroupID.y * BM;
     uint n0 = gl_WorkGroupID.x * BN;
     uint wm = (sg / 2u) * 64u;
     uint wn = (sg % 2u) * 64u;
-
     uint z = gl_WorkGroupID.z;
     uint i2 = z % p.nb2;
     uint t = z / p.nb2;
     uint i1 = t % p.nb1;
     uint i0 = t / p.nb1;
-    offA = p.offA + i0 * p.bA0 + i1 * p.bA1 + i2 * p.bA2;
-    offB = p.offB + i0 * p.bB0 + i1 * p.bB1 + i2 * p.bB2;
+    // Element offsets, strides and extents are multiples of 8 (ops/matmul checks): in
+    // 16-byte units they are exact.
+    uint offA = (p.offA + i0 * p.bA0 + i1 * p.bA1 + i2 * p.bA2) / 8u;
+    uint offB = (p.offB + i0 * p.bB0 + i1 * p.bB1 + i2 * p.bB2) / 8u;
     uint offY = p.offY + z * p.M * p.N;
-    aRow = p.csA == 1u;
-    bRow = p.csB == 1u;
-    // 16-byte loads need every row start 16-byte aligned (buffers are) and no unit straddling
-    // the contiguous extent's end.
-    aVec = offA % 8u == 0u && (aRow ? (p.rsA % 8u == 0u && p.K % 8u == 0u)
-                                    : (p.csA % 8u == 0u && p.M % 8u == 0u));
-    bVec = offB % 8u == 0u && (bRow ? (p.rsB % 8u == 0u && p.N % 8u == 0u)
-                                    : (p.csB % 8u == 0u && p.K % 8u == 0u));
+
+    // Each of this invocation's 16-byte units of a step: where it comes from at k0 = 0 (in
+    // units), where it goes in the stage, and (at edges) the row and column it must lie within.
+    uint ga[PER];
+    uint sa[PER];
+    uint gb[PER];
+    uint sb[PER];
+#ifndef EXACT
+    uvec2 ea[PER];  // (outer index, inner element index) of A's unit, checked against its extents
+    uvec2 eb[PER];
+#endif
+    uint stepA;
+    uint stepB;
+    [[unroll]] for (uint l = 0u; l < PER; ++l) {
+        uint s = tid + l * THREADS;
+#ifdef A_T
+        // A is K x M in memory (m contiguous): stage [BK][BM].
+        uint ro = s / (BM / 8u);
+        uint co = s % (BM / 8u);
+        ga[l] = offA + ro * (p.csA / 8u) + m0 / 8u + co;
+        sa[l] = ro * S128 + co;
+#ifndef EXACT
+        ea[l] = uvec2(ro, m0 + co * 8u);
+#endif
+        stepA = BK * (p.csA / 8u);
+#else
+        // A is M x K (k contiguous): stage [BM][BK].
+        uint ro = s / (BK / 8u);
+        uint co = s % (BK / 8u);
+        ga[l] = offA + (m0 + ro) * (p.rsA / 8u) + co;
+        sa[l] = ro * S32 + co;
+#ifndef EXACT
+        ea[l] = uvec2(m0 + ro, co * 8u);
+#endif
+        stepA = BK / 8u;
+#endif
+#ifdef B_T
+        // B is N x K in memory (k contiguous): stage [BN][BK].
+        uint rb = s / (BK / 8u);
+        uint cb = s % (BK / 8u);
+        gb[l] = offB + (n0 + rb) * (p.csB / 8u) + cb;
+        sb[l] = rb * S32 + cb;
+#ifndef EXACT
+        eb[l] = uvec2(n0 + rb, cb * 8u);
+#endif
+        stepB = BK / 8u;
+#else
+        // B is K x N (n contiguous): stage [BK][BN].
+        uint rb = s / (BN / 8u);
+        uint cb = s % (BN / 8u);
+        gb[l] = offB + rb * (p.rsB / 8u) + n0 / 8u + cb;
+        sb[l] = rb * S128 + cb;
+#ifndef EXACT
+        eb[l] = uvec2(rb, n0 + cb * 8u);
+#endif
+        stepB = BK * (p.rsB / 8u);
+#endif
+    }
 
     coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[4][4];
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
@@ -177,46 +190,66 @@ void main() {
 
     uvec4 ra[PER];
     uvec4 rb[PER];
-    uint pa[PER];
-    uint pb[PER];
-    [[unroll]] for (uint l = 0u; l < PER; ++l) {
-        ra[l] = loadA(tid + l * THREADS, m0, 0u, pa[l]);
-        rb[l] = loadB(tid + l * THREADS, n0, 0u, pb[l]);
+    uint steps = (p.K + BK - 1u) / BK;
+    // Loads step `st`'s units into ra/rb (zero past the edges).
+#ifdef EXACT
+#define LOAD(st) \
+    [[unroll]] for (uint l = 0u; l < PER; ++l) { \
+        ra[l] = p.a.v[ga[l] + (st) * stepA]; \
+        rb[l] = p.b.v[gb[l] + (st) * stepB]; \
     }
+#else
+#ifdef A_T
+#define A_IN(l, k0) (ea[l].x + (k0) < p.K && ea[l].y < p.M)
+#else
+#define A_IN(l, k0) (ea[l].x < p.M && ea[l].y + (k0) < p.K)
+#endif
+#ifdef B_T
+#define B_IN(l, k0) (eb[l].x < p.N && eb[l].y + (k0) < p.K)
+#else
+#define B_IN(l, k0) (eb[l].x + (k0) < p.K && eb[l].y < p.N)
+#endif
+#define LOAD(st) \
+    [[unroll]] for (uint l = 0u; l < PER; ++l) { \
+        ra[l] = A_IN(l, (st) * BK) ? p.a.v[ga[l] + (st) * stepA] : uvec4(0); \
+        rb[l] = B_IN(l, (st) * BK) ? p.b.v[gb[l] + (st) * stepB] : uvec4(0); \
+    }
+#endif
+    LOAD(0u)
     [[unroll]] for (uint l = 0u; l < PER; ++l) {
-        As[0][pa[l]] = ra[l];
-        Bs[0][pb[l]] = rb[l];
+        S[A0 + sa[l]] = ra[l];
+        S[B0 + sb[l]] = rb[l];
     }
     barrier();
 
-    uint steps = (p.K + BK - 1u) / BK;
     for (uint st = 0u; st < steps; ++st) {
         uint cur = st & 1u;
         bool more = st + 1u < steps;
         if (more) {
-            [[unroll]] for (uint l = 0u; l < PER; ++l) {
-                ra[l] = loadA(tid + l * THREADS, m0, (st + 1u) * BK, pa[l]);
-                rb[l] = loadB(tid + l * THREADS, n0, (st + 1u) * BK, pb[l]);
-            }
+            LOAD(st + 1u)
         }
         [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
             coopmat<T, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> fa[4];
             coopmat<T, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> fb[4];
             [[unroll]] for (uint i = 0u; i < 4u; ++i) {
                 uint m = wm + i * 16u;
-                if (aRow) {
-                    coopMatLoad(fa[i], As[cur], m * S32 + kk / 8u, S32, gl_CooperativeMatrixLayoutRowMajor);
-                } else {
-                    coopMatLoad(fa[i], As[cur], kk * S128 + m / 8u, S128, gl_CooperativeMatrixLayoutColumnMajor);
-                }
+#ifdef A_T
+                coopMatLoad(fa[i], S, A0 + cur * STAGE + kk * S128 + m / 8u, S128,
+                            gl_CooperativeMatrixLayoutColumnMajor);
+#else
+                coopMatLoad(fa[i], S, A0 + cur * STAGE + m * S32 + kk / 8u, S32,
+                            gl_CooperativeMatrixLayoutRowMajor);
+#endif
             }
             [[unroll]] for (uint j = 0u; j < 4u; ++j) {
                 uint n = wn + j * 16u;
-                if (bRow) {
-                    coopMatLoad(fb[j], Bs[cur], kk * S128 + n / 8u, S128, gl_CooperativeMatrixLayoutRowMajor);
-                } else {
-                    coopMatLoad(fb[j], Bs[cur], n * S32 + kk / 8u, S32, gl_CooperativeMatrixLayoutColumnMajor);
-                }
+#ifdef B_T
+                coopMatLoad(fb[j], S, B0 + cur * STAGE + n * S32 + kk / 8u, S32,
+                            gl_CooperativeMatrixLayoutColumnMajor);
+#else
+                coopMatLoad(fb[j], S, B0 + cur * STAGE + kk * S128 + n / 8u, S128,
+                            gl_CooperativeMatrixLayoutRowMajor);
+#endif
             }
             [[unroll]] for (uint i = 0u; i < 4u; ++i) {
                 [[unroll]] for (uint j = 0u; j < 4u; ++j) {
@@ -226,31 +259,62 @@ void main() {
         }
         if (more) {
             [[unroll]] for (uint l = 0u; l < PER; ++l) {
-                As[cur ^ 1u][pa[l]] = ra[l];
-                Bs[cur ^ 1u][pb[l]] = rb[l];
+                S[A0 + (cur ^ 1u) * STAGE + sa[l]] = ra[l];
+                S[B0 + (cur ^ 1u) * STAGE + sb[l]] = rb[l];
             }
         }
         barrier();
     }
 
+#ifdef EXACT
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
         [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-            coopMatStore(acc[i][j], Cs[sg], 0, 16, gl_CooperativeMatrixLayoutRowMajor);
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
-            for (uint e = lane; e < 256u; e += gl_SubgroupSize) {
-                uint m = m0 + wm + i * 16u + e / 16u;
-                uint n = n0 + wn + j * 16u + e % 16u;
-                if (m < p.M && n < p.N) {
-                    float v = p.alpha * Cs[sg][e];
-                    if (p.has_c != 0u) {
-                        v += p.beta * float(p.c.v[m * p.rsC + n * p.csC]);
-                    }
-                    p.y.v[offY + m * p.N + n] = T(v);
-                }
-            }
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
+            coopmat<T, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> o =
+                coopmat<T, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(acc[i][j]);
+            coopMatStore(o, p.y.v, offY + (m0 + wm + i * 16u) * p.N + n0 + wn + j * 16u, p.N,
+                         gl_CooperativeMatrixLayoutRowMajor);
         }
     }
+#else
+    bool hasC = p.has_c != 0u;
+    if (hasC) {
+        // This tile of C, broadcast by its strides, as [128][S128] units of 8 elements of
+        // its type (zero past the edges). The loop's last barrier freed the stages.
+        for (uint u = tid; u < BM * (BN / 8u); u += THREADS) {
+            uint r = u / (BN / 8u);
+            uint cu = u % (BN / 8u);
+            uint m = m0 + r;
+            uint n = n0 + cu * 8u;
+            uint w[8];
+            [[unroll]] for (uint e = 0u; e < 8u; ++e) {
+                w[e] = m < p.M && n + e < p.N ? uint(p.c.v[m * p.rsC + (n + e) * p.csC]) : 0u;
+            }
+            S[r * S128 + cu] = uvec4(w[0] | (w[1] << 16), w[2] | (w[3] << 16),
+                                     w[4] | (w[5] << 16), w[6] | (w[7] << 16));
+        }
+        barrier();
+    }
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+            uint fm = m0 + wm + i * 16u;
+            uint fn = n0 + wn + j * 16u;
+            // M and N are multiples of 16: a fragment lies wholly inside or wholly past them.
+            if (fm >= p.M || fn >= p.N) {
+                continue;
+            }
+            coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> r =
+                acc[i][j] * p.alpha;
+            if (hasC) {
+                coopmat<T, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> ct;
+                coopMatLoad(ct, S, (wm + i * 16u) * S128 + (wn + j * 16u) / 8u, S128,
+                            gl_CooperativeMatrixLayoutRowMajor);
+                r += coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(ct) *
+                     p.beta;
+            }
+            coopmat<T, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> o =
+                coopmat<T, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(r);
+            coopMatStore(o, p.y.v, offY + fm * p.N + fn, p.N, gl_CooperativeMatrixLayoutRowMajor);
+        }
+    }
+#endif
 }

@@ -1,5 +1,6 @@
-//! Completion watchers: one thread per GPU observes its timeline semaphore and runs the
-//! callback registered for each submission when it completes, so nobody who submits work has
+//! Completion watchers: one thread per GPU observes its timeline semaphore (and the lanes of
+//! armed chunks, device/vulkan/lanes.rs) and runs the callback registered for each submission
+//! when it completes, so nobody who submits work has
 //! to wait for it. The callbacks are what decrement dependency counters and submit the chunks
 //! that become ready: there is no central scheduling loop.
 //!
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam::channel::{Receiver, Sender, TryRecvError, unbounded};
 
-use crate::device::vulkan::Gpu;
+use crate::device::vulkan::{Gpu, Ticket};
 use crate::error::Error;
 
 /// Runs once the submission's timeline value is reached, or with the reason it never will be.
@@ -24,14 +25,14 @@ pub(crate) type Callback = Box<dyn FnOnce(Result<(), Error>) + Send>;
 const DEADLINE: Duration = Duration::from_secs(600);
 
 struct Pending {
-    ticket: u64,
+    ticket: Ticket,
     since: Instant,
     callback: Callback,
 }
 
-/// Registers `callback` to run when `gpu`'s timeline reaches `ticket` (a value returned by
-/// its submit).
-pub(crate) fn on_complete(gpu: &Arc<Gpu>, ticket: u64, callback: Callback) {
+/// Registers `callback` to run when `ticket` (from `gpu`'s submit, or a fired armed list) is
+/// reached.
+pub(crate) fn on_complete(gpu: &Arc<Gpu>, ticket: Ticket, callback: Callback) {
     let mut pending = Pending {
         ticket,
         since: Instant::now(),
@@ -112,7 +113,19 @@ fn watch(gpu: Weak<Gpu>, rx: Receiver<Pending>) {
         let mut ready = Vec::new();
         let mut i = 0;
         while i < pending.len() {
-            if pending[i].ticket <= reached {
+            let done = match pending[i].ticket {
+                Ticket::Queue(v) => Ok(v <= reached),
+                lane => gpu.reached(lane),
+            };
+            let done = match done {
+                Ok(d) => d,
+                Err(e) => {
+                    let p = pending.swap_remove(i);
+                    (p.callback)(Err(Error::Device(e.to_string())));
+                    continue;
+                }
+            };
+            if done {
                 ready.push(pending.swap_remove(i));
             } else if pending[i].since.elapsed() > DEADLINE {
                 let p = pending.swap_remove(i);
@@ -138,10 +151,10 @@ fn watch(gpu: Weak<Gpu>, rx: Receiver<Pending>) {
             std::hint::spin_loop();
             continue;
         }
-        // Sleep in the driver until the earliest pending value, waking now and then to take
+        // Sleep in the driver until any pending ticket is reached, waking now and then to take
         // new registrations and check deadlines.
-        let earliest = pending.iter().map(|p| p.ticket).min().expect("not empty");
-        if let Err(e) = gpu.wait(earliest, Duration::from_millis(5)) {
+        let tickets: Vec<Ticket> = pending.iter().map(|p| p.ticket).collect();
+        if let Err(e) = gpu.wait_any(&tickets, Duration::from_millis(5)) {
             fail_all(&mut pending, &e.to_string());
         }
     }

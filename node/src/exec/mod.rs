@@ -172,9 +172,25 @@ impl Executable {
                 exported: exported.clone(),
                 kernels,
             };
-            m.insert(*d, layout.context(&self.graph, &self.spec, &on)?);
+            let armable = self.armable(layout, ops);
+            m.insert(*d, layout.context(&self.graph, &self.spec, &on, armable)?);
         }
         Ok(m)
+    }
+
+    /// The chunk a GPU may queue ahead of each run on a lane (exec/gpu.rs, `ArmSlot`): its
+    /// only chunk, when that chunk waits for nothing but graph inputs and the GPU has lanes.
+    /// Off unless `VKML_ARM=1` (read once): on an H100 armed runs measured no faster than
+    /// submitted ones (BENCHMARKS.md, session 6).
+    fn armable(&self, layout: &GpuLayout, ops: &[(usize, usize)]) -> Option<usize> {
+        static ARM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !*ARM.get_or_init(|| std::env::var("VKML_ARM").as_deref() == Ok("1")) {
+            return None;
+        }
+        let (_, c) = *ops.first()?;
+        let single = ops.iter().all(|&(_, other)| other == c);
+        (single && layout.gpu.lanes() > 0 && self.topo.is_local(c) && self.topo.initial[c] == 0)
+            .then_some(c)
     }
 
     /// Runs once with inputs in the graph's input order. Concurrent runs each take an

@@ -237,7 +237,7 @@ mod tests {
             ],
             preferred: BTreeMap::from([(
                 0,
-                vec![kernel("gemm_coop2_f16"), kernel("gemm_coop_f16")],
+                vec![kernel("gemm_coop2_f16"), kernel("gemm_coop_any_f16")],
             )]),
         };
         let names = |have: ShaderNeeds| -> Vec<Option<&'static str>> {
@@ -255,12 +255,12 @@ mod tests {
         );
         // KHR cooperative matrices only: the second choice.
         let khr = f16.union(ShaderNeeds::COOPERATIVE_MATRIX);
-        assert_eq!(names(khr)[0], Some("gemm_coop_f16"));
+        assert_eq!(names(khr)[0], Some("gemm_coop_any_f16"));
         // Both: the first.
         let both = khr.union(ShaderNeeds::COOPERATIVE_MATRIX2);
         assert_eq!(names(both)[0], Some("gemm_coop2_f16"));
         // The needs come from the shaders themselves.
         assert!(shader_needs("gemm_coop2_f16").unwrap().met_by(both));
-        assert!(!shader_needs("gemm_coop_bf16").unwrap().met_by(both));
+        assert!(!shader_needs("gemm_coop_any_bf16").unwrap().met_by(both));
     }
 }

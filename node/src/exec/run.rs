@@ -21,6 +21,7 @@ use crossbeam::queue::SegQueue;
 
 use super::gpu::GpuContext;
 use super::{Device, Executable, completion};
+use crate::device::vulkan::Ticket;
 use crate::error::{Error, Result};
 use crate::graph::ValueId;
 use crate::ops::ValueType;
@@ -169,6 +170,7 @@ impl RunState {
                 Ok(ticket) => {
                     self.in_flight.fetch_add(1, Ordering::AcqRel);
                     let state = Arc::clone(self);
+                    let slot = self.ctx[&d].arm.clone().filter(|s| s.chunk() == c);
                     completion::on_complete(
                         g,
                         ticket,
@@ -177,6 +179,12 @@ impl RunState {
                             state.finish(c, done);
                             state.in_flight.fetch_sub(1, Ordering::AcqRel);
                             state.caller.unpark();
+                            // The caller takes its context back once this is gone; queueing
+                            // the chunk for the next run happens meanwhile.
+                            drop(state);
+                            if let Some(slot) = slot {
+                                slot.rearm();
+                            }
                         }),
                     );
                 }
@@ -185,7 +193,7 @@ impl RunState {
         }
     }
 
-    fn submit(&self, c: usize, d: usize) -> Result<u64> {
+    fn submit(&self, c: usize, d: usize) -> Result<Ticket> {
         let Device::Gpu(g) = &self.exe.devices[d] else {
             unreachable!("submit is for GPU chunks")
         };
@@ -204,7 +212,14 @@ impl RunState {
                     .map_err(|e| Error::Device(e.to_string()))?;
             }
         }
+        // Inputs are written: release the chunk if it is armed, else submit it.
+        if let Some(slot) = gctx.arm.as_ref().filter(|s| s.chunk() == c)
+            && let Some(ticket) = slot.fire()?
+        {
+            return Ok(ticket);
+        }
         g.submit(&gctx.lists[&c])
+            .map(Ticket::Queue)
             .map_err(|e| Error::Device(e.to_string()))
     }
 

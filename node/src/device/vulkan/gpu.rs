@@ -14,6 +14,7 @@ use super::buffer::BufferInner;
 use super::error::{VulkanError, vk_error};
 use super::info::{Candidate, Features, GpuInfo};
 use super::instance::Instance;
+use super::lanes::{Lanes, MAX_LANES};
 use super::pipeline::Pipelines;
 
 /// One GPU. Shared as `Arc<Gpu>`; every method takes `&self` and may be called from any
@@ -40,6 +41,8 @@ pub struct Gpu {
     pub(crate) spin_default: Duration,
     /// Lets `&self` methods hand out owners (buffers, command lists) that keep this alive.
     pub(crate) me: Weak<Gpu>,
+    /// Queues for armed command lists (lanes.rs).
+    pub(crate) lanes: Lanes,
     /// Declared last so that the instance is released after the device.
     _instance: Arc<Instance>,
 }
@@ -52,11 +55,13 @@ pub(crate) struct QueueState {
 
 impl Gpu {
     pub(crate) fn new(instance: Arc<Instance>, c: Candidate) -> Result<Arc<Gpu>, VulkanError> {
-        let device = create_device(&instance, &c)?;
+        let lanes = c.queue_count.saturating_sub(1).min(MAX_LANES);
+        let device = create_device(&instance, &c, lanes)?;
         // From here on, `Partial` destroys what was made if a later step fails.
         let mut partial = Partial {
             device: Some(device),
             timeline: vk::Semaphore::null(),
+            lanes: None,
         };
         let device = partial.device.as_ref().expect("just set");
 
@@ -68,8 +73,9 @@ impl Gpu {
         partial.timeline = unsafe { device.create_semaphore(&info, None) }
             .map_err(vk_error("vkCreateSemaphore"))?;
 
-        // SAFETY: the device was created with one queue in this family.
+        // SAFETY: the device was created with at least one queue in this family.
         let queue = unsafe { device.get_device_queue(c.queue_family, 0) };
+        partial.lanes = Some(Lanes::new(device, c.queue_family, lanes)?);
 
         let allocator = Allocator::new(&AllocatorCreateDesc {
             instance: instance.instance.clone(),
@@ -92,6 +98,7 @@ impl Gpu {
         } else {
             Duration::from_micros(100)
         };
+        let lanes = partial.lanes.take().expect("set above");
         let device = partial.device.take().expect("set above");
         let timeline = std::mem::replace(&mut partial.timeline, vk::Semaphore::null());
         tracing::info!(
@@ -116,6 +123,7 @@ impl Gpu {
             max_allocation: c.max_allocation,
             spin_default,
             me: me.clone(),
+            lanes,
             _instance: instance,
         }))
     }
@@ -153,6 +161,7 @@ impl Drop for Gpu {
             let _ = self.device.device_wait_idle();
             self.pipelines.destroy(&self.device);
             self.device.destroy_semaphore(self.timeline, None);
+            self.lanes.destroy(&self.device);
             ManuallyDrop::drop(&mut self.allocator);
             self.device.destroy_device(None);
         }
@@ -163,13 +172,18 @@ impl Drop for Gpu {
 struct Partial {
     device: Option<ash::Device>,
     timeline: vk::Semaphore,
+    lanes: Option<Lanes>,
 }
 
 impl Drop for Partial {
     fn drop(&mut self) {
         if let Some(device) = self.device.take() {
-            // SAFETY: nothing was submitted; the semaphore (when made) is this device's child.
+            // SAFETY: nothing was submitted; the semaphores (when made) are this device's
+            // children.
             unsafe {
+                if let Some(lanes) = &self.lanes {
+                    lanes.destroy(&device);
+                }
                 if self.timeline != vk::Semaphore::null() {
                     device.destroy_semaphore(self.timeline, None);
                 }
@@ -179,7 +193,12 @@ impl Drop for Partial {
     }
 }
 
-fn create_device(instance: &Instance, c: &Candidate) -> Result<ash::Device, VulkanError> {
+/// Opens the device with one main queue and `lanes` more in the same family.
+fn create_device(
+    instance: &Instance,
+    c: &Candidate,
+    lanes: u32,
+) -> Result<ash::Device, VulkanError> {
     let f: Features = c.features;
     let b = |x: bool| if x { vk::TRUE } else { vk::FALSE };
 
@@ -226,7 +245,7 @@ fn create_device(instance: &Instance, c: &Candidate) -> Result<ash::Device, Vulk
         f2 = f2.push_next(&mut fbf16);
     }
 
-    let priorities = [1.0f32];
+    let priorities = vec![1.0f32; 1 + lanes as usize];
     let queues = [vk::DeviceQueueCreateInfo::default()
         .queue_family_index(c.queue_family)
         .queue_priorities(&priorities)];

@@ -7,7 +7,10 @@
 //!   replayed by [`Gpu::submit`] as often as wanted, with no allocation, recording or
 //!   descriptor update per run;
 //! - completion is one timeline semaphore per GPU: [`Gpu::submit`] returns the value that
-//!   signals the list's completion, [`Gpu::wait`] / [`Gpu::wait_spin`] wait for it.
+//!   signals the list's completion, [`Gpu::wait`] / [`Gpu::wait_spin`] wait for it;
+//! - [`Gpu::arm`] queues a list recorded by [`Gpu::record_gated`] on a queue of its own (a
+//!   lane) before its inputs exist, and [`Armed::fire`] releases it: the submission's latency
+//!   leaves the run's critical path (lanes.rs).
 //!
 //! Lifetimes are kept by reference counts rather than by the caller's discipline: a buffer and
 //! a command list keep their `Gpu` alive, a command list keeps alive every buffer its steps
@@ -19,6 +22,7 @@ mod error;
 mod gpu;
 mod info;
 mod instance;
+mod lanes;
 mod pipeline;
 mod record;
 mod shaders;
@@ -35,5 +39,6 @@ pub use error::VulkanError;
 pub use gpu::Gpu;
 pub use info::GpuInfo;
 pub use instance::{Vulkan, validation_messages};
+pub use lanes::{Armed, Ticket};
 pub use record::{CommandList, Step};
 pub use shaders::{ShaderNeeds, shader_names, shader_needs};

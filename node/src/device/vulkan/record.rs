@@ -1,6 +1,7 @@
 //! Recording: a list of steps becomes one primary command buffer, replayed many times.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,6 +67,10 @@ pub struct CommandList {
     /// Timeline value of the last submission (0: never submitted). Also serialises
     /// submissions of this list: a command buffer may not be pending twice.
     pub(crate) last: Mutex<u64>,
+    /// Recorded by [`Gpu::record_gated`]: may be armed on a lane.
+    pub(crate) gated: bool,
+    /// Queued on a lane and not yet seen complete (lanes.rs): not to be submitted meanwhile.
+    pub(crate) armed: AtomicBool,
     dispatches: usize,
 }
 
@@ -145,6 +150,17 @@ impl Gpu {
     /// Records `steps` into one command buffer. Pipelines are created here on first use of a
     /// shader; nothing is created or written when the list is later submitted.
     pub fn record(&self, steps: &[Step<'_>]) -> Result<CommandList, VulkanError> {
+        self.record_list(steps, false)
+    }
+
+    /// As [`Gpu::record`], for a list that may be armed ([`Gpu::arm`]): it begins with a
+    /// barrier that makes the host's writes visible to its steps even when they were made
+    /// after the list was queued (a submission makes only earlier writes visible).
+    pub fn record_gated(&self, steps: &[Step<'_>]) -> Result<CommandList, VulkanError> {
+        self.record_list(steps, true)
+    }
+
+    fn record_list(&self, steps: &[Step<'_>], gated: bool) -> Result<CommandList, VulkanError> {
         self.check_alive()?;
         let device = &self.device;
         let pool_info = vk::CommandPoolCreateInfo::default().queue_family_index(self.queue_family);
@@ -158,6 +174,8 @@ impl Gpu {
             cmd: vk::CommandBuffer::null(),
             _keep: Vec::new(),
             last: Mutex::new(0),
+            gated,
+            armed: AtomicBool::new(false),
             dispatches: 0,
         };
         let alloc = vk::CommandBufferAllocateInfo::default()
@@ -171,6 +189,24 @@ impl Gpu {
         // SAFETY: a fresh command buffer in the initial state.
         unsafe { device.begin_command_buffer(list.cmd, &begin) }
             .map_err(vk_error("vkBeginCommandBuffer"))?;
+        if gated {
+            let writes = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::HOST_WRITE)
+                .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::TRANSFER_READ)];
+            // SAFETY: the command buffer is recording; a global memory barrier from the host
+            // stage needs no resources.
+            unsafe {
+                device.cmd_pipeline_barrier(
+                    list.cmd,
+                    vk::PipelineStageFlags::HOST,
+                    vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                    vk::DependencyFlags::empty(),
+                    &writes,
+                    &[],
+                    &[],
+                )
+            };
+        }
 
         let mut recorder = Recorder {
             gpu: self,

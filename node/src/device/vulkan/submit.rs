@@ -60,6 +60,11 @@ impl Gpu {
                 "cannot wait for timeline value {after}: it was never submitted"
             )));
         }
+        if list.armed.load(Ordering::Acquire) {
+            return Err(VulkanError::invalid(
+                "the command list is armed on a lane: fire it instead of submitting it",
+            ));
+        }
         let mut last = list.last.lock().expect("command list lock");
         if *last > self.observed.load(Ordering::Acquire) {
             // A command buffer may not be pending twice (no SIMULTANEOUS_USE: that flag slows

@@ -1,8 +1,14 @@
-//! The tensor-core kernels for f16 and bf16 products: shaders/gemm_coop2.comp (NV cooperative
-//! matrix 2) and shaders/gemm_coop.comp (KHR cooperative matrix), offered as
+//! The tensor-core kernels for f16 and bf16 products, offered as
 //! [`Op::gpu_preferred`](crate::ops::Op::gpu_preferred) kernels so each GPU takes the best it
-//! has and every other device keeps gemm_simple (f16) or the CPU (bf16). Both accumulate in
+//! has and every other device keeps gemm_simple (f16) or the CPU (bf16). All accumulate in
 //! f32, like the CPU reference, and round once to the operands' type.
+//!
+//! - shaders/gemm_coop.comp (KHR cooperative matrix, portable): operands whose rows all start
+//!   on 16-byte boundaries and M, N multiples of 16, one variant per layout pair, `exact` for
+//!   whole tiles with no epilogue. The fastest everywhere it applies: 265 TFLOP/s on an H100
+//!   (4096^3 f16).
+//! - shaders/gemm_coop2.comp (NV cooperative matrix 2): any alignment, 70-184 TFLOP/s there.
+//! - shaders/gemm_coop_any.comp (KHR): any alignment where NV2 is missing, about 30.
 //!
 //! `VKML_GEMM_COOP=off|khr|nv2|nv2wide|nv2narrow` limits the choice, for benchmarks and A/B
 //! checks (read once).
@@ -17,6 +23,8 @@ use crate::tensor::DType;
 /// shapes: 128x256 where the product has enough of them to fill a large GPU (an H100 has 132
 /// multiprocessors), else 128x128.
 const TILE_KHR: (usize, usize) = (128, 128);
+/// gemm_coop's step along K: its `exact` variants need K a multiple of it.
+const KHR_DEPTH: usize = 32;
 const TILE_NV2: (usize, usize) = (128, 128);
 const TILE_NV2_WIDE: (usize, usize) = (128, 256);
 
@@ -95,10 +103,62 @@ fn nv2_shader(g: &GpuGemm, dtype: DType, wide: bool) -> Option<&'static str> {
     })
 }
 
+/// Whether gemm_coop takes `g`: it reads the operands 16 bytes at a time, so offsets and
+/// strides must be aligned (as for gemm_coop2's `a8`) and each operand's contiguous extent a
+/// multiple of 8 elements, so that no 16-byte unit straddles a row's end; and it writes whole
+/// 16x16 fragments, so M and N must be multiples of 16.
+fn aligned_units(g: &GpuGemm) -> bool {
+    let a_extent = if g.a.cs == 1 { g.k } else { g.m };
+    let b_extent = if g.b.cs == 1 { g.n } else { g.k };
+    aligned8(g)
+        && a_extent.is_multiple_of(8)
+        && b_extent.is_multiple_of(8)
+        && g.m.is_multiple_of(16)
+        && g.n.is_multiple_of(16)
+}
+
+/// gemm_coop's variant for an aligned product: by layout (A, B each `n` when its last axis
+/// is contiguous, else `t`), `exact` for whole 128x128x32 tiles and no epilogue.
+fn khr_shader(g: &GpuGemm, dtype: DType) -> Option<&'static str> {
+    const F16: [&str; 8] = [
+        "gemm_coop_nn_f16",
+        "gemm_coop_nt_f16",
+        "gemm_coop_tn_f16",
+        "gemm_coop_tt_f16",
+        "gemm_coop_nn_exact_f16",
+        "gemm_coop_nt_exact_f16",
+        "gemm_coop_tn_exact_f16",
+        "gemm_coop_tt_exact_f16",
+    ];
+    const BF16: [&str; 8] = [
+        "gemm_coop_nn_bf16",
+        "gemm_coop_nt_bf16",
+        "gemm_coop_tn_bf16",
+        "gemm_coop_tt_bf16",
+        "gemm_coop_nn_exact_bf16",
+        "gemm_coop_nt_exact_bf16",
+        "gemm_coop_tn_exact_bf16",
+        "gemm_coop_tt_exact_bf16",
+    ];
+    let names = match dtype {
+        DType::F16 => &F16,
+        DType::BF16 => &BF16,
+        _ => return None,
+    };
+    let (tm, tn) = TILE_KHR;
+    let exact = g.m.is_multiple_of(tm)
+        && g.n.is_multiple_of(tn)
+        && g.k.is_multiple_of(KHR_DEPTH)
+        && g.alpha == 1.0
+        && g.c.is_none();
+    let index = usize::from(g.a.cs != 1) * 2 + usize::from(g.b.cs != 1) + usize::from(exact) * 4;
+    Some(names[index])
+}
+
 pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel> {
-    let khr = match dtype {
-        DType::F16 => "gemm_coop_f16",
-        DType::BF16 => "gemm_coop_bf16",
+    let khr_any = match dtype {
+        DType::F16 => "gemm_coop_any_f16",
+        DType::BF16 => "gemm_coop_any_bf16",
         _ => return Vec::new(),
     };
     let unit = |rs: usize, cs: usize| rs == 1 || cs == 1;
@@ -119,18 +179,19 @@ pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel
     let Some(nv2) = nv2_shader(g, dtype, wide) else {
         return Vec::new();
     };
+    let want_nv2 = matches!(
+        mode,
+        Mode::Both | Mode::Nv2 | Mode::Nv2Wide | Mode::Nv2Narrow
+    );
+    let want_khr = matches!(mode, Mode::Both | Mode::Khr);
+    // Aligned operands: gemm_coop first (faster than gemm_coop2 where both exist); otherwise
+    // gemm_coop2, then gemm_coop_any.
+    let choices = match aligned_units(g).then(|| khr_shader(g, dtype)).flatten() {
+        Some(khr) => [(khr, TILE_KHR, want_khr), (nv2, nv2_tile, want_nv2)],
+        None => [(nv2, nv2_tile, want_nv2), (khr_any, TILE_KHR, want_khr)],
+    };
     let mut out = Vec::new();
-    for (shader, tile, wanted) in [
-        (
-            nv2,
-            nv2_tile,
-            matches!(
-                mode,
-                Mode::Both | Mode::Nv2 | Mode::Nv2Wide | Mode::Nv2Narrow
-            ),
-        ),
-        (khr, TILE_KHR, matches!(mode, Mode::Both | Mode::Khr)),
-    ] {
+    for (shader, tile, wanted) in choices {
         if !wanted {
             continue;
         }
@@ -191,13 +252,13 @@ mod tests {
         };
         assert_eq!(
             names(DType::F16, Mode::Both),
-            ["gemm_coop2_exact_f16", "gemm_coop_f16"]
+            ["gemm_coop_nn_exact_f16", "gemm_coop2_exact_f16"]
         );
         assert_eq!(
             names(DType::BF16, Mode::Both),
-            ["gemm_coop2_exact_bf16", "gemm_coop_bf16"]
+            ["gemm_coop_nn_exact_bf16", "gemm_coop2_exact_bf16"]
         );
-        assert_eq!(names(DType::F16, Mode::Khr), ["gemm_coop_f16"]);
+        assert_eq!(names(DType::F16, Mode::Khr), ["gemm_coop_nn_exact_f16"]);
         assert_eq!(names(DType::BF16, Mode::Nv2), ["gemm_coop2_exact_bf16"]);
         assert!(names(DType::F16, Mode::Off).is_empty());
         assert!(names(DType::F32, Mode::Both).is_empty());
@@ -235,6 +296,53 @@ mod tests {
         g.a_batch = vec![256 * 256 + 4];
         g.b_batch = vec![0];
         assert_eq!(first(&g), "gemm_coop2_f16");
+    }
+
+    #[test]
+    fn aligned_products_take_gemm_coop_by_layout_and_the_rest_fall_back() {
+        let names = |g: &GpuGemm| -> Vec<&str> {
+            kernels_in(g, DType::F16, Mode::Both)
+                .iter()
+                .map(|k| k.dispatches[0].shader)
+                .collect()
+        };
+        let transposed = |rows: usize| Strided {
+            off: 0,
+            rs: 1,
+            cs: rows,
+        };
+        // B transposed (Gemm's transB): k contiguous.
+        let g = product(256, 256, 256, transposed(256));
+        assert_eq!(names(&g)[0], "gemm_coop_nt_exact_f16");
+        // A transposed too, and an edge tile (M = 208): the variant with bounds.
+        let mut g = product(208, 256, 256, transposed(256));
+        g.a = transposed(208);
+        assert_eq!(names(&g)[0], "gemm_coop_tt_f16");
+        // A transposed, B not, with an epilogue.
+        let mut g = product(256, 256, 256, row_major(256, 256));
+        g.a = transposed(256);
+        g.alpha = 0.5;
+        assert_eq!(names(&g)[0], "gemm_coop_tn_f16");
+        // Whole tiles but K off the 32-deep step: bounds.
+        let mut g = product(256, 256, 200, row_major(200, 256));
+        g.a.rs = 200;
+        assert_eq!(names(&g), ["gemm_coop_nn_f16", "gemm_coop2_a8_f16"]);
+        // A row-major with K = 260: rows off 16-byte boundaries, so NV2 then gemm_coop_any.
+        let mut g = product(256, 256, 260, row_major(260, 256));
+        g.a.rs = 260;
+        assert_eq!(names(&g), ["gemm_coop2_f16", "gemm_coop_any_f16"]);
+        // Aligned strides but a contiguous extent that is not a multiple of 8 (N = 252 with
+        // B's rows 256 apart): a 16-byte unit would straddle the row's end.
+        let mut g = product(256, 252, 256, row_major(256, 252));
+        g.b.rs = 256;
+        assert_eq!(names(&g), ["gemm_coop2_a8_f16", "gemm_coop_any_f16"]);
+        assert_eq!(
+            kernels_in(&g, DType::F16, Mode::Khr)[0].dispatches[0].shader,
+            "gemm_coop_any_f16"
+        );
+        // Aligned, but M = 200 would leave a partial 16x16 fragment.
+        let g = product(200, 256, 256, row_major(256, 256));
+        assert_eq!(names(&g), ["gemm_coop2_a8_f16", "gemm_coop_any_f16"]);
     }
 
     #[test]

@@ -165,10 +165,16 @@ fn gpu_coop_matmul_matches_f64() {
 
 #[test]
 fn gpu_coop_gemm_transposes_scale_and_bias_match_f64() {
-    for dtype in [DType::F16, DType::BF16] {
+    // (200, 136, 190): unaligned or partial fragments (gemm_coop2, gemm_coop_any);
+    // (208, 136, 176): gemm_coop's variants with bounds, alpha and C, in every layout.
+    for (dtype, (m, k, n)) in [
+        (DType::F16, (200, 136, 190)),
+        (DType::BF16, (200, 136, 190)),
+        (DType::F16, (208, 136, 176)),
+        (DType::BF16, (208, 136, 176)),
+    ] {
         let mut rng = Rng::new(12);
-        let (m, k, n) = (200, 136, 190);
-        for (ta, tb) in [(false, true), (true, false), (true, true)] {
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
             let a = random_half(&mut rng, &if ta { [k, m] } else { [m, k] }, dtype);
             let b = random_half(&mut rng, &if tb { [n, k] } else { [k, n] }, dtype);
             let c = random_half(&mut rng, &[n], dtype);
@@ -194,12 +200,60 @@ fn gpu_coop_gemm_transposes_scale_and_bias_match_f64() {
                 ],
             )
             .unwrap();
-            check(
-                &*op,
-                &[Some(&a), Some(&b), Some(&c)],
-                &want,
-                &format!("{dtype} gemm transA {ta} transB {tb}"),
+            let what = format!("{dtype} gemm {m}x{k}x{n} transA {ta} transB {tb}");
+            let ran = check(&*op, &[Some(&a), Some(&b), Some(&c)], &want, &what);
+            if let Some(shader) = ran.first().filter(|_| m == 208) {
+                let layout = format!(
+                    "gemm_coop_{}{}_{}",
+                    if ta { 't' } else { 'n' },
+                    if tb { 't' } else { 'n' },
+                    if dtype == DType::F16 { "f16" } else { "bf16" }
+                );
+                assert_eq!(*shader, layout, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_coop_exact_tiles_in_every_layout_match_f64() {
+    // Whole 128x128x32 tiles, alpha 1 and no C: gemm_coop's `exact` variants, one per
+    // layout pair (Gemm's transA/transB).
+    for dtype in [DType::F16, DType::BF16] {
+        let mut rng = Rng::new(14);
+        let (m, k, n) = (256, 96, 128);
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let a = random_half(&mut rng, &if ta { [k, m] } else { [m, k] }, dtype);
+            let b = random_half(&mut rng, &if tb { [n, k] } else { [k, n] }, dtype);
+            let (av, bv) = (f64s(&a), f64s(&b));
+            let want = reference(
+                1,
+                (m, n, k),
+                |_, i, p| if ta { av[p * m + i] } else { av[i * k + p] },
+                |_, p, j| if tb { bv[j * k + p] } else { bv[p * n + j] },
+                1.0,
+                0.0,
+                |_, _| 0.0,
             );
+            let op = build(
+                "Gemm",
+                13,
+                &[
+                    ("transA", AttrValue::Int(ta as i64)),
+                    ("transB", AttrValue::Int(tb as i64)),
+                ],
+            )
+            .unwrap();
+            let what = format!("{dtype} exact gemm transA {ta} transB {tb}");
+            let ran = check(&*op, &[Some(&a), Some(&b)], &want, &what);
+            if let Some(shader) = ran.first() {
+                let layout = format!(
+                    "gemm_coop_{}{}_exact_",
+                    if ta { 't' } else { 'n' },
+                    if tb { 't' } else { 'n' }
+                );
+                assert!(shader.starts_with(&layout), "{what}: {shader}");
+            }
         }
     }
 }
@@ -301,18 +355,29 @@ fn coop_gemm_report() {
                 );
                 time(label, k, &[&a, &b], out.clone());
                 // The same product through the less specialised variants of gemm_coop2.
-                let others: &[&'static str] = match k.dispatches[0].shader {
-                    "gemm_coop2_exact_wide_f16" => {
-                        &["gemm_coop2_a8_wide_f16", "gemm_coop2_wide_f16"]
+                let wide = (128, 256);
+                let narrow = (128, 128);
+                let others: &[(&'static str, (usize, usize))] = match k.dispatches[0].shader {
+                    "gemm_coop2_exact_wide_f16" => &[
+                        ("gemm_coop2_a8_wide_f16", wide),
+                        ("gemm_coop2_wide_f16", wide),
+                    ],
+                    "gemm_coop2_exact_wide_bf16" => &[
+                        ("gemm_coop2_a8_wide_bf16", wide),
+                        ("gemm_coop2_wide_bf16", wide),
+                    ],
+                    "gemm_coop_nn_exact_f16" => {
+                        &[("gemm_coop_nn_f16", narrow), ("gemm_coop_any_f16", narrow)]
                     }
-                    "gemm_coop2_exact_wide_bf16" => {
-                        &["gemm_coop2_a8_wide_bf16", "gemm_coop2_wide_bf16"]
-                    }
+                    "gemm_coop_nn_exact_bf16" => &[
+                        ("gemm_coop_nn_bf16", narrow),
+                        ("gemm_coop_any_bf16", narrow),
+                    ],
                     _ => &[],
                 };
-                for &shader in others {
+                for &(shader, (tm, tn)) in others {
                     let with = super::GpuGemm {
-                        coop: Some((shader, 128, 256)),
+                        coop: Some((shader, tm, tn)),
                         ..g.clone()
                     };
                     let k = super::gemm_kernel(&with).unwrap();
@@ -323,6 +388,28 @@ fn coop_gemm_report() {
                         out.clone(),
                     );
                 }
+            }
+        }
+    }
+    {
+        // A B^T (Gemm transB, a linear layer's usual weights): B stored N x K.
+        let size = 4096;
+        let a = random_half(&mut rng, &[size, size], DType::F16);
+        let b = random_half(&mut rng, &[size, size], DType::F16);
+        let t = ValueType::new(DType::F16, vec![size, size]);
+        let (_, mut g) = MatMul::describe(&[Some(&t), Some(&t)]).unwrap();
+        g.b = super::Strided {
+            off: 0,
+            rs: 1,
+            cs: size,
+        };
+        for (mode, what) in [(Mode::Khr, "khr"), (Mode::Nv2Wide, "nv2 128x256")] {
+            if let Some(k) = kernels_in(&g, DType::F16, mode).first() {
+                let label = format!(
+                    "float16 4096^3, B transposed, {what} ({})",
+                    k.dispatches[0].shader
+                );
+                time(label, k, &[&a, &b], t.clone());
             }
         }
     }
