@@ -36,11 +36,20 @@ for n in 1 10 100 1000 10000; do
     printf 'add_chain_%s\t%s\t%s\n' "$n" "$dev" "$med" | tee -a "$out/vkml.tsv"
   done
 done
+# The fixed cost with runs armed ahead on a lane (VKML_ARM=1, exec/gpu.rs ArmSlot) beside the
+# default, alternated.
+for round in 1 2; do
+  for arm in 0 1; do
+    line=$(VKML_ARM=$arm VKML_FUSION=0 "$bin" run benches/models/add_chain_1.onnx --input x=/tmp/x1.npy --device vulkan --repeat 3000 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
+    med=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
+    printf 'add_chain_1_arm%s_round%s\tvulkan\t%s\n' "$arm" "$round" "$med" | tee -a "$out/vkml.tsv"
+  done
+done
 # What a dispatch, a barrier and one run's round trip cost on this GPU, measured by the Vulkan
 # layer alone (device/vulkan/tests.rs, timing_report).
 if [ -x .gpu/lib ]; then
-  .gpu/lib --ignored --nocapture --test-threads 1 timing_report > "$out/timing.txt" 2>&1
-  grep -E 'dispatches|submit' "$out/timing.txt"
+  .gpu/lib --ignored --nocapture --test-threads 1 timing_report arm_report > "$out/timing.txt" 2>&1
+  grep -E 'dispatches|submit|armed|gated' "$out/timing.txt"
 fi
 for dev in vulkan cpu auto; do
   line=$("$bin" run tests/fixtures/mnist_cnn/model.onnx --test-data tests/fixtures/mnist_cnn/test_data_set_0 --device $dev --repeat 3000 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
@@ -83,9 +92,10 @@ if [ "${VKML_BENCH_BIG:-1}" = 1 ]; then
     printf 'gemm_4096_f32_%s\tvulkan\t%s\t(%s TFLOP/s)\n' "$kernel" "$med" "$tflops" | tee -a "$out/vkml.tsv"
   done
   # The tensor-core path (ops/matmul/coop.rs): 16 chained products per run; VKML_GEMM_COOP
-  # picks NV cooperative matrix 2 (the default where present) or the portable KHR kernel.
+  # picks the KHR cooperative-matrix kernel (gemm_coop, the default for these aligned
+  # operands) or NV cooperative matrix 2 (gemm_coop2).
   for half in f16 bf16; do
-    for coop in nv2 khr; do
+    for coop in khr nv2; do
       med=$(VKML_GEMM_COOP=$coop "$bin" run "$big/gemm_4096_$half.onnx" --input x="$big/zero.npy" --input row="$big/row.npy" --device vulkan --repeat 20 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency | median)
       tflops=$(python3 -c "print(f'{16 * 2 * 4096**3 / float(\"$med\") / 1e6:.1f}')" 2>/dev/null)
       printf 'gemm_4096_%s_%s\tvulkan\t%s\t(%s TFLOP/s)\n' "$half" "$coop" "$med" "$tflops" | tee -a "$out/vkml.tsv"

@@ -180,11 +180,9 @@ impl Executable {
 
     /// The chunk a GPU may queue ahead of each run on a lane (exec/gpu.rs, `ArmSlot`): its
     /// only chunk, when that chunk waits for nothing but graph inputs and the GPU has lanes.
-    /// Off unless `VKML_ARM=1` (read once): on an H100 armed runs measured no faster than
-    /// submitted ones (BENCHMARKS.md, session 6).
+    /// Only with `VKML_ARM=1`, an experiment (device/vulkan/lanes.rs, `arming_enabled`).
     fn armable(&self, layout: &GpuLayout, ops: &[(usize, usize)]) -> Option<usize> {
-        static ARM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if !*ARM.get_or_init(|| std::env::var("VKML_ARM").as_deref() == Ok("1")) {
+        if !crate::device::vulkan::arming_enabled() {
             return None;
         }
         let (_, c) = *ops.first()?;

@@ -170,6 +170,7 @@ impl RunState {
                 Ok(ticket) => {
                     self.in_flight.fetch_add(1, Ordering::AcqRel);
                     let state = Arc::clone(self);
+                    let (ticket, copy) = ticket;
                     let slot = self.ctx[&d].arm.clone().filter(|s| s.chunk() == c);
                     completion::on_complete(
                         g,
@@ -182,8 +183,8 @@ impl RunState {
                             // The caller takes its context back once this is gone; queueing
                             // the chunk for the next run happens meanwhile.
                             drop(state);
-                            if let Some(slot) = slot {
-                                slot.rearm();
+                            if let (Some(slot), Some(copy)) = (slot, copy) {
+                                slot.rearm(copy);
                             }
                         }),
                     );
@@ -193,7 +194,9 @@ impl RunState {
         }
     }
 
-    fn submit(&self, c: usize, d: usize) -> Result<Ticket> {
+    /// Writes the chunk's inputs and starts it. Returns its ticket, and for an armed chunk
+    /// the copy that runs (exec/gpu.rs, `ArmSlot`).
+    fn submit(&self, c: usize, d: usize) -> Result<(Ticket, Option<usize>)> {
         let Device::Gpu(g) = &self.exe.devices[d] else {
             unreachable!("submit is for GPU chunks")
         };
@@ -212,14 +215,12 @@ impl RunState {
                     .map_err(|e| Error::Device(e.to_string()))?;
             }
         }
-        // Inputs are written: release the chunk if it is armed, else submit it.
-        if let Some(slot) = gctx.arm.as_ref().filter(|s| s.chunk() == c)
-            && let Some(ticket) = slot.fire()?
-        {
-            return Ok(ticket);
+        if let Some(slot) = gctx.arm.as_ref().filter(|s| s.chunk() == c) {
+            let (ticket, copy) = slot.start()?;
+            return Ok((ticket, Some(copy)));
         }
         g.submit(&gctx.lists[&c])
-            .map(Ticket::Queue)
+            .map(|v| (Ticket::Queue(v), None))
             .map_err(|e| Error::Device(e.to_string()))
     }
 

@@ -14,7 +14,7 @@ use super::buffer::BufferInner;
 use super::error::{VulkanError, vk_error};
 use super::info::{Candidate, Features, GpuInfo};
 use super::instance::Instance;
-use super::lanes::{Lanes, MAX_LANES};
+use super::lanes::{Lanes, MAX_LANES, arming_enabled};
 use super::pipeline::Pipelines;
 
 /// One GPU. Shared as `Arc<Gpu>`; every method takes `&self` and may be called from any
@@ -55,7 +55,7 @@ pub(crate) struct QueueState {
 
 impl Gpu {
     pub(crate) fn new(instance: Arc<Instance>, c: Candidate) -> Result<Arc<Gpu>, VulkanError> {
-        let lanes = c.queue_count.saturating_sub(1).min(MAX_LANES);
+        let lanes = c.queue_count.saturating_sub(1).min(lane_cap());
         let device = create_device(&instance, &c, lanes)?;
         // From here on, `Partial` destroys what was made if a later step fails.
         let mut partial = Partial {
@@ -191,6 +191,21 @@ impl Drop for Partial {
             }
         }
     }
+}
+
+/// Lanes a GPU may open: none unless runs are armed ([`arming_enabled`]), then
+/// [`MAX_LANES`], or fewer by `VKML_LANES=N` (read once).
+fn lane_cap() -> u32 {
+    static CAP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| {
+        if !arming_enabled() {
+            return 0;
+        }
+        std::env::var("VKML_LANES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(MAX_LANES, |n: u32| n.min(MAX_LANES))
+    })
 }
 
 /// Opens the device with one main queue and `lanes` more in the same family.

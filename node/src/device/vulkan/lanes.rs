@@ -9,9 +9,10 @@
 //! its own: a lane. A lane has two timeline semaphores that move in step, `gate` (signalled by
 //! the host to release the list) and `done` (signalled by the list when it completes).
 //!
-//! A GPU gets as many lanes as its queue family has queues beyond the main one, up to
-//! [`MAX_LANES`]. One whose family has a single queue (lavapipe) has none, and everything goes
-//! through the main queue as before.
+//! With `VKML_ARM=1` ([`arming_enabled`]) a GPU gets as many lanes as its queue family has
+//! queues beyond the main one, up to [`MAX_LANES`] (`VKML_LANES=N` for fewer). Otherwise, and
+//! on a family of one queue (lavapipe), it has none, and everything goes through the main
+//! queue. Arming is an experiment, off by default: see [`arming_enabled`] for why.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -23,8 +24,19 @@ use super::error::{VulkanError, vk_error};
 use super::gpu::Gpu;
 use super::record::CommandList;
 
-/// Lanes per GPU at most: each armed execution context holds one while it waits for a run.
+/// Lanes per GPU at most: each armed execution context holds two while it waits for a run.
 pub(crate) const MAX_LANES: u32 = 8;
+
+/// Whether runs are armed ahead on lanes: only with `VKML_ARM=1` (read once). Off by default,
+/// and without it no lane is opened. On an H100 (BENCHMARKS.md, session 6) armed runs were no
+/// faster end to end, and while a list waited on its gate on one lane, work running on another
+/// queue took twice as long per dispatch (10,000 dependent adds: 52.5 against 28.5 ms),
+/// consistent with the driver time-slicing between the two queues' channels; each lane also
+/// costs about 3 MiB of host memory in the driver.
+pub fn arming_enabled() -> bool {
+    static ARM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ARM.get_or_init(|| std::env::var("VKML_ARM").as_deref() == Ok("1"))
+}
 
 pub(crate) struct Lane {
     queue: vk::Queue,

@@ -39,6 +39,6 @@ pub use error::VulkanError;
 pub use gpu::Gpu;
 pub use info::GpuInfo;
 pub use instance::{Vulkan, validation_messages};
-pub use lanes::{Armed, Ticket};
+pub use lanes::{Armed, Ticket, arming_enabled};
 pub use record::{CommandList, Step};
 pub use shaders::{ShaderNeeds, shader_names, shader_needs};

@@ -750,3 +750,120 @@ fn gate_report() {
         gpu.device.destroy_semaphore(gate, None);
     }
 }
+
+/// What an armed list (lanes.rs) saves on this GPU, beside the plain submission and a gate on
+/// the main queue, for one dispatch writing into readback memory (a small model's run):
+/// `cargo test --release --lib arm_report -- --ignored --nocapture`. Each path is timed from
+/// "input ready" to "result read"; the armed ones are re-armed outside the timed part, either
+/// 50 µs before the release (an idle gap between runs) or just before it (back-to-back runs).
+#[test]
+#[ignore]
+fn arm_report() {
+    use ash::vk;
+    use std::sync::atomic::Ordering;
+    use std::time::Instant;
+    let Some(gpu) = gpu() else { return };
+    if gpu.lanes() == 0 {
+        eprintln!("{} has no lanes: nothing to report", gpu.info().name);
+        return;
+    }
+    let a = gpu.create_buffer(4, MemoryUse::Device, "a").unwrap();
+    let back = gpu.create_buffer(4, MemoryUse::Readback, "back").unwrap();
+    let steps = [add_scalar(a.address(), back.address(), 1, 1.0)];
+    let plain = gpu.record(&steps).unwrap();
+    let gated = Arc::new(gpu.record_gated(&steps).unwrap());
+    let mut out = [0u8; 4];
+    let report = |name: &str, mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        println!(
+            "{name}: median {:.1} us, p10 {:.1}, p90 {:.1}",
+            v[v.len() / 2],
+            v[v.len() / 10],
+            v[v.len() * 9 / 10]
+        );
+    };
+    let runs = 2000;
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        let v = gpu.submit(&plain).unwrap();
+        assert!(gpu.wait_spin(v, gpu.spin_default(), LONG).unwrap());
+        back.read(0, &mut out).unwrap();
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    report("submitted on the main queue", times);
+    for gap in [Duration::from_micros(50), Duration::ZERO] {
+        let mut times = Vec::new();
+        for _ in 0..runs {
+            let mut armed = gpu.arm(&gated).unwrap().expect("a free lane");
+            std::thread::sleep(gap);
+            let t = Instant::now();
+            let ticket = armed.fire().unwrap();
+            while !gpu.reached(ticket).unwrap() {
+                std::hint::spin_loop();
+            }
+            back.read(0, &mut out).unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+            drop(armed);
+        }
+        report(
+            &format!("armed on a lane, released {gap:?} after arming"),
+            times,
+        );
+    }
+    // A gate on the main queue, as gate_report, for the same list.
+    let mut type_info = vk::SemaphoreTypeCreateInfo::default()
+        .semaphore_type(vk::SemaphoreType::TIMELINE)
+        .initial_value(0);
+    let create = vk::SemaphoreCreateInfo::default().push_next(&mut type_info);
+    // SAFETY: a plain timeline semaphore of this live device, destroyed below once idle.
+    let gate = unsafe { gpu.device.create_semaphore(&create, None) }.unwrap();
+    let mut times = Vec::new();
+    for k in 1..=runs as u64 {
+        let mut queue = gpu.queue.lock().unwrap();
+        let value = queue.next;
+        let wait_values = [k];
+        let wait_semaphores = [gate];
+        let stages = [vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER];
+        let signal_semaphores = [gpu.timeline];
+        let signal_values = [value];
+        let cmds = [gated.cmd];
+        let mut tl = vk::TimelineSemaphoreSubmitInfo::default()
+            .wait_semaphore_values(&wait_values)
+            .signal_semaphore_values(&signal_values);
+        let submit = vk::SubmitInfo::default()
+            .wait_semaphores(&wait_semaphores)
+            .wait_dst_stage_mask(&stages)
+            .command_buffers(&cmds)
+            .signal_semaphores(&signal_semaphores)
+            .push_next(&mut tl);
+        // SAFETY: under the queue lock; the list's previous run completed (waited below);
+        // the gate value k is signalled below by the host; the timeline value is the next
+        // one; all structs outlive the call.
+        unsafe {
+            gpu.device
+                .queue_submit(queue.queue, &[submit], vk::Fence::null())
+                .unwrap();
+        }
+        queue.next += 1;
+        gpu.submitted.store(value, Ordering::Release);
+        drop(queue);
+        std::thread::sleep(Duration::from_micros(50));
+        let t = Instant::now();
+        let signal = vk::SemaphoreSignalInfo::default().semaphore(gate).value(k);
+        // SAFETY: the gate is live and k is larger than its current value.
+        unsafe { gpu.device.signal_semaphore(&signal) }.unwrap();
+        assert!(gpu.wait_spin(value, gpu.spin_default(), LONG).unwrap());
+        back.read(0, &mut out).unwrap();
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    report(
+        "gated on the main queue, released 50µs after queueing",
+        times,
+    );
+    // SAFETY: every submission that waited on the gate has completed (waited above).
+    unsafe {
+        gpu.device.device_wait_idle().unwrap();
+        gpu.device.destroy_semaphore(gate, None);
+    }
+}
