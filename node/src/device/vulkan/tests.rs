@@ -867,3 +867,38 @@ fn arm_report() {
         gpu.device.destroy_semaphore(gate, None);
     }
 }
+
+/// A list recorded for arming runs like any other when submitted; arming refuses a list
+/// recorded without the host barrier, and arms nothing on a GPU without lanes (any GPU unless
+/// `VKML_ARM=1`, and lavapipe always). Where there are lanes, an armed list sees host writes
+/// made after it was queued, and cannot be submitted meanwhile.
+#[test]
+fn gated_lists_submit_as_usual_and_arm_only_on_lanes() {
+    let Some(gpu) = gpu() else { return };
+    let a = gpu.create_buffer(4, MemoryUse::Upload, "a").unwrap();
+    let back = gpu.create_buffer(4, MemoryUse::Readback, "back").unwrap();
+    let read = || {
+        let mut out = [0u8; 4];
+        back.read(0, &mut out).unwrap();
+        f32::from_le_bytes(out)
+    };
+    a.write(0, &2.0f32.to_le_bytes()).unwrap();
+    let steps = [add_scalar(a.address(), back.address(), 1, 1.5)];
+    let list = Arc::new(gpu.record_gated(&steps).unwrap());
+    let v = gpu.submit(&list).unwrap();
+    assert!(gpu.wait(v, LONG).unwrap());
+    assert_eq!(read(), 3.5);
+    let plain = Arc::new(gpu.record(&steps).unwrap());
+    assert!(gpu.arm(&plain).is_err(), "only gated lists can be armed");
+    match gpu.arm(&list).unwrap() {
+        None => assert_eq!(gpu.lanes(), 0, "a free lane, yet nothing armed"),
+        Some(mut armed) => {
+            a.write(0, &4.0f32.to_le_bytes()).unwrap();
+            assert!(gpu.submit(&list).is_err(), "an armed list is not submitted");
+            let ticket = armed.fire().unwrap();
+            assert!(gpu.wait_for(ticket, LONG).unwrap());
+            assert!(gpu.reached(ticket).unwrap());
+            assert_eq!(read(), 5.5);
+        }
+    }
+}
