@@ -256,27 +256,7 @@ impl Gpu {
     pub fn wait_for(&self, ticket: Ticket, timeout: Duration) -> Result<bool, VulkanError> {
         match ticket {
             Ticket::Queue(v) => self.wait(v, timeout),
-            Ticket::Lane(lane, v) => {
-                self.check_alive()?;
-                let semaphores = [self.lane_done(lane)?];
-                let values = [v];
-                let info = vk::SemaphoreWaitInfo::default()
-                    .semaphores(&semaphores)
-                    .values(&values);
-                let nanos = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
-                // SAFETY: a live timeline semaphore of this device; lane tickets come only
-                // from Armed::fire, so the value was submitted and released.
-                match unsafe { self.device.wait_semaphores(&info, nanos) } {
-                    Ok(()) => Ok(true),
-                    Err(vk::Result::TIMEOUT) => Ok(false),
-                    Err(r) => {
-                        if r == vk::Result::ERROR_DEVICE_LOST {
-                            self.lost.store(true, Ordering::Relaxed);
-                        }
-                        Err(vk_error("vkWaitSemaphores")(r))
-                    }
-                }
-            }
+            lane => self.wait_any(&[lane], timeout),
         }
     }
 

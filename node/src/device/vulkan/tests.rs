@@ -650,6 +650,42 @@ fn timing_report() {
     );
 }
 
+/// Queues `list` on the main queue behind `gate` reaching `k` (signalled later by the caller,
+/// from the host) and returns the timeline value its completion signals. For the gating
+/// reports: the caller waits for each such list before queueing it again.
+fn queue_gated(gpu: &Gpu, list: &super::CommandList, gate: ash::vk::Semaphore, k: u64) -> u64 {
+    use ash::vk;
+    use std::sync::atomic::Ordering;
+    let mut queue = gpu.queue.lock().unwrap();
+    let value = queue.next;
+    let wait_values = [k];
+    let wait_semaphores = [gate];
+    let stages = [vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER];
+    let signal_semaphores = [gpu.timeline];
+    let signal_values = [value];
+    let cmds = [list.cmd];
+    let mut tl = vk::TimelineSemaphoreSubmitInfo::default()
+        .wait_semaphore_values(&wait_values)
+        .signal_semaphore_values(&signal_values);
+    let submit = vk::SubmitInfo::default()
+        .wait_semaphores(&wait_semaphores)
+        .wait_dst_stage_mask(&stages)
+        .command_buffers(&cmds)
+        .signal_semaphores(&signal_semaphores)
+        .push_next(&mut tl);
+    // SAFETY: under the queue lock; the list's previous run completed (the callers wait for
+    // each before queueing it again); the gate value k is signalled by the caller, from the
+    // host; the timeline value is the next one; all structs outlive the call.
+    unsafe {
+        gpu.device
+            .queue_submit(queue.queue, &[submit], vk::Fence::null())
+            .unwrap();
+    }
+    queue.next += 1;
+    gpu.submitted.store(value, Ordering::Release);
+    value
+}
+
 /// Whether pre-submitting a run, gated on a host-signalled timeline semaphore, starts it
 /// sooner than submitting it when the inputs are ready (vkQueueSubmit leaves the critical
 /// path; the GPU only has to notice a semaphore): `cargo test --lib gate_report -- --ignored
@@ -658,7 +694,6 @@ fn timing_report() {
 #[ignore]
 fn gate_report() {
     use ash::vk;
-    use std::sync::atomic::Ordering;
     use std::time::Instant;
     let Some(gpu) = gpu() else { return };
     let n = 1;
@@ -697,34 +732,7 @@ fn gate_report() {
         submit_path.push(t.elapsed().as_secs_f64() * 1e6);
 
         // Pre-submitted: queued before the inputs are ready, waiting on `gate` = k.
-        let mut queue = gpu.queue.lock().unwrap();
-        let value = queue.next;
-        let wait_values = [k];
-        let wait_semaphores = [gate];
-        let stages = [vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER];
-        let signal_semaphores = [gpu.timeline];
-        let signal_values = [value];
-        let cmds = [list.cmd];
-        let mut tl = vk::TimelineSemaphoreSubmitInfo::default()
-            .wait_semaphore_values(&wait_values)
-            .signal_semaphore_values(&signal_values);
-        let submit = vk::SubmitInfo::default()
-            .wait_semaphores(&wait_semaphores)
-            .wait_dst_stage_mask(&stages)
-            .command_buffers(&cmds)
-            .signal_semaphores(&signal_semaphores)
-            .push_next(&mut tl);
-        // SAFETY: under the queue lock; the list's previous submission completed (waited
-        // above); the gate value k is signalled below by the host, the timeline value is the
-        // next one; all structs outlive the call.
-        unsafe {
-            gpu.device
-                .queue_submit(queue.queue, &[submit], vk::Fence::null())
-                .unwrap();
-        }
-        queue.next += 1;
-        gpu.submitted.store(value, Ordering::Release);
-        drop(queue);
+        let value = queue_gated(gpu, &list, gate, k);
         *list.last.lock().unwrap() = value;
         std::thread::sleep(Duration::from_micros(50));
         let t = Instant::now();
@@ -760,7 +768,6 @@ fn gate_report() {
 #[ignore]
 fn arm_report() {
     use ash::vk;
-    use std::sync::atomic::Ordering;
     use std::time::Instant;
     let Some(gpu) = gpu() else { return };
     if gpu.lanes() == 0 {
@@ -820,34 +827,7 @@ fn arm_report() {
     let gate = unsafe { gpu.device.create_semaphore(&create, None) }.unwrap();
     let mut times = Vec::new();
     for k in 1..=runs as u64 {
-        let mut queue = gpu.queue.lock().unwrap();
-        let value = queue.next;
-        let wait_values = [k];
-        let wait_semaphores = [gate];
-        let stages = [vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER];
-        let signal_semaphores = [gpu.timeline];
-        let signal_values = [value];
-        let cmds = [gated.cmd];
-        let mut tl = vk::TimelineSemaphoreSubmitInfo::default()
-            .wait_semaphore_values(&wait_values)
-            .signal_semaphore_values(&signal_values);
-        let submit = vk::SubmitInfo::default()
-            .wait_semaphores(&wait_semaphores)
-            .wait_dst_stage_mask(&stages)
-            .command_buffers(&cmds)
-            .signal_semaphores(&signal_semaphores)
-            .push_next(&mut tl);
-        // SAFETY: under the queue lock; the list's previous run completed (waited below);
-        // the gate value k is signalled below by the host; the timeline value is the next
-        // one; all structs outlive the call.
-        unsafe {
-            gpu.device
-                .queue_submit(queue.queue, &[submit], vk::Fence::null())
-                .unwrap();
-        }
-        queue.next += 1;
-        gpu.submitted.store(value, Ordering::Release);
-        drop(queue);
+        let value = queue_gated(gpu, &gated, gate, k);
         std::thread::sleep(Duration::from_micros(50));
         let t = Instant::now();
         let signal = vk::SemaphoreSignalInfo::default().semaphore(gate).value(k);
