@@ -1,7 +1,6 @@
 //! Completion watchers: one thread per GPU observes its timeline semaphore (and the lanes of
 //! armed chunks, device/vulkan/lanes.rs) and runs the callback registered for each submission
-//! when it completes, so nobody who submits work has
-//! to wait for it. The callbacks are what decrement dependency counters and submit the chunks
+//! when it completes, so nobody who submits work has to wait for it. The callbacks are what decrement dependency counters and submit the chunks
 //! that become ready: there is no central scheduling loop.
 //!
 //! A watcher polls while work is pending on a real GPU (a sleeping wait would add the driver's

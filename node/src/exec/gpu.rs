@@ -383,15 +383,15 @@ impl GpuLayout {
                     }
                 }
             }
-            let list = Arc::new(
-                g.record_gated_if(armable == Some(c), &steps)
-                    .map_err(dev_err)?,
-            );
-            if armable == Some(c) {
-                // The second recording, armed in turn with the first (ArmSlot).
+            let list = if armable == Some(c) {
+                // Two recordings, armed in turn (ArmSlot); the first also serves `lists`.
+                let first = Arc::new(g.record_gated(&steps).map_err(dev_err)?);
                 let second = Arc::new(g.record_gated(&steps).map_err(dev_err)?);
-                arm = Some(Arc::new(ArmSlot::new(c, [Arc::clone(&list), second])));
-            }
+                arm = Some(Arc::new(ArmSlot::new(c, [Arc::clone(&first), second])));
+                first
+            } else {
+                Arc::new(g.record(&steps).map_err(dev_err)?)
+            };
             lists.insert(c, list);
         }
         Ok(GpuContext {
@@ -406,8 +406,9 @@ impl GpuLayout {
 }
 
 /// A context's chunk queued ahead of each run on a lane ([`Gpu::arm`]) and released when the
-/// run's inputs are written, which takes the submission's latency off the run's critical path.
-/// Only a GPU that runs a single chunk of the plan, with no predecessors, arms it: its inputs
+/// run's inputs are written, meant to take the submission's latency off the run's critical
+/// path. An experiment, off unless `VKML_ARM=1` (device/vulkan/lanes.rs, `arming_enabled`,
+/// says why: on an H100 it saved nothing end to end and slowed the running work). Only a GPU that runs a single chunk of the plan, with no predecessors, arms it: its inputs
 /// all come from the host, and nothing else on that GPU reads what it writes, so the lane needs
 /// no ordering with the main queue beyond what arming gives.
 ///

@@ -160,15 +160,6 @@ impl Gpu {
         self.record_list(steps, true)
     }
 
-    /// [`Gpu::record_gated`] when `gated`, else [`Gpu::record`].
-    pub fn record_gated_if(
-        &self,
-        gated: bool,
-        steps: &[Step<'_>],
-    ) -> Result<CommandList, VulkanError> {
-        self.record_list(steps, gated)
-    }
-
     fn record_list(&self, steps: &[Step<'_>], gated: bool) -> Result<CommandList, VulkanError> {
         self.check_alive()?;
         let device = &self.device;
