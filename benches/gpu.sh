@@ -36,8 +36,8 @@ for n in 1 10 100 1000 10000; do
     printf 'add_chain_%s\t%s\t%s\n' "$n" "$dev" "$med" | tee -a "$out/vkml.tsv"
   done
 done
-# The fixed cost with runs armed ahead on a lane (VKML_ARM=1, exec/gpu.rs ArmSlot) beside the
-# default, alternated.
+# The fixed cost with runs armed ahead behind the GPU's gate (the default; exec/gpu.rs ArmSlot)
+# beside VKML_ARM=0 (submitted when the inputs are ready), alternated.
 for round in 1 2; do
   for arm in 0 1; do
     line=$(VKML_ARM=$arm VKML_FUSION=0 "$bin" run benches/models/add_chain_1.onnx --input x=/tmp/x1.npy --device vulkan --repeat 3000 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)

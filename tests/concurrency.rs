@@ -83,3 +83,29 @@ fn dynamic_batches_from_many_threads() {
         check("mnist_cnn_dynamic", DeviceSelection::Vulkan, None);
     }
 }
+
+/// Two models on one GPU, run in turn from one thread: each model's runs are armed ahead
+/// (exec/gpu.rs, `ArmSlot`), and every run of the other model disarms the armed one, which
+/// then runs on stale inputs and is submitted again; every result is checked against its
+/// reference, so a disarmed run whose results leaked into a later one shows.
+#[test]
+fn two_models_in_turn_on_one_gpu() {
+    if common::skip_vulkan() {
+        return;
+    }
+    let load = |name: &str| {
+        let options = common::options(DeviceSelection::Vulkan, None);
+        Session::load(common::model_path(name), options).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let (a, b) = (load("mnist_cnn"), load("mlp"));
+    let (sets_a, sets_b) = (common::data_sets("mnist_cnn"), common::data_sets("mlp"));
+    for i in 0..12 {
+        let set = &sets_a[i % sets_a.len()];
+        common::run_and_check(&a, set, &format!("mnist_cnn run {i}"));
+        // Twice in a row now and then: the second finds its own recording armed.
+        for k in 0..1 + i % 2 {
+            let set = &sets_b[(i + k) % sets_b.len()];
+            common::run_and_check(&b, set, &format!("mlp run {i}.{k}"));
+        }
+    }
+}

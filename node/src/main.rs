@@ -209,7 +209,7 @@ fn devices() -> Result<()> {
             for g in v.gpus() {
                 let i = g.info();
                 println!(
-                    "vulkan:{}: {} [{}, {}] Vulkan {}, driver {}\n  memory budget {} MiB, shared memory {} KiB, subgroup {}, push constants {} B, fp16 {}, int64 {}, cooperative matrix {} (NV2 {}, bf16 {}), lanes for armed runs {}",
+                    "vulkan:{}: {} [{}, {}] Vulkan {}, driver {}\n  memory budget {} MiB, shared memory {} KiB, subgroup {}, push constants {} B, fp16 {}, int64 {}, cooperative matrix {} (NV2 {}, bf16 {})",
                     i.index,
                     i.name,
                     i.vendor,
@@ -224,8 +224,7 @@ fn devices() -> Result<()> {
                     i.int64,
                     i.cooperative_matrix,
                     i.cooperative_matrix2,
-                    i.bf16,
-                    g.lanes()
+                    i.bf16
                 );
             }
         }

@@ -1,6 +1,6 @@
-//! Completion watchers: one thread per GPU observes its timeline semaphore (and the lanes of
-//! armed chunks, device/vulkan/lanes.rs) and runs the callback registered for each submission
-//! when it completes, so nobody who submits work has to wait for it. The callbacks are what decrement dependency counters and submit the chunks
+//! Completion watchers: one thread per GPU observes its timeline semaphore and runs the
+//! callback registered for each submission when it completes, so nobody who submits work has
+//! to wait for it. The callbacks are what decrement dependency counters and submit the chunks
 //! that become ready: there is no central scheduling loop.
 //!
 //! A watcher polls while work is pending on a real GPU (a sleeping wait would add the driver's
@@ -14,24 +14,25 @@ use std::time::{Duration, Instant};
 
 use crossbeam::channel::{Receiver, Sender, TryRecvError, unbounded};
 
-use crate::device::vulkan::{Gpu, Ticket};
+use crate::device::vulkan::Gpu;
 use crate::error::Error;
 
 /// Runs once the submission's timeline value is reached, or with the reason it never will be.
 pub(crate) type Callback = Box<dyn FnOnce(Result<(), Error>) + Send>;
 
 /// A chunk that never completes within this is reported as failed instead of hanging the run.
-const DEADLINE: Duration = Duration::from_secs(600);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(600);
 
 struct Pending {
-    ticket: Ticket,
+    /// The timeline value that signals the submission's completion.
+    ticket: u64,
     since: Instant,
     callback: Callback,
 }
 
-/// Registers `callback` to run when `ticket` (from `gpu`'s submit, or a fired armed list) is
-/// reached.
-pub(crate) fn on_complete(gpu: &Arc<Gpu>, ticket: Ticket, callback: Callback) {
+/// Registers `callback` to run when `gpu`'s timeline reaches `ticket` (from its submit, or a
+/// fired armed list).
+pub(crate) fn on_complete(gpu: &Arc<Gpu>, ticket: u64, callback: Callback) {
     let mut pending = Pending {
         ticket,
         since: Instant::now(),
@@ -112,19 +113,7 @@ fn watch(gpu: Weak<Gpu>, rx: Receiver<Pending>) {
         let mut ready = Vec::new();
         let mut i = 0;
         while i < pending.len() {
-            let done = match pending[i].ticket {
-                Ticket::Queue(v) => Ok(v <= reached),
-                lane => gpu.reached(lane),
-            };
-            let done = match done {
-                Ok(d) => d,
-                Err(e) => {
-                    let p = pending.swap_remove(i);
-                    (p.callback)(Err(Error::Device(e.to_string())));
-                    continue;
-                }
-            };
-            if done {
+            if pending[i].ticket <= reached {
                 ready.push(pending.swap_remove(i));
             } else if pending[i].since.elapsed() > DEADLINE {
                 let p = pending.swap_remove(i);
@@ -150,10 +139,11 @@ fn watch(gpu: Weak<Gpu>, rx: Receiver<Pending>) {
             std::hint::spin_loop();
             continue;
         }
-        // Sleep in the driver until any pending ticket is reached, waking now and then to take
-        // new registrations and check deadlines.
-        let tickets: Vec<Ticket> = pending.iter().map(|p| p.ticket).collect();
-        if let Err(e) = gpu.wait_any(&tickets, Duration::from_millis(5)) {
+        // Sleep in the driver until the first pending ticket is reached (the timeline
+        // signals in order), waking now and then to take new registrations and check
+        // deadlines.
+        let first = pending.iter().map(|p| p.ticket).min().expect("pending");
+        if let Err(e) = gpu.wait(first, Duration::from_millis(5)) {
             fail_all(&mut pending, &e.to_string());
         }
     }

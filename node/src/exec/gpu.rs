@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use crate::device::vulkan::{Armed, CommandList, Gpu, GpuBuffer, MemoryUse, Step, Ticket};
+use crate::device::vulkan::{Armed, CommandList, Gpu, GpuBuffer, MemoryUse, Step};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Specialized, ValueId};
 use crate::ops::{BufRef, GpuKernel};
@@ -246,7 +246,10 @@ impl GpuLayout {
     }
 
     /// Allocates a context's buffers and records every chunk of this GPU. `armable` is the
-    /// chunk to queue ahead of each run on a lane of its own, if any (see [`ArmSlot`]).
+    /// chunk to queue ahead of each run, if any (see [`ArmSlot`]); it is armed only when it is
+    /// short (at most [`ARM_MAX_DISPATCHES`]) and all its exports are written straight into
+    /// readback memory (no copies), so that a second recording needs only its own readback
+    /// buffer.
     pub fn context(
         &self,
         graph: &Graph,
@@ -383,11 +386,27 @@ impl GpuLayout {
                     }
                 }
             }
-            let list = if armable == Some(c) {
-                // Two recordings, armed in turn (ArmSlot); the first also serves `lists`.
+            let dispatches = steps
+                .iter()
+                .filter(|s| matches!(s, Step::Dispatch { .. }))
+                .count();
+            let copies = steps
+                .iter()
+                .any(|s| !matches!(s, Step::Dispatch { .. } | Step::Barrier));
+            let list = if armable == Some(c) && !copies && dispatches <= ARM_MAX_DISPATCHES {
+                // Two recordings, armed in turn (ArmSlot), the second writing into a readback
+                // buffer of its own; the first also serves `lists`.
                 let first = Arc::new(g.record_gated(&steps).map_err(dev_err)?);
-                let second = Arc::new(g.record_gated(&steps).map_err(dev_err)?);
-                arm = Some(Arc::new(ArmSlot::new(c, [Arc::clone(&first), second])));
+                let readback2 = g
+                    .create_buffer(self.readback_size.max(4), MemoryUse::Readback, "readback")
+                    .map_err(dev_err)?;
+                let moved = relocate(&steps, &readback, &readback2);
+                let second = Arc::new(g.record_gated(&moved).map_err(dev_err)?);
+                arm = Some(Arc::new(ArmSlot::new(
+                    c,
+                    [Arc::clone(&first), second],
+                    readback2,
+                )));
                 first
             } else {
                 Arc::new(g.record(&steps).map_err(dev_err)?)
@@ -405,44 +424,78 @@ impl GpuLayout {
     }
 }
 
-/// A context's chunk queued ahead of each run on a lane ([`Gpu::arm`]) and released when the
-/// run's inputs are written, meant to take the submission's latency off the run's critical
-/// path. An experiment, off unless `VKML_ARM=1` (device/vulkan/lanes.rs, `arming_enabled`,
-/// says why: on an H100 it saved nothing end to end and slowed the running work). Only a GPU that runs a single chunk of the plan, with no predecessors, arms it: its inputs
-/// all come from the host, and nothing else on that GPU reads what it writes, so the lane needs
-/// no ordering with the main queue beyond what arming gives.
-///
-/// The chunk is recorded twice and the two recordings are armed in turn: one runs while the
-/// other waits, queued since the run before. On an H100 (`arm_report`) a list released 50 µs
-/// after it was queued completes in 11.0 µs against 15.4 µs submitted, but one released just
-/// after it was queued, as back-to-back runs would do with a single recording, in 14.6 µs.
-pub struct ArmSlot {
-    chunk: usize,
-    copies: [ArmCopy; 2],
-    /// The copy the next run takes.
-    next: Mutex<usize>,
+/// Most dispatches a chunk may have to be armed: a disarmed
+/// list runs in full, so a disarm may cost at most this many dependent dispatches of GPU time
+/// (about 3 µs each on an H100), and the fixed cost arming saves matters only for short runs.
+pub const ARM_MAX_DISPATCHES: usize = 64;
+
+/// Steps with every dispatch address inside `from` moved to the same offset in `to`.
+fn relocate<'a>(steps: &[Step<'a>], from: &GpuBuffer, to: &GpuBuffer) -> Vec<Step<'a>> {
+    let range = from.address()..from.address() + from.size();
+    steps
+        .iter()
+        .map(|s| match s {
+            Step::Dispatch {
+                shader,
+                addrs,
+                params,
+                groups,
+            } => Step::Dispatch {
+                shader,
+                addrs: addrs
+                    .iter()
+                    .map(|&a| {
+                        if range.contains(&a) {
+                            to.address() + (a - from.address())
+                        } else {
+                            a
+                        }
+                    })
+                    .collect(),
+                params: params.clone(),
+                groups: *groups,
+            },
+            other => other.clone(),
+        })
+        .collect()
 }
 
-struct ArmCopy {
-    list: Arc<CommandList>,
-    /// Armed (or fired and not yet armed again); `None` when arming was not possible (no free
-    /// lane): the copy is then submitted as usual.
-    state: Mutex<Option<Armed>>,
+/// A context's chunk queued ahead of each run behind the GPU's gate ([`Gpu::arm`]) and
+/// released once the run's inputs are written, which takes the submission's latency off the
+/// run's critical path (device/vulkan/gate.rs). Only a GPU that runs a single, short chunk of
+/// the plan, with no predecessors, arms it: its inputs all come from the host, and nothing
+/// else on that GPU reads what it writes.
+///
+/// The chunk is recorded twice, each recording with its own readback buffer, and each run,
+/// once it has started one recording, arms the other for the next run, queued behind itself.
+/// Anything else submitted to the GPU meanwhile disarms it: it then runs at once on stale
+/// inputs, writing only this context's arena and its own readback buffer, which nobody reads
+/// before the next run submits that recording again; so a disarm costs one run of GPU time and
+/// nothing else.
+pub struct ArmSlot {
+    chunk: usize,
+    lists: [Arc<CommandList>; 2],
+    /// The second recording's readback buffer (the first uses the context's).
+    readback: GpuBuffer,
+    state: Mutex<SlotState>,
+}
+
+struct SlotState {
+    /// The recording the next run takes.
+    next: usize,
+    /// That recording, when it is armed.
+    armed: Option<Armed>,
 }
 
 impl ArmSlot {
-    fn new(chunk: usize, lists: [Arc<CommandList>; 2]) -> ArmSlot {
-        let slot = ArmSlot {
+    fn new(chunk: usize, lists: [Arc<CommandList>; 2], readback: GpuBuffer) -> ArmSlot {
+        let armed = arm(&lists[0], 0);
+        ArmSlot {
             chunk,
-            copies: lists.map(|list| ArmCopy {
-                list,
-                state: Mutex::new(None),
-            }),
-            next: Mutex::new(0),
-        };
-        slot.rearm(0);
-        slot.rearm(1);
-        slot
+            lists,
+            readback,
+            state: Mutex::new(SlotState { next: 0, armed }),
+        }
     }
 
     /// The plan chunk this slot queues.
@@ -450,41 +503,36 @@ impl ArmSlot {
         self.chunk
     }
 
-    /// Starts the chunk for a run whose inputs are written: releases the next copy if it is
-    /// armed, else submits it. Returns the ticket its completion reaches and the copy, to be
-    /// armed again ([`ArmSlot::rearm`]) once it has completed.
-    pub fn start(&self) -> Result<(Ticket, usize)> {
-        let mut next = self.next.lock().expect("arm slot lock");
-        let i = *next;
-        *next ^= 1;
-        let copy = &self.copies[i];
-        let mut state = copy.state.lock().expect("arm slot lock");
-        if let Some(armed) = state.as_mut().filter(|a| !a.is_fired()) {
-            return Ok((armed.fire().map_err(dev_err)?, i));
-        }
-        // Not armed, or spent and not armed again yet (its completion is not through): drop
-        // it, which waits for it, and submit this copy as usual.
-        *state = None;
-        let gpu = copy.list.gpu();
-        Ok((Ticket::Queue(gpu.submit(&copy.list).map_err(dev_err)?), i))
+    /// Starts the chunk for a run whose inputs are written: fires the armed recording, or
+    /// submits it when it is not armed (or was disarmed), then arms the other recording behind
+    /// it for the next run. Returns the timeline value this run's completion signals and the
+    /// recording that runs (see [`GpuContext::readback_of`]).
+    pub fn start(&self) -> Result<(u64, usize)> {
+        let mut state = self.state.lock().expect("arm slot lock");
+        let i = state.next;
+        let fired = match state.armed.take() {
+            Some(armed) => armed.fire().map_err(dev_err)?,
+            None => None,
+        };
+        let list = &self.lists[i];
+        let value = match fired {
+            Some(v) => v,
+            None => list.gpu().submit(list).map_err(dev_err)?,
+        };
+        state.next = i ^ 1;
+        state.armed = arm(&self.lists[i ^ 1], value);
+        Ok((value, i))
     }
+}
 
-    /// After copy `i` completed, however it ran: queues it again for a later run. A failure
-    /// only means that run submits it as usual.
-    pub fn rearm(&self, i: usize) {
-        let copy = &self.copies[i];
-        let mut state = copy.state.lock().expect("arm slot lock");
-        if state.as_ref().is_some_and(|a| !a.is_fired()) {
-            return;
-        }
-        // The spent one (if any) has completed: dropping it frees its lane.
-        *state = None;
-        let gpu = copy.list.gpu();
-        match gpu.arm(&copy.list) {
-            Ok(armed) => *state = armed,
-            Err(e) => tracing::debug!("cannot arm a chunk on {}: {e}", gpu.info().name),
-        }
-    }
+/// Arms `list` behind the submission that signals `after`; a failure only means the next run
+/// submits it as usual.
+fn arm(list: &Arc<CommandList>, after: u64) -> Option<Armed> {
+    let gpu = list.gpu();
+    gpu.arm(list, after).unwrap_or_else(|e| {
+        tracing::debug!("cannot arm a chunk on {}: {e}", gpu.info().name);
+        None
+    })
 }
 
 /// One context's buffers and recorded chunks: a run holds it exclusively.
@@ -496,6 +544,17 @@ pub struct GpuContext {
     pub readback: GpuBuffer,
     _arena: GpuBuffer,
     _tables: Vec<GpuBuffer>,
+}
+
+impl GpuContext {
+    /// Where recording `copy` of chunk `c` leaves its exports: copy 1 of an armed chunk has a
+    /// readback buffer of its own; everything else uses the context's.
+    pub fn readback_of(&self, c: usize, copy: usize) -> &GpuBuffer {
+        match &self.arm {
+            Some(slot) if slot.chunk == c && copy == 1 => &slot.readback,
+            _ => &self.readback,
+        }
+    }
 }
 
 /// Byte ranges read and written since the last barrier: a dispatch needs a barrier before it

@@ -33,6 +33,11 @@ type GpuShare = (
     Vec<Option<GpuKernel>>,
 );
 
+/// Most arithmetic work a GPU chunk may do to be armed ahead of its runs (exec/gpu.rs,
+/// `ArmSlot`): a disarmed run is done in full, so this bounds what a disarm can waste (about
+/// 30 µs on an H100), and the fixed cost arming saves matters only for small runs.
+const ARM_MAX_FLOPS: u64 = 1 << 30;
+
 /// A model specialised to input shapes, planned and ready to run many times.
 pub struct Executable {
     graph: Arc<Graph>,
@@ -172,23 +177,42 @@ impl Executable {
                 exported: exported.clone(),
                 kernels,
             };
-            let armable = self.armable(layout, ops);
+            let armable = self.armable(ops);
             m.insert(*d, layout.context(&self.graph, &self.spec, &on, armable)?);
         }
         Ok(m)
     }
 
-    /// The chunk a GPU may queue ahead of each run on a lane (exec/gpu.rs, `ArmSlot`): its
-    /// only chunk, when that chunk waits for nothing but graph inputs and the GPU has lanes.
-    /// Only with `VKML_ARM=1`, an experiment (device/vulkan/lanes.rs, `arming_enabled`).
-    fn armable(&self, layout: &GpuLayout, ops: &[(usize, usize)]) -> Option<usize> {
+    /// The chunk a GPU may queue ahead of each run (exec/gpu.rs, `ArmSlot`): its only chunk,
+    /// when that chunk waits for nothing but graph inputs and does at most [`ARM_MAX_FLOPS`]
+    /// of work. Not with `VKML_ARM=0` (device/vulkan/gate.rs, `arming_enabled`).
+    fn armable(&self, ops: &[(usize, usize)]) -> Option<usize> {
         if !crate::device::vulkan::arming_enabled() {
             return None;
         }
         let (_, c) = *ops.first()?;
         let single = ops.iter().all(|&(_, other)| other == c);
-        (single && layout.gpu.lanes() > 0 && self.topo.is_local(c) && self.topo.initial[c] == 0)
-            .then_some(c)
+        let small = || {
+            let flops: u64 = ops.iter().map(|&(p, _)| self.flops(p)).sum();
+            flops <= ARM_MAX_FLOPS
+        };
+        (single && self.topo.is_local(c) && self.topo.initial[c] == 0 && small()).then_some(c)
+    }
+
+    /// The arithmetic work of the op at plan position `p`.
+    fn flops(&self, p: usize) -> u64 {
+        let node = self.spec.node(&self.graph, self.spec.live[p]);
+        let in_types: Vec<Option<&ValueType>> = node
+            .inputs
+            .iter()
+            .map(|v| v.and_then(|v| self.spec.types[v].as_ref()))
+            .collect();
+        let out_types: Vec<ValueType> = node
+            .outputs
+            .iter()
+            .filter_map(|&o| self.spec.types[o].clone())
+            .collect();
+        node.op.flops(&in_types, &out_types)
     }
 
     /// Runs once with inputs in the graph's input order. Concurrent runs each take an

@@ -21,7 +21,7 @@ use crossbeam::queue::SegQueue;
 
 use super::gpu::GpuContext;
 use super::{Device, Executable, completion};
-use crate::device::vulkan::Ticket;
+use crate::device::vulkan::Gpu;
 use crate::error::{Error, Result};
 use crate::graph::ValueId;
 use crate::ops::ValueType;
@@ -166,26 +166,18 @@ impl RunState {
                 self.cpu_ready.push(c);
                 self.caller.unpark();
             }
-            Device::Gpu(g) => match self.submit(c, d) {
-                Ok(ticket) => {
+            Device::Gpu(g) => match self.submit(c, d, g) {
+                Ok((ticket, copy)) => {
                     self.in_flight.fetch_add(1, Ordering::AcqRel);
                     let state = Arc::clone(self);
-                    let (ticket, copy) = ticket;
-                    let slot = self.ctx[&d].arm.clone().filter(|s| s.chunk() == c);
                     completion::on_complete(
                         g,
                         ticket,
                         Box::new(move |done| {
-                            let done = done.and_then(|()| state.read_exports(c, d));
+                            let done = done.and_then(|()| state.read_exports(c, d, copy));
                             state.finish(c, done);
                             state.in_flight.fetch_sub(1, Ordering::AcqRel);
                             state.caller.unpark();
-                            // The caller takes its context back once this is gone; queueing
-                            // the chunk for the next run happens meanwhile.
-                            drop(state);
-                            if let (Some(slot), Some(copy)) = (slot, copy) {
-                                slot.rearm(copy);
-                            }
                         }),
                     );
                 }
@@ -194,49 +186,21 @@ impl RunState {
         }
     }
 
-    /// Writes the chunk's inputs and starts it. Returns its ticket, and for an armed chunk
-    /// the copy that runs (exec/gpu.rs, `ArmSlot`).
-    fn submit(&self, c: usize, d: usize) -> Result<(Ticket, Option<usize>)> {
-        let Device::Gpu(g) = &self.exe.devices[d] else {
-            unreachable!("submit is for GPU chunks")
-        };
+    /// Writes the chunk's inputs and starts it. Returns what [`start`] does.
+    fn submit(&self, c: usize, d: usize, g: &Gpu) -> Result<(u64, usize)> {
         let gctx = &self.ctx[&d];
-        let layout = &self.exe.layouts[&d].0;
-        for &(v, off) in &layout.imports {
-            if self.exe.chunk_reads(c, v) {
-                let t = self.value(v).ok_or_else(|| {
-                    Error::Device(format!(
-                        "value '{}' missing before upload",
-                        self.exe.graph.value_names[v]
-                    ))
-                })?;
-                gctx.import
-                    .write(off, t.bytes())
-                    .map_err(|e| Error::Device(e.to_string()))?;
-            }
-        }
-        if let Some(slot) = gctx.arm.as_ref().filter(|s| s.chunk() == c) {
-            let (ticket, copy) = slot.start()?;
-            return Ok((ticket, Some(copy)));
-        }
-        g.submit(&gctx.lists[&c])
-            .map(|v| (Ticket::Queue(v), None))
-            .map_err(|e| Error::Device(e.to_string()))
+        let imports = self.exe.layouts[&d].0.imports.iter();
+        write_imports(
+            &self.exe,
+            gctx,
+            imports.filter(|(v, _)| self.exe.chunk_reads(c, *v)),
+            |v| self.value(v),
+        )?;
+        start(gctx, c, g)
     }
 
-    fn read_exports(&self, c: usize, d: usize) -> Result<()> {
-        let layout = &self.exe.layouts[&d].0;
-        let Some(ex) = layout.exports.get(&c) else {
-            return Ok(());
-        };
-        for &(v, off) in ex {
-            let ty = self.exe.spec.types[v].as_ref().expect("typed");
-            let mut bytes = vec![0u8; ty.bytes()];
-            self.ctx[&d]
-                .readback
-                .read(off, &mut bytes)
-                .map_err(|e| Error::Device(e.to_string()))?;
-            let t = Tensor::from_bytes(ty.dtype, ty.shape.clone(), bytes.into())?;
+    fn read_exports(&self, c: usize, d: usize, copy: usize) -> Result<()> {
+        for (v, t) in read_exports(&self.exe, &self.ctx[&d], d, c, copy)? {
             // Set once: each value has one producing chunk per run.
             let _ = self.host[v].set(t);
         }
@@ -273,6 +237,129 @@ impl RunState {
     }
 }
 
+fn dev_err(e: impl std::fmt::Display) -> Error {
+    Error::Device(e.to_string())
+}
+
+/// Writes the given imports (value, offset in the import buffer) of a GPU context, taking each
+/// value from `value`.
+fn write_imports<'a>(
+    exe: &Executable,
+    gctx: &GpuContext,
+    imports: impl Iterator<Item = &'a (ValueId, u64)>,
+    value: impl Fn(ValueId) -> Option<&'a Tensor>,
+) -> Result<()> {
+    for &(v, off) in imports {
+        let t = value(v).ok_or_else(|| {
+            Error::Device(format!(
+                "value '{}' missing before upload",
+                exe.graph.value_names[v]
+            ))
+        })?;
+        gctx.import.write(off, t.bytes()).map_err(dev_err)?;
+    }
+    Ok(())
+}
+
+/// Starts GPU chunk `c` of a context whose inputs are written: fires it where it is armed
+/// (exec/gpu.rs, `ArmSlot`), else submits it. Returns the timeline value of its completion
+/// and which recording of the chunk runs, which says where its exports are.
+fn start(gctx: &GpuContext, c: usize, g: &Gpu) -> Result<(u64, usize)> {
+    if let Some(slot) = gctx.arm.as_ref().filter(|s| s.chunk() == c) {
+        return slot.start();
+    }
+    let value = g.submit(&gctx.lists[&c]).map_err(dev_err)?;
+    Ok((value, 0))
+}
+
+/// The values GPU chunk `c` exports, read back after recording `copy` of it completed.
+fn read_exports(
+    exe: &Executable,
+    gctx: &GpuContext,
+    d: usize,
+    c: usize,
+    copy: usize,
+) -> Result<Vec<(ValueId, Tensor)>> {
+    let layout = &exe.layouts[&d].0;
+    let Some(ex) = layout.exports.get(&c) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(ex.len());
+    for &(v, off) in ex {
+        let ty = exe.spec.types[v].as_ref().expect("typed");
+        let mut bytes = vec![0u8; ty.bytes()];
+        gctx.readback_of(c, copy)
+            .read(off, &mut bytes)
+            .map_err(dev_err)?;
+        out.push((
+            v,
+            Tensor::from_bytes(ty.dtype, ty.shape.clone(), bytes.into())?,
+        ));
+    }
+    Ok(out)
+}
+
+/// The one local chunk and its GPU, when this node's whole share of the plan is a single GPU
+/// chunk that waits for nothing but graph inputs: a model on one GPU, the usual case.
+fn direct_chunk(exe: &Executable) -> Option<(usize, usize, &Arc<Gpu>)> {
+    if exe.topo.local_chunks != 1 {
+        return None;
+    }
+    let c = (0..exe.plan.chunks.len()).find(|&c| exe.topo.is_local(c))?;
+    let d = exe.plan.chunks[c].device.index;
+    match &exe.devices[d] {
+        Device::Gpu(g) if exe.topo.initial[c] == 0 => Some((c, d, g)),
+        _ => None,
+    }
+}
+
+/// Runs a [`direct_chunk`] on the calling thread: it writes the inputs, starts the chunk, waits
+/// for it and reads the outputs itself. The general path hands the completion to the GPU's
+/// completion thread and back, a thread wake-up and a few allocations on every run, which is
+/// a measurable part of a small model's run.
+fn run_direct(
+    exe: &Executable,
+    ctx: &BTreeMap<usize, GpuContext>,
+    inputs: &[(ValueId, Tensor)],
+    (c, d, g): (usize, usize, &Arc<Gpu>),
+) -> Result<Vec<Tensor>> {
+    let gctx = &ctx[&d];
+    let value = |v: ValueId| {
+        inputs
+            .iter()
+            .find(|(i, _)| *i == v)
+            .map(|(_, t)| t)
+            .or(exe.spec.consts[v].as_ref())
+    };
+    // Every import of a GPU with a single chunk is read by that chunk.
+    write_imports(exe, gctx, exe.layouts[&d].0.imports.iter(), value)?;
+    let (ticket, copy) = start(gctx, c, g)?;
+    if !g
+        .wait_spin(ticket, g.spin_default(), completion::DEADLINE)
+        .map_err(dev_err)?
+    {
+        return Err(Error::Device(format!(
+            "{} did not finish the run within {} s",
+            g.info().name,
+            completion::DEADLINE.as_secs()
+        )));
+    }
+    let exports = read_exports(exe, gctx, d, c, copy)?;
+    exe.graph
+        .outputs
+        .iter()
+        .map(|(v, def)| {
+            exports
+                .iter()
+                .find(|(e, _)| e == v)
+                .map(|(_, t)| t)
+                .or_else(|| value(*v))
+                .cloned()
+                .ok_or_else(|| Error::Device(format!("output '{}' was not produced", def.name)))
+        })
+        .collect()
+}
+
 /// Runs `exe`'s local chunks once in the execution context `ctx`, which comes back with the
 /// outputs (all of them on a single machine; none for a fragment, whose outputs leave
 /// through `hooks`).
@@ -283,6 +370,12 @@ pub(super) fn run(
     hooks: Option<Arc<dyn RemoteHooks>>,
     register: impl FnOnce(RunLink),
 ) -> (BTreeMap<usize, GpuContext>, Result<Vec<Tensor>>) {
+    if hooks.is_none()
+        && let Some(direct) = direct_chunk(exe)
+    {
+        let result = run_direct(exe, &ctx, &inputs, direct);
+        return (ctx, result);
+    }
     let chunks = &exe.plan.chunks;
     let topo = &exe.topo;
     let host: Vec<OnceLock<Tensor>> = (0..exe.graph.value_names.len())

@@ -12,9 +12,9 @@ use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
 
 use super::buffer::BufferInner;
 use super::error::{VulkanError, vk_error};
+use super::gate::Arming;
 use super::info::{Candidate, Features, GpuInfo};
 use super::instance::Instance;
-use super::lanes::{Lanes, MAX_LANES, arming_enabled};
 use super::pipeline::Pipelines;
 
 /// One GPU. Shared as `Arc<Gpu>`; every method takes `&self` and may be called from any
@@ -41,8 +41,8 @@ pub struct Gpu {
     pub(crate) spin_default: Duration,
     /// Lets `&self` methods hand out owners (buffers, command lists) that keep this alive.
     pub(crate) me: Weak<Gpu>,
-    /// Queues for armed command lists (lanes.rs).
-    pub(crate) lanes: Lanes,
+    /// The gate of armed command lists, and the one armed now (gate.rs).
+    pub(crate) arming: Arming,
     /// Declared last so that the instance is released after the device.
     _instance: Arc<Instance>,
 }
@@ -55,13 +55,12 @@ pub(crate) struct QueueState {
 
 impl Gpu {
     pub(crate) fn new(instance: Arc<Instance>, c: Candidate) -> Result<Arc<Gpu>, VulkanError> {
-        let lanes = c.queue_count.saturating_sub(1).min(lane_cap());
-        let device = create_device(&instance, &c, lanes)?;
+        let device = create_device(&instance, &c)?;
         // From here on, `Partial` destroys what was made if a later step fails.
         let mut partial = Partial {
             device: Some(device),
             timeline: vk::Semaphore::null(),
-            lanes: None,
+            gate: vk::Semaphore::null(),
         };
         let device = partial.device.as_ref().expect("just set");
 
@@ -72,10 +71,12 @@ impl Gpu {
         // SAFETY: the device is live and timeline semaphores are enabled on it.
         partial.timeline = unsafe { device.create_semaphore(&info, None) }
             .map_err(vk_error("vkCreateSemaphore"))?;
+        // SAFETY: as above.
+        partial.gate = unsafe { device.create_semaphore(&info, None) }
+            .map_err(vk_error("vkCreateSemaphore"))?;
 
         // SAFETY: the device was created with at least one queue in this family.
         let queue = unsafe { device.get_device_queue(c.queue_family, 0) };
-        partial.lanes = Some(Lanes::new(device, c.queue_family, lanes)?);
 
         let allocator = Allocator::new(&AllocatorCreateDesc {
             instance: instance.instance.clone(),
@@ -98,9 +99,9 @@ impl Gpu {
         } else {
             Duration::from_micros(100)
         };
-        let lanes = partial.lanes.take().expect("set above");
         let device = partial.device.take().expect("set above");
         let timeline = std::mem::replace(&mut partial.timeline, vk::Semaphore::null());
+        let gate = std::mem::replace(&mut partial.gate, vk::Semaphore::null());
         tracing::info!(
             "opened Vulkan device {} ({}, {}, Vulkan {})",
             c.info.name,
@@ -123,7 +124,7 @@ impl Gpu {
             max_allocation: c.max_allocation,
             spin_default,
             me: me.clone(),
-            lanes,
+            arming: Arming::new(gate),
             _instance: instance,
         }))
     }
@@ -161,7 +162,7 @@ impl Drop for Gpu {
             let _ = self.device.device_wait_idle();
             self.pipelines.destroy(&self.device);
             self.device.destroy_semaphore(self.timeline, None);
-            self.lanes.destroy(&self.device);
+            self.device.destroy_semaphore(self.arming.gate, None);
             ManuallyDrop::drop(&mut self.allocator);
             self.device.destroy_device(None);
         }
@@ -172,7 +173,7 @@ impl Drop for Gpu {
 struct Partial {
     device: Option<ash::Device>,
     timeline: vk::Semaphore,
-    lanes: Option<Lanes>,
+    gate: vk::Semaphore,
 }
 
 impl Drop for Partial {
@@ -181,11 +182,10 @@ impl Drop for Partial {
             // SAFETY: nothing was submitted; the semaphores (when made) are this device's
             // children.
             unsafe {
-                if let Some(lanes) = &self.lanes {
-                    lanes.destroy(&device);
-                }
-                if self.timeline != vk::Semaphore::null() {
-                    device.destroy_semaphore(self.timeline, None);
+                for s in [self.timeline, self.gate] {
+                    if s != vk::Semaphore::null() {
+                        device.destroy_semaphore(s, None);
+                    }
                 }
                 device.destroy_device(None);
             }
@@ -193,27 +193,8 @@ impl Drop for Partial {
     }
 }
 
-/// Lanes a GPU may open: none unless runs are armed ([`arming_enabled`]), then
-/// [`MAX_LANES`], or fewer by `VKML_LANES=N` (read once).
-fn lane_cap() -> u32 {
-    static CAP: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *CAP.get_or_init(|| {
-        if !arming_enabled() {
-            return 0;
-        }
-        std::env::var("VKML_LANES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map_or(MAX_LANES, |n: u32| n.min(MAX_LANES))
-    })
-}
-
-/// Opens the device with one main queue and `lanes` more in the same family.
-fn create_device(
-    instance: &Instance,
-    c: &Candidate,
-    lanes: u32,
-) -> Result<ash::Device, VulkanError> {
+/// Opens the device with one queue.
+fn create_device(instance: &Instance, c: &Candidate) -> Result<ash::Device, VulkanError> {
     let f: Features = c.features;
     let b = |x: bool| if x { vk::TRUE } else { vk::FALSE };
 
@@ -260,7 +241,7 @@ fn create_device(
         f2 = f2.push_next(&mut fbf16);
     }
 
-    let priorities = vec![1.0f32; 1 + lanes as usize];
+    let priorities = [1.0f32];
     let queues = [vk::DeviceQueueCreateInfo::default()
         .queue_family_index(c.queue_family)
         .queue_priorities(&priorities)];

@@ -67,8 +67,6 @@ pub(crate) struct Candidate {
     pub physical: vk::PhysicalDevice,
     pub info: GpuInfo,
     pub queue_family: u32,
-    /// Queues in that family: the main one, then lanes (lanes.rs).
-    pub queue_count: u32,
     pub extensions: Vec<&'static CStr>,
     pub features: Features,
     /// Largest single allocation: the smallest of the heap, buffer and allocation limits.
@@ -238,7 +236,6 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
         .position(|f| compute(f) && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS))
         .or_else(|| families.iter().position(compute))
         .ok_or_else(|| format!("{name}: has no compute queue"))? as u32;
-    let queue_count = families[queue_family as usize].queue_count;
 
     let mut p11 = vk::PhysicalDeviceVulkan11Properties::default();
     let mut p12 = vk::PhysicalDeviceVulkan12Properties::default();
@@ -399,7 +396,6 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
         physical: pd,
         info,
         queue_family,
-        queue_count,
         extensions: extensions_to_enable,
         features,
         max_allocation,

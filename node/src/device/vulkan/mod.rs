@@ -8,9 +8,9 @@
 //!   descriptor update per run;
 //! - completion is one timeline semaphore per GPU: [`Gpu::submit`] returns the value that
 //!   signals the list's completion, [`Gpu::wait`] / [`Gpu::wait_spin`] wait for it;
-//! - [`Gpu::arm`] queues a list recorded by [`Gpu::record_gated`] on a queue of its own (a
-//!   lane) before its inputs exist, and [`Armed::fire`] releases it: the submission's latency
-//!   leaves the run's critical path (lanes.rs).
+//! - [`Gpu::arm`] queues a list recorded by [`Gpu::record_gated`] behind a gate before its
+//!   inputs exist, and [`Armed::fire`] opens the gate: the submission's latency leaves the
+//!   run's critical path. Anything else submitted meanwhile disarms it (gate.rs).
 //!
 //! Lifetimes are kept by reference counts rather than by the caller's discipline: a buffer and
 //! a command list keep their `Gpu` alive, a command list keeps alive every buffer its steps
@@ -19,10 +19,10 @@
 mod buffer;
 mod coop;
 mod error;
+mod gate;
 mod gpu;
 mod info;
 mod instance;
-mod lanes;
 mod pipeline;
 mod record;
 mod shaders;
@@ -32,13 +32,15 @@ pub mod testing;
 #[cfg(test)]
 mod coop_report;
 #[cfg(test)]
+mod gate_tests;
+#[cfg(test)]
 mod tests;
 
 pub use buffer::{GpuBuffer, MemoryUse};
 pub use error::VulkanError;
+pub use gate::{Armed, arming_enabled};
 pub use gpu::Gpu;
 pub use info::GpuInfo;
 pub use instance::{Vulkan, validation_messages};
-pub use lanes::{Armed, Ticket, arming_enabled};
 pub use record::{CommandList, Step};
 pub use shaders::{ShaderNeeds, shader_names, shader_needs};

@@ -1,7 +1,6 @@
 //! Recording: a list of steps becomes one primary command buffer, replayed many times.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -67,10 +66,8 @@ pub struct CommandList {
     /// Timeline value of the last submission (0: never submitted). Also serialises
     /// submissions of this list: a command buffer may not be pending twice.
     pub(crate) last: Mutex<u64>,
-    /// Recorded by [`Gpu::record_gated`]: may be armed on a lane.
+    /// Recorded by [`Gpu::record_gated`]: may be armed (gate.rs).
     pub(crate) gated: bool,
-    /// Queued on a lane and not yet seen complete (lanes.rs): not to be submitted meanwhile.
-    pub(crate) armed: AtomicBool,
     dispatches: usize,
 }
 
@@ -155,7 +152,9 @@ impl Gpu {
 
     /// As [`Gpu::record`], for a list that may be armed ([`Gpu::arm`]): it begins with a
     /// barrier that makes the host's writes visible to its steps even when they were made
-    /// after the list was queued (a submission makes only earlier writes visible).
+    /// after the list was queued (a submission makes only earlier writes visible). A disarmed
+    /// list runs in full on whatever its inputs hold then (gate.rs): record only steps whose
+    /// outputs nobody reads unless this list is submitted or fired again.
     pub fn record_gated(&self, steps: &[Step<'_>]) -> Result<CommandList, VulkanError> {
         self.record_list(steps, true)
     }
@@ -175,7 +174,6 @@ impl Gpu {
             _keep: Vec::new(),
             last: Mutex::new(0),
             gated,
-            armed: AtomicBool::new(false),
             dispatches: 0,
         };
         let alloc = vk::CommandBufferAllocateInfo::default()

@@ -37,7 +37,8 @@ impl Gpu {
     /// On the GPU the list waits for every submission whose completion any thread has
     /// already observed (through [`Gpu::wait`] or [`Gpu::completed`]), which makes those
     /// results visible to it; for a dependency not yet observed use [`Gpu::submit_after`].
-    /// Submitting a list whose previous submission still runs first waits for that one.
+    /// Submitting a list whose previous submission still runs first waits for that one. A
+    /// list armed on this GPU (gate.rs), this one or another, is disarmed first.
     pub fn submit(&self, list: &CommandList) -> Result<u64, VulkanError> {
         self.submit_after(list, 0)
     }
@@ -60,11 +61,8 @@ impl Gpu {
                 "cannot wait for timeline value {after}: it was never submitted"
             )));
         }
-        if list.armed.load(Ordering::Acquire) {
-            return Err(VulkanError::invalid(
-                "the command list is armed on a lane: fire it instead of submitting it",
-            ));
-        }
+        // Held until the submission is queued, so nothing gets armed ahead of it.
+        let _arming = self.lock_and_disarm()?;
         let mut last = list.last.lock().expect("command list lock");
         if *last > self.observed.load(Ordering::Acquire) {
             // A command buffer may not be pending twice (no SIMULTANEOUS_USE: that flag slows
