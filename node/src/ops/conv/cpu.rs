@@ -27,6 +27,9 @@ pub fn conv<T: Float>(s: &ConvShape, x: &[T], w: &[T], b: Option<&[T]>) -> Vec<T
         let wg = &w[g * ocg * k..][..ocg * k];
         if cg == 1 && s.group > 1 {
             depthwise(&axes, xg, wg, yb);
+        } else if T::direct_conv(&axes, cg, ocg, xg, wg, b.map(|b| &b[g * ocg..][..ocg]), yb) {
+            // The bias is in already.
+            return;
         } else {
             im2col_gemm(&axes, cg, ocg, xg, wg, yb);
         }

@@ -9,6 +9,9 @@
 //! pools and BatchNormalization.
 
 mod cpu;
+mod direct;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod direct_tests;
 #[cfg(test)]
 mod fast_tests;
 mod float;
