@@ -1,6 +1,7 @@
 //! The CPU convolution: for each (batch, group), im2col then one GEMM, or a direct loop when
-//! each group reads a single input channel (depthwise), where im2col would only copy. Small
-//! convolutions run inline on the calling thread (see par.rs).
+//! each group reads a single input channel (depthwise), where im2col would only copy, or the
+//! direct vector kernel of direct.rs for small f32 ones. Small convolutions run inline on the
+//! calling thread (see par.rs).
 
 use super::ConvShape;
 use super::float::Float;
