@@ -170,6 +170,15 @@ impl<T: Pod> AsRef<[u8]> for PodVec<T> {
     }
 }
 
+/// `data` copied into storage aligned for every element type (8 bytes), for bytes that sit
+/// at an arbitrary offset of a larger buffer, which [`Tensor::view`] would otherwise copy on
+/// every call.
+pub fn aligned_bytes(data: &[u8]) -> Bytes {
+    let mut words = vec![0u64; data.len().div_ceil(8)];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..data.len()].copy_from_slice(data);
+    Bytes::from_owner(PodVec(words)).slice(..data.len())
+}
+
 impl Tensor {
     /// Wraps raw little-endian bytes. Fails when the length does not match the shape.
     pub fn from_bytes(dtype: DType, shape: Vec<usize>, data: Bytes) -> Result<Tensor, TensorError> {
@@ -345,6 +354,21 @@ mod tests {
         let t = Tensor::from_bytes(DType::F32, vec![2], b.clone()).unwrap();
         let v = t.view::<f32>().unwrap();
         assert_eq!(bytemuck::cast_slice::<f32, u8>(&v), &b[..]);
+    }
+
+    #[test]
+    fn aligned_copies_keep_the_bytes_and_borrow_as_any_type() {
+        for len in [0, 1, 7, 8, 13, 64] {
+            let raw: Vec<u8> = (0..len as u8 + 3).collect();
+            let odd = Bytes::from(raw).slice(3..);
+            let b = aligned_bytes(&odd);
+            assert_eq!(b, odd);
+            assert_eq!(b.as_ptr().align_offset(8), 0);
+            if len % 8 == 0 {
+                let t = Tensor::from_bytes(DType::F64, vec![len / 8], b).unwrap();
+                assert!(matches!(t.view::<f64>().unwrap(), Cow::Borrowed(_)));
+            }
+        }
     }
 
     #[test]

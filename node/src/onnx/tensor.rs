@@ -11,6 +11,10 @@ use super::proto::TensorProto;
 use super::proto::tensor_proto::DataLocation;
 use crate::tensor::{DType, Element, Tensor};
 
+/// Misaligned raw_data up to this many bytes is copied to aligned memory at load (see
+/// the raw_data case below).
+pub(crate) const ALIGN_COPY_MAX: usize = 1 << 20;
+
 /// Converts one TensorProto. `model_dir` is the folder that external data paths are relative
 /// to; without it a tensor stored externally is an error.
 pub fn tensor_from_proto(t: &TensorProto, model_dir: Option<&Path>) -> Result<Tensor, LoadError> {
@@ -113,8 +117,14 @@ pub(crate) fn convert_tensor(
                 what()
             )));
         }
-        // A slice of the decoded buffer: when that buffer is the file's mapping, no copy.
+        // A slice of the decoded buffer: when that buffer is the file's mapping, no copy,
+        // unless protobuf put a small tensor at an offset misaligned for its type (the MNIST
+        // CNN's conv weights): then one aligned copy now rather than one per view, on every
+        // run. Large ones stay in the mapping, which the kernel can page out.
         let mut data = t.raw_data.clone();
+        if data.as_ptr().align_offset(dtype.size()) != 0 && data.len() <= ALIGN_COPY_MAX {
+            data = crate::tensor::aligned_bytes(&data);
+        }
         // vkml's booleans are exactly 0 or 1; other non-zero bytes mean true, as in numpy.
         if dtype == DType::Bool && data.iter().any(|&b| b > 1) {
             data = data.iter().map(|&b| u8::from(b != 0)).collect();

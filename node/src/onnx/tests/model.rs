@@ -6,6 +6,7 @@ use super::super::proto::{
     AttributeProto, FunctionProto, GraphProto, ModelProto, OperatorSetIdProto, TypeProto,
     ValueInfoProto, attribute_proto::AttributeType, type_proto,
 };
+use super::super::tensor::ALIGN_COPY_MAX;
 use super::super::{LoadError, load, load_from_bytes, map_file};
 use super::{D, TempDir, f32_bytes, model_with, node, raw_tensor, tensor_value, write_model};
 use crate::model::Dim;
@@ -195,7 +196,10 @@ fn weights_are_slices_of_the_mapping() {
     let Some(AttrValue::Tensor(c)) = def.graph.nodes[1].attrs.get("value") else {
         panic!()
     };
-    assert!(range.contains(&c.bytes().as_ptr()));
+    // This i64 constant lies misaligned in the file: small tensors there are copied once to
+    // aligned memory, so kernels do not copy them on every view.
+    let p = c.bytes().as_ptr();
+    assert!(range.contains(&p) || (p.align_offset(8) == 0 && c.bytes().len() <= ALIGN_COPY_MAX));
 }
 
 /// `load` itself maps the file: the weights' address lies in a mapping of that file, as the

@@ -1,6 +1,7 @@
 //! The CPU convolution: for each (batch, group), im2col then one GEMM, or a direct loop when
-//! each group reads a single input channel (depthwise), where im2col would only copy. Small
-//! convolutions run inline on the calling thread (see par.rs).
+//! each group reads a single input channel (depthwise), where im2col would only copy, or the
+//! direct vector kernel of direct.rs for small f32 ones. Small convolutions run inline on the
+//! calling thread (see par.rs).
 
 use super::ConvShape;
 use super::float::Float;
@@ -27,6 +28,9 @@ pub fn conv<T: Float>(s: &ConvShape, x: &[T], w: &[T], b: Option<&[T]>) -> Vec<T
         let wg = &w[g * ocg * k..][..ocg * k];
         if cg == 1 && s.group > 1 {
             depthwise(&axes, xg, wg, yb);
+        } else if T::direct_conv(&axes, cg, ocg, xg, wg, b.map(|b| &b[g * ocg..][..ocg]), yb) {
+            // The bias is in already.
+            return;
         } else {
             im2col_gemm(&axes, cg, ocg, xg, wg, yb);
         }

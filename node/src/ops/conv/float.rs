@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
 
+use super::geometry::Axis;
 use crate::tensor::{DType, Element};
 
 pub trait Float:
@@ -29,6 +30,31 @@ pub trait Float:
     /// the im2col buffers of small convolutions, which would otherwise be a large allocation
     /// and free per call (glibc consolidates its free lists on every free that large).
     fn with_scratch<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R;
+
+    /// One group of a small 1-D or 2-D convolution, bias included, by the direct kernel of
+    /// direct.rs; false, with `yb` untouched, where that kernel does not serve it.
+    fn direct_conv(
+        axes: &[Axis; 3],
+        cg: usize,
+        ocg: usize,
+        xg: &[Self],
+        wg: &[Self],
+        b: Option<&[Self]>,
+        yb: &mut [Self],
+    ) -> bool;
+}
+
+/// [`Float::direct_conv`] for the types the direct kernel does not cover (f64).
+fn no_direct<T>(
+    _: &[Axis; 3],
+    _: usize,
+    _: usize,
+    _: &[T],
+    _: &[T],
+    _: Option<&[T]>,
+    _: &mut [T],
+) -> bool {
+    false
 }
 
 /// Scratch capacity (elements) kept between calls; a larger buffer is freed after use, so a
@@ -50,7 +76,7 @@ fn check_gemm(m: usize, k: usize, n: usize, a: usize, b: usize, c: usize, ldc: u
 }
 
 macro_rules! float {
-    ($t:ty) => {
+    ($t:ty, $direct:path) => {
         impl Float for $t {
             const LOWEST: Self = <$t>::MIN;
             fn from_f64(v: f64) -> Self {
@@ -97,12 +123,23 @@ macro_rules! float {
                     Err(_) => f(&mut Vec::new()),
                 })
             }
+            fn direct_conv(
+                axes: &[Axis; 3],
+                cg: usize,
+                ocg: usize,
+                xg: &[Self],
+                wg: &[Self],
+                b: Option<&[Self]>,
+                yb: &mut [Self],
+            ) -> bool {
+                $direct(axes, cg, ocg, xg, wg, b, yb)
+            }
         }
     };
 }
 
-float!(f32);
-float!(f64);
+float!(f32, super::direct::conv);
+float!(f64, no_direct);
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! Conv (opsets 1, 11, 22): N-D convolution with groups, strides, dilations and padding.
 //!
-//! CPU: im2col + GEMM per (batch, group), a direct loop for depthwise. GPU: a tiled
+//! CPU: im2col + GEMM per (batch, group), a direct loop for depthwise, and for small f32
+//! convolutions a direct AVX2 kernel (direct.rs). GPU: a tiled
 //! implicit-GEMM shader (split along K into two passes when it has too few output tiles to
 //! fill the GPU, see gpu.rs), or a one-thread-per-output shader when a group has few output
 //! channels (depthwise and narrow grouped convolutions), both for 1-D to 3-D.
@@ -9,6 +10,9 @@
 //! pools and BatchNormalization.
 
 mod cpu;
+mod direct;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod direct_tests;
 #[cfg(test)]
 mod fast_tests;
 mod float;
