@@ -2,9 +2,9 @@
 //! (a timeline semaphore) that the host opens once they are written.
 //!
 //! Most of a small run's fixed cost on a discrete GPU lies between vkQueueSubmit and the GPU
-//! starting the work. On an H100 (`arm_report`, BENCHMARKS.md), one dispatch into readback
-//! memory took 15.1-15.4 µs from "input ready" to "result read" when submitted then, and
-//! 11.6-12.5 µs when it had been queued behind the run before it, gated, and released then.
+//! starting the work. On an H100 (`arm_report`, BENCHMARKS.md session 7), one dispatch into
+//! readback memory took 15.5 µs from "input ready" to "result read" when submitted then, and
+//! 12.2-13.2 µs when it had been queued behind the run before it, gated, and released then.
 //!
 //! A list waiting on its gate blocks everything behind it on its queue, so a GPU holds at most
 //! one armed list, and anything else queued on the GPU ([`Gpu::submit`], or arming another
