@@ -11,7 +11,7 @@ use crate::ops::{BufRef, GpuKernel};
 
 use super::arena::{self, Interval};
 
-fn dev_err(e: impl std::fmt::Display) -> Error {
+pub(super) fn dev_err(e: impl std::fmt::Display) -> Error {
     Error::Device(e.to_string())
 }
 

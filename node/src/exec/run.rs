@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam::queue::SegQueue;
 
-use super::gpu::GpuContext;
+use super::gpu::{GpuContext, dev_err};
 use super::{Device, Executable, completion};
 use crate::device::vulkan::Gpu;
 use crate::error::{Error, Result};
@@ -235,10 +235,6 @@ impl RunState {
         }
         Ok(())
     }
-}
-
-fn dev_err(e: impl std::fmt::Display) -> Error {
-    Error::Device(e.to_string())
 }
 
 /// Writes the given imports (value, offset in the import buffer) of a GPU context, taking each

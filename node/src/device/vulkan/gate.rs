@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
 
-use super::error::{VulkanError, vk_error};
+use super::error::VulkanError;
 use super::gpu::Gpu;
 use super::record::CommandList;
 
@@ -99,12 +99,7 @@ impl Gpu {
         // SAFETY: a live timeline semaphore of this device, signalled only here, under the
         // arming lock, with the value of the one list armed behind it: values only grow (each
         // arming takes the next) and each is signalled once (its pending entry is taken).
-        unsafe { self.device.signal_semaphore(&info) }.map_err(|r| {
-            if r == vk::Result::ERROR_DEVICE_LOST {
-                self.lost.store(true, Ordering::Relaxed);
-            }
-            vk_error("vkSignalSemaphore")(r)
-        })
+        unsafe { self.device.signal_semaphore(&info) }.map_err(self.fail("vkSignalSemaphore"))
     }
 
     /// Queues `list` (recorded by [`Gpu::record_gated`]) behind the gate, to start when the
@@ -137,54 +132,18 @@ impl Gpu {
         if *last > self.observed.load(Ordering::Acquire) && *last > self.completed()? {
             return Ok(None);
         }
-        let observed = self.observed.load(Ordering::Acquire);
         let gate = state.issued + 1;
-        let mut waits = vec![self.arming.gate];
-        let mut wait_values = vec![gate];
-        let prior = after.max(observed);
+        let prior = after.max(self.observed.load(Ordering::Acquire));
+        let mut waits = vec![(self.arming.gate, gate)];
         if prior > 0 {
-            waits.push(self.timeline);
-            wait_values.push(prior);
+            waits.push((self.timeline, prior));
         }
-        let stages = vec![
-            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
-            waits.len()
-        ];
-        let cmds = [list.cmd];
-        let signals = [self.timeline];
-        let mut queue = self.queue.lock().expect("queue lock");
-        let value = queue.next;
-        let signal_values = [value];
-        let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
-            .wait_semaphore_values(&wait_values)
-            .signal_semaphore_values(&signal_values);
-        let submit = vk::SubmitInfo::default()
-            .wait_semaphores(&waits)
-            .wait_dst_stage_mask(&stages)
-            .command_buffers(&cmds)
-            .signal_semaphores(&signals)
-            .push_next(&mut timeline_info);
-        // SAFETY: the queue is used under its lock (and the arming lock, which every
-        // submission takes first, so nothing is armed ahead of this); the command buffer is
-        // executable and not pending (its last submission was seen complete, checked under
-        // its lock, held until `last` is updated); it and its buffers live at least as long as
-        // the returned Armed, which holds the list, and the list waits for this submission
-        // before it is destroyed. The gate value is new and is signalled exactly once, by the
-        // Armed (fire, drop) or by whoever disarms it; the timeline wait value was submitted;
-        // the signal value is the queue's next; all structs outlive the call.
-        unsafe {
-            self.device
-                .queue_submit(queue.queue, &[submit], vk::Fence::null())
-                .map_err(|r| {
-                    if r == vk::Result::ERROR_DEVICE_LOST {
-                        self.lost.store(true, Ordering::Relaxed);
-                    }
-                    vk_error("vkQueueSubmit")(r)
-                })?;
-        }
-        queue.next += 1;
-        self.submitted.store(value, Ordering::Release);
-        drop(queue);
+        // SAFETY: the list is this GPU's and not pending (both checked above, under its lock,
+        // held until `last` is updated); the timeline value was submitted; the gate value is
+        // new, and is signalled exactly once, by the Armed (fire, drop) or by whoever disarms
+        // it (the arming lock, held here and by every submission, keeps anything from being
+        // queued ahead of this meanwhile).
+        let value = unsafe { self.queue_list(list, &waits) }?;
         *last = value;
         state.issued = gate;
         state.pending = Some(gate);

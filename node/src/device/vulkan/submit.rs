@@ -22,7 +22,7 @@ impl Gpu {
         }
     }
 
-    fn fail(&self, call: &'static str) -> impl Fn(vk::Result) -> VulkanError + '_ {
+    pub(crate) fn fail(&self, call: &'static str) -> impl Fn(vk::Result) -> VulkanError + '_ {
         move |r| {
             if r == vk::Result::ERROR_DEVICE_LOST {
                 self.lost.store(true, Ordering::Relaxed);
@@ -70,33 +70,54 @@ impl Gpu {
             self.wait_spin(*last, self.spin_default, Duration::MAX)?;
         }
         let wait_value = after.max(self.observed.load(Ordering::Acquire));
+        let waits = [(self.timeline, wait_value)];
+        let waits = if wait_value > 0 { &waits[..] } else { &[] };
+        // SAFETY: the list is this GPU's (checked above) and not pending (checked under its
+        // lock, held here until `last` is updated); the wait value was submitted earlier or
+        // already reached.
+        let value = unsafe { self.queue_list(list, waits) }?;
+        *last = value;
+        Ok(value)
+    }
 
-        let wait_values = [wait_value];
-        let wait_semaphores = [self.timeline];
-        let wait_stages =
-            [vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER];
+    /// Queues `list`'s command buffer behind `waits` (semaphore, value), signalling the
+    /// timeline's next value, which it returns; the caller records it as the list's `last`.
+    ///
+    /// # Safety
+    /// `list` belongs to this GPU and is not pending (its last submission was seen complete,
+    /// under its lock, which the caller holds until it records the returned value); every wait
+    /// is on a timeline value that was submitted earlier or that only the host signals, and
+    /// will be.
+    pub(crate) unsafe fn queue_list(
+        &self,
+        list: &CommandList,
+        waits: &[(vk::Semaphore, u64)],
+    ) -> Result<u64, VulkanError> {
+        let semaphores: Vec<vk::Semaphore> = waits.iter().map(|w| w.0).collect();
+        let wait_values: Vec<u64> = waits.iter().map(|w| w.1).collect();
+        let stages = vec![
+            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+            waits.len()
+        ];
         let cmds = [list.cmd];
-        let signal_semaphores = [self.timeline];
+        let signals = [self.timeline];
         let mut queue = self.queue.lock().expect("queue lock");
         let value = queue.next;
         let signal_values = [value];
-        let mut timeline_info =
-            vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&signal_values);
-        let mut submit = vk::SubmitInfo::default()
+        let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
+            .wait_semaphore_values(&wait_values)
+            .signal_semaphore_values(&signal_values);
+        let submit = vk::SubmitInfo::default()
+            .wait_semaphores(&semaphores)
+            .wait_dst_stage_mask(&stages)
             .command_buffers(&cmds)
-            .signal_semaphores(&signal_semaphores);
-        if wait_value > 0 {
-            timeline_info = timeline_info.wait_semaphore_values(&wait_values);
-            submit = submit
-                .wait_semaphores(&wait_semaphores)
-                .wait_dst_stage_mask(&wait_stages);
-        }
-        let submit = submit.push_next(&mut timeline_info);
+            .signal_semaphores(&signals)
+            .push_next(&mut timeline_info);
         // SAFETY: the queue is used under its lock; the command buffer is executable and not
-        // pending (checked above, under the list's lock, held until `last` is updated); it and
-        // every buffer it uses are kept alive by `list`, which waits for this value before it
-        // is destroyed; the wait value was submitted earlier (or already reached), the signal
-        // value is larger than any submitted before; all structs outlive the call.
+        // pending, and the waits will be signalled (the caller's contract); it and every buffer
+        // it uses are kept alive by the list, which waits for this value before it is
+        // destroyed; the signal value is larger than any submitted before; all structs outlive
+        // the call.
         unsafe {
             self.device
                 .queue_submit(queue.queue, &[submit], vk::Fence::null())
@@ -104,8 +125,6 @@ impl Gpu {
         }
         queue.next += 1;
         self.submitted.store(value, Ordering::Release);
-        drop(queue);
-        *last = value;
         Ok(value)
     }
 

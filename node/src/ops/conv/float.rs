@@ -32,29 +32,19 @@ pub trait Float:
     fn with_scratch<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R;
 
     /// One group of a small 1-D or 2-D convolution, bias included, by the direct kernel of
-    /// direct.rs; false, with `yb` untouched, where that kernel does not serve it.
+    /// direct.rs; false, with `yb` untouched, where that kernel does not serve it (always, for
+    /// the types it does not cover).
     fn direct_conv(
-        axes: &[Axis; 3],
-        cg: usize,
-        ocg: usize,
-        xg: &[Self],
-        wg: &[Self],
-        b: Option<&[Self]>,
-        yb: &mut [Self],
-    ) -> bool;
-}
-
-/// [`Float::direct_conv`] for the types the direct kernel does not cover (f64).
-fn no_direct<T>(
-    _: &[Axis; 3],
-    _: usize,
-    _: usize,
-    _: &[T],
-    _: &[T],
-    _: Option<&[T]>,
-    _: &mut [T],
-) -> bool {
-    false
+        _axes: &[Axis; 3],
+        _cg: usize,
+        _ocg: usize,
+        _xg: &[Self],
+        _wg: &[Self],
+        _b: Option<&[Self]>,
+        _yb: &mut [Self],
+    ) -> bool {
+        false
+    }
 }
 
 /// Scratch capacity (elements) kept between calls; a larger buffer is freed after use, so a
@@ -76,7 +66,7 @@ fn check_gemm(m: usize, k: usize, n: usize, a: usize, b: usize, c: usize, ldc: u
 }
 
 macro_rules! float {
-    ($t:ty, $direct:path) => {
+    ($t:ty $(, $direct:path)?) => {
         impl Float for $t {
             const LOWEST: Self = <$t>::MIN;
             fn from_f64(v: f64) -> Self {
@@ -123,23 +113,25 @@ macro_rules! float {
                     Err(_) => f(&mut Vec::new()),
                 })
             }
-            fn direct_conv(
-                axes: &[Axis; 3],
-                cg: usize,
-                ocg: usize,
-                xg: &[Self],
-                wg: &[Self],
-                b: Option<&[Self]>,
-                yb: &mut [Self],
-            ) -> bool {
-                $direct(axes, cg, ocg, xg, wg, b, yb)
-            }
+            $(
+                fn direct_conv(
+                    axes: &[Axis; 3],
+                    cg: usize,
+                    ocg: usize,
+                    xg: &[Self],
+                    wg: &[Self],
+                    b: Option<&[Self]>,
+                    yb: &mut [Self],
+                ) -> bool {
+                    $direct(axes, cg, ocg, xg, wg, b, yb)
+                }
+            )?
         }
     };
 }
 
 float!(f32, super::direct::conv);
-float!(f64, no_direct);
+float!(f64);
 
 #[cfg(test)]
 mod tests {
