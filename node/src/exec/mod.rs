@@ -51,6 +51,9 @@ pub struct Executable {
     /// Idle execution contexts; a run takes one, or makes one when all are busy.
     pool: Mutex<Vec<BTreeMap<usize, GpuContext>>>,
     summary: PlanSummary,
+    /// Per live op run on this node's CPU: its output types, worked out once rather than
+    /// cloned on every run (empty for the others).
+    cpu_out_types: Vec<Vec<ValueType>>,
 }
 
 fn plan_error(e: PlanError) -> Error {
@@ -141,6 +144,32 @@ impl Executable {
             let layout = GpuLayout::new(g.clone(), &graph, &spec, &on)?;
             layouts.insert(d, (layout, ops, exported, mine));
         }
+        let cpu_out_types = (0..spec.live.len())
+            .map(|p| {
+                let on_cpu = mine(p)
+                    && matches!(
+                        devices[plan.placement[p].index],
+                        Device::Cpu | Device::CpuFallback
+                    );
+                if !on_cpu {
+                    return Ok(Vec::new());
+                }
+                let node = spec.node(&graph, spec.live[p]);
+                node.outputs
+                    .iter()
+                    .map(|&o| {
+                        spec.types[o].clone().ok_or_else(|| Error::Node {
+                            node: node.name.clone(),
+                            op_type: node.op_type.clone(),
+                            message: format!(
+                                "output '{}' has no type after specialisation",
+                                graph.value_names[o]
+                            ),
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
         let exe = Executable {
             graph,
             spec,
@@ -150,6 +179,7 @@ impl Executable {
             layouts,
             pool: Mutex::new(Vec::new()),
             summary,
+            cpu_out_types,
         };
         // One context up front, so the first run pays no recording.
         let ctx = exe.new_context()?;

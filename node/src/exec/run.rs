@@ -24,7 +24,6 @@ use super::{Device, Executable, completion};
 use crate::device::vulkan::Gpu;
 use crate::error::{Error, Result};
 use crate::graph::ValueId;
-use crate::ops::ValueType;
 use crate::tensor::Tensor;
 
 /// Where a node's finished values go when other nodes need them. Called on the thread that
@@ -209,21 +208,15 @@ impl RunState {
 
     fn run_cpu_chunk(&self, c: usize) -> Result<()> {
         let exe = &self.exe;
+        // One argument list for the chunk, refilled per node: no allocation per node.
+        let mut args: Vec<Option<&Tensor>> = Vec::new();
         for &p in &exe.plan.chunks[c].ops {
             let node = exe.spec.node(&exe.graph, exe.spec.live[p]);
-            let args: Vec<Option<&Tensor>> = node
-                .inputs
-                .iter()
-                .map(|v| v.and_then(|v| self.value(v)))
-                .collect();
-            let out_types: Vec<ValueType> = node
-                .outputs
-                .iter()
-                .map(|&o| exe.spec.types[o].clone().expect("typed"))
-                .collect();
+            args.clear();
+            args.extend(node.inputs.iter().map(|v| v.and_then(|v| self.value(v))));
             let outs = node
                 .op
-                .run_cpu(&args, &out_types)
+                .run_cpu(&args, &exe.cpu_out_types[p])
                 .map_err(|e| Error::Node {
                     node: node.name.clone(),
                     op_type: node.op_type.clone(),

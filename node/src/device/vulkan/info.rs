@@ -230,10 +230,12 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
         f.queue_count > 0 && f.queue_flags.contains(vk::QueueFlags::COMPUTE)
     };
     // A compute-only family is the async-compute engine where one exists: nothing else runs
-    // on it, so it has the lowest latency.
+    // on it. `VKML_QUEUE=graphics` picks a graphics family instead, for measuring the two.
+    let graphics = |f: &vk::QueueFamilyProperties| f.queue_flags.contains(vk::QueueFlags::GRAPHICS);
+    let want_graphics = std::env::var("VKML_QUEUE").is_ok_and(|v| v.trim() == "graphics");
     let queue_family = families
         .iter()
-        .position(|f| compute(f) && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS))
+        .position(|f| compute(f) && graphics(f) == want_graphics)
         .or_else(|| families.iter().position(compute))
         .ok_or_else(|| format!("{name}: has no compute queue"))? as u32;
 

@@ -1,12 +1,19 @@
-//! Small 1-D and 2-D f32 convolutions computed directly, eight output channels to a vector.
+//! Small 1-D and 2-D f32 convolutions computed directly, eight outputs to a vector.
 //!
 //! im2col + matrixmultiply pays three copies of the input per call before its first
 //! multiply-add (the im2col rows, matrixmultiply's packing of them, and of the weights), and
 //! for the MNIST CNN those copies, the allocations behind them and the padded-width path's
-//! wasted columns cost as much as the arithmetic. Here the weights are regrouped so that one
-//! tap of eight consecutive output channels is one vector, and each output position
-//! broadcasts its input value against it: no im2col, every input read straight from the
-//! (padded) image, any stride or dilation.
+//! wasted columns cost as much as the arithmetic. Here every input is read straight from the
+//! (padded) image, at any stride or dilation, in one of two layouts ([`Variant`]):
+//! - by channels: one tap of eight consecutive output channels is one vector of regrouped
+//!   weights, and each output position broadcasts its input value against it. Good for many
+//!   taps (the stores, one scalar per channel, are few beside the arithmetic);
+//! - by columns: eight consecutive output columns of one channel are one vector, each tap's
+//!   inputs one load and its weight one broadcast. Good for few taps on wide rows (the MNIST
+//!   CNN's first layer: 25 taps, where the scalar stores had cost more than the arithmetic;
+//!   9.4 -> 5.9 us on one core of the 2-core VM).
+//!
+//! A cost model picks the cheaper for each shape.
 //!
 //! A baseline x86-64 build vectorises only to SSE2 without FMA, half the width of the AVX2
 //! kernels matrixmultiply picks at run time, which would lose to it; pulp's V3 token gives the
@@ -54,7 +61,24 @@ pub fn conv(
     b: Option<&[f32]>,
     yb: &mut [f32],
 ) -> bool {
-    if !applies(axes, cg, ocg) {
+    conv_as(axes, cg, ocg, xg, wg, b, yb, None)
+}
+
+/// [`conv`] by the given variant, or the cheaper one for `None`; false, touching nothing,
+/// where that variant does not serve the shape.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+pub fn conv_as(
+    axes: &[Axis; 3],
+    cg: usize,
+    ocg: usize,
+    xg: &[f32],
+    wg: &[f32],
+    b: Option<&[f32]>,
+    yb: &mut [f32],
+    forced: Option<Variant>,
+) -> bool {
+    if !applies(axes, cg, ocg) || (forced == Some(Variant::Columns) && axes[2].output < LANES) {
         return false;
     }
     let Some(simd) = pulp::x86::V3::try_new() else {
@@ -69,17 +93,76 @@ pub fn conv(
         row_step: ah.stride * (aw.input + aw.pad_begin + aw.pad_end).div_ceil(aw.stride),
     };
     let (x, offsets) = arrange(ah, aw, cg, xg);
-    let (w, bias) = pack(ocg, g.taps, wg, b);
-    let k = Kernel {
-        simd,
-        g: &g,
-        x: &x,
-        offsets: &offsets,
-        w: &w,
-        bias: &bias,
-    };
-    simd.vectorize(Run { k, y: yb });
+    match forced.unwrap_or_else(|| Variant::cheaper(&g)) {
+        Variant::Channels => {
+            let (w, bias) = pack(ocg, g.taps, wg, b);
+            let k = Kernel {
+                simd,
+                g: &g,
+                x: &x,
+                offsets: &offsets,
+                w: &w,
+                bias: &bias,
+            };
+            simd.vectorize(Run { k, y: yb });
+        }
+        Variant::Columns => {
+            let w = pack_columns(ocg, g.taps, wg);
+            let k = ColKernel {
+                simd,
+                g: &g,
+                x: &x,
+                offsets: &offsets,
+                w: &w,
+                bias: b,
+            };
+            simd.vectorize(ColRun { k, y: yb });
+        }
+    }
     true
+}
+
+/// The two ways [`conv`] puts outputs in vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// Eight output channels of one position: one broadcast input feeds eight channels, but
+    /// the results go out as scalar stores (the output is channel-major).
+    Channels,
+    /// Eight consecutive output columns of one channel: each tap's inputs are one unaligned
+    /// load and the results one vector store, but rows are covered in whole vectors (the last
+    /// overlapping the one before), and rows narrower than eight do not fit.
+    Columns,
+}
+
+impl Variant {
+    /// The variant with fewer instructions on the critical ports, counting a multiply-add as
+    /// one and a scalar store as two (it needs a lane extract first). The MNIST CNN's first
+    /// layer (one input channel, 25 taps, 28 columns) spends more on its stores than its
+    /// arithmetic by channels and goes by columns; its second (200 taps, 10 columns) by
+    /// channels.
+    fn cheaper(g: &Geom) -> Variant {
+        if g.ow < LANES {
+            return Variant::Channels;
+        }
+        let blocks = g.ocg.div_ceil(LANES);
+        let by_channels =
+            blocks * g.oh * covered(g.ow, width(g.ow, [7, 6, 5, 4])) * (g.taps + 2 * LANES);
+        let col_width = if g.ow >= 2 * LANES { 2 } else { 1 };
+        let by_columns =
+            g.ocg.div_ceil(COL_CHANNELS) * COL_CHANNELS * g.oh * covered(g.ow, col_width * LANES)
+                / LANES
+                * g.taps;
+        if by_columns < by_channels {
+            Variant::Columns
+        } else {
+            Variant::Channels
+        }
+    }
+}
+
+/// Positions computed for a row of `ow` in tiles of `r` (the last overlapping the one before).
+fn covered(ow: usize, r: usize) -> usize {
+    ow.div_ceil(r) * r
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -291,4 +374,106 @@ fn tile<const OB: usize, const R: usize>(
         }
     }
     acc
+}
+
+/// Channels per column tile: 4 channels by 2 vectors make 8 accumulators, with 2 input vectors
+/// and a broadcast weight in registers; six loads per eight multiply-adds.
+const COL_CHANNELS: usize = 4;
+
+/// The weights for [`Variant::Columns`]: blocks of four channels, tap-major within a block
+/// (element `block * taps + tap` holds that tap of the block's channels), so a tile walks one
+/// flat list; channels past `ocg` in the last block are zero and never stored.
+fn pack_columns(ocg: usize, taps: usize, wg: &[f32]) -> Vec<[f32; COL_CHANNELS]> {
+    let blocks = ocg.div_ceil(COL_CHANNELS);
+    let mut w = vec![[0.0; COL_CHANNELS]; blocks * taps];
+    for (oc, wo) in wg.chunks_exact(taps).take(ocg).enumerate() {
+        let (block, lane) = (oc / COL_CHANNELS, oc % COL_CHANNELS);
+        for (dst, &v) in w[block * taps..][..taps].iter_mut().zip(wo) {
+            dst[lane] = v;
+        }
+    }
+    w
+}
+
+/// The whole group by columns ([`Variant::Columns`]), inside pulp's AVX2 + FMA context.
+#[cfg(target_arch = "x86_64")]
+struct ColRun<'a> {
+    k: ColKernel<'a>,
+    y: &'a mut [f32],
+}
+
+/// What the column tiles read: the arranged input, each tap's offset in it, the weights as
+/// [`pack_columns`] lays them out, and the bias.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct ColKernel<'a> {
+    simd: pulp::x86::V3,
+    g: &'a Geom,
+    x: &'a [f32],
+    offsets: &'a [usize],
+    w: &'a [[f32; COL_CHANNELS]],
+    bias: Option<&'a [f32]>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl pulp::NullaryFnOnce for ColRun<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let ColRun { k, y } = self;
+        for block in 0..k.g.ocg.div_ceil(COL_CHANNELS) {
+            if k.g.ow >= 2 * LANES {
+                col_rows::<2>(k, y, block);
+            } else {
+                col_rows::<1>(k, y, block);
+            }
+        }
+    }
+}
+
+/// Every output row of channel block `block`, in tiles of `V` vectors of consecutive columns
+/// (`V * 8 <= ow`), the last tile of a row overlapping the one before.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn col_rows<const V: usize>(k: ColKernel<'_>, y: &mut [f32], block: usize) {
+    let (simd, g) = (k.simd, k.g);
+    let (out_plane, span) = (g.oh * g.ow, V * LANES);
+    let oc0 = block * COL_CHANNELS;
+    let channels = (g.ocg - oc0).min(COL_CHANNELS);
+    let w = &k.w[block * g.taps..][..g.taps];
+    let mut bias = [0.0; COL_CHANNELS];
+    if let Some(b) = k.bias {
+        bias[..channels].copy_from_slice(&b[oc0..oc0 + channels]);
+    }
+    for oh in 0..g.oh {
+        let mut next = 0;
+        while next < g.ow {
+            let ow0 = next.min(g.ow - span);
+            let mut acc: [[pulp::f32x8; V]; COL_CHANNELS] =
+                std::array::from_fn(|o| [simd.splat_f32x8(bias[o]); V]);
+            let x = &k.x[oh * g.row_step + ow0..];
+            for (&off, wt) in k.offsets.iter().zip(w) {
+                let xv: [pulp::f32x8; V] = std::array::from_fn(|v| {
+                    let Some(xs) = x[off + v * LANES..].first_chunk::<LANES>() else {
+                        unreachable!("a tap reads past the arranged input");
+                    };
+                    pulp::cast(*xs)
+                });
+                for (row, &wo) in acc.iter_mut().zip(wt) {
+                    let wv = simd.splat_f32x8(wo);
+                    for (a, &xs) in row.iter_mut().zip(&xv) {
+                        *a = simd.mul_add_f32x8(xs, wv, *a);
+                    }
+                }
+            }
+            for (o, vs) in acc.iter().enumerate().take(channels) {
+                let at = (oc0 + o) * out_plane + oh * g.ow + ow0;
+                for (dst, v) in y[at..at + span].chunks_exact_mut(LANES).zip(vs) {
+                    dst.copy_from_slice(&pulp::cast::<_, [f32; LANES]>(*v));
+                }
+            }
+            next += span;
+        }
+    }
 }

@@ -4,7 +4,7 @@
 //! last tile overlaps the one before, strides, dilations, asymmetric pads, 1-D; then through
 //! the operator with batches and groups, against the reference in tests.rs.
 
-use super::direct::{applies, conv};
+use super::direct::{Variant, applies, conv, conv_as};
 use super::geometry::Axis;
 use super::tests::{Case, data, reference_check};
 use super::testutil::Rng;
@@ -84,6 +84,10 @@ fn direct_kernel_matches_the_definition() {
         // 1-D (the row axis is the unit axis), a last tile overlapping the one before.
         (3, 16, unit, (23, 4, 1, 1, 2, 1)),
         (5, 8, unit, (40, 3, 2, 3, 0, 4)),
+        // Rows of 8 to 15 columns (one-vector column tiles) and a partial block of four
+        // channels; stride 2 along the row.
+        (2, 10, (6, 3, 1, 1, 1, 1), (12, 3, 1, 1, 1, 1)),
+        (1, 9, (5, 3, 1, 1, 0, 0), (33, 3, 2, 1, 1, 1)),
     ];
     let mut rng = Rng::new(7);
     for &(cg, ocg, h, wspec) in cases {
@@ -101,18 +105,33 @@ fn direct_kernel_matches_the_definition() {
             .map(|&v| v as f32)
             .collect();
         let b: Vec<f32> = rng.values(ocg).iter().map(|&v| v as f32).collect();
-        for bias in [None, Some(&b[..])] {
+        // The variant the cost model picks, then each one forced (by columns only where a
+        // row holds a whole vector).
+        let variants = [None, Some(Variant::Channels), Some(Variant::Columns)];
+        for (bias, variant) in [None, Some(&b[..])]
+            .into_iter()
+            .flat_map(|b| variants.map(|v| (b, v)))
+        {
             let want = naive(&ah, &aw, cg, ocg, &x, &w, bias);
             let mut y = vec![f32::NAN; want.len()];
-            assert_eq!(conv(&axes, cg, ocg, &x, &w, bias, &mut y), avx2);
-            if !avx2 {
+            let serves = avx2 && (variant != Some(Variant::Columns) || aw.output >= 8);
+            assert_eq!(
+                conv_as(&axes, cg, ocg, &x, &w, bias, &mut y, variant),
+                serves
+            );
+            if !serves {
+                assert!(
+                    y.iter().all(|v| v.is_nan()),
+                    "a declined call leaves y alone"
+                );
                 continue;
             }
             let taps = (cg * ah.kernel * aw.kernel) as f64;
             for (i, (&got, &want)) in y.iter().zip(&want).enumerate() {
                 assert!(
                     (got as f64 - want).abs() <= 1e-6 * (1.0 + taps),
-                    "cg {cg} ocg {ocg} {ah:?} {aw:?} bias {}: y[{i}] = {got}, want {want}",
+                    "cg {cg} ocg {ocg} {ah:?} {aw:?} bias {} {variant:?}: y[{i}] = {got}, \
+                     want {want}",
                     bias.is_some()
                 );
             }

@@ -45,6 +45,22 @@ pub trait Float:
     ) -> bool {
         false
     }
+
+    /// The interior columns `cols` of every output row of one plane of a 2-D max pool whose
+    /// windows are two columns wide at column stride 2, by the vector kernel of pool/pairs.rs
+    /// (which documents the arguments). False, with `yp` untouched, where that kernel does not
+    /// serve it.
+    fn max_pairs(
+        _rows: &[(usize, usize)],
+        _xp: &[Self],
+        _iw: usize,
+        _yp: &mut [Self],
+        _width: usize,
+        _cols: std::ops::Range<usize>,
+        _c0: usize,
+    ) -> bool {
+        false
+    }
 }
 
 /// Scratch capacity (elements) kept between calls; a larger buffer is freed after use, so a
@@ -66,7 +82,7 @@ fn check_gemm(m: usize, k: usize, n: usize, a: usize, b: usize, c: usize, ldc: u
 }
 
 macro_rules! float {
-    ($t:ty $(, $direct:path)?) => {
+    ($t:ty $(, $direct:path, $pairs:path)?) => {
         impl Float for $t {
             const LOWEST: Self = <$t>::MIN;
             fn from_f64(v: f64) -> Self {
@@ -125,12 +141,23 @@ macro_rules! float {
                 ) -> bool {
                     $direct(axes, cg, ocg, xg, wg, b, yb)
                 }
+                fn max_pairs(
+                    rows: &[(usize, usize)],
+                    xp: &[Self],
+                    iw: usize,
+                    yp: &mut [Self],
+                    width: usize,
+                    cols: std::ops::Range<usize>,
+                    c0: usize,
+                ) -> bool {
+                    $pairs(rows, xp, iw, yp, width, cols, c0)
+                }
             )?
         }
     };
 }
 
-float!(f32, super::direct::conv);
+float!(f32, super::direct::conv, crate::ops::pool::max_pairs);
 float!(f64);
 
 #[cfg(test)]

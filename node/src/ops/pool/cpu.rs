@@ -152,7 +152,11 @@ impl Window2d {
 fn max_plane_2d<T: Float>(win: &Window2d, xp: &[T], yp: &mut [T]) {
     let (iw, kw, cols) = (win.iw, win.kw, &win.cols);
     let (lo, hi) = win.interior;
-    for (yrow, &(r0, r1)) in yp.chunks_mut(cols.len().max(1)).zip(&win.rows) {
+    let width = cols.len().max(1);
+    let interior_done = (kw, win.stride) == (2, 2)
+        && lo < hi
+        && T::max_pairs(&win.rows, xp, iw, yp, width, lo..hi, cols[lo].0);
+    for (yrow, &(r0, r1)) in yp.chunks_mut(width).zip(&win.rows) {
         if r0 >= r1 {
             yrow.fill(T::LOWEST);
             continue;
@@ -183,6 +187,7 @@ fn max_plane_2d<T: Float>(win: &Window2d, xp: &[T], yp: &mut [T]) {
             match (kw, s) {
                 // Windows side by side along the row (the usual 2x2 / 3x3 at their own
                 // stride): one fixed-size chunk per output, fully unrolled.
+                (2, 2) if interior_done => {}
                 (2, 2) => rows_side_by_side::<T, 2>(mid, rows, c0),
                 (3, 3) => rows_side_by_side::<T, 3>(mid, rows, c0),
                 _ => {

@@ -46,6 +46,14 @@ fn direct_2d_path_matches_the_general_path() {
             false,
         ),
         (&[10, 10], &[2, 2], &[2, 2], &[0, 0, 0, 0], false),
+        // 2x2 stride 2 rows of 4, 7, 8, 9 and 17 windows (the vector kernel's one block, its
+        // overlapping last block at both widths), with border columns and rows around them,
+        // ceil_mode, and three-row windows.
+        (&[6, 8], &[2, 2], &[2, 2], &[0, 0, 0, 0], false),
+        (&[5, 14], &[2, 2], &[2, 2], &[0, 0, 0, 0], true),
+        (&[4, 16], &[2, 2], &[2, 2], &[0, 0, 0, 0], false),
+        (&[7, 19], &[2, 2], &[2, 2], &[1, 1, 1, 1], true),
+        (&[9, 34], &[3, 2], &[2, 2], &[1, 0, 0, 0], true),
         // Pads on each side in turn, odd sizes, stride 2, ceil_mode's partial last window.
         (&[5, 7], &[3, 3], &[2, 2], &[1, 0, 0, 0], true),
         (&[5, 7], &[3, 3], &[2, 2], &[0, 1, 0, 0], true),
@@ -68,10 +76,12 @@ fn direct_2d_path_matches_the_general_path() {
         };
         let s = shape(&w, 2, 3);
         let len = 6 * input.iter().product::<usize>();
-        // Few distinct values make ties common; some NaNs, sometimes at a window's first tap.
+        // Few distinct values make ties common, of +0 and -0 too; some NaNs, sometimes at a
+        // window's first tap.
         let x: Vec<f32> = (0..len)
-            .map(|_| match rng.range(0, 9) {
+            .map(|_| match rng.range(0, 11) {
                 0 => f32::NAN,
+                9 => -0.0,
                 v => v as f32 - 4.0,
             })
             .collect();

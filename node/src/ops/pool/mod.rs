@@ -13,8 +13,11 @@ mod fast_tests;
 mod gpu;
 #[cfg(test)]
 mod gpu_tests;
+mod pairs;
 #[cfg(test)]
 mod tests;
+
+pub(super) use pairs::max_pairs;
 
 use super::conv::geometry::{Axis, WindowAttrs};
 use super::conv::{FLOAT_DTYPES, Float};
