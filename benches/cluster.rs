@@ -224,6 +224,7 @@ fn measure_local(model: &Path, device: &str, secs: f64) -> Row {
         SessionOptions {
             devices: sel,
             device_memory_limit: None,
+            profile: false,
         },
     )
     .unwrap();

@@ -244,6 +244,61 @@ fn repeat_prints_a_latency_summary() {
 }
 
 #[test]
+fn profile_lists_every_cpu_node_once_with_its_run_count() {
+    let out = out_dir("profile");
+    let model = fixture_str("mnist_cnn/model.onnx");
+    let data = fixture_str("mnist_cnn/test_data_set_0");
+    let out_s = out.to_string_lossy().into_owned();
+    let args = [
+        "run",
+        &model,
+        "--test-data",
+        &data,
+        "--output-dir",
+        &out_s,
+        "--device",
+        "cpu",
+        "--repeat",
+        "4",
+        "--profile",
+    ];
+    let output = vkml_node(&args);
+    assert_success(&args, &output);
+    let (stdout, _) = text(&output);
+    assert!(
+        stdout.contains("profile of the CPU ops over 4 runs"),
+        "no profile header in:\n{stdout}"
+    );
+    // Every compute node of the model (generate_models.py names them) has one row, with
+    // its op type, and the shares add up to about 100%.
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter(|l| l.trim_end().ends_with('%'))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    for (node, op) in [
+        ("conv1", "Conv"),
+        ("pool1", "MaxPool"),
+        ("conv2", "Conv"),
+        ("fc1", "Gemm"),
+        ("fc2", "Gemm"),
+    ] {
+        let found: Vec<_> = rows.iter().filter(|r| r[0] == node).collect();
+        assert_eq!(found.len(), 1, "{node} in:\n{stdout}");
+        assert_eq!(found[0][1], op, "{stdout}");
+    }
+    let share: f64 = rows
+        .iter()
+        .map(|r| r[r.len() - 1].trim_end_matches('%').parse::<f64>().unwrap())
+        .sum();
+    assert!(
+        (share - 100.0).abs() < 1.0,
+        "shares add up to {share}:\n{stdout}"
+    );
+    check_npy_outputs(&out, &common::data_sets("mnist_cnn")[0].outputs);
+}
+
+#[test]
 fn missing_model_fails_cleanly() {
     let model = fixture_str("no_such_model.onnx");
     let err = assert_clean_failure(&["run", &model, "--device", "cpu"]);

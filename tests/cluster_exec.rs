@@ -98,6 +98,7 @@ fn split_matches_single_node(test: &str, model_path: &Path, data: &Path) {
         SessionOptions {
             devices: DeviceSelection::Cpu,
             device_memory_limit: None,
+            profile: false,
         },
     )
     .unwrap();

@@ -24,5 +24,6 @@ pub mod session;
 pub mod tensor;
 
 pub use error::Error;
+pub use exec::NodeTime;
 pub use session::{DeviceSelection, Session, SessionOptions};
 pub use tensor::{DType, Tensor};

@@ -55,6 +55,10 @@ enum Command {
         /// Cap every device's memory budget, in bytes.
         #[arg(long, value_name = "BYTES")]
         device_memory_limit: Option<u64>,
+        /// After the runs, print the median and p90 time of every op run on the CPU (ops on a
+        /// GPU run as whole command buffers and are not timed one by one).
+        #[arg(long)]
+        profile: bool,
     },
     /// List the Vulkan devices and the CPU, with memory budgets and features.
     Devices,
@@ -115,12 +119,14 @@ fn real_main(cli: Cli) -> Result<()> {
             device,
             repeat,
             device_memory_limit,
+            profile,
         } => {
             let session = Session::load(
                 &model,
                 SessionOptions {
                     devices: device,
                     device_memory_limit,
+                    profile,
                 },
             )
             .with_context(|| format!("cannot load {}", model.display()))?;
@@ -170,8 +176,45 @@ fn real_main(cli: Cli) -> Result<()> {
                     times[times.len() - 1]
                 );
             }
+            if profile {
+                print_profile(&session.profile());
+            }
             Ok(())
         }
+    }
+}
+
+/// The `--profile` table: one row per CPU node, its share of the CPU ops' summed medians.
+fn print_profile(times: &[vkml::NodeTime]) {
+    if times.is_empty() {
+        println!("profile: no op ran on the CPU (--profile times CPU ops only)");
+        return;
+    }
+    let total: f64 = times.iter().map(|t| t.median_us).sum();
+    let width = times.iter().map(|t| t.node.len()).max().unwrap_or(4).max(4);
+    let op_width = times
+        .iter()
+        .map(|t| t.op_type.len())
+        .max()
+        .unwrap_or(2)
+        .max(2);
+    println!(
+        "profile of the CPU ops over {} runs (sum of medians {total:.1} us):",
+        times[0].runs
+    );
+    println!(
+        "  {:<width$}  {:<op_width$}  {:>10}  {:>10}  {:>6}",
+        "node", "op", "median us", "p90 us", "share"
+    );
+    for t in times {
+        println!(
+            "  {:<width$}  {:<op_width$}  {:>10.2}  {:>10.2}  {:>5.1}%",
+            t.node,
+            t.op_type,
+            t.median_us,
+            t.p90_us,
+            100.0 * t.median_us / total.max(f64::MIN_POSITIVE)
+        );
     }
 }
 

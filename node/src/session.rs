@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::device::vulkan::Vulkan;
 use crate::error::{Error, Result};
-use crate::exec::{Device, Executable};
-use crate::graph::{Graph, SpecializeError};
+use crate::exec::{Device, Executable, NodeTime};
+use crate::graph::{Graph, SpecializeError, Specialized};
 use crate::model::{Dim, ValueDef};
 use crate::ops::{OpError, ValueType};
 use crate::tensor::Tensor;
@@ -60,6 +60,8 @@ pub struct SessionOptions {
     pub devices: DeviceSelection,
     /// Caps every device's memory budget (bytes), to force a model to split across devices.
     pub device_memory_limit: Option<u64>,
+    /// Time every op run on the CPU (see [`Session::profile`]).
+    pub profile: bool,
 }
 
 /// Where the ops of one plan ran: op count per device name, and the edges between devices.
@@ -90,6 +92,9 @@ pub struct Session {
     /// Graph inputs (indices) whose values shape the plan, learned as rules ask for them.
     value_inputs: Mutex<BTreeSet<usize>>,
     plans: Mutex<PlanCache<Arc<Executable>>>,
+    profile: bool,
+    /// Every plan made while profiling, so their times outlive the plan cache.
+    profiled: Mutex<Vec<Arc<Executable>>>,
 }
 
 impl Session {
@@ -103,6 +108,8 @@ impl Session {
             limit: options.device_memory_limit,
             value_inputs: Mutex::new(BTreeSet::new()),
             plans: Mutex::new(PlanCache::new(MAX_PLANS)),
+            profile: options.profile,
+            profiled: Mutex::new(Vec::new()),
         };
         session.check_at_load()?;
         Ok(session)
@@ -132,12 +139,7 @@ impl Session {
         }
         match self.graph.specialize_for(&types, &[], self.has_gpu()) {
             Ok(spec) if is_static => {
-                let exe = Arc::new(Executable::new(
-                    self.graph.clone(),
-                    spec,
-                    self.devices.clone(),
-                    self.limit,
-                )?);
+                let exe = self.new_executable(spec)?;
                 let key = PlanKey {
                     types,
                     values: Vec::new(),
@@ -163,6 +165,28 @@ impl Session {
             // Size 1 was only a guess; the real sizes come with the first run.
             Err(_) => Ok(()),
         }
+    }
+
+    fn new_executable(&self, spec: Specialized) -> Result<Arc<Executable>> {
+        let exe = Arc::new(Executable::new(
+            self.graph.clone(),
+            spec,
+            self.devices.clone(),
+            self.limit,
+        )?);
+        if self.profile {
+            exe.enable_profiling();
+            self.profiled.lock().expect("profiled").push(exe.clone());
+        }
+        Ok(exe)
+    }
+
+    /// With [`SessionOptions::profile`], the median and 90th-percentile time of every op run
+    /// on the CPU so far, in plan order (nodes of plans for other input shapes after those of
+    /// the first); empty otherwise. Ops on a GPU are not timed one by one.
+    pub fn profile(&self) -> Vec<NodeTime> {
+        let profiled = self.profiled.lock().expect("profiled");
+        profiled.iter().flat_map(|e| e.profile()).collect()
     }
 
     fn has_gpu(&self) -> bool {
@@ -199,12 +223,7 @@ impl Session {
                 .collect();
             match self.graph.specialize_for(&types, &known, self.has_gpu()) {
                 Ok(spec) => {
-                    let exe = Arc::new(Executable::new(
-                        self.graph.clone(),
-                        spec,
-                        self.devices.clone(),
-                        self.limit,
-                    )?);
+                    let exe = self.new_executable(spec)?;
                     self.plans.lock().expect("plans").insert(key, exe.clone());
                     return Ok(exe);
                 }

@@ -278,6 +278,7 @@ fn run_test_in(test: &Path, outline: &ModelOutline, backend: Backend) -> Outcome
     let options = SessionOptions {
         devices: backend.devices(),
         device_memory_limit: None,
+        profile: false,
     };
     let load = || Session::load(test.join("model.onnx"), options.clone());
     // The data is decoded first, whatever the model: reading every value as declared is part

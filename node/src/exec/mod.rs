@@ -6,6 +6,7 @@ mod arena;
 mod completion;
 mod gpu;
 mod plan;
+mod profile;
 mod run;
 mod topology;
 
@@ -13,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 pub use plan::{Device, Kernels, LOCAL_NODE, cost_graph, cpu_memory, inventory};
+pub use profile::NodeTime;
 pub use run::{RemoteHooks, RunLink};
 use topology::Topology;
 use vkml_planner::{LinkCosts, Plan, PlanError};
@@ -54,6 +56,8 @@ pub struct Executable {
     /// Per live op run on this node's CPU: its output types, worked out once rather than
     /// cloned on every run (empty for the others).
     cpu_out_types: Vec<Vec<ValueType>>,
+    /// Per-node times of its CPU ops, when profiling is on.
+    profile: profile::Profile,
 }
 
 fn plan_error(e: PlanError) -> Error {
@@ -180,11 +184,25 @@ impl Executable {
             pool: Mutex::new(Vec::new()),
             summary,
             cpu_out_types,
+            profile: profile::Profile::default(),
         };
         // One context up front, so the first run pays no recording.
         let ctx = exe.new_context()?;
         exe.pool.lock().expect("pool").push(ctx);
         Ok(exe)
+    }
+
+    /// Times every op this node runs on its CPU from now on (see exec/profile.rs).
+    pub fn enable_profiling(&self) {
+        self.profile.enable();
+    }
+
+    /// The times of the CPU ops profiled so far, in plan order.
+    pub fn profile(&self) -> Vec<NodeTime> {
+        self.profile.report(|p| {
+            let node = self.spec.node(&self.graph, self.spec.live[p]);
+            (node.name.clone(), node.op_type.clone())
+        })
     }
 
     pub fn summary(&self) -> &PlanSummary {

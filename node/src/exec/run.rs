@@ -210,10 +210,13 @@ impl RunState {
         let exe = &self.exe;
         // One argument list for the chunk, refilled per node: no allocation per node.
         let mut args: Vec<Option<&Tensor>> = Vec::new();
+        let mut times = Vec::new();
+        let profiling = exe.profile.is_on();
         for &p in &exe.plan.chunks[c].ops {
             let node = exe.spec.node(&exe.graph, exe.spec.live[p]);
             args.clear();
             args.extend(node.inputs.iter().map(|v| v.and_then(|v| self.value(v))));
+            let start = profiling.then(Instant::now);
             let outs = node
                 .op
                 .run_cpu(&args, &exe.cpu_out_types[p])
@@ -222,9 +225,15 @@ impl RunState {
                     op_type: node.op_type.clone(),
                     message: e.to_string(),
                 })?;
+            if let Some(start) = start {
+                times.push((p, start.elapsed().as_nanos() as u64));
+            }
             for (&o, t) in node.outputs.iter().zip(outs) {
                 let _ = self.host[o].set(t);
             }
+        }
+        if profiling {
+            exe.profile.record(&times);
         }
         Ok(())
     }
