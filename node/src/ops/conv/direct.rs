@@ -24,8 +24,12 @@ use std::borrow::Cow;
 
 use super::geometry::Axis;
 
-/// Output channels per vector.
+/// Output channels (by channels) or columns (by columns) per vector.
 const LANES: usize = 8;
+
+/// Channels per column tile: 4 channels by 2 vectors make 8 accumulators, with 2 input vectors
+/// and a broadcast weight in registers; six loads per eight multiply-adds.
+const COL_CHANNELS: usize = 4;
 
 /// The most multiply-adds per group this path takes: about 100 us on one core. Past that the
 /// GEMM's cache blocking and threads are worth its copies.
@@ -95,7 +99,7 @@ pub fn conv_as(
     let (x, offsets) = arrange(ah, aw, cg, xg);
     match forced.unwrap_or_else(|| Variant::cheaper(&g)) {
         Variant::Channels => {
-            let (w, bias) = pack(ocg, g.taps, wg, b);
+            let (w, bias) = pack::<LANES>(ocg, g.taps, wg, b);
             let k = Kernel {
                 simd,
                 g: &g,
@@ -107,14 +111,14 @@ pub fn conv_as(
             simd.vectorize(Run { k, y: yb });
         }
         Variant::Columns => {
-            let w = pack_columns(ocg, g.taps, wg);
-            let k = ColKernel {
+            let (w, bias) = pack::<COL_CHANNELS>(ocg, g.taps, wg, b);
+            let k = Kernel {
                 simd,
                 g: &g,
                 x: &x,
                 offsets: &offsets,
                 w: &w,
-                bias: b,
+                bias: &bias,
             };
             simd.vectorize(ColRun { k, y: yb });
         }
@@ -229,20 +233,21 @@ fn arrange<'a>(ah: &Axis, aw: &Axis, cg: usize, xg: &'a [f32]) -> (Cow<'a, [f32]
     (x, offsets)
 }
 
-/// The weights as blocks of eight output channels, tap-major within a block (element
-/// `block * taps + tap` holds that tap of the block's channels), and the bias likewise;
-/// channels past `ocg` in the last block are zero and never stored.
-fn pack(
+/// The weights as blocks of `N` output channels (eight by channels, [`COL_CHANNELS`] by
+/// columns), tap-major within a block (element `block * taps + tap` holds that tap of the
+/// block's channels), so a tile walks one flat list; the bias likewise. Channels past `ocg`
+/// in the last block are zero and never stored.
+fn pack<const N: usize>(
     ocg: usize,
     taps: usize,
     wg: &[f32],
     b: Option<&[f32]>,
-) -> (Vec<[f32; LANES]>, Vec<[f32; LANES]>) {
-    let blocks = ocg.div_ceil(LANES);
-    let mut w = vec![[0.0; LANES]; blocks * taps];
-    let mut bias = vec![[0.0; LANES]; blocks];
+) -> (Vec<[f32; N]>, Vec<[f32; N]>) {
+    let blocks = ocg.div_ceil(N);
+    let mut w = vec![[0.0; N]; blocks * taps];
+    let mut bias = vec![[0.0; N]; blocks];
     for (oc, wo) in wg.chunks_exact(taps).take(ocg).enumerate() {
-        let (block, lane) = (oc / LANES, oc % LANES);
+        let (block, lane) = (oc / N, oc % N);
         for (dst, &v) in w[block * taps..][..taps].iter_mut().zip(wo) {
             dst[lane] = v;
         }
@@ -253,23 +258,24 @@ fn pack(
     (w, bias)
 }
 
-/// The whole group, inside pulp's AVX2 + FMA context.
+/// The whole group by channels ([`Variant::Channels`]), inside pulp's AVX2 + FMA context.
 #[cfg(target_arch = "x86_64")]
 struct Run<'a> {
-    k: Kernel<'a>,
+    k: Kernel<'a, LANES>,
     y: &'a mut [f32],
 }
 
-/// What the tiles read.
+/// What the tiles of either variant read: the arranged input, each tap's offset in it, and
+/// the weights and bias as [`pack`] lays them out in blocks of `N` channels.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
-struct Kernel<'a> {
+struct Kernel<'a, const N: usize> {
     simd: pulp::x86::V3,
     g: &'a Geom,
     x: &'a [f32],
     offsets: &'a [usize],
-    w: &'a [[f32; LANES]],
-    bias: &'a [[f32; LANES]],
+    w: &'a [[f32; N]],
+    bias: &'a [[f32; N]],
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -316,7 +322,7 @@ fn width(ow: usize, candidates: [usize; 4]) -> usize {
 /// Every output row of blocks `b0..b0 + OB`, in tiles of `R` positions (`R <= ow`).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn rows<const OB: usize, const R: usize>(k: Kernel<'_>, y: &mut [f32], b0: usize) {
+fn rows<const OB: usize, const R: usize>(k: Kernel<'_, LANES>, y: &mut [f32], b0: usize) {
     let g = k.g;
     let out_plane = g.oh * g.ow;
     for oh in 0..g.oh {
@@ -348,7 +354,7 @@ fn rows<const OB: usize, const R: usize>(k: Kernel<'_>, y: &mut [f32], b0: usize
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn tile<const OB: usize, const R: usize>(
-    k: Kernel<'_>,
+    k: Kernel<'_, LANES>,
     b0: usize,
     base: usize,
 ) -> [[pulp::f32x8; R]; OB] {
@@ -376,43 +382,11 @@ fn tile<const OB: usize, const R: usize>(
     acc
 }
 
-/// Channels per column tile: 4 channels by 2 vectors make 8 accumulators, with 2 input vectors
-/// and a broadcast weight in registers; six loads per eight multiply-adds.
-const COL_CHANNELS: usize = 4;
-
-/// The weights for [`Variant::Columns`]: blocks of four channels, tap-major within a block
-/// (element `block * taps + tap` holds that tap of the block's channels), so a tile walks one
-/// flat list; channels past `ocg` in the last block are zero and never stored.
-fn pack_columns(ocg: usize, taps: usize, wg: &[f32]) -> Vec<[f32; COL_CHANNELS]> {
-    let blocks = ocg.div_ceil(COL_CHANNELS);
-    let mut w = vec![[0.0; COL_CHANNELS]; blocks * taps];
-    for (oc, wo) in wg.chunks_exact(taps).take(ocg).enumerate() {
-        let (block, lane) = (oc / COL_CHANNELS, oc % COL_CHANNELS);
-        for (dst, &v) in w[block * taps..][..taps].iter_mut().zip(wo) {
-            dst[lane] = v;
-        }
-    }
-    w
-}
-
 /// The whole group by columns ([`Variant::Columns`]), inside pulp's AVX2 + FMA context.
 #[cfg(target_arch = "x86_64")]
 struct ColRun<'a> {
-    k: ColKernel<'a>,
+    k: Kernel<'a, COL_CHANNELS>,
     y: &'a mut [f32],
-}
-
-/// What the column tiles read: the arranged input, each tap's offset in it, the weights as
-/// [`pack_columns`] lays them out, and the bias.
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct ColKernel<'a> {
-    simd: pulp::x86::V3,
-    g: &'a Geom,
-    x: &'a [f32],
-    offsets: &'a [usize],
-    w: &'a [[f32; COL_CHANNELS]],
-    bias: Option<&'a [f32]>,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -436,16 +410,13 @@ impl pulp::NullaryFnOnce for ColRun<'_> {
 /// (`V * 8 <= ow`), the last tile of a row overlapping the one before.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn col_rows<const V: usize>(k: ColKernel<'_>, y: &mut [f32], block: usize) {
+fn col_rows<const V: usize>(k: Kernel<'_, COL_CHANNELS>, y: &mut [f32], block: usize) {
     let (simd, g) = (k.simd, k.g);
     let (out_plane, span) = (g.oh * g.ow, V * LANES);
     let oc0 = block * COL_CHANNELS;
     let channels = (g.ocg - oc0).min(COL_CHANNELS);
     let w = &k.w[block * g.taps..][..g.taps];
-    let mut bias = [0.0; COL_CHANNELS];
-    if let Some(b) = k.bias {
-        bias[..channels].copy_from_slice(&b[oc0..oc0 + channels]);
-    }
+    let bias = k.bias[block];
     for oh in 0..g.oh {
         let mut next = 0;
         while next < g.ow {

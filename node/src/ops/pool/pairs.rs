@@ -91,39 +91,41 @@ impl pulp::NullaryFnOnce for Plane<'_> {
             }
             let mid = &mut yp[i * width..][cols.clone()];
             let inputs = |r: usize, j: usize| &xp[r * iw + c0 + 2 * j..];
-            let mut j = 0;
-            // The last block overlaps the one before rather than running short: its outputs
-            // are recomputed from the same inputs, to the same values.
             if n >= 8 {
-                while j < n {
-                    let j0 = j.min(n - 8);
-                    let best = (r0..r1).fold(None, |best, r| {
-                        let Some(x) = inputs(r, j0).first_chunk::<16>() else {
-                            unreachable!("a pool window reads past its row");
-                        };
-                        Some(max8(simd, best, x))
-                    });
-                    if let Some(best) = best {
-                        mid[j0..j0 + 8].copy_from_slice(&best);
-                    }
-                    j += 8;
-                }
+                blocks::<8, 16>(mid, r0..r1, inputs, |best, x| max8(simd, best, x));
             } else {
-                while j < n {
-                    let j0 = j.min(n - 4);
-                    let best = (r0..r1).fold(None, |best, r| {
-                        let Some(x) = inputs(r, j0).first_chunk::<8>() else {
-                            unreachable!("a pool window reads past its row");
-                        };
-                        Some(max4(simd, best, x))
-                    });
-                    if let Some(best) = best {
-                        mid[j0..j0 + 4].copy_from_slice(&best);
-                    }
-                    j += 4;
-                }
+                blocks::<4, 8>(mid, r0..r1, inputs, |best, x| max4(simd, best, x));
             }
         }
+    }
+}
+
+/// `mid` (at least `B` outputs) in blocks of `B` windows, each block folding `step` over the
+/// window rows `rows`, reading the `I = 2B` inputs from `inputs(row, first window)`. The last
+/// block overlaps the one before rather than running short: its outputs are recomputed from
+/// the same inputs, to the same values.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn blocks<'a, const B: usize, const I: usize>(
+    mid: &mut [f32],
+    rows: Range<usize>,
+    inputs: impl Fn(usize, usize) -> &'a [f32],
+    step: impl Fn(Option<[f32; B]>, &[f32; I]) -> [f32; B],
+) {
+    let n = mid.len();
+    let mut j = 0;
+    while j < n {
+        let j0 = j.min(n - B);
+        let best = rows.clone().fold(None, |best, r| {
+            let Some(x) = inputs(r, j0).first_chunk::<I>() else {
+                unreachable!("a pool window reads past its row");
+            };
+            Some(step(best, x))
+        });
+        if let Some(best) = best {
+            mid[j0..j0 + B].copy_from_slice(&best);
+        }
+        j += B;
     }
 }
 
