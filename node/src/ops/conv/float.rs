@@ -1,5 +1,7 @@
 //! The element types the CPU kernels of Conv, the pools and BatchNormalization accept (f32,
-//! f64), with the one GEMM they share.
+//! f64), with the one GEMM they share and the hooks to f32's AVX2 kernels (the direct
+//! convolution of direct.rs, the 2x2 max pool of pool/pairs.rs), which the other types
+//! decline.
 
 use std::cell::RefCell;
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
