@@ -35,6 +35,8 @@ mod coop_report;
 mod gate_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod timing_report;
 
 pub use buffer::{GpuBuffer, MemoryUse};
 pub use error::VulkanError;

@@ -10,11 +10,11 @@ use crate::ops::util::groups_1d;
 
 pub(super) const LONG: Duration = Duration::from_secs(120);
 
-fn gpu() -> Option<&'static Gpu> {
+pub(super) fn gpu() -> Option<&'static Gpu> {
     test_gpu()
 }
 
-fn upload_f32(gpu: &Gpu, values: &[f32], name: &str) -> GpuBuffer {
+pub(super) fn upload_f32(gpu: &Gpu, values: &[f32], name: &str) -> GpuBuffer {
     let b = gpu
         .create_buffer(4 * values.len() as u64, MemoryUse::Upload, name)
         .unwrap();
@@ -22,13 +22,13 @@ fn upload_f32(gpu: &Gpu, values: &[f32], name: &str) -> GpuBuffer {
     b
 }
 
-fn read_f32(b: &GpuBuffer) -> Vec<f32> {
+pub(super) fn read_f32(b: &GpuBuffer) -> Vec<f32> {
     let mut out = vec![0f32; (b.size() / 4) as usize];
     b.read(0, bytemuck::cast_slice_mut(&mut out)).unwrap();
     out
 }
 
-fn run(gpu: &Gpu, steps: &[Step<'_>]) {
+pub(super) fn run(gpu: &Gpu, steps: &[Step<'_>]) {
     let list = gpu.record(steps).unwrap();
     let v = gpu.submit(&list).unwrap();
     assert!(gpu.wait(v, LONG).unwrap(), "GPU work timed out");
@@ -508,144 +508,4 @@ fn handles_are_send_and_sync() {
     check::<Gpu>();
     check::<GpuBuffer>();
     check::<super::CommandList>();
-}
-
-/// Dispatch and submit costs, for tuning on real GPUs:
-/// `cargo test --lib timing_report -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn timing_report() {
-    use std::time::Instant;
-    let Some(gpu) = gpu() else { return };
-    println!("{:?}", gpu.info());
-    let n = 256;
-    let a = gpu
-        .create_buffer(4 * n as u64, MemoryUse::Device, "a")
-        .unwrap();
-    let b = gpu
-        .create_buffer(4 * n as u64, MemoryUse::Device, "b")
-        .unwrap();
-    let back = gpu.create_buffer(4, MemoryUse::Readback, "back").unwrap();
-    let count = 10_000;
-    for (barriers, exec_only) in [(false, false), (true, false), (true, true)] {
-        let mut steps = Vec::new();
-        for k in 0..count {
-            let (s, d) = if k % 2 == 0 { (&a, &b) } else { (&b, &a) };
-            steps.push(add_scalar(s.address(), d.address(), n, 1.0));
-            if barriers {
-                steps.push(Step::Barrier);
-            }
-        }
-        super::record::EXECUTION_ONLY_BARRIERS.set(exec_only);
-        let list = gpu.record(&steps).unwrap();
-        super::record::EXECUTION_ONLY_BARRIERS.set(false);
-        let mut best = f64::MAX;
-        for _ in 0..5 {
-            let t = Instant::now();
-            let v = gpu.submit(&list).unwrap();
-            assert!(gpu.wait(v, LONG).unwrap());
-            best = best.min(t.elapsed().as_secs_f64());
-        }
-        println!(
-            "{count} dispatches, barriers {barriers} (execution only: {exec_only}): {:.3} us per dispatch",
-            best * 1e6 / count as f64
-        );
-    }
-    let list = gpu
-        .record(&[
-            add_scalar(a.address(), b.address(), n, 1.0),
-            Step::Barrier,
-            Step::Copy {
-                src: &b,
-                src_offset: 0,
-                dst: &back,
-                dst_offset: 0,
-                bytes: 4,
-            },
-        ])
-        .unwrap();
-    for spin in [Duration::ZERO, gpu.spin_default(), Duration::from_millis(1)] {
-        let mut times = Vec::new();
-        let mut submits = Vec::new();
-        let mut out = [0u8; 4];
-        for _ in 0..2000 {
-            let t = Instant::now();
-            let v = gpu.submit(&list).unwrap();
-            submits.push(t.elapsed().as_secs_f64() * 1e6);
-            assert!(gpu.wait_spin(v, spin, LONG).unwrap());
-            back.read(0, &mut out).unwrap();
-            times.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-        times.sort_by(f64::total_cmp);
-        submits.sort_by(f64::total_cmp);
-        println!(
-            "vkQueueSubmit alone: median {:.1} us",
-            submits[submits.len() / 2]
-        );
-        println!(
-            "submit + wait (spin {spin:?}) + readback of 1 dispatch: median {:.1} us, p10 {:.1}, p90 {:.1}",
-            times[times.len() / 2],
-            times[times.len() / 10],
-            times[times.len() * 9 / 10]
-        );
-    }
-    // What one run's result costs to get back, by way of reaching the host: the copy the
-    // executor records today (barrier, then a transfer into readback memory), a compute copy
-    // instead of the transfer, the dispatch writing straight into readback memory, and an
-    // empty list (the floor: a submission and its signal).
-    let direct = add_scalar(a.address(), back.address(), 1, 1.0);
-    let copy_shader = Step::Dispatch {
-        shader: "copy",
-        addrs: vec![b.address(), back.address()],
-        params: vec![1],
-        groups: [1, 1, 1],
-    };
-    let transfer = Step::Copy {
-        src: &b,
-        src_offset: 0,
-        dst: &back,
-        dst_offset: 0,
-        bytes: 4,
-    };
-    let one = add_scalar(a.address(), b.address(), 1, 1.0);
-    let paths: [(&str, Vec<Step<'_>>); 4] = [
-        (
-            "dispatch, barrier, transfer",
-            vec![one.clone(), Step::Barrier, transfer],
-        ),
-        (
-            "dispatch, barrier, compute copy",
-            vec![one.clone(), Step::Barrier, copy_shader],
-        ),
-        ("dispatch into readback memory", vec![direct]),
-        ("nothing", vec![]),
-    ];
-    for (name, steps) in paths {
-        let list = gpu.record(&steps).unwrap();
-        let mut out = [0u8; 4];
-        let mut times = Vec::new();
-        for _ in 0..3000 {
-            let t = Instant::now();
-            let v = gpu.submit(&list).unwrap();
-            assert!(gpu.wait_spin(v, gpu.spin_default(), LONG).unwrap());
-            back.read(0, &mut out).unwrap();
-            times.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-        times.sort_by(f64::total_cmp);
-        println!(
-            "submit + wait + read, {name}: median {:.1} us, p10 {:.1}, p90 {:.1}",
-            times[times.len() / 2],
-            times[times.len() / 10],
-            times[times.len() * 9 / 10]
-        );
-    }
-    let t = Instant::now();
-    let steps: Vec<_> = (0..1000)
-        .map(|_| add_scalar(a.address(), b.address(), n, 1.0))
-        .collect();
-    let _list = gpu.record(&steps).unwrap();
-    println!(
-        "recording 1000 dispatches: {:.1} us",
-        t.elapsed().as_secs_f64() * 1e6
-    );
 }

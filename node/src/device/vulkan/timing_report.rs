@@ -1,0 +1,241 @@
+//! Dispatch and submit costs, for tuning on real GPUs:
+//! `cargo test --release --lib timing_report -- --ignored --nocapture`. Prints what a dispatch
+//! costs with and without the barrier a dependency needs, what a dependency costs when it is
+//! carried by a flag in memory instead (test_chain_add*.comp), what one run's result costs to
+//! reach the host by each way of reading it back, and what recording costs.
+
+use std::time::{Duration, Instant};
+
+use super::tests::{LONG, add_scalar, gpu, read_f32, run, upload_f32};
+use super::{Gpu, GpuBuffer, MemoryUse, Step};
+
+/// Dispatch and submit costs, for tuning on real GPUs:
+/// `cargo test --lib timing_report -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn timing_report() {
+    let Some(gpu) = gpu() else { return };
+    println!("{:?}", gpu.info());
+    let n = 256;
+    let a = gpu
+        .create_buffer(4 * n as u64, MemoryUse::Device, "a")
+        .unwrap();
+    let b = gpu
+        .create_buffer(4 * n as u64, MemoryUse::Device, "b")
+        .unwrap();
+    let back = gpu.create_buffer(4, MemoryUse::Readback, "back").unwrap();
+    let count = 10_000;
+    for (barriers, exec_only) in [(false, false), (true, false), (true, true)] {
+        let mut steps = Vec::new();
+        for k in 0..count {
+            let (s, d) = if k % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            steps.push(add_scalar(s.address(), d.address(), n, 1.0));
+            if barriers {
+                steps.push(Step::Barrier);
+            }
+        }
+        super::record::EXECUTION_ONLY_BARRIERS.set(exec_only);
+        let list = gpu.record(&steps).unwrap();
+        super::record::EXECUTION_ONLY_BARRIERS.set(false);
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = Instant::now();
+            let v = gpu.submit(&list).unwrap();
+            assert!(gpu.wait(v, LONG).unwrap());
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "{count} dispatches, barriers {barriers} (execution only: {exec_only}): {:.3} us per dispatch",
+            best * 1e6 / count as f64
+        );
+    }
+    flag_chain_report(gpu, count);
+    let list = gpu
+        .record(&[
+            add_scalar(a.address(), b.address(), n, 1.0),
+            Step::Barrier,
+            Step::Copy {
+                src: &b,
+                src_offset: 0,
+                dst: &back,
+                dst_offset: 0,
+                bytes: 4,
+            },
+        ])
+        .unwrap();
+    for spin in [Duration::ZERO, gpu.spin_default(), Duration::from_millis(1)] {
+        let mut times = Vec::new();
+        let mut submits = Vec::new();
+        let mut out = [0u8; 4];
+        for _ in 0..2000 {
+            let t = Instant::now();
+            let v = gpu.submit(&list).unwrap();
+            submits.push(t.elapsed().as_secs_f64() * 1e6);
+            assert!(gpu.wait_spin(v, spin, LONG).unwrap());
+            back.read(0, &mut out).unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        times.sort_by(f64::total_cmp);
+        submits.sort_by(f64::total_cmp);
+        println!(
+            "vkQueueSubmit alone: median {:.1} us",
+            submits[submits.len() / 2]
+        );
+        println!(
+            "submit + wait (spin {spin:?}) + readback of 1 dispatch: median {:.1} us, p10 {:.1}, p90 {:.1}",
+            times[times.len() / 2],
+            times[times.len() / 10],
+            times[times.len() * 9 / 10]
+        );
+    }
+    // What one run's result costs to get back, by way of reaching the host: the copy the
+    // executor records today (barrier, then a transfer into readback memory), a compute copy
+    // instead of the transfer, the dispatch writing straight into readback memory, and an
+    // empty list (the floor: a submission and its signal).
+    let direct = add_scalar(a.address(), back.address(), 1, 1.0);
+    let copy_shader = Step::Dispatch {
+        shader: "copy",
+        addrs: vec![b.address(), back.address()],
+        params: vec![1],
+        groups: [1, 1, 1],
+    };
+    let transfer = Step::Copy {
+        src: &b,
+        src_offset: 0,
+        dst: &back,
+        dst_offset: 0,
+        bytes: 4,
+    };
+    let one = add_scalar(a.address(), b.address(), 1, 1.0);
+    let paths: [(&str, Vec<Step<'_>>); 4] = [
+        (
+            "dispatch, barrier, transfer",
+            vec![one.clone(), Step::Barrier, transfer],
+        ),
+        (
+            "dispatch, barrier, compute copy",
+            vec![one.clone(), Step::Barrier, copy_shader],
+        ),
+        ("dispatch into readback memory", vec![direct]),
+        ("nothing", vec![]),
+    ];
+    for (name, steps) in paths {
+        let list = gpu.record(&steps).unwrap();
+        let mut out = [0u8; 4];
+        let mut times = Vec::new();
+        for _ in 0..3000 {
+            let t = Instant::now();
+            let v = gpu.submit(&list).unwrap();
+            assert!(gpu.wait_spin(v, gpu.spin_default(), LONG).unwrap());
+            back.read(0, &mut out).unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "submit + wait + read, {name}: median {:.1} us, p10 {:.1}, p90 {:.1}",
+            times[times.len() / 2],
+            times[times.len() / 10],
+            times[times.len() * 9 / 10]
+        );
+    }
+    let t = Instant::now();
+    let steps: Vec<_> = (0..1000)
+        .map(|_| add_scalar(a.address(), b.address(), n, 1.0))
+        .collect();
+    let _list = gpu.record(&steps).unwrap();
+    println!(
+        "recording 1000 dispatches: {:.1} us",
+        t.elapsed().as_secs_f64() * 1e6
+    );
+}
+
+/// A chain of dependent one-workgroup dispatches ordered by flags in memory instead of
+/// barriers (test_chain_add*.comp): what a dependency costs when the GPU need not drain between
+/// dispatches, with the data read past the cache (`coherent`), through it (`cached`), under
+/// the Vulkan memory model (`vmm`), and with no data at all (0 floats: the signal alone).
+/// Every run's result is checked, so a link that read stale data shows as wrong values.
+fn flag_chain_report(gpu: &Gpu, count: usize) {
+    let len = 64;
+    for (shader, n, barriers) in [
+        ("test_chain_add_coherent", len, false),
+        ("test_chain_add_coherent", 0, false),
+        ("test_chain_add_cached", len, false),
+        ("test_chain_add_vmm", len, false),
+        ("test_chain_add_vmm", 0, false),
+        ("test_chain_add_coherent", len, true),
+    ] {
+        let zeros = upload_f32(gpu, &vec![0.0; len], "zeros");
+        let [a, b] = ["a", "b"].map(|name| {
+            gpu.create_buffer(4 * len as u64, MemoryUse::Device, name)
+                .unwrap()
+        });
+        let flags = gpu
+            .create_buffer(4 * count as u64, MemoryUse::Device, "flags")
+            .unwrap();
+        let back = gpu
+            .create_buffer(4 * len as u64, MemoryUse::Readback, "back")
+            .unwrap();
+        run(
+            gpu,
+            &[
+                whole_copy(&zeros, &a),
+                whole_copy(&zeros, &b),
+                Step::Fill {
+                    dst: &flags,
+                    offset: 0,
+                    bytes: flags.size(),
+                    value: 0,
+                },
+            ],
+        );
+        let mut steps = Vec::new();
+        for k in 0..count {
+            let (src, dst) = if k % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            steps.push(Step::Dispatch {
+                shader,
+                addrs: vec![src.address(), dst.address(), flags.address()],
+                params: vec![k as u32, n as u32, 1f32.to_bits()],
+                groups: [1, 1, 1],
+            });
+            if barriers {
+                steps.push(Step::Barrier);
+            }
+        }
+        let list = gpu.record(&steps).unwrap();
+        // `count` is even, so the last link writes `a`.
+        let check = gpu.record(&[Step::Barrier, whole_copy(&a, &back)]).unwrap();
+        let mut times = Vec::new();
+        let mut wrong = 0;
+        for r in 1..=7 {
+            let t = Instant::now();
+            let v = gpu.submit(&list).unwrap();
+            assert!(
+                gpu.wait(v, Duration::from_secs(10)).unwrap(),
+                "the flag chain of {shader} hung"
+            );
+            times.push(t.elapsed().as_secs_f64());
+            let v = gpu.submit(&check).unwrap();
+            assert!(gpu.wait(v, LONG).unwrap());
+            let want = if n == 0 { 0.0 } else { (r * count) as f32 };
+            wrong += read_f32(&back).iter().filter(|&&x| x != want).count();
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "{count} dispatches chained by flags ({shader}, {n} floats, barriers {barriers}): \
+             median {:.3} us per dispatch, best {:.3}; {wrong} of {} values wrong in 7 runs",
+            times[times.len() / 2] * 1e6 / count as f64,
+            times[0] * 1e6 / count as f64,
+            7 * len
+        );
+    }
+}
+
+fn whole_copy<'b>(src: &'b GpuBuffer, dst: &'b GpuBuffer) -> Step<'b> {
+    Step::Copy {
+        src,
+        src_offset: 0,
+        dst,
+        dst_offset: 0,
+        bytes: src.size(),
+    }
+}
