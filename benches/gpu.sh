@@ -66,6 +66,17 @@ for fusion in 0 1; do
     printf 'elementwise_chain_16_fusion%s\t%s\t%s\n' "$fusion" "$dev" "$med" | tee -a "$out/vkml.tsv"
   done
 done
+# The same chain with the [1, 64, 128, 128] tensor made and reduced on the device (input
+# [1, 64, 1, 1], output a scalar): moving 8 MiB to and from the host dominates the rows above,
+# so these show what fusing saves on the GPU itself.
+python3 -c "import numpy as np; np.save('/tmp/xres.npy', np.random.default_rng(0).standard_normal((1, 64, 1, 1)).astype(np.float32))"
+for round in 1 2; do
+  for fusion in 0 1; do
+    line=$(VKML_FUSION=$fusion "$bin" run benches/models/elementwise_chain_16_resident.onnx --input x_in=/tmp/xres.npy --device vulkan --repeat 2000 --output-dir /tmp/o 2>>"$out/vkml.log" | grep latency)
+    med=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
+    printf 'elementwise_chain_16_resident_fusion%s_round%s\tvulkan\t%s\n' "$fusion" "$round" "$med" | tee -a "$out/vkml.tsv"
+  done
+done
 PYTHONUNBUFFERED=1 python3 benches/python/bench_reference.py > "$out/reference.jsonl" 2> "$out/reference.log"
 echo "== reference runtimes"
 python3 - "$out/reference.jsonl" <<'PY'

@@ -141,12 +141,16 @@ def gen_add_chain(root):
                  [{"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(2)])
 
 
-def elementwise_chain(shape, name):
+def elementwise_chain(shape, name, resident=False):
     """Sixteen elementwise ops, each feeding the next, on an [N, C, H, W] input: per-channel
     scales and shifts ([C, 1, 1]), scalars, the input itself as an operand, a constant minus
     the running value, and the unary ops the fusion pass covers. Unfused it is 16 dispatches;
-    fused (graph/fuse.rs), two of eight steps."""
-    rng = rng_for(f"elementwise_chain/{shape}")
+    fused (graph/fuse.rs), two of eight steps.
+
+    resident: the [N, C, H, W] tensor is made on the device, the input [N, C, 1, 1] plus a
+    constant [1, 1, H, W], and a ReduceMean over everything makes the output a scalar, so
+    a run moves a few bytes between host and device and its time is the chain's own."""
+    rng = rng_for(f"elementwise_chain/{shape}" + ("/resident" if resident else ""))
     c = shape[1]
     per_channel = lambda lo, hi: rng.uniform(lo, hi, size=(c, 1, 1)).astype(np.float32)
     inits = [init("s1", per_channel(0.5, 1.5)), init("b1", per_channel(-0.5, 0.5)),
@@ -159,13 +163,21 @@ def elementwise_chain(shape, name):
              ("Log", [None]), ("Neg", [None]), ("Exp", [None]), ("Mul", [None, "s2"]),
              ("Sub", ["b2", None]), ("Relu", [None])]
     nodes, prev = [], None
+    x_shape, y_shape, last = shape, shape, "y"
+    if resident:
+        x_shape, y_shape, last = shape[:2] + [1, 1], [], "h_last"
+        inits.append(init("base", rng.standard_normal([1, 1] + shape[2:]).astype(np.float32)))
+        nodes.append(helper.make_node("Add", ["x_in", "base"], ["x"], name="spread"))
     for i, (op, ins) in enumerate(steps):
-        out = "y" if i == len(steps) - 1 else f"h{i}"
+        out = last if i == len(steps) - 1 else f"h{i}"
         nodes.append(helper.make_node(op, [prev if v is None else v for v in ins], [out],
                                       name=f"{op.lower()}{i}"))
         prev = out
-    return make_model(name, nodes, [value_info("x", np.float32, shape)],
-                      [value_info("y", np.float32, shape)], inits)
+    if resident:
+        nodes.append(helper.make_node("ReduceMean", [last], ["y"], name="mean", keepdims=0))
+    x_name = "x_in" if resident else "x"
+    return make_model(name, nodes, [value_info(x_name, np.float32, x_shape)],
+                      [value_info("y", np.float32, y_shape)], inits)
 
 
 def gen_elementwise_chain(root):
@@ -196,12 +208,15 @@ def gen_shape_input(root):
 
 def gen_bench_models(out_dir, sizes=(1, 10, 100, 1000, 10000)):
     """Add chains on float[1] for the dispatch-cost benchmarks, and the 16-op elementwise chain
-    on [1, 64, 128, 128] (1M floats) for the fusion benchmark (no reference outputs)."""
+    on [1, 64, 128, 128] (1M floats) for the fusion benchmark, with that tensor passed in and
+    out, and made and reduced on the device (no reference outputs)."""
     os.makedirs(out_dir, exist_ok=True)
     for n in sizes:
         onnx.save_model(add_chain(n, [1], f"add_chain_{n}"), os.path.join(out_dir, f"add_chain_{n}.onnx"))
     onnx.save_model(elementwise_chain([1, 64, 128, 128], "elementwise_chain_16"),
                     os.path.join(out_dir, "elementwise_chain_16.onnx"))
+    onnx.save_model(elementwise_chain([1, 64, 128, 128], "elementwise_chain_16_resident", True),
+                    os.path.join(out_dir, "elementwise_chain_16_resident.onnx"))
 
 
 def gen_output_names(root):

@@ -44,6 +44,7 @@ pub fn kernel(kind: Kind, dtype: DType, plan: &Plan) -> Option<GpuKernel> {
     };
     let numel: usize = plan.shape.iter().product();
     u32::try_from(numel).ok()?;
+    let plan = &collapsed(plan);
     let st = strides(&plan.shape);
     let kept = plan.kept();
     let nout: usize = kept.iter().map(|&a| plan.shape[a]).product();
@@ -84,11 +85,40 @@ pub fn kernel(kind: Kind, dtype: DType, plan: &Plan) -> Option<GpuKernel> {
     })
 }
 
+/// The same reduction over as few axes as it can be: size-1 axes dropped and neighbours of one
+/// kind (both kept or both reduced) merged. Row-major order is unchanged, so every position
+/// keeps its place in its output's set and every output its place, while the shaders' index
+/// arithmetic (a division and a modulo per axis, for every element read) shrinks: reducing a
+/// whole [1, 64, 128, 128] tensor becomes one axis of 1M.
+fn collapsed(plan: &Plan) -> Plan {
+    let mut shape: Vec<usize> = Vec::new();
+    let mut reduced: Vec<bool> = Vec::new();
+    for (a, &n) in plan.shape.iter().enumerate() {
+        if n == 1 {
+            continue;
+        }
+        let r = plan.axes.contains(&a);
+        match (shape.last_mut(), reduced.last()) {
+            (Some(last), Some(&same)) if same == r => *last *= n,
+            _ => {
+                shape.push(n);
+                reduced.push(r);
+            }
+        }
+    }
+    Plan {
+        axes: (0..shape.len()).filter(|&i| reduced[i]).collect(),
+        shape,
+        out_shape: plan.out_shape.clone(),
+    }
+}
+
 /// Few outputs over long sets: split each set over several workgroups (reduce_split.comp).
 const SPLIT_MAX_OUT: usize = 64;
 const SPLIT_MIN: usize = 1 << 16;
-/// Positions per workgroup of the split's first pass (64 per invocation).
-const SPLIT_CHUNK: usize = 1 << 14;
+/// Positions per workgroup of the split's first pass (16 per invocation): a 1M-element sum is
+/// 256 workgroups, enough to keep every SM of a large GPU reading.
+const SPLIT_CHUNK: usize = 1 << 12;
 
 fn split(suffix: &str, nout: usize, nred: usize, kind: Kind, table: Vec<u32>) -> Option<GpuKernel> {
     let chunk = SPLIT_CHUNK.max(nred.div_ceil(65_535));

@@ -244,6 +244,30 @@ fn gpu_reductions_match_cpu() {
 }
 
 #[test]
+fn gpu_reductions_over_mergeable_axes_match_the_cpu() {
+    // The GPU kernel merges neighbouring axes of one kind and drops size-1 axes before it
+    // builds its index table: adjacent reduced axes between kept ones around a size-1 axis,
+    // reduced axes spanning a size-1 axis, a whole tensor long enough to be split over
+    // workgroups, and alternating axes that cannot merge.
+    let mut rng = Rng::new(16);
+    let cases: [(&[usize], &[i64]); 4] = [
+        (&[3, 1, 40, 50, 7], &[2, 3]),
+        (&[3, 1, 4, 5, 7], &[1, 2, 3]),
+        (&[1, 16, 64, 80], &[0, 1, 2, 3]),
+        (&[2, 3, 4, 5], &[0, 2]),
+    ];
+    for (shape, ax) in cases {
+        let n = shape.iter().product();
+        let x = Tensor::from_vec(shape.to_vec(), rng.f32s(n));
+        let a = axes(ax);
+        for op in ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceLogSumExp"] {
+            let o = build(op, 18, &[("keepdims", AttrValue::Int(1))]).unwrap();
+            gpu_matches_cpu(&*o, &[Some(&x), Some(&a)], 1e-4);
+        }
+    }
+}
+
+#[test]
 fn gpu_long_reductions_split_over_workgroups() {
     let mut rng = Rng::new(15);
     let kinds = [
