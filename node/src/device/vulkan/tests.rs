@@ -14,7 +14,7 @@ pub(super) fn gpu() -> Option<&'static Gpu> {
     test_gpu()
 }
 
-pub(super) fn upload_f32(gpu: &Gpu, values: &[f32], name: &str) -> GpuBuffer {
+fn upload_f32(gpu: &Gpu, values: &[f32], name: &str) -> GpuBuffer {
     let b = gpu
         .create_buffer(4 * values.len() as u64, MemoryUse::Upload, name)
         .unwrap();
@@ -28,7 +28,7 @@ pub(super) fn read_f32(b: &GpuBuffer) -> Vec<f32> {
     out
 }
 
-pub(super) fn run(gpu: &Gpu, steps: &[Step<'_>]) {
+fn run(gpu: &Gpu, steps: &[Step<'_>]) {
     let list = gpu.record(steps).unwrap();
     let v = gpu.submit(&list).unwrap();
     assert!(gpu.wait(v, LONG).unwrap(), "GPU work timed out");

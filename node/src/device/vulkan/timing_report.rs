@@ -6,7 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::tests::{LONG, add_scalar, gpu, read_f32, run, upload_f32};
+use super::testing::device_copy;
+use super::tests::{LONG, add_scalar, gpu, read_f32};
 use super::{Gpu, GpuBuffer, MemoryUse, Step};
 
 /// Dispatch and submit costs, for tuning on real GPUs:
@@ -164,30 +165,12 @@ fn flag_chain_report(gpu: &Gpu, count: usize) {
         ("test_chain_add_vmm", 0, false),
         ("test_chain_add_coherent", len, true),
     ] {
-        let zeros = upload_f32(gpu, &vec![0.0; len], "zeros");
-        let [a, b] = ["a", "b"].map(|name| {
-            gpu.create_buffer(4 * len as u64, MemoryUse::Device, name)
-                .unwrap()
-        });
-        let flags = gpu
-            .create_buffer(4 * count as u64, MemoryUse::Device, "flags")
-            .unwrap();
+        let zeroed = |bytes: usize, name| device_copy(gpu, &vec![0u8; bytes], name).unwrap();
+        let (a, b) = (zeroed(4 * len, "a"), zeroed(4 * len, "b"));
+        let flags = zeroed(4 * count, "flags");
         let back = gpu
             .create_buffer(4 * len as u64, MemoryUse::Readback, "back")
             .unwrap();
-        run(
-            gpu,
-            &[
-                whole_copy(&zeros, &a),
-                whole_copy(&zeros, &b),
-                Step::Fill {
-                    dst: &flags,
-                    offset: 0,
-                    bytes: flags.size(),
-                    value: 0,
-                },
-            ],
-        );
         let mut steps = Vec::new();
         for k in 0..count {
             let (src, dst) = if k % 2 == 0 { (&a, &b) } else { (&b, &a) };
