@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerates tests/fixtures/ (and the benchmark add chains in benches/models/).
+"""Regenerates tests/fixtures/ (and the benchmark models in benches/models/).
 
 Needs onnx==1.22.0, onnxruntime and numpy (see tests/README.md). Every random value comes from a
 numpy Generator seeded by the fixture's name, and onnxruntime runs unoptimised on one thread, so
@@ -73,7 +73,7 @@ def main():
     if not args.skip_bench_models:
         models.gen_bench_models(args.bench_models)
         write_gitattributes(args.bench_models)
-        print(f"add chains in {os.path.relpath(args.bench_models, REPO)}: "
+        print(f"benchmark models in {os.path.relpath(args.bench_models, REPO)}: "
               + ", ".join(f"{f} {os.path.getsize(os.path.join(args.bench_models, f)) // 1024} KiB"
                           for f in sorted(os.listdir(args.bench_models)) if f.endswith(".onnx")))
 
