@@ -1,12 +1,9 @@
-//! Build steps: the ONNX schema (our own .proto, compiled by prost through protox, so no protoc)
-//! and the GLSL compute shaders (compiled to SPIR-V by glslang and embedded in the binary).
+//! Build step: the ONNX schema (our own .proto, compiled by prost through protox, so no
+//! protoc). The shaders are compiled by the vkml-shaders crate.
 
 #[path = "build/proto.rs"]
 mod proto;
-#[path = "build/shaders.rs"]
-mod shaders;
 
 fn main() {
     proto::build();
-    shaders::build();
 }

@@ -10,7 +10,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 vkml_setup
 
 step "cargo build --release"
-cargo build --quiet --release --locked --bin vkml-node
+if [ ! -x "${CARGO_TARGET_DIR:-target}/release/vkml-node" ]; then
+    # Most of the first build is glslang's C++ (built from source by its crate, so no Vulkan
+    # SDK is needed) and the ~300 shader variants it then compiles.
+    echo "the first build takes 15-20 minutes on 2 cores (later ones take seconds); cargo shows its progress"
+fi
+cargo build --release --locked --bin vkml-node
 bin="${CARGO_TARGET_DIR:-target}/release/vkml-node"
 
 fixture=tests/fixtures/mnist_cnn

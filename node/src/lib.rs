@@ -1,14 +1,19 @@
 //! VKML: a Vulkan ONNX inference runtime.
 //!
 //! The layers, each depending only on those above it:
-//! - [`tensor`], [`model`]: plain values (host tensors, the decoded model);
+//! - [`tensor`], [`model`], [`ops`] (the `vkml-ops` crate): plain values (host tensors, the
+//!   decoded model) and the op registry: shape rules, CPU kernels (the CPU backend),
+//!   GPU kernel descriptions;
 //! - [`onnx`], [`io`]: reading model files (.onnx, external data) and tensor files (.npy, .pb);
-//! - [`ops`]: the op registry: shape rules, CPU reference kernels, GPU kernel descriptions;
 //! - [`graph`]: the IR: typed values, shape inference, constant folding;
-//! - [`device`]: the CPU backend and the Vulkan backend (the only home of `unsafe`);
+//! - [`device`]: the Vulkan GPUs (the `vkml-vulkan` crate, the only home of `unsafe`);
 //! - [`exec`]: plans turned into chunks, dependency counters and buffers;
 //! - [`session`]: the API: load once, run many times from many threads;
-//! - [`cluster`]: nodes joined into a cluster: membership, inventories, the peer protocol.
+//! - [`cluster`]: nodes joined into a cluster: membership, inventories, the peer protocol;
+//! - [`distributed`]: models across the cluster.
+
+// The one exception, with its reasons, is the model file's memory mapping (onnx/mmap.rs).
+#![deny(unsafe_code)]
 
 pub mod cluster;
 pub mod device;
@@ -17,11 +22,11 @@ pub mod error;
 pub mod exec;
 pub mod graph;
 pub mod io;
-pub mod model;
 pub mod onnx;
-pub mod ops;
 pub mod session;
-pub mod tensor;
+
+pub use vkml_ops as ops;
+pub use vkml_ops::{model, tensor};
 
 pub use error::Error;
 pub use exec::NodeTime;

@@ -14,6 +14,9 @@ pub use caps::caps_for_three;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+pub use rustix::process::Signal;
+use rustix::process::{Pid, kill_process};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -208,19 +211,32 @@ impl Node {
         }
     }
 
+    /// SIGKILL, and reap the process. Panics when the process cannot be killed (it then would
+    /// outlive the test and falsify what the test measures next).
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            // kill() fails only once the child has been reaped, which take() rules out.
+            c.kill()
+                .unwrap_or_else(|e| panic!("cannot kill node {}: {e}", self.name));
+            c.wait()
+                .unwrap_or_else(|e| panic!("cannot reap node {}: {e}", self.name));
         }
     }
 
-    /// SIGTERM, then wait (bounded) for a clean exit.
+    /// Sends `sig` to the node's process (SIGSTOP / SIGCONT for a frozen node).
+    pub fn signal(&self, sig: Signal) {
+        let c = self
+            .child
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {} is not running", self.name));
+        signal(c, sig);
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit. Panics when the signal cannot be sent:
+    /// a test that meant to stop a node must not go on as if it had.
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
         let mut c = self.child.take()?;
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
+        signal(&c, Signal::TERM);
         let end = Instant::now() + Duration::from_secs(10);
         while Instant::now() < end {
             if let Ok(Some(s)) = c.try_wait() {
@@ -240,8 +256,22 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        self.kill9();
+        // Not kill9: a panic while unwinding from a failed assertion would abort the test
+        // binary and hide the assertion's message.
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
+}
+
+/// Sends a signal from Rust: the `kill` program is not on a minimal Debian (procps).
+fn signal(child: &Child, sig: Signal) {
+    let pid = i32::try_from(child.id())
+        .ok()
+        .and_then(Pid::from_raw)
+        .expect("a child's pid is a positive i32");
+    kill_process(pid, sig).unwrap_or_else(|e| panic!("cannot send {sig:?} to pid {pid:?}: {e}"));
 }
 
 /// `vkml-node status --json` against `node`.

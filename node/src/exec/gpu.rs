@@ -661,7 +661,7 @@ fn upload_weights(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::vulkan::testing::test_gpu;
+    use vkml_testkit::test_gpu;
 
     /// Weights of odd sizes through a staging buffer smaller than some of them: every byte
     /// lands at its offset, and the gaps between weights stay untouched.

@@ -385,7 +385,7 @@ fn a_fused_session_matches_the_unfused_graph() {
     let dir = TempDir::new("fuse-session");
     let path = write_model(&dir, "m.onnx", &model_with(gelu()));
     let mut devices = vec![DeviceSelection::Cpu];
-    if crate::device::vulkan::testing::test_gpu().is_some() {
+    if vkml_testkit::test_gpu().is_some() {
         devices.push(DeviceSelection::Vulkan);
     }
     for d in devices {

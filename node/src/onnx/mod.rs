@@ -8,6 +8,10 @@ mod convert;
 mod encode;
 mod error;
 mod external;
+// The one module outside the Vulkan crate allowed `unsafe`: memmap2 has no safe constructor
+// (a mapping is sound only while nobody truncates the file), and handing mapped pages back
+// after upload is an madvise. Each use carries its SAFETY comment.
+#[allow(unsafe_code)]
 mod mmap;
 mod outline;
 mod tensor;

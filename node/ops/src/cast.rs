@@ -1,0 +1,615 @@
+//! Cast between every element type of [`DType`].
+//!
+//! Semantics follow C casts where those are defined and saturate where C leaves them undefined:
+//! integer to integer wraps (two's complement); float to integer truncates toward zero, with
+//! NaN giving 0 and out-of-range values the nearest limit; anything to bool is `!= 0` (so NaN is
+//! true); bool to anything is 0 or 1; floats round to nearest-even when narrowing. The
+//! `saturate` attribute (opset 19) concerns float8 types only, which this runtime lacks.
+
+use bytes::Bytes;
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use super::util::{groups_1d, req};
+use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::tensor::{DType, Element, Tensor};
+
+pub fn register(r: &mut Registry) {
+    r.add("Cast", Cast::build);
+    r.add("CastLike", Cast::build_like);
+}
+
+/// Cast, or CastLike (opset 15) when `to` is `None`: the target type is input 1's.
+#[derive(Debug)]
+struct Cast {
+    to: Option<DType>,
+}
+
+/// Opset 1 names the target type as a string of `TensorProto.DataType`'s enum.
+fn dtype_by_name(name: &str) -> Option<DType> {
+    DType::ALL.into_iter().find(|d| {
+        let proto = match d {
+            DType::F32 => "FLOAT",
+            DType::F64 => "DOUBLE",
+            DType::F16 => "FLOAT16",
+            DType::BF16 => "BFLOAT16",
+            other => return other.onnx_name().eq_ignore_ascii_case(name),
+        };
+        proto.eq_ignore_ascii_case(name)
+    })
+}
+
+impl Cast {
+    fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+        let to = match spec.attrs.get("to") {
+            None => return Err(OpError::invalid("Cast: attribute 'to' is required")),
+            Some(super::AttrValue::String(name)) => dtype_by_name(name)
+                .ok_or_else(|| OpError::unsupported(format!("Cast: target type '{name}'")))?,
+            Some(_) => {
+                let code = spec.attrs.int("to", 0)?;
+                let code32 = i32::try_from(code).unwrap_or(-1);
+                DType::from_onnx_code(code32).ok_or_else(|| match code {
+                    8 => OpError::unsupported("Cast: to string"),
+                    _ => OpError::unsupported(format!("Cast: target type code {code}")),
+                })?
+            }
+        };
+        Ok(Box::new(Cast { to: Some(to) }))
+    }
+
+    fn build_like(_spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+        Ok(Box::new(Cast { to: None }))
+    }
+
+    fn target(&self, like: Option<&ValueType>) -> Result<DType, OpError> {
+        match (self.to, like) {
+            (Some(d), _) => Ok(d),
+            (None, Some(t)) => Ok(t.dtype),
+            (None, None) => Err(OpError::invalid(
+                "CastLike: input 1 (target_type) is required",
+            )),
+        }
+    }
+}
+
+/// `x` converted to `to` under Cast's rules (the module comment).
+pub(crate) fn cast_tensor(x: &Tensor, to: DType) -> Result<Tensor, OpError> {
+    if x.dtype() == to {
+        return Ok(x.clone());
+    }
+    Ok(match to {
+        DType::F32 => vec_tensor::<f32>(x)?,
+        DType::F64 => vec_tensor::<f64>(x)?,
+        DType::F16 => vec_tensor::<f16>(x)?,
+        DType::BF16 => vec_tensor::<bf16>(x)?,
+        DType::I8 => vec_tensor::<i8>(x)?,
+        DType::I16 => vec_tensor::<i16>(x)?,
+        DType::I32 => vec_tensor::<i32>(x)?,
+        DType::I64 => vec_tensor::<i64>(x)?,
+        DType::U8 => vec_tensor::<u8>(x)?,
+        DType::U16 => vec_tensor::<u16>(x)?,
+        DType::U32 => vec_tensor::<u32>(x)?,
+        DType::U64 => vec_tensor::<u64>(x)?,
+        DType::Bool => {
+            let bytes: Vec<u8> = cast_to::<BoolByte>(x)?.into_iter().map(|b| b.0).collect();
+            Tensor::from_bytes(DType::Bool, x.shape().to_vec(), Bytes::from(bytes))
+                .map_err(|e| OpError::invalid(e.to_string()))?
+        }
+    })
+}
+
+/// Suffix of a type in the cast.comp variant names.
+fn gpu_name(d: DType) -> Option<&'static str> {
+    Some(match d {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::I64 => "i64",
+        DType::I32 => "i32",
+        DType::I8 => "i8",
+        DType::U8 => "u8",
+        DType::Bool => "bool",
+        DType::F64 => "f64",
+        _ => return None,
+    })
+}
+
+/// The variant names of shaders/cast.comp, `cast_<from>_<to>`, as static strings.
+const GPU_PAIRS: [&str; 60] = [
+    "cast_f32_f16",
+    "cast_f32_i64",
+    "cast_f32_i32",
+    "cast_f32_i8",
+    "cast_f32_u8",
+    "cast_f32_bool",
+    "cast_f16_f32",
+    "cast_f16_i64",
+    "cast_f16_i32",
+    "cast_f16_i8",
+    "cast_f16_u8",
+    "cast_f16_bool",
+    "cast_i64_f32",
+    "cast_i64_f16",
+    "cast_i64_i32",
+    "cast_i64_i8",
+    "cast_i64_u8",
+    "cast_i64_bool",
+    "cast_i32_f32",
+    "cast_i32_f16",
+    "cast_i32_i64",
+    "cast_i32_i8",
+    "cast_i32_u8",
+    "cast_i32_bool",
+    "cast_i8_f32",
+    "cast_i8_f16",
+    "cast_i8_i64",
+    "cast_i8_i32",
+    "cast_i8_u8",
+    "cast_i8_bool",
+    "cast_u8_f32",
+    "cast_u8_f16",
+    "cast_u8_i64",
+    "cast_u8_i32",
+    "cast_u8_i8",
+    "cast_u8_bool",
+    "cast_bool_f32",
+    "cast_bool_f16",
+    "cast_bool_i64",
+    "cast_bool_i32",
+    "cast_bool_i8",
+    "cast_bool_u8",
+    "cast_f16_f16",
+    "cast_i8_i8",
+    "cast_u8_u8",
+    "cast_bool_bool",
+    "cast_f64_f32",
+    "cast_f64_f16",
+    "cast_f64_i64",
+    "cast_f64_i32",
+    "cast_f64_i8",
+    "cast_f64_u8",
+    "cast_f64_bool",
+    "cast_f32_f64",
+    "cast_f16_f64",
+    "cast_i64_f64",
+    "cast_i32_f64",
+    "cast_i8_f64",
+    "cast_u8_f64",
+    "cast_bool_f64",
+];
+
+/// A value on its way between two types: integers exactly (i128 holds every i64 and u64),
+/// floats as f64 (which holds every f16, bf16 and f32 exactly).
+#[derive(Clone, Copy, Debug)]
+enum Wide {
+    Int(i128),
+    Float(f64),
+}
+
+trait Src: Copy + Send + Sync {
+    fn wide(self) -> Wide;
+}
+
+trait Dst: Copy + Send {
+    fn from_wide(w: Wide) -> Self;
+}
+
+/// A bool as ONNX stores it: one byte, non-zero meaning true.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(transparent)]
+struct BoolByte(u8);
+
+macro_rules! int_types {
+    ($($t:ty),*) => {$(
+        impl Src for $t {
+            fn wide(self) -> Wide { Wide::Int(self as i128) }
+        }
+        impl Dst for $t {
+            fn from_wide(w: Wide) -> Self {
+                match w {
+                    // `as` wraps between integers and saturates from floats (NaN -> 0).
+                    Wide::Int(i) => i as $t,
+                    Wide::Float(f) => f as $t,
+                }
+            }
+        }
+    )*};
+}
+int_types!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+macro_rules! float_types {
+    ($($t:ty),*) => {$(
+        impl Src for $t {
+            fn wide(self) -> Wide { Wide::Float(self as f64) }
+        }
+        impl Dst for $t {
+            fn from_wide(w: Wide) -> Self {
+                match w {
+                    // Straight from i128, so rounding happens once.
+                    Wide::Int(i) => i as $t,
+                    Wide::Float(f) => f as $t,
+                }
+            }
+        }
+    )*};
+}
+float_types!(f32, f64);
+
+macro_rules! half_types {
+    ($($t:ty),*) => {$(
+        impl Src for $t {
+            fn wide(self) -> Wide { Wide::Float(self.to_f64()) }
+        }
+        impl Dst for $t {
+            fn from_wide(w: Wide) -> Self {
+                match w {
+                    // Integers up to 2^53 are exact in f64, and larger ones overflow f16 (its
+                    // maximum is 65504) or sit far beyond bf16's 8-bit precision.
+                    Wide::Int(i) => <$t>::from_f64(i as f64),
+                    Wide::Float(f) => <$t>::from_f64(f),
+                }
+            }
+        }
+    )*};
+}
+half_types!(f16, bf16);
+
+impl Src for BoolByte {
+    fn wide(self) -> Wide {
+        Wide::Int(i128::from(self.0 != 0))
+    }
+}
+
+impl Dst for BoolByte {
+    fn from_wide(w: Wide) -> Self {
+        BoolByte(u8::from(match w {
+            Wide::Int(i) => i != 0,
+            // NaN != 0, so NaN is true, as in C.
+            Wide::Float(f) => f != 0.0,
+        }))
+    }
+}
+
+const PARALLEL_MIN: usize = 64 * 1024;
+
+fn convert<S: Src, D: Dst>(src: &[S]) -> Vec<D> {
+    if src.len() >= PARALLEL_MIN {
+        src.par_iter().map(|&s| D::from_wide(s.wide())).collect()
+    } else {
+        src.iter().map(|&s| D::from_wide(s.wide())).collect()
+    }
+}
+
+fn typed<T: Element>(t: &Tensor) -> Result<std::borrow::Cow<'_, [T]>, OpError> {
+    t.view::<T>().map_err(|e| OpError::invalid(e.to_string()))
+}
+
+/// Every element of `t`, converted to `D`.
+fn cast_to<D: Dst>(t: &Tensor) -> Result<Vec<D>, OpError> {
+    Ok(match t.dtype() {
+        DType::F32 => convert::<f32, D>(&typed(t)?),
+        DType::F64 => convert::<f64, D>(&typed(t)?),
+        DType::F16 => convert::<f16, D>(&typed(t)?),
+        DType::BF16 => convert::<bf16, D>(&typed(t)?),
+        DType::I8 => convert::<i8, D>(&typed(t)?),
+        DType::I16 => convert::<i16, D>(&typed(t)?),
+        DType::I32 => convert::<i32, D>(&typed(t)?),
+        DType::I64 => convert::<i64, D>(&typed(t)?),
+        DType::U8 => convert::<u8, D>(&typed(t)?),
+        DType::U16 => convert::<u16, D>(&typed(t)?),
+        DType::U32 => convert::<u32, D>(&typed(t)?),
+        DType::U64 => convert::<u64, D>(&typed(t)?),
+        DType::Bool => convert::<BoolByte, D>(bytemuck::cast_slice::<u8, BoolByte>(t.bytes())),
+    })
+}
+
+fn vec_tensor<D: Dst + Element>(t: &Tensor) -> Result<Tensor, OpError> {
+    Ok(Tensor::from_vec(t.shape().to_vec(), cast_to::<D>(t)?))
+}
+
+impl Op for Cast {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
+        let x = req(inputs, 0)?.ty;
+        let to = self.target(super::util::opt(inputs, 1).map(|i| i.ty))?;
+        Ok(vec![ValueType::new(to, x.shape.clone())])
+    }
+
+    fn run_cpu(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _outputs: &[ValueType],
+    ) -> Result<Vec<Tensor>, OpError> {
+        let x = req(inputs, 0)?;
+        let like = super::util::opt(inputs, 1).map(ValueType::of);
+        let to = self.target(like.as_ref())?;
+        Ok(vec![cast_tensor(x, to)?])
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
+        let x = req(inputs, 0).ok()?;
+        let to = outputs.first()?.dtype;
+        let n = x.numel();
+        let (shader, count) = match (x.dtype, to) {
+            // A cast to the same type is a copy; 4- and 8-byte types copy as 32-bit words.
+            (a, b) if a == b && a.size() % 4 == 0 => ("cast_copy32", n * a.size() / 4),
+            // bf16 only to and from f32 (on bits: no bfloat16 type needed).
+            (DType::F32, DType::BF16) => ("cast_bf16_from_f32", n),
+            (DType::BF16, DType::F32) => ("cast_bf16_to_f32", n),
+            (a, b) => {
+                let name = format!("cast_{}_{}", gpu_name(a)?, gpu_name(b)?);
+                (*GPU_PAIRS.iter().find(|s| **s == name)?, n)
+            }
+        };
+        let count32 = u32::try_from(count).ok()?;
+        Some(GpuKernel {
+            scratch: vec![],
+            dispatches: if count == 0 {
+                vec![]
+            } else {
+                vec![Dispatch {
+                    shader,
+                    buffers: vec![BufRef::Input(0), BufRef::Output(0)],
+                    params: vec![count32],
+                    groups: groups_1d(count, 256),
+                }]
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AttrValue;
+    use crate::testkit::{build, gpu_matches_cpu, run1};
+
+    fn cast(x: &Tensor, to: DType) -> Tensor {
+        let op = build("Cast", 19, &[("to", AttrValue::Int(to.onnx_code() as i64))]).unwrap();
+        run1(&*op, &[x]).unwrap()
+    }
+
+    #[test]
+    fn float_to_int_truncates_and_saturates() {
+        let x = Tensor::from_vec(
+            vec![8],
+            vec![
+                3.9f32,
+                -3.9,
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                1e10,
+                -1e10,
+                -0.5,
+            ],
+        );
+        let y = cast(&x, DType::I32);
+        let want = [3, -3, 0, i32::MAX, i32::MIN, i32::MAX, i32::MIN, 0];
+        assert_eq!(&*y.view::<i32>().unwrap(), &want);
+        let y = cast(&x, DType::I64);
+        assert_eq!(
+            &*y.view::<i64>().unwrap(),
+            &[
+                3,
+                -3,
+                0,
+                i64::MAX,
+                i64::MIN,
+                10_000_000_000,
+                -10_000_000_000,
+                0
+            ]
+        );
+        let y = cast(&x, DType::U8);
+        assert_eq!(&*y.view::<u8>().unwrap(), &[3, 0, 0, 255, 0, 255, 0, 0]);
+        let y = cast(&x, DType::I8);
+        assert_eq!(
+            &*y.view::<i8>().unwrap(),
+            &[3, -3, 0, 127, -128, 127, -128, 0]
+        );
+    }
+
+    #[test]
+    fn int_to_int_wraps() {
+        let x = Tensor::from_vec(vec![4], vec![-1i32, 256, 300, i32::MIN]);
+        assert_eq!(
+            &*cast(&x, DType::U8).view::<u8>().unwrap(),
+            &[255, 0, 44, 0]
+        );
+        assert_eq!(
+            &*cast(&x, DType::I64).view::<i64>().unwrap(),
+            &[-1, 256, 300, -2147483648]
+        );
+        let x = Tensor::from_vec(vec![2], vec![u64::MAX, 1u64 << 63]);
+        assert_eq!(
+            &*cast(&x, DType::I64).view::<i64>().unwrap(),
+            &[-1, i64::MIN]
+        );
+        let x = Tensor::from_vec(vec![1], vec![-1i64]);
+        assert_eq!(&*cast(&x, DType::U64).view::<u64>().unwrap(), &[u64::MAX]);
+    }
+
+    #[test]
+    fn bools() {
+        let x = Tensor::from_vec(vec![5], vec![0f32, -0.0, f32::NAN, 2.0, -1e-30]);
+        assert_eq!(
+            cast(&x, DType::Bool).view_bool().unwrap(),
+            vec![false, false, true, true, true]
+        );
+        let x = Tensor::from_vec(vec![3], vec![0i64, 5, -1]);
+        assert_eq!(
+            cast(&x, DType::Bool).view_bool().unwrap(),
+            vec![false, true, true]
+        );
+        let b = Tensor::from_bools(vec![3], vec![true, false, true]);
+        assert_eq!(
+            &*cast(&b, DType::F32).view::<f32>().unwrap(),
+            &[1.0, 0.0, 1.0]
+        );
+        assert_eq!(&*cast(&b, DType::I64).view::<i64>().unwrap(), &[1, 0, 1]);
+        // A bool byte other than 1 still reads as true and comes out as 1.
+        let odd = Tensor::from_bytes(DType::Bool, vec![2], Bytes::from(vec![0u8, 7])).unwrap();
+        assert_eq!(&*cast(&odd, DType::U8).view::<u8>().unwrap(), &[0, 1]);
+    }
+
+    #[test]
+    fn float_widths_round_to_nearest() {
+        let x = Tensor::from_vec(vec![4], vec![0.1f64, 1e40, -1e-50, 16_777_217.0]);
+        let y = cast(&x, DType::F32);
+        assert_eq!(
+            &*y.view::<f32>().unwrap(),
+            &[0.1f32, f32::INFINITY, -0.0, 16_777_216.0]
+        );
+        let x = Tensor::from_vec(vec![4], vec![65504f32, 1e5, 0.1, -2.5]);
+        let y = cast(&x, DType::F16);
+        let h: Vec<f32> = y
+            .view::<f16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_f32())
+            .collect();
+        assert_eq!(h, vec![65504.0, f32::INFINITY, 0.099975586, -2.5]);
+        let y = cast(&cast(&x, DType::BF16), DType::F64);
+        assert_eq!(
+            &*y.view::<f64>().unwrap(),
+            &[65536.0, 99840.0, 0.10009765625, -2.5]
+        );
+        // i64 -> f32 rounds once: 2^24 + 1 is a tie that goes to even.
+        let x = Tensor::from_vec(vec![2], vec![(1i64 << 24) + 1, (1i64 << 24) + 3]);
+        assert_eq!(
+            &*cast(&x, DType::F32).view::<f32>().unwrap(),
+            &[16_777_216.0, 16_777_220.0]
+        );
+        // f16 -> i32 goes through the exact value.
+        let x = Tensor::from_vec(vec![2], vec![f16::from_f32(-7.75), f16::NAN]);
+        assert_eq!(&*cast(&x, DType::I32).view::<i32>().unwrap(), &[-7, 0]);
+    }
+
+    #[test]
+    fn attribute_forms_and_errors() {
+        let x = Tensor::from_vec(vec![2], vec![1.5f32, 2.5]);
+        let op = build("Cast", 1, &[("to", AttrValue::String("INT32".into()))]).unwrap();
+        assert_eq!(&*run1(&*op, &[&x]).unwrap().view::<i32>().unwrap(), &[1, 2]);
+        let op = build("Cast", 1, &[("to", AttrValue::String("float16".into()))]).unwrap();
+        assert_eq!(run1(&*op, &[&x]).unwrap().dtype(), DType::F16);
+        assert!(build("Cast", 13, &[]).is_err());
+        let e = build("Cast", 13, &[("to", AttrValue::Int(8))])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("string"), "{e}");
+        assert!(build("Cast", 13, &[("to", AttrValue::Int(17))]).is_err());
+        assert!(build("Cast", 1, &[("to", AttrValue::String("COMPLEX64".into()))]).is_err());
+        // Same type: the tensor itself.
+        assert_eq!(cast(&x, DType::F32), x);
+    }
+
+    #[test]
+    fn every_pair_converts_a_small_integer_exactly() {
+        let x = Tensor::from_vec(vec![3], vec![0i64, 1, 100]);
+        for from in DType::ALL {
+            for to in DType::ALL {
+                let y = cast(&cast(&x, from), to);
+                let want: Vec<f64> = if from == DType::Bool || to == DType::Bool {
+                    vec![0.0, 1.0, 1.0]
+                } else {
+                    vec![0.0, 1.0, 100.0]
+                };
+                assert_eq!(y.to_f64_vec().unwrap(), want, "{from} -> {to}");
+                assert_eq!(y.dtype(), to);
+            }
+        }
+    }
+
+    #[test]
+    fn gpu_kernels_for_simple_pairs() {
+        let op = build("Cast", 13, &[("to", AttrValue::Int(7))]).unwrap();
+        let x = ValueType::new(DType::F32, vec![3, 5]);
+        let k = op
+            .gpu(&[Some(&x)], &[ValueType::new(DType::I64, vec![3, 5])])
+            .unwrap();
+        assert_eq!(
+            (k.dispatches[0].shader, &k.dispatches[0].params[..]),
+            ("cast_f32_i64", &[15u32][..])
+        );
+        let same = ValueType::new(DType::I64, vec![3, 5]);
+        let k = op.gpu(&[Some(&same)], std::slice::from_ref(&same)).unwrap();
+        assert_eq!(
+            (k.dispatches[0].shader, &k.dispatches[0].params[..]),
+            ("cast_copy32", &[30u32][..])
+        );
+        // bf16 has GPU kernels to and from f32 only.
+        let h = ValueType::new(DType::BF16, vec![3]);
+        assert!(op.gpu(&[Some(&h)], &[same]).is_none());
+    }
+
+    #[test]
+    fn gpu_cast_matches_cpu() {
+        let f = Tensor::from_vec(
+            vec![12],
+            vec![
+                3.9f32,
+                -3.9,
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                1e10,
+                -1e10,
+                -0.5,
+                16_777_216.0,
+                2147483520.0,
+                -2147483648.0,
+                9.3e18,
+            ],
+        );
+        let i32s = Tensor::from_vec(vec![5], vec![0i32, -1, i32::MAX, i32::MIN, 16_777_217]);
+        let i64s = Tensor::from_vec(
+            vec![6],
+            vec![0i64, -1, i64::MAX, i64::MIN, (1 << 40) + 3, 0x1_2345_6789],
+        );
+        let to =
+            |d: DType| build("Cast", 13, &[("to", AttrValue::Int(d.onnx_code() as i64))]).unwrap();
+        for (x, d) in [
+            (&f, DType::I32),
+            (&f, DType::I64),
+            (&i32s, DType::F32),
+            (&i64s, DType::F32),
+            (&i32s, DType::I64),
+            (&i64s, DType::I32),
+            (&i64s, DType::I64),
+            (&f, DType::F32),
+        ] {
+            // Integer -> float must round exactly as the CPU does.
+            gpu_matches_cpu(&*to(d), &[Some(x)], 0.0);
+        }
+    }
+
+    #[test]
+    fn gpu_bf16_casts_round_to_nearest_even_and_keep_nan() {
+        // 1 + 2^-8 is halfway between two bf16 values: ties go to the even one (1.0); just
+        // above the tie rounds up; the largest finite f32 rounds to infinity; NaN stays NaN.
+        let f = Tensor::from_vec(
+            vec![9],
+            vec![
+                1.0f32 + 1.0 / 256.0,
+                1.0 + 1.0 / 256.0 + 1.0 / 65536.0,
+                1.0 + 3.0 / 256.0,
+                -2.5e-3,
+                f32::MAX,
+                f32::NAN,
+                f32::NEG_INFINITY,
+                0.0,
+                -0.0,
+            ],
+        );
+        let to =
+            |d: DType| build("Cast", 13, &[("to", AttrValue::Int(d.onnx_code() as i64))]).unwrap();
+        let b = run1(&*to(DType::BF16), &[&f]).unwrap();
+        let bits: Vec<u16> = b.to_f64_vec().unwrap()[..4]
+            .iter()
+            .map(|&v| half::bf16::from_f64(v).to_bits())
+            .collect();
+        // By hand: 1.0 = 0x3f80; 1 + 2^-7 = 0x3f81; 1 + 2^-6 = 0x3f82.
+        assert_eq!(&bits[..3], &[0x3f80, 0x3f81, 0x3f82]);
+        gpu_matches_cpu(&*to(DType::BF16), &[Some(&f)], 0.0);
+        gpu_matches_cpu(&*to(DType::F32), &[Some(&b)], 0.0);
+    }
+}

@@ -1,0 +1,256 @@
+//! Conv (opsets 1, 11, 22): N-D convolution with groups, strides, dilations and padding.
+//!
+//! CPU: im2col + GEMM per (batch, group), a direct loop for depthwise, and for small f32
+//! convolutions a direct AVX2 kernel (direct.rs). GPU: a tiled
+//! implicit-GEMM shader (split along K into two passes when it has too few output tiles to
+//! fill the GPU, see gpu.rs), or a one-thread-per-output shader when a group has few output
+//! channels (depthwise and narrow grouped convolutions), both for 1-D to 3-D.
+//!
+//! The window geometry and the float element trait live here too and are shared with the
+//! pools and BatchNormalization.
+
+mod cpu;
+mod direct;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod direct_tests;
+#[cfg(test)]
+mod fast_tests;
+mod float;
+pub(super) mod geometry;
+mod gpu;
+#[cfg(test)]
+pub(crate) mod gpu_tests;
+pub(super) mod par;
+#[cfg(test)]
+mod splitk_tests;
+#[cfg(test)]
+pub(crate) mod tests;
+mod wide;
+
+use super::util::{opt, req};
+use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::tensor::{DType, Tensor};
+
+pub(super) use float::{FLOAT_DTYPES, Float};
+use geometry::{Axis, WindowAttrs};
+
+pub fn register(r: &mut Registry) {
+    // f16 / bf16 run through f32 on the CPU.
+    r.add("Conv", |s| Ok(super::via_f32::ViaF32::half(build(s)?)));
+}
+
+fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    if !(2..=3).contains(&spec.num_inputs) {
+        return Err(OpError::invalid(format!(
+            "Conv takes 2 or 3 inputs (X, W, optional B), got {}",
+            spec.num_inputs
+        )));
+    }
+    if spec.num_outputs != 1 {
+        return Err(OpError::invalid(format!(
+            "Conv has 1 output, got {}",
+            spec.num_outputs
+        )));
+    }
+    let group = spec.attrs.int("group", 1)?;
+    if group < 1 {
+        return Err(OpError::invalid(format!(
+            "Conv: group must be at least 1, got {group}"
+        )));
+    }
+    Ok(Box::new(Conv {
+        window: WindowAttrs::parse("Conv", spec.attrs)?,
+        group: group as usize,
+    }))
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conv {
+    window: WindowAttrs,
+    group: usize,
+}
+
+/// A convolution resolved against concrete shapes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvShape {
+    pub n: usize,
+    /// Input channels.
+    pub c: usize,
+    /// Output channels.
+    pub oc: usize,
+    pub group: usize,
+    /// One per spatial axis, 1 to 3 of them.
+    pub axes: Vec<Axis>,
+}
+
+impl ConvShape {
+    pub fn cg(&self) -> usize {
+        self.c / self.group
+    }
+    pub fn ocg(&self) -> usize {
+        self.oc / self.group
+    }
+    pub fn kernel_volume(&self) -> usize {
+        self.axes.iter().map(|a| a.kernel).product()
+    }
+    pub fn in_plane(&self) -> usize {
+        Axis::input_volume(&self.axes)
+    }
+    pub fn out_plane(&self) -> usize {
+        Axis::output_volume(&self.axes)
+    }
+    pub fn output_shape(&self) -> Vec<usize> {
+        let mut s = vec![self.n, self.oc];
+        s.extend(self.axes.iter().map(|a| a.output));
+        s
+    }
+    /// The axes padded in front to exactly three with axes that do nothing (size 1, kernel
+    /// 1), so kernels can be written once for 1-D to 3-D.
+    pub fn axes3(&self) -> [Axis; 3] {
+        Axis::pad_to_3(&self.axes)
+    }
+}
+
+impl Conv {
+    fn shape(&self, x: &[usize], w: &[usize], b: Option<&[usize]>) -> Result<ConvShape, OpError> {
+        if x.len() < 3 {
+            return Err(OpError::invalid(format!(
+                "Conv: X must be N x C x spatial..., got shape {x:?}"
+            )));
+        }
+        if x.len() > 5 {
+            return Err(OpError::unsupported(format!(
+                "Conv with {} spatial axes (1 to 3 are implemented)",
+                x.len() - 2
+            )));
+        }
+        if w.len() != x.len() {
+            return Err(OpError::invalid(format!(
+                "Conv: W has shape {w:?} (rank {}) but X has rank {}",
+                w.len(),
+                x.len()
+            )));
+        }
+        let (n, c, oc, cg, g) = (x[0], x[1], w[0], w[1], self.group);
+        if cg * g != c {
+            return Err(OpError::invalid(format!(
+                "Conv: input has {c} channels but W expects {} (group {g}, {cg} per group)",
+                cg * g
+            )));
+        }
+        if oc % g != 0 {
+            return Err(OpError::invalid(format!(
+                "Conv: W has {oc} output channels, not a multiple of group {g}"
+            )));
+        }
+        if let Some(b) = b
+            && b != [oc]
+        {
+            return Err(OpError::invalid(format!(
+                "Conv: B has shape {b:?} but W has {oc} output channels (expected [{oc}])"
+            )));
+        }
+        let kernel = &w[2..];
+        if let Some(k) = &self.window.kernel_shape
+            && k.as_slice() != kernel
+        {
+            return Err(OpError::invalid(format!(
+                "Conv: kernel_shape {k:?} does not match W's spatial shape {kernel:?}"
+            )));
+        }
+        let axes = self.window.resolve("Conv", &x[2..], kernel, false)?;
+        Ok(ConvShape {
+            n,
+            c,
+            oc,
+            group: g,
+            axes,
+        })
+    }
+
+    fn check_dtypes(&self, x: DType, w: DType, b: Option<DType>) -> Result<(), OpError> {
+        if !FLOAT_DTYPES.contains(&x) {
+            return Err(OpError::unsupported(format!(
+                "Conv on {x} (implemented: float, double)"
+            )));
+        }
+        if w != x || b.is_some_and(|b| b != x) {
+            return Err(OpError::invalid(format!(
+                "Conv: X, W and B must share one type, got {x}, {w}{}",
+                b.map(|b| format!(", {b}")).unwrap_or_default()
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn run_typed<T: Float>(
+    s: &ConvShape,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+) -> Result<Tensor, OpError> {
+    fn view<T: Float>(t: &Tensor) -> Result<std::borrow::Cow<'_, [T]>, OpError> {
+        t.view::<T>()
+            .map_err(|e| OpError::invalid(format!("Conv: {e}")))
+    }
+    let (xv, wv) = (view::<T>(x)?, view::<T>(w)?);
+    let bv = b.map(view::<T>).transpose()?;
+    let y = cpu::conv(s, &xv, &wv, bv.as_deref());
+    Ok(Tensor::from_vec(s.output_shape(), y))
+}
+
+impl Op for Conv {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
+        let (x, w) = (req(inputs, 0)?.ty, req(inputs, 1)?.ty);
+        let b = opt(inputs, 2).map(|b| b.ty);
+        self.check_dtypes(x.dtype, w.dtype, b.map(|b| b.dtype))?;
+        let s = self.shape(&x.shape, &w.shape, b.map(|b| b.shape.as_slice()))?;
+        Ok(vec![ValueType::new(x.dtype, s.output_shape())])
+    }
+
+    fn run_cpu(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _outputs: &[ValueType],
+    ) -> Result<Vec<Tensor>, OpError> {
+        let (x, w) = (req(inputs, 0)?, req(inputs, 1)?);
+        let b = opt(inputs, 2);
+        self.check_dtypes(x.dtype(), w.dtype(), b.map(|b| b.dtype()))?;
+        let s = self.shape(x.shape(), w.shape(), b.map(|b| b.shape()))?;
+        let y = match x.dtype() {
+            DType::F32 => run_typed::<f32>(&s, x, w, b)?,
+            _ => run_typed::<f64>(&s, x, w, b)?,
+        };
+        Ok(vec![y])
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        let (x, w) = (opt(inputs, 0)?, opt(inputs, 1)?);
+        let b = opt(inputs, 2);
+        // f32, or f16 (which the CPU side runs through f32, see via_f32.rs).
+        if !matches!(x.dtype, DType::F32 | DType::F16)
+            || w.dtype != x.dtype
+            || b.is_some_and(|b| b.dtype != x.dtype)
+        {
+            return None;
+        }
+        let s = self
+            .shape(&x.shape, &w.shape, b.map(|b| b.shape.as_slice()))
+            .ok()?;
+        gpu::kernel(&s, b.is_some(), x.dtype == DType::F16)
+    }
+
+    fn flops(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
+        let shape = match (opt(inputs, 0), opt(inputs, 1)) {
+            (Some(x), Some(w)) => self.shape(&x.shape, &w.shape, None).ok(),
+            _ => None,
+        };
+        match shape {
+            Some(s) => {
+                2 * (s.n * s.oc * s.out_plane()) as u64 * (s.cg() * s.kernel_volume()) as u64
+            }
+            None => outputs.iter().map(|o| o.numel() as u64).sum(),
+        }
+    }
+}

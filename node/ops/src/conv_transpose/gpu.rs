@@ -1,0 +1,60 @@
+//! The gather form on the GPU: one invocation per output element, up to 3 spatial axes.
+
+use super::Geometry;
+use crate::tensor::DType;
+use crate::util::groups_1d;
+use crate::{BufRef, Dispatch, GpuKernel};
+
+pub fn kernel(dtype: DType, g: &Geometry, has_bias: bool) -> Option<GpuKernel> {
+    let shader = match dtype {
+        DType::F32 => "conv_transpose_f32",
+        DType::F16 => "conv_transpose_f16",
+        _ => return None,
+    };
+    let sp = g.input.len();
+    if sp > 3 {
+        return None;
+    }
+    let total = g.n * g.m * g.output.iter().product::<usize>();
+    u32::try_from(total).ok()?;
+    // Spatial axes padded in front to three: size 1, kernel 1, stride 1.
+    let pad3 = |v: &[usize], fill: usize| -> Vec<u32> {
+        let mut out = vec![fill as u32; 3 - sp];
+        out.extend(v.iter().map(|&e| e as u32));
+        out
+    };
+    let mut table = Vec::new();
+    table.extend(pad3(&g.input, 1));
+    table.extend(pad3(&g.output, 1));
+    table.extend(pad3(&g.kernel, 1));
+    table.extend(pad3(&g.stride, 1));
+    table.extend(pad3(&g.dilation, 1));
+    table.extend(std::iter::repeat_n(0u32, 3 - sp));
+    table.extend(g.pad_begin.iter().map(|&p| p as i32 as u32));
+    let bias = if has_bias {
+        BufRef::Input(2)
+    } else {
+        BufRef::Input(1)
+    };
+    Some(GpuKernel {
+        scratch: vec![],
+        dispatches: vec![Dispatch {
+            shader,
+            buffers: vec![
+                BufRef::Input(0),
+                BufRef::Input(1),
+                bias,
+                BufRef::Output(0),
+                BufRef::Table(table),
+            ],
+            params: vec![
+                total as u32,
+                g.c as u32,
+                g.m as u32,
+                g.group as u32,
+                has_bias as u32,
+            ],
+            groups: groups_1d(total, 256),
+        }],
+    })
+}

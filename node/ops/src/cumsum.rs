@@ -1,0 +1,299 @@
+//! CumSum (opsets 11, 14): running sums along the axis given as input 1, optionally
+//! `exclusive` (each output leaves its own element out) and `reverse` (from the end).
+//! Integers wrap; f16 accumulates in float on the GPU and in f64 on the CPU.
+
+use super::numeric::{Wide, narrow, widen};
+use super::util::{axis as norm_axis, const_input, groups_1d, req};
+use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::tensor::{DType, Tensor};
+
+pub fn register(r: &mut Registry) {
+    r.add("CumSum", build);
+}
+
+fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    Ok(Box::new(CumSum {
+        exclusive: spec.attrs.int("exclusive", 0)? != 0,
+        reverse: spec.attrs.int("reverse", 0)? != 0,
+    }))
+}
+
+/// Lines at least this long get a workgroup each.
+const ROW_MIN: usize = 512;
+
+#[derive(Debug)]
+struct CumSum {
+    exclusive: bool,
+    reverse: bool,
+}
+
+fn axis_of(x: &[usize], a: &Tensor) -> Result<usize, OpError> {
+    let v = a
+        .to_i64_vec()
+        .map_err(|e| OpError::invalid(e.to_string()))?;
+    if x.is_empty() {
+        return Err(OpError::invalid(
+            "CumSum: the input is a scalar, it has no axis",
+        ));
+    }
+    match v[..] {
+        [a] => norm_axis(a, x.len()).map_err(|e| OpError::invalid(format!("CumSum: {e}"))),
+        _ => Err(OpError::invalid(format!(
+            "CumSum: axis must hold one value, found {}",
+            v.len()
+        ))),
+    }
+}
+
+/// (outer, len, inner) around axis `a`.
+fn split(shape: &[usize], a: usize) -> (usize, usize, usize) {
+    (
+        shape[..a].iter().product(),
+        shape[a],
+        shape[a + 1..].iter().product(),
+    )
+}
+
+fn scan<T: Copy>(
+    v: &mut [T],
+    (outer, len, inner): (usize, usize, usize),
+    excl: bool,
+    rev: bool,
+    zero: T,
+    add: impl Fn(T, T) -> T,
+) {
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut acc = zero;
+            for step in 0..len {
+                let j = if rev { len - 1 - step } else { step };
+                let k = (o * len + j) * inner + i;
+                let x = v[k];
+                if excl {
+                    v[k] = acc;
+                    acc = add(acc, x);
+                } else {
+                    acc = add(acc, x);
+                    v[k] = acc;
+                }
+            }
+        }
+    }
+}
+
+impl Op for CumSum {
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
+        let x = req(inputs, 0)?.ty;
+        if matches!(x.dtype, DType::Bool) {
+            return Err(OpError::unsupported("CumSum: bool input"));
+        }
+        axis_of(&x.shape, const_input(inputs, 1)?)?;
+        Ok(vec![x.clone()])
+    }
+
+    fn run_cpu(
+        &self,
+        inputs: &[Option<&Tensor>],
+        _outputs: &[ValueType],
+    ) -> Result<Vec<Tensor>, OpError> {
+        let x = req(inputs, 0)?;
+        let a = axis_of(x.shape(), req(inputs, 1)?)?;
+        let g = split(x.shape(), a);
+        let w = match widen(x)? {
+            Wide::F(mut v) => {
+                scan(&mut v, g, self.exclusive, self.reverse, 0.0, |a, b| a + b);
+                Wide::F(v)
+            }
+            Wide::I(mut v) => {
+                scan(
+                    &mut v,
+                    g,
+                    self.exclusive,
+                    self.reverse,
+                    0,
+                    i64::wrapping_add,
+                );
+                Wide::I(v)
+            }
+        };
+        Ok(vec![narrow(x.dtype(), x.shape().to_vec(), w)?])
+    }
+
+    // The scan axis is an input's value, so only `gpu_planned` can build a kernel.
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        _outputs: &[ValueType],
+    ) -> Option<GpuKernel> {
+        let x = req(inputs, 0).ok()?.ty;
+        u32::try_from(x.numel()).ok()?;
+        let a = axis_of(&x.shape, inputs.get(1).copied().flatten()?.value?).ok()?;
+        let (outer, len, inner) = split(&x.shape, a);
+        let lines = outer * inner;
+        // Long lines: a workgroup per line, scanning in shared memory.
+        let row = len >= ROW_MIN;
+        let shader = match (x.dtype, row) {
+            (DType::F32, false) => "cumsum_f32",
+            (DType::F16, false) => "cumsum_f16",
+            (DType::I32, false) => "cumsum_i32",
+            (DType::I64, false) => "cumsum_i64",
+            (DType::F32, true) => "cumsum_f32_row",
+            (DType::F16, true) => "cumsum_f16_row",
+            (DType::I32, true) => "cumsum_i32_row",
+            (DType::I64, true) => "cumsum_i64_row",
+            _ => return None,
+        };
+        let groups = if row {
+            let gy = lines.div_ceil(65_535).max(1);
+            [lines.div_ceil(gy) as u32, u32::try_from(gy).ok()?, 1]
+        } else {
+            groups_1d(lines, 256)
+        };
+        Some(GpuKernel {
+            scratch: vec![],
+            dispatches: vec![Dispatch {
+                shader,
+                buffers: vec![BufRef::Input(0), BufRef::Output(0)],
+                params: vec![
+                    lines as u32,
+                    len as u32,
+                    inner as u32,
+                    self.exclusive as u32,
+                    self.reverse as u32,
+                ],
+                groups,
+            }],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AttrValue;
+    use crate::testkit::{Rng, build, gpu_matches_cpu, run};
+
+    fn cumsum(x: &Tensor, axis: i64, excl: i64, rev: i64) -> Tensor {
+        let op = build(
+            "CumSum",
+            14,
+            &[
+                ("exclusive", AttrValue::Int(excl)),
+                ("reverse", AttrValue::Int(rev)),
+            ],
+        )
+        .unwrap();
+        run(&*op, &[Some(x), Some(&Tensor::scalar(axis as i32))])
+            .unwrap()
+            .remove(0)
+    }
+
+    #[test]
+    fn by_hand() {
+        let x = Tensor::from_vec(vec![5], vec![1f64, 2., 3., 4., 5.]);
+        assert_eq!(
+            cumsum(&x, 0, 0, 0).to_f64_vec().unwrap(),
+            vec![1., 3., 6., 10., 15.]
+        );
+        assert_eq!(
+            cumsum(&x, 0, 1, 0).to_f64_vec().unwrap(),
+            vec![0., 1., 3., 6., 10.]
+        );
+        assert_eq!(
+            cumsum(&x, 0, 0, 1).to_f64_vec().unwrap(),
+            vec![15., 14., 12., 9., 5.]
+        );
+        assert_eq!(
+            cumsum(&x, 0, 1, 1).to_f64_vec().unwrap(),
+            vec![14., 12., 9., 5., 0.]
+        );
+        let m = Tensor::from_vec(vec![2, 3], vec![1i32, 2, 3, 4, 5, 6]);
+        assert_eq!(
+            cumsum(&m, 0, 0, 0).to_i64_vec().unwrap(),
+            vec![1, 2, 3, 5, 7, 9]
+        );
+        assert_eq!(
+            cumsum(&m, -1, 0, 0).to_i64_vec().unwrap(),
+            vec![1, 3, 6, 4, 9, 15]
+        );
+        let w = Tensor::from_vec(vec![2], vec![i32::MAX, 1]);
+        assert_eq!(
+            cumsum(&w, 0, 0, 0).to_i64_vec().unwrap(),
+            vec![i32::MAX as i64, i32::MIN as i64]
+        );
+        let op = build("CumSum", 14, &[]).unwrap();
+        assert!(run(&*op, &[Some(&x), Some(&Tensor::scalar(1i64))]).is_err());
+        let s = Tensor::scalar(1f32);
+        assert!(run(&*op, &[Some(&s), Some(&Tensor::scalar(0i64))]).is_err());
+    }
+
+    #[test]
+    fn gpu_matches() {
+        let mut rng = Rng::new(3);
+        // Long lines (the shared-memory scan), an infinity among them.
+        for (excl, rev) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+            let op = build(
+                "CumSum",
+                14,
+                &[
+                    ("exclusive", AttrValue::Int(excl)),
+                    ("reverse", AttrValue::Int(rev)),
+                ],
+            )
+            .unwrap();
+            let mut v: Vec<f32> = rng
+                .f32s(2 * 1300)
+                .iter()
+                .map(|f| (f * 8.0).round())
+                .collect();
+            v[700] = f32::INFINITY;
+            let a = Tensor::scalar(1i64);
+            gpu_matches_cpu(
+                &*op,
+                &[Some(&Tensor::from_vec(vec![2, 1300], v.clone())), Some(&a)],
+                1e-5,
+            );
+            let i = Tensor::from_vec(
+                vec![2, 1300],
+                v.iter()
+                    .map(|&f| if f.is_finite() { f as i64 } else { 1 << 40 })
+                    .collect(),
+            );
+            gpu_matches_cpu(&*op, &[Some(&i), Some(&a)], 0.0);
+            let t = Tensor::from_vec(
+                vec![1300, 2],
+                v.iter()
+                    .map(|&f| if f.is_finite() { f as i32 } else { i32::MAX })
+                    .collect(),
+            );
+            gpu_matches_cpu(&*op, &[Some(&t), Some(&Tensor::scalar(0i64))], 0.0);
+        }
+        for (axis, excl, rev) in [(0, 0, 0), (1, 1, 0), (-1, 0, 1), (2, 1, 1)] {
+            let op = build(
+                "CumSum",
+                14,
+                &[
+                    ("exclusive", AttrValue::Int(excl)),
+                    ("reverse", AttrValue::Int(rev)),
+                ],
+            )
+            .unwrap();
+            let x = rng.tensor_f32(&[3, 40, 5]);
+            let a = Tensor::scalar(axis as i64);
+            gpu_matches_cpu(&*op, &[Some(&x), Some(&a)], 1e-4);
+            let v: Vec<i32> = rng.f32s(600).iter().map(|f| (f * 1000.0) as i32).collect();
+            let i = Tensor::from_vec(vec![3, 40, 5], v.clone());
+            gpu_matches_cpu(&*op, &[Some(&i), Some(&a)], 0.0);
+            let l = Tensor::from_vec(vec![3, 40, 5], v.iter().map(|&x| x as i64).collect());
+            gpu_matches_cpu(&*op, &[Some(&l), Some(&a)], 0.0);
+            let h = Tensor::from_vec(
+                vec![3, 40, 5],
+                rng.f32s(600)
+                    .iter()
+                    .map(|&f| half::f16::from_f32(f))
+                    .collect(),
+            );
+            gpu_matches_cpu(&*op, &[Some(&h), Some(&a)], 1e-2);
+        }
+    }
+}

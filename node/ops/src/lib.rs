@@ -1,0 +1,308 @@
+//! VKML's ops: the values they work on ([`tensor`], [`model`]) and the op registry. Adding an
+//! op means, in predictable places:
+//! - a type implementing [`Op`] in a file of this crate, holding its shape rule (`infer`) and
+//!   its CPU reference kernel (`run_cpu`), registered by that file's `register`;
+//! - a GLSL compute shader `shaders/<name>.comp`, named by the op's `gpu` description;
+//! - tests on the crate's op test kit (`testkit`: building, running, comparing the shader
+//!   with the CPU kernel on the test GPU).
+//!
+//! An op never touches Vulkan: `gpu` only describes which shader to dispatch over which
+//! buffers with which push constants; the Vulkan layer records it.
+
+#![deny(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::OnceLock;
+
+pub mod model;
+pub mod tensor;
+
+pub use tensor::{DType, Tensor, TensorError};
+
+use crate::tensor::numel;
+
+mod attrs;
+pub mod util;
+
+#[cfg(test)]
+mod testkit;
+
+mod batchnorm;
+mod cast;
+mod concat;
+mod conv;
+mod conv_transpose;
+mod cpu_gemm;
+mod cumsum;
+mod einsum;
+mod elementwise;
+mod gather;
+mod gather_nd;
+mod generate;
+mod integer;
+mod matmul;
+mod norm;
+mod numeric;
+mod pad;
+mod pool;
+mod reduce;
+mod remap;
+mod resize;
+mod scatter;
+mod select;
+mod shape_ops;
+mod slice;
+mod softmax;
+mod splitk;
+mod tile_expand;
+mod topk;
+mod transpose;
+mod via_f32;
+
+pub use attrs::{AttrValue, Attrs};
+pub use elementwise::fused;
+
+/// A concrete value type: element type and shape, all sizes known.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueType {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl ValueType {
+    pub fn new(dtype: DType, shape: Vec<usize>) -> ValueType {
+        ValueType { dtype, shape }
+    }
+
+    pub fn of(t: &Tensor) -> ValueType {
+        ValueType::new(t.dtype(), t.shape().to_vec())
+    }
+
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+}
+
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{:?}", self.dtype, self.shape)
+    }
+}
+
+/// What a shape rule sees of one input: its type, and its value when that is known while
+/// planning (an initializer, a Constant, or something folded from them). Rules like Reshape's
+/// need the value of their shape input.
+#[derive(Clone, Copy, Debug)]
+pub struct InferInput<'a> {
+    pub ty: &'a ValueType,
+    pub value: Option<&'a Tensor>,
+}
+
+/// Why an op cannot be built or run. The graph layer adds the node's name and op type.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OpError {
+    /// The node is malformed or its inputs do not fit its rule.
+    #[error("{0}")]
+    Invalid(String),
+    /// Legal ONNX that this runtime does not implement (a dtype, an attribute value...).
+    #[error("not supported: {0}")]
+    Unsupported(String),
+    /// The rule needs the value of this input (a shape, axes, pads, a count) and the value is
+    /// only known at run time. The graph layer may then specialize the plan on the values of
+    /// the graph inputs it comes from, as TensorRT does with shape tensors.
+    #[error("input {0}'s value must be known when the model is planned")]
+    NeedsValue(usize),
+}
+
+impl OpError {
+    pub fn invalid(msg: impl Into<String>) -> OpError {
+        OpError::Invalid(msg.into())
+    }
+    pub fn unsupported(msg: impl Into<String>) -> OpError {
+        OpError::Unsupported(msg.into())
+    }
+}
+
+/// One op instance, with its attributes already decoded and checked.
+///
+/// Inputs are positional; an omitted optional input is `None`. Trailing omitted inputs may be
+/// absent from the slice altogether, so index with `.get(i)`.
+pub trait Op: Send + Sync + fmt::Debug {
+    /// Shape and dtype rule: output types from input types (and known input values).
+    fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError>;
+
+    /// Reference kernel. `outputs` are the types `infer` gave for these inputs.
+    fn run_cpu(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &[ValueType],
+    ) -> Result<Vec<Tensor>, OpError>;
+
+    /// The GPU kernels for these concrete types, or `None` when this op has no shader for
+    /// them; the planner then keeps the op on the CPU backend.
+    fn gpu(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        None
+    }
+
+    /// As [`Op::gpu`], also seeing the input values known while planning (an axes input, a
+    /// scan axis): ops whose kernels depend on such values override this one. The planner
+    /// calls this; by default it is `gpu`.
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+    ) -> Option<GpuKernel> {
+        let types = util::types_of(inputs);
+        self.gpu(&types, outputs)
+    }
+
+    /// Faster GPU kernels for devices with optional features (tensor cores), best first: a
+    /// GPU runs the first whose shaders' needs it meets, else [`Op::gpu_planned`]'s kernel.
+    /// They must compute the same outputs from the same buffers; the planner sizes memory and
+    /// checks features with [`Op::gpu_planned`]'s (or with the last of these when that is
+    /// `None`: then only devices meeting one of them can run the op).
+    fn gpu_preferred(
+        &self,
+        _inputs: &[Option<InferInput<'_>>],
+        _outputs: &[ValueType],
+    ) -> Vec<GpuKernel> {
+        Vec::new()
+    }
+
+    /// True when output 0 is input 0's bytes under another shape (Reshape, Flatten, Squeeze,
+    /// Unsqueeze, Identity): on a GPU such an op costs nothing, its output aliases its input.
+    fn is_view(&self) -> bool {
+        false
+    }
+
+    /// Outputs that follow from the input types alone (Shape): folded at planning time even
+    /// when the inputs' values are only known at run time.
+    fn known_outputs(&self, _inputs: &[Option<&ValueType>]) -> Option<Vec<Tensor>> {
+        None
+    }
+
+    /// Rough arithmetic cost, for the planner. Defaults to one operation per output element.
+    fn flops(&self, _inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
+        outputs.iter().map(|o| o.numel() as u64).sum()
+    }
+}
+
+/// The GPU side of an op: scratch buffers it needs and the dispatches to record, in order.
+/// The Vulkan layer puts a barrier between two dispatches only when the second reads or writes
+/// what the first wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuKernel {
+    /// Sizes in bytes of temporary buffers, addressed as `BufRef::Scratch(i)`.
+    pub scratch: Vec<u64>,
+    pub dispatches: Vec<Dispatch>,
+}
+
+/// One compute dispatch. Push constants are laid out as: the device address (uint64) of each
+/// buffer in `buffers`, in order, then `params` as 32-bit words. With lavapipe's 128-byte limit,
+/// `8 * buffers.len() + 4 * params.len()` must stay within 128.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatch {
+    /// Shader name: the file `shaders/<shader>.comp`.
+    pub shader: &'static str,
+    pub buffers: Vec<BufRef>,
+    /// Shape and stride parameters; floats as `f32::to_bits`.
+    pub params: Vec<u32>,
+    /// Workgroup counts; see [`util::groups_1d`] for large 1-D launches.
+    pub groups: [u32; 3],
+}
+
+/// A buffer a dispatch reads or writes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BufRef {
+    Input(usize),
+    Output(usize),
+    Scratch(usize),
+    /// A small read-only table (index maps, per-input offsets) uploaded once when recording.
+    Table(Vec<u32>),
+}
+
+/// Everything a builder sees of a node.
+pub struct NodeSpec<'a> {
+    pub name: &'a str,
+    pub op_type: &'a str,
+    pub attrs: &'a Attrs,
+    /// Opset version of the node's domain.
+    pub opset: i64,
+    pub num_inputs: usize,
+    pub num_outputs: usize,
+}
+
+pub type Builder = fn(&NodeSpec<'_>) -> Result<Box<dyn Op>, OpError>;
+
+/// Op type (default domain) to builder.
+pub struct Registry {
+    builders: BTreeMap<&'static str, Builder>,
+}
+
+impl Registry {
+    pub fn add(&mut self, op_type: &'static str, builder: Builder) {
+        let previous = self.builders.insert(op_type, builder);
+        debug_assert!(previous.is_none(), "op {op_type} registered twice");
+    }
+
+    pub fn get(&self, op_type: &str) -> Option<Builder> {
+        self.builders.get(op_type).copied()
+    }
+
+    pub fn op_types(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.builders.keys().copied()
+    }
+}
+
+/// The registry of every op this build supports.
+pub fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut r = Registry {
+            builders: BTreeMap::new(),
+        };
+        batchnorm::register(&mut r);
+        cast::register(&mut r);
+        concat::register(&mut r);
+        conv::register(&mut r);
+        conv_transpose::register(&mut r);
+        cumsum::register(&mut r);
+        einsum::register(&mut r);
+        elementwise::register(&mut r);
+        gather::register(&mut r);
+        gather_nd::register(&mut r);
+        generate::register(&mut r);
+        integer::register(&mut r);
+        matmul::register(&mut r);
+        norm::register(&mut r);
+        pad::register(&mut r);
+        pool::register(&mut r);
+        reduce::register(&mut r);
+        resize::register(&mut r);
+        scatter::register(&mut r);
+        select::register(&mut r);
+        shape_ops::register(&mut r);
+        slice::register(&mut r);
+        softmax::register(&mut r);
+        tile_expand::register(&mut r);
+        topk::register(&mut r);
+        transpose::register(&mut r);
+        r
+    })
+}
+
+/// Builds the op for a node of the default domain.
+pub fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    match registry().get(spec.op_type) {
+        Some(builder) => builder(spec),
+        None => Err(OpError::unsupported(format!(
+            "op type '{}' is not implemented",
+            spec.op_type
+        ))),
+    }
+}

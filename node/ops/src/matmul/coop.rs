@@ -1,0 +1,382 @@
+//! The tensor-core kernels for f16 and bf16 products, offered as
+//! [`Op::gpu_preferred`](crate::Op::gpu_preferred) kernels so each GPU takes the best it
+//! has and every other device keeps gemm_simple (f16) or the CPU (bf16). All accumulate in
+//! f32, like the CPU reference, and round once to the operands' type.
+//!
+//! - shaders/gemm_coop.comp (KHR cooperative matrix, portable): operands whose rows all start
+//!   on 16-byte boundaries and M, N multiples of 16, one variant per layout pair, `exact` for
+//!   whole tiles with no epilogue. The fastest everywhere it applies: 265 TFLOP/s on an H100
+//!   (4096^3 f16).
+//! - shaders/gemm_coop2.comp (NV cooperative matrix 2): any alignment, 70-184 TFLOP/s there.
+//! - shaders/gemm_coop_any.comp (KHR): any alignment where NV2 is missing, about 30.
+//!
+//! `VKML_GEMM_COOP=off|khr|nv2|nv2wide|nv2narrow` limits the choice, for benchmarks and A/B
+//! checks (read once).
+
+use std::sync::OnceLock;
+
+use super::{GpuGemm, gemm_kernel};
+use crate::GpuKernel;
+use crate::tensor::DType;
+
+/// Output tile (rows, columns) of one workgroup of gemm_coop, and of gemm_coop2's two tile
+/// shapes: 128x256 where the product has enough of them to fill a large GPU (an H100 has 132
+/// multiprocessors), else 128x128.
+const TILE_KHR: (usize, usize) = (128, 128);
+/// gemm_coop's step along K: its `exact` variants need K a multiple of it.
+const KHR_DEPTH: usize = 32;
+const TILE_NV2: (usize, usize) = (128, 128);
+const TILE_NV2_WIDE: (usize, usize) = (128, 256);
+
+/// Below this many multiply-adds a product is too small to pay for 128x128 tiles; the
+/// ordinary kernels take it.
+const MIN_WORK: usize = 1 << 18;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Mode {
+    Both,
+    Khr,
+    Nv2,
+    /// NV2 with the wide or the narrow tiles whatever the size (benchmarks).
+    Nv2Wide,
+    Nv2Narrow,
+    Off,
+}
+
+fn mode() -> Mode {
+    static MODE: OnceLock<Mode> = OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("VKML_GEMM_COOP").as_deref() {
+        Ok("off") => Mode::Off,
+        Ok("khr") => Mode::Khr,
+        Ok("nv2") => Mode::Nv2,
+        Ok("nv2wide") => Mode::Nv2Wide,
+        Ok("nv2narrow") => Mode::Nv2Narrow,
+        _ => Mode::Both,
+    })
+}
+
+/// The tensor-core kernels for `g` (best first), or none when the operands are not f16/bf16,
+/// the product is small, or an operand is strided along both axes (the shaders read each
+/// operand as a row-major or a transposed matrix).
+pub(super) fn kernels((dtype, g): (DType, GpuGemm)) -> Vec<GpuKernel> {
+    kernels_in(&g, dtype, mode())
+}
+
+/// Whether every offset and stride of A and B is a multiple of 8 elements (16 bytes), as
+/// gemm_coop2's `a8` and `exact` variants require: telling the driver so lets it move whole
+/// 16-byte pieces (see the shader).
+fn aligned8(g: &GpuGemm) -> bool {
+    let m8 = |v: &usize| v.is_multiple_of(8);
+    [g.a.off, g.b.off, g.a.rs.max(g.a.cs), g.b.rs.max(g.b.cs)]
+        .iter()
+        .chain(&g.a_batch)
+        .chain(&g.b_batch)
+        .all(m8)
+}
+
+/// gemm_coop2's variant for `g`: `exact` where every tile lies inside the output and K is a
+/// multiple of the tile's depth and there is no epilogue (alpha 1, no C), `a8` where the
+/// operands are 16-byte aligned, else the general one.
+fn nv2_shader(g: &GpuGemm, dtype: DType, wide: bool) -> Option<&'static str> {
+    let (tm, tn, depth) = if wide { (128, 256, 64) } else { (128, 128, 32) };
+    let aligned = aligned8(g);
+    let exact = aligned
+        && g.m.is_multiple_of(tm)
+        && g.n.is_multiple_of(tn)
+        && g.k.is_multiple_of(depth)
+        && g.alpha == 1.0
+        && g.c.is_none();
+    Some(match (dtype, wide, exact, aligned) {
+        (DType::F16, false, true, _) => "gemm_coop2_exact_f16",
+        (DType::F16, false, false, true) => "gemm_coop2_a8_f16",
+        (DType::F16, false, false, false) => "gemm_coop2_f16",
+        (DType::F16, true, true, _) => "gemm_coop2_exact_wide_f16",
+        (DType::F16, true, false, true) => "gemm_coop2_a8_wide_f16",
+        (DType::F16, true, false, false) => "gemm_coop2_wide_f16",
+        (DType::BF16, false, true, _) => "gemm_coop2_exact_bf16",
+        (DType::BF16, false, false, true) => "gemm_coop2_a8_bf16",
+        (DType::BF16, false, false, false) => "gemm_coop2_bf16",
+        (DType::BF16, true, true, _) => "gemm_coop2_exact_wide_bf16",
+        (DType::BF16, true, false, true) => "gemm_coop2_a8_wide_bf16",
+        (DType::BF16, true, false, false) => "gemm_coop2_wide_bf16",
+        _ => return None,
+    })
+}
+
+/// Whether gemm_coop takes `g`: it reads the operands 16 bytes at a time, so offsets and
+/// strides must be aligned (as for gemm_coop2's `a8`) and each operand's contiguous extent a
+/// multiple of 8 elements, so that no 16-byte unit straddles a row's end; and it writes whole
+/// 16x16 fragments, so M and N must be multiples of 16.
+fn aligned_units(g: &GpuGemm) -> bool {
+    let a_extent = if g.a.cs == 1 { g.k } else { g.m };
+    let b_extent = if g.b.cs == 1 { g.n } else { g.k };
+    aligned8(g)
+        && a_extent.is_multiple_of(8)
+        && b_extent.is_multiple_of(8)
+        && g.m.is_multiple_of(16)
+        && g.n.is_multiple_of(16)
+}
+
+/// gemm_coop's variant for an aligned product: by layout (A, B each `n` when its last axis
+/// is contiguous, else `t`), `exact` for whole 128x128x32 tiles and no epilogue.
+fn khr_shader(g: &GpuGemm, dtype: DType) -> Option<&'static str> {
+    const F16: [&str; 8] = [
+        "gemm_coop_nn_f16",
+        "gemm_coop_nt_f16",
+        "gemm_coop_tn_f16",
+        "gemm_coop_tt_f16",
+        "gemm_coop_nn_exact_f16",
+        "gemm_coop_nt_exact_f16",
+        "gemm_coop_tn_exact_f16",
+        "gemm_coop_tt_exact_f16",
+    ];
+    const BF16: [&str; 8] = [
+        "gemm_coop_nn_bf16",
+        "gemm_coop_nt_bf16",
+        "gemm_coop_tn_bf16",
+        "gemm_coop_tt_bf16",
+        "gemm_coop_nn_exact_bf16",
+        "gemm_coop_nt_exact_bf16",
+        "gemm_coop_tn_exact_bf16",
+        "gemm_coop_tt_exact_bf16",
+    ];
+    let names = match dtype {
+        DType::F16 => &F16,
+        DType::BF16 => &BF16,
+        _ => return None,
+    };
+    let (tm, tn) = TILE_KHR;
+    let exact = g.m.is_multiple_of(tm)
+        && g.n.is_multiple_of(tn)
+        && g.k.is_multiple_of(KHR_DEPTH)
+        && g.alpha == 1.0
+        && g.c.is_none();
+    let index = usize::from(g.a.cs != 1) * 2 + usize::from(g.b.cs != 1) + usize::from(exact) * 4;
+    Some(names[index])
+}
+
+pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel> {
+    let khr_any = match dtype {
+        DType::F16 => "gemm_coop_any_f16",
+        DType::BF16 => "gemm_coop_any_bf16",
+        _ => return Vec::new(),
+    };
+    let unit = |rs: usize, cs: usize| rs == 1 || cs == 1;
+    if !unit(g.a.rs, g.a.cs)
+        || !unit(g.b.rs, g.b.cs)
+        || g.m.saturating_mul(g.n).saturating_mul(g.k) < MIN_WORK
+    {
+        return Vec::new();
+    }
+    let wide_tiles = g.m.div_ceil(TILE_NV2_WIDE.0) * g.n.div_ceil(TILE_NV2_WIDE.1);
+    let batch: usize = g.batch.iter().product();
+    let wide = match mode {
+        Mode::Nv2Wide => true,
+        Mode::Nv2Narrow => false,
+        _ => wide_tiles * batch >= 256,
+    };
+    let nv2_tile = if wide { TILE_NV2_WIDE } else { TILE_NV2 };
+    let Some(nv2) = nv2_shader(g, dtype, wide) else {
+        return Vec::new();
+    };
+    let want_nv2 = matches!(
+        mode,
+        Mode::Both | Mode::Nv2 | Mode::Nv2Wide | Mode::Nv2Narrow
+    );
+    let want_khr = matches!(mode, Mode::Both | Mode::Khr);
+    // Aligned operands: gemm_coop first (faster than gemm_coop2 where both exist); otherwise
+    // gemm_coop2, then gemm_coop_any.
+    let choices = match aligned_units(g).then(|| khr_shader(g, dtype)).flatten() {
+        Some(khr) => [(khr, TILE_KHR, want_khr), (nv2, nv2_tile, want_nv2)],
+        None => [(nv2, nv2_tile, want_nv2), (khr_any, TILE_KHR, want_khr)],
+    };
+    let mut out = Vec::new();
+    for (shader, tile, wanted) in choices {
+        if !wanted {
+            continue;
+        }
+        let with = GpuGemm {
+            coop: Some((shader, tile.0, tile.1)),
+            ..g.clone()
+        };
+        out.extend(gemm_kernel(&with));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Strided;
+    use super::*;
+
+    fn product(m: usize, n: usize, k: usize, b: Strided) -> GpuGemm {
+        GpuGemm {
+            half: true,
+            coop: None,
+            m,
+            n,
+            k,
+            a: Strided {
+                off: 0,
+                rs: k,
+                cs: 1,
+            },
+            b,
+            batch: vec![],
+            a_batch: vec![],
+            b_batch: vec![],
+            c: None,
+            alpha: 1.0,
+            beta: 0.0,
+            sizes: [m * k, k * n, m * n],
+        }
+    }
+
+    fn row_major(k: usize, n: usize) -> Strided {
+        let _ = k;
+        Strided {
+            off: 0,
+            rs: n,
+            cs: 1,
+        }
+    }
+
+    #[test]
+    fn picks_the_shaders_by_type_and_mode() {
+        let g = product(256, 256, 256, row_major(256, 256));
+        let names = |d, m| -> Vec<&str> {
+            kernels_in(&g, d, m)
+                .iter()
+                .map(|k| k.dispatches[0].shader)
+                .collect()
+        };
+        assert_eq!(
+            names(DType::F16, Mode::Both),
+            ["gemm_coop_nn_exact_f16", "gemm_coop2_exact_f16"]
+        );
+        assert_eq!(
+            names(DType::BF16, Mode::Both),
+            ["gemm_coop_nn_exact_bf16", "gemm_coop2_exact_bf16"]
+        );
+        assert_eq!(names(DType::F16, Mode::Khr), ["gemm_coop_nn_exact_f16"]);
+        assert_eq!(names(DType::BF16, Mode::Nv2), ["gemm_coop2_exact_bf16"]);
+        assert!(names(DType::F16, Mode::Off).is_empty());
+        assert!(names(DType::F32, Mode::Both).is_empty());
+    }
+
+    #[test]
+    fn only_operands_aligned_to_16_bytes_get_the_aligned_shaders() {
+        let first = |g: &GpuGemm| kernels_in(g, DType::F16, Mode::Nv2)[0].dispatches[0].shader;
+        let mut g = product(256, 256, 256, row_major(256, 256));
+        assert_eq!(first(&g), "gemm_coop2_exact_f16");
+        // Whole tiles but an epilogue, or an edge tile: aligned, not exact.
+        g.alpha = 2.0;
+        assert_eq!(first(&g), "gemm_coop2_a8_f16");
+        let g = product(256, 264, 256, row_major(256, 264));
+        assert_eq!(first(&g), "gemm_coop2_a8_f16");
+        let wide = |g: &GpuGemm| kernels_in(g, DType::F16, Mode::Nv2Wide)[0].dispatches[0].shader;
+        // The wide exact tile is 128x256, 64 deep.
+        let mut g = product(256, 512, 128, row_major(128, 512));
+        assert_eq!(wide(&g), "gemm_coop2_exact_wide_f16");
+        g.k = 96;
+        g.a.rs = 96;
+        assert_eq!(wide(&g), "gemm_coop2_a8_wide_f16");
+        let mut g = product(256, 256, 256, row_major(256, 256));
+        // Rows of A 260 elements apart: 8 bytes off a 16-byte boundary every other row.
+        g.k = 260;
+        g.a.rs = 260;
+        assert_eq!(first(&g), "gemm_coop2_f16");
+        // B starting 4 elements into its buffer.
+        let mut g = product(256, 256, 256, row_major(256, 256));
+        g.b.off = 4;
+        assert_eq!(first(&g), "gemm_coop2_f16");
+        // A batch stride that is not a multiple of 8.
+        let mut g = product(256, 256, 256, row_major(256, 256));
+        g.batch = vec![3];
+        g.a_batch = vec![256 * 256 + 4];
+        g.b_batch = vec![0];
+        assert_eq!(first(&g), "gemm_coop2_f16");
+    }
+
+    #[test]
+    fn aligned_products_take_gemm_coop_by_layout_and_the_rest_fall_back() {
+        let names = |g: &GpuGemm| -> Vec<&str> {
+            kernels_in(g, DType::F16, Mode::Both)
+                .iter()
+                .map(|k| k.dispatches[0].shader)
+                .collect()
+        };
+        let transposed = |rows: usize| Strided {
+            off: 0,
+            rs: 1,
+            cs: rows,
+        };
+        // B transposed (Gemm's transB): k contiguous.
+        let g = product(256, 256, 256, transposed(256));
+        assert_eq!(names(&g)[0], "gemm_coop_nt_exact_f16");
+        // A transposed too, and an edge tile (M = 208): the variant with bounds.
+        let mut g = product(208, 256, 256, transposed(256));
+        g.a = transposed(208);
+        assert_eq!(names(&g)[0], "gemm_coop_tt_f16");
+        // A transposed, B not, with an epilogue.
+        let mut g = product(256, 256, 256, row_major(256, 256));
+        g.a = transposed(256);
+        g.alpha = 0.5;
+        assert_eq!(names(&g)[0], "gemm_coop_tn_f16");
+        // Whole tiles but K off the 32-deep step: bounds.
+        let mut g = product(256, 256, 200, row_major(200, 256));
+        g.a.rs = 200;
+        assert_eq!(names(&g), ["gemm_coop_nn_f16", "gemm_coop2_a8_f16"]);
+        // A row-major with K = 260: rows off 16-byte boundaries, so NV2 then gemm_coop_any.
+        let mut g = product(256, 256, 260, row_major(260, 256));
+        g.a.rs = 260;
+        assert_eq!(names(&g), ["gemm_coop2_f16", "gemm_coop_any_f16"]);
+        // Aligned strides but a contiguous extent that is not a multiple of 8 (N = 252 with
+        // B's rows 256 apart): a 16-byte unit would straddle the row's end.
+        let mut g = product(256, 252, 256, row_major(256, 252));
+        g.b.rs = 256;
+        assert_eq!(names(&g), ["gemm_coop2_a8_f16", "gemm_coop_any_f16"]);
+        assert_eq!(
+            kernels_in(&g, DType::F16, Mode::Khr)[0].dispatches[0].shader,
+            "gemm_coop_any_f16"
+        );
+        // Aligned, but M = 200 would leave a partial 16x16 fragment.
+        let g = product(200, 256, 256, row_major(256, 256));
+        assert_eq!(names(&g), ["gemm_coop2_a8_f16", "gemm_coop_any_f16"]);
+    }
+
+    #[test]
+    fn tiles_cover_the_output_and_refuse_what_the_shaders_cannot_read() {
+        let g = product(300, 129, 64, row_major(64, 129));
+        let k = &kernels_in(&g, DType::F16, Mode::Nv2)[0];
+        // 129 columns and 300 rows of 128x128 tiles.
+        assert_eq!(k.dispatches[0].groups, [2, 3, 1]);
+        // A matrix strided along both axes (a column of a larger matrix, every other row).
+        let odd = product(
+            256,
+            256,
+            256,
+            Strided {
+                off: 0,
+                rs: 512,
+                cs: 2,
+            },
+        );
+        assert!(kernels_in(&odd, DType::F16, Mode::Both).is_empty());
+        // Transposed B (Gemm's transB) is read through a view.
+        let t = product(
+            256,
+            256,
+            256,
+            Strided {
+                off: 0,
+                rs: 1,
+                cs: 256,
+            },
+        );
+        assert_eq!(kernels_in(&t, DType::F16, Mode::Both).len(), 2);
+        // Too small to pay for the tiles.
+        let small = product(32, 32, 32, row_major(32, 32));
+        assert!(kernels_in(&small, DType::F16, Mode::Both).is_empty());
+    }
+}

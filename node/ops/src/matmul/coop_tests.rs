@@ -1,0 +1,450 @@
+//! The tensor-core kernels (coop.rs) on the test GPU, against products computed here in f64
+//! from the same half-precision inputs. Each kernel runs only where the GPU has the features
+//! its shaders need (lavapipe has none: there these tests check nothing and say so).
+
+use super::MatMul;
+use super::coop::{Mode, kernels_in};
+use crate::tensor::{DType, Tensor};
+use crate::testkit::gpu as testing;
+use crate::testkit::{Rng, build, f64s};
+use crate::{AttrValue, GpuKernel, InferInput, Op, ValueType};
+use vkml_vulkan::shader_needs;
+
+fn random_half(rng: &mut Rng, shape: &[usize], dtype: DType) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n)
+        .map(|_| (rng.next_u64() % 20_001) as f64 / 10_000.0 - 1.0)
+        .collect();
+    match dtype {
+        DType::F16 => Tensor::from_vec(
+            shape.to_vec(),
+            v.iter().map(|&x| half::f16::from_f64(x)).collect(),
+        ),
+        DType::BF16 => Tensor::from_vec(
+            shape.to_vec(),
+            v.iter().map(|&x| half::bf16::from_f64(x)).collect(),
+        ),
+        other => panic!("not a half type: {other}"),
+    }
+}
+
+/// Y[z] = alpha * A'[z] B'[z] + beta * C in f64: A' is m x k at `a(z, i, p)`, B' k x n at
+/// `b(z, p, j)`, C broadcast by `c(i, j)`.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    batch: usize,
+    (m, n, k): (usize, usize, usize),
+    a: impl Fn(usize, usize, usize) -> f64,
+    b: impl Fn(usize, usize, usize) -> f64,
+    alpha: f64,
+    beta: f64,
+    c: impl Fn(usize, usize) -> f64,
+) -> Vec<f64> {
+    let mut y = vec![0.0; batch * m * n];
+    for z in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k).map(|p| a(z, i, p) * b(z, p, j)).sum();
+                y[(z * m + i) * n + j] = alpha * dot + beta * c(i, j);
+            }
+        }
+    }
+    y
+}
+
+/// A B for row-major m x k A and k x n B, in f64.
+fn plain_product(av: &[f64], bv: &[f64], (m, k, n): (usize, usize, usize)) -> Vec<f64> {
+    reference(
+        1,
+        (m, n, k),
+        |_, i, p| av[i * k + p],
+        |_, p, j| bv[p * n + j],
+        1.0,
+        0.0,
+        |_, _| 0.0,
+    )
+}
+
+/// Runs every preferred kernel of `op` the test GPU can run on `inputs`; each must give `want`
+/// within 1e-2 of the output's scale (the rounding of a half-precision result, plus f32
+/// accumulation in another order). Returns the shaders run.
+fn check(op: &dyn Op, inputs: &[Option<&Tensor>], want: &[f64], what: &str) -> Vec<&'static str> {
+    let types: Vec<Option<ValueType>> = inputs.iter().map(|t| t.map(ValueType::of)).collect();
+    let planned: Vec<Option<InferInput<'_>>> = types
+        .iter()
+        .zip(inputs)
+        .map(|(ty, t)| ty.as_ref().map(|ty| InferInput { ty, value: *t }))
+        .collect();
+    let outs = op.infer(&planned).expect("shape rule");
+    let kernels = op.gpu_preferred(&planned, &outs);
+    check_kernels(&kernels, inputs, &outs, want, what)
+}
+
+fn check_kernels(
+    kernels: &[GpuKernel],
+    inputs: &[Option<&Tensor>],
+    outs: &[ValueType],
+    want: &[f64],
+    what: &str,
+) -> Vec<&'static str> {
+    let Some(gpu) = vkml_testkit::test_gpu() else {
+        return Vec::new();
+    };
+    assert!(!kernels.is_empty(), "{what}: no tensor-core kernel offered");
+    let scale = want.iter().map(|v| v * v).sum::<f64>().sqrt() / (want.len() as f64).sqrt();
+    let mut ran = Vec::new();
+    for k in kernels {
+        let shader = k.dispatches[0].shader;
+        let needs = shader_needs(shader).expect("a known shader");
+        if !needs.met_by(gpu.info().shader_features) {
+            continue;
+        }
+        let got = testing::run_kernel_on(gpu, k, inputs, outs)
+            .unwrap_or_else(|e| panic!("{what}: {shader} failed: {e}"));
+        assert_eq!(ValueType::of(&got[0]), outs[0], "{what}: {shader}");
+        let got = f64s(&got[0]);
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-2 * (w.abs() + scale),
+                "{what}: {shader}: element {i} is {g}, want {w} (scale {scale})"
+            );
+        }
+        ran.push(shader);
+    }
+    if ran.is_empty() {
+        eprintln!("{what}: this GPU has no tensor-core path; nothing checked");
+    }
+    ran
+}
+
+#[test]
+fn gpu_coop_matmul_matches_f64() {
+    for dtype in [DType::F16, DType::BF16] {
+        let mut rng = Rng::new(11);
+        // Edges in every direction (M, N and K are not multiples of the tiles), then whole
+        // 128x128x32 tiles (the `exact` kernel), aligned and batched further down.
+        for (m, k, n) in [(300, 200, 260), (256, 96, 384)] {
+            let a = random_half(&mut rng, &[m, k], dtype);
+            let b = random_half(&mut rng, &[k, n], dtype);
+            let (av, bv) = (f64s(&a), f64s(&b));
+            let want = plain_product(&av, &bv, (m, k, n));
+            let op = build("MatMul", 13, &[]).unwrap();
+            let ran = check(
+                &*op,
+                &[Some(&a), Some(&b)],
+                &want,
+                &format!("{dtype} matmul {m}x{k}x{n}"),
+            );
+            if let Some(shader) = ran.first().filter(|s| s.starts_with("gemm_coop2")) {
+                assert_eq!(shader.contains("_exact_"), m == 256, "{shader}");
+            }
+        }
+        let op = build("MatMul", 13, &[]).unwrap();
+
+        // Batched, B broadcast over the batch.
+        let (m, k, n) = (130, 72, 150);
+        let a = random_half(&mut rng, &[2, 3, m, k], dtype);
+        let b = random_half(&mut rng, &[k, n], dtype);
+        let (av, bv) = (f64s(&a), f64s(&b));
+        let want = reference(
+            6,
+            (m, n, k),
+            |z, i, p| av[(z * m + i) * k + p],
+            |_, p, j| bv[p * n + j],
+            1.0,
+            0.0,
+            |_, _| 0.0,
+        );
+        check(
+            &*op,
+            &[Some(&a), Some(&b)],
+            &want,
+            &format!("{dtype} batched matmul"),
+        );
+    }
+}
+
+#[test]
+fn gpu_coop_gemm_transposes_scale_and_bias_match_f64() {
+    // (200, 136, 190): unaligned or partial fragments (gemm_coop2, gemm_coop_any);
+    // (208, 136, 176): gemm_coop's variants with bounds, alpha and C, in every layout.
+    for (dtype, (m, k, n)) in [
+        (DType::F16, (200, 136, 190)),
+        (DType::BF16, (200, 136, 190)),
+        (DType::F16, (208, 136, 176)),
+        (DType::BF16, (208, 136, 176)),
+    ] {
+        let mut rng = Rng::new(12);
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let a = random_half(&mut rng, &if ta { [k, m] } else { [m, k] }, dtype);
+            let b = random_half(&mut rng, &if tb { [n, k] } else { [k, n] }, dtype);
+            let c = random_half(&mut rng, &[n], dtype);
+            let (av, bv, cv) = (f64s(&a), f64s(&b), f64s(&c));
+            let (alpha, beta) = (0.5, -2.0);
+            let want = reference(
+                1,
+                (m, n, k),
+                |_, i, p| if ta { av[p * m + i] } else { av[i * k + p] },
+                |_, p, j| if tb { bv[j * k + p] } else { bv[p * n + j] },
+                alpha,
+                beta,
+                |_, j| cv[j],
+            );
+            let op = build(
+                "Gemm",
+                13,
+                &[
+                    ("alpha", AttrValue::Float(alpha as f32)),
+                    ("beta", AttrValue::Float(beta as f32)),
+                    ("transA", AttrValue::Int(ta as i64)),
+                    ("transB", AttrValue::Int(tb as i64)),
+                ],
+            )
+            .unwrap();
+            let what = format!("{dtype} gemm {m}x{k}x{n} transA {ta} transB {tb}");
+            let ran = check(&*op, &[Some(&a), Some(&b), Some(&c)], &want, &what);
+            if let Some(shader) = ran.first().filter(|_| m == 208) {
+                let layout = format!(
+                    "gemm_coop_{}{}_{}",
+                    if ta { 't' } else { 'n' },
+                    if tb { 't' } else { 'n' },
+                    if dtype == DType::F16 { "f16" } else { "bf16" }
+                );
+                assert_eq!(*shader, layout, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_coop_exact_tiles_in_every_layout_match_f64() {
+    // Whole 128x128x32 tiles, alpha 1 and no C: gemm_coop's `exact` variants, one per
+    // layout pair (Gemm's transA/transB).
+    for dtype in [DType::F16, DType::BF16] {
+        let mut rng = Rng::new(14);
+        let (m, k, n) = (256, 96, 128);
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let a = random_half(&mut rng, &if ta { [k, m] } else { [m, k] }, dtype);
+            let b = random_half(&mut rng, &if tb { [n, k] } else { [k, n] }, dtype);
+            let (av, bv) = (f64s(&a), f64s(&b));
+            let want = reference(
+                1,
+                (m, n, k),
+                |_, i, p| if ta { av[p * m + i] } else { av[i * k + p] },
+                |_, p, j| if tb { bv[j * k + p] } else { bv[p * n + j] },
+                1.0,
+                0.0,
+                |_, _| 0.0,
+            );
+            let op = build(
+                "Gemm",
+                13,
+                &[
+                    ("transA", AttrValue::Int(ta as i64)),
+                    ("transB", AttrValue::Int(tb as i64)),
+                ],
+            )
+            .unwrap();
+            let what = format!("{dtype} exact gemm transA {ta} transB {tb}");
+            let ran = check(&*op, &[Some(&a), Some(&b)], &want, &what);
+            if let Some(shader) = ran.first() {
+                let layout = format!(
+                    "gemm_coop_{}{}_exact_",
+                    if ta { 't' } else { 'n' },
+                    if tb { 't' } else { 'n' }
+                );
+                assert!(shader.starts_with(&layout), "{what}: {shader}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_coop_wide_tiles_match_f64() {
+    // The 128x256 tiles of gemm_coop2's wide variant, which only products with many tiles get
+    // by default; edges in every direction.
+    // N = 300 leaves B's rows 8 bytes off 16-byte boundaries (the general kernel); N = 296
+    // keeps every row aligned (the `a8` kernel); 256 x 512 x 128 is whole 128x256x64 tiles
+    // (the `exact` kernel).
+    for (dtype, (m, k, n), kind) in [
+        (DType::F16, (200, 136, 300), "gemm_coop2_wide_"),
+        (DType::BF16, (200, 136, 300), "gemm_coop2_wide_"),
+        (DType::F16, (200, 136, 296), "gemm_coop2_a8_wide_"),
+        (DType::BF16, (200, 136, 296), "gemm_coop2_a8_wide_"),
+        (DType::F16, (256, 128, 512), "gemm_coop2_exact_wide_"),
+        (DType::BF16, (256, 128, 512), "gemm_coop2_exact_wide_"),
+    ] {
+        let mut rng = Rng::new(13);
+        let a = random_half(&mut rng, &[m, k], dtype);
+        let b = random_half(&mut rng, &[k, n], dtype);
+        let (av, bv) = (f64s(&a), f64s(&b));
+        let want = plain_product(&av, &bv, (m, k, n));
+        let (ta, tb) = (ValueType::of(&a), ValueType::of(&b));
+        let (_, g) = MatMul::describe(&[Some(&ta), Some(&tb)]).unwrap();
+        let kernels = kernels_in(&g, dtype, Mode::Nv2Wide);
+        assert_eq!(
+            kernels[0].dispatches[0].groups,
+            [n.div_ceil(256) as u32, m.div_ceil(128) as u32, 1]
+        );
+        assert!(kernels[0].dispatches[0].shader.starts_with(kind));
+        let out = ValueType::new(dtype, vec![m, n]);
+        let ran = check_kernels(
+            &kernels,
+            &[Some(&a), Some(&b)],
+            &[out],
+            &want,
+            &format!("{dtype} wide tiles, n = {n}"),
+        );
+        if let Some(shader) = ran.first() {
+            assert!(shader.starts_with(kind), "{shader}");
+        }
+    }
+}
+
+/// Each GEMM kernel alone (no model around it, operands in device memory), in TFLOP/s:
+/// `cargo test --release --lib coop_gemm_report -- --ignored --nocapture` on a GPU. Beside
+/// device/vulkan/coop_report.rs's probes it says how far each kernel is from the rate its
+/// matrix operations can reach. The `unaligned` rows pad each operand's rows by 4 elements,
+/// so that the kernels for operands off 16-byte boundaries run.
+#[test]
+#[ignore]
+fn coop_gemm_report() {
+    let Some(gpu) = vkml_testkit::test_gpu() else {
+        return;
+    };
+    let mut rng = Rng::new(17);
+    // Every kernel is timed in three rounds of ten runs, after ten seconds of keeping the GPU
+    // busy (an idle GPU takes seconds to reach its clocks); each row is the best round's
+    // median, so a kernel timed while the clocks still moved is not held against it.
+    let mut jobs: Vec<(String, f64, testing::KernelTimer<'_>)> = Vec::new();
+    let mut time = |label: String, kernel: &GpuKernel, inputs: &[&Tensor], out: ValueType| {
+        let needs = shader_needs(kernel.dispatches[0].shader).expect("a known shader");
+        if needs.met_by(gpu.info().shader_features) {
+            let flops = 2.0 * out.numel() as f64 * inputs[0].shape()[1] as f64;
+            let inputs: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
+            let timer = testing::KernelTimer::new(gpu, kernel, &inputs, &[out]).unwrap();
+            jobs.push((label, flops, timer));
+        }
+    };
+    let modes = [
+        (Mode::Nv2Wide, "nv2 128x256"),
+        (Mode::Nv2Narrow, "nv2 128x128"),
+        (Mode::Khr, "khr 128x128"),
+    ];
+    for (dtype, size, pad) in [
+        (DType::F16, 4096, 0),
+        (DType::BF16, 4096, 0),
+        (DType::F16, 4096, 4),
+    ] {
+        // With `pad`, each operand's rows are `pad` elements longer than the matrix's: 4 puts
+        // every other row off a 16-byte boundary, so the unaligned kernels run.
+        let a = random_half(&mut rng, &[size, size + pad], dtype);
+        let b = random_half(&mut rng, &[size, size + pad], dtype);
+        let t = ValueType::new(dtype, vec![size, size]);
+        let (_, mut g) = MatMul::describe(&[Some(&t), Some(&t)]).unwrap();
+        g.a.rs = size + pad;
+        g.b.rs = size + pad;
+        g.sizes[0] = size * (size + pad);
+        g.sizes[1] = size * (size + pad);
+        let out = ValueType::new(dtype, vec![size, size]);
+        for (mode, what) in modes {
+            if let Some(k) = kernels_in(&g, dtype, mode).first() {
+                let label = format!(
+                    "{dtype} {size}^3{} {what} ({})",
+                    if pad > 0 { " unaligned" } else { "" },
+                    k.dispatches[0].shader
+                );
+                time(label, k, &[&a, &b], out.clone());
+                // The same product through the less specialised variants of gemm_coop2.
+                let wide = (128, 256);
+                let narrow = (128, 128);
+                let others: &[(&'static str, (usize, usize))] = match k.dispatches[0].shader {
+                    "gemm_coop2_exact_wide_f16" => &[
+                        ("gemm_coop2_a8_wide_f16", wide),
+                        ("gemm_coop2_wide_f16", wide),
+                    ],
+                    "gemm_coop2_exact_wide_bf16" => &[
+                        ("gemm_coop2_a8_wide_bf16", wide),
+                        ("gemm_coop2_wide_bf16", wide),
+                    ],
+                    "gemm_coop_nn_exact_f16" => {
+                        &[("gemm_coop_nn_f16", narrow), ("gemm_coop_any_f16", narrow)]
+                    }
+                    "gemm_coop_nn_exact_bf16" => &[
+                        ("gemm_coop_nn_bf16", narrow),
+                        ("gemm_coop_any_bf16", narrow),
+                    ],
+                    _ => &[],
+                };
+                for &(shader, (tm, tn)) in others {
+                    let with = super::GpuGemm {
+                        coop: Some((shader, tm, tn)),
+                        ..g.clone()
+                    };
+                    let k = super::gemm_kernel(&with).unwrap();
+                    time(
+                        format!("{dtype} {size}^3 {what} ({shader})"),
+                        &k,
+                        &[&a, &b],
+                        out.clone(),
+                    );
+                }
+            }
+        }
+    }
+    {
+        // A B^T (Gemm transB, a linear layer's usual weights): B stored N x K.
+        let size = 4096;
+        let a = random_half(&mut rng, &[size, size], DType::F16);
+        let b = random_half(&mut rng, &[size, size], DType::F16);
+        let t = ValueType::new(DType::F16, vec![size, size]);
+        let (_, mut g) = MatMul::describe(&[Some(&t), Some(&t)]).unwrap();
+        g.b = super::Strided {
+            off: 0,
+            rs: 1,
+            cs: size,
+        };
+        for (mode, what) in [(Mode::Khr, "khr"), (Mode::Nv2Wide, "nv2 128x256")] {
+            if let Some(k) = kernels_in(&g, DType::F16, mode).first() {
+                let label = format!(
+                    "float16 4096^3, B transposed, {what} ({})",
+                    k.dispatches[0].shader
+                );
+                time(label, k, &[&a, &b], t.clone());
+            }
+        }
+    }
+    let size = 4096;
+    let a = Tensor::from_vec(vec![size, size], vec![0.5f32; size * size]);
+    let ta = ValueType::of(&a);
+    let op = build("MatMul", 13, &[]).unwrap();
+    let types = [Some(&ta), Some(&ta)];
+    let out = ValueType::new(DType::F32, vec![size, size]);
+    if let Some(k) = op.gpu(&types, std::slice::from_ref(&out)) {
+        let label = format!("f32 {size}^3 ({})", k.dispatches[0].shader);
+        time(label, &k, &[&a, &a], out);
+    }
+    let median = |timer: &testing::KernelTimer<'_>, runs| {
+        let mut t = timer.time(runs).unwrap();
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let Some((_, _, first)) = jobs.first() else {
+        return;
+    };
+    let start = std::time::Instant::now();
+    while start.elapsed().as_secs() < 10 {
+        median(first, 50);
+    }
+    let mut best = vec![f64::MAX; jobs.len()];
+    for _ in 0..3 {
+        for ((_, _, timer), best) in jobs.iter().zip(&mut best) {
+            *best = best.min(median(timer, 10));
+        }
+    }
+    println!("\n{}: GEMM kernels alone", gpu.info().name);
+    println!("| kernel | TFLOP/s |\n|---|---:|");
+    for ((label, flops, _), t) in jobs.iter().zip(best) {
+        println!("| {label} | {:.1} |", flops / t / 1e12);
+    }
+}

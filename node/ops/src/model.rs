@@ -1,0 +1,67 @@
+//! The model as the ONNX loader hands it over: plain Rust values, no protobuf types.
+//! Everything after loading (graph IR, planner, execution) works from these.
+
+use crate::Attrs;
+use crate::tensor::{DType, Tensor};
+
+/// A model file, decoded.
+#[derive(Debug, Clone)]
+pub struct ModelDef {
+    pub ir_version: i64,
+    /// Opset version of the default ("" / "ai.onnx") domain.
+    pub opset: i64,
+    pub producer: String,
+    pub graph: GraphDef,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GraphDef {
+    pub name: String,
+    pub nodes: Vec<NodeDef>,
+    /// Initializers (weights), in file order. Their bytes point into the model's mapping.
+    pub initializers: Vec<(String, Tensor)>,
+    /// Graph inputs the caller must feed: declared inputs that are not initializers.
+    pub inputs: Vec<ValueDef>,
+    pub outputs: Vec<ValueDef>,
+    /// Declared types of intermediate values, where the file has them.
+    pub value_info: Vec<ValueDef>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeDef {
+    /// The node's name in the file; when empty the loader names it `<op_type>_<index>`.
+    pub name: String,
+    pub op_type: String,
+    /// "" for the default domain ("ai.onnx" is normalised to "").
+    pub domain: String,
+    /// Input value names; "" marks an omitted optional input.
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub attrs: Attrs,
+}
+
+/// A declared value: its element type and shape when the file gives them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValueDef {
+    pub name: String,
+    pub dtype: Option<DType>,
+    /// None when the file declares no shape at all (rank unknown).
+    pub dims: Option<Vec<Dim>>,
+}
+
+/// One dimension of a declared shape.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dim {
+    Fixed(usize),
+    /// A named symbolic size (`batch`), or "?" when the file leaves it unnamed.
+    Sym(String),
+}
+
+impl std::fmt::Display for Dim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dim::Fixed(n) => write!(f, "{n}"),
+            Dim::Sym(s) => f.write_str(s),
+        }
+    }
+}
