@@ -3,9 +3,15 @@
 //! kind), the datagram envelope for gossip, and version negotiation.
 //!
 //! Like quinn-proto, this crate is pure: everything here is testable (and fuzzed) on bytes.
+//! [`dist`] holds distributed execution's decisions as state machines driven by events and
+//! the time passed in; `sim` (tests, or the `sim` feature) runs them over a simulated
+//! network of several nodes.
 
+pub mod dist;
 mod frame;
 mod message;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 mod version;
 
 pub use frame::{FrameDecoder, FrameError, FrameHeader, HEADER_LEN, MAX_TENSOR_PAYLOAD};

@@ -1,0 +1,326 @@
+//! One run a client asked the submitter for, over at most two attempts: the first on the
+//! model's deployment for its inputs, and after a node fails, one more on a fresh deployment
+//! made without that node.
+//!
+//! An attempt sends each node of the plan the graph inputs it reads, fills the outputs known
+//! without running, and completes when every other output has arrived (by index; a second
+//! copy of one is ignored). Its failure is attributed as the node's submitter always did:
+//! a report naming a culprit other than its sender is that node's failure (the sender could
+//! not reach it), a report saying the model is gone means "load it again", anything else is
+//! a plain failure, which is final.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use crate::pb;
+
+use super::deployment::{DeploymentPlan, FixedOutput};
+
+/// Why an attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// A node died or could not be reached: the run may be retried without it.
+    Node {
+        node: String,
+        reason: String,
+    },
+    /// A node of the plan no longer holds its part (it restarted): load the model again.
+    Lost {
+        node: String,
+    },
+    Other(String),
+}
+
+impl Failure {
+    /// A participant's `RunFailed`, as the submitter reads it.
+    pub fn attribute(from: &str, r: &pb::RunFailed) -> Failure {
+        let culprit = if r.culprit.is_empty() {
+            from
+        } else {
+            &r.culprit
+        };
+        if r.model_lost {
+            Failure::Lost {
+                node: from.to_string(),
+            }
+        } else if culprit != from {
+            Failure::Node {
+                node: culprit.to_string(),
+                reason: r.reason.clone(),
+            }
+        } else {
+            Failure::Other(format!("on node {culprit}: {}", r.reason))
+        }
+    }
+
+    /// The node that is not told to abort: the one that failed (it may be unreachable).
+    pub fn culprit(&self) -> Option<&str> {
+        match self {
+            Failure::Node { node, .. } => Some(node),
+            Failure::Lost { .. } | Failure::Other(_) => None,
+        }
+    }
+
+    /// The reason the other nodes are given.
+    pub fn why(&self) -> String {
+        match self {
+            Failure::Node { node, reason } => format!("node {node}: {reason}"),
+            Failure::Lost { node } => format!("node {node} lost the model"),
+            Failure::Other(r) => r.clone(),
+        }
+    }
+}
+
+/// Why a run (or a submission's load) failed. The texts are those of the node's `DistError`
+/// variants of the same names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    #[error("node {node} failed: {reason}")]
+    NodeFailed { node: String, reason: String },
+    #[error("the run failed {0}")]
+    RunFailed(String),
+    #[error("placement: {0}")]
+    Placement(String),
+    /// Planning failed otherwise (the driver's error, as text).
+    #[error("{0}")]
+    Plan(String),
+    #[error("no model with id {0:016x} is loaded on this node (unloaded, or the node restarted)")]
+    NoModel(u64),
+}
+
+/// The driver's answer when it could not plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanError {
+    /// The plan does not fit the nodes it may use.
+    Placement(String),
+    /// The plan depends on input values the key did not include: the runs waiting for it
+    /// resolve their key again.
+    NeedsValues,
+    Other(String),
+}
+
+impl From<PlanError> for RunError {
+    fn from(e: PlanError) -> RunError {
+        match e {
+            PlanError::Placement(s) => RunError::Placement(s),
+            PlanError::NeedsValues => RunError::Plan("the plan depends on input values".into()),
+            PlanError::Other(s) => RunError::Plan(s),
+        }
+    }
+}
+
+/// A run's outputs, and how they were made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutput<V> {
+    pub outputs: Vec<V>,
+    /// The run was retried on a new plan after a node failed (`RunResult::retried`).
+    pub retried: bool,
+    /// The deployment that made them.
+    pub load_id: u64,
+}
+
+pub(super) struct Attempt<V> {
+    pub load_id: u64,
+    pub run_id: u64,
+    pub nodes: BTreeSet<String>,
+    outputs: Vec<Option<V>>,
+    missing: usize,
+    pub deadline: Option<Instant>,
+}
+
+/// How an attempt began.
+pub(super) enum Begun<V> {
+    /// Every output was known without running: nothing is sent.
+    Complete(Vec<V>),
+    /// Per node of the plan (name order), the graph inputs it reads.
+    Started(Vec<(String, Vec<(usize, V)>)>),
+    /// The plan refers to an input or output the run does not have.
+    Invalid(String),
+}
+
+/// What follows an attempt's failure.
+pub(super) enum Next {
+    Retry,
+    Done(RunError),
+}
+
+/// The submitter's work after a failed attempt, decided here.
+pub(super) struct Verdict {
+    pub load_id: u64,
+    /// Every node of the plan but the culprit is told to give the run up.
+    pub aborts: Vec<(String, pb::RunFailed)>,
+    /// Left out of the model's plans until it comes back.
+    pub avoid: Option<String>,
+    /// The plan is forgotten and unloaded from its nodes but the dead one: (dead, why).
+    pub retire: Option<(Option<String>, String)>,
+    pub next: Next,
+}
+
+pub(super) struct Run<V> {
+    pub model: u64,
+    pub inputs: Vec<V>,
+    /// The first attempt's failure (node, reason), once it was retried.
+    retried: Option<(String, String)>,
+    pub attempt: Option<Attempt<V>>,
+}
+
+impl<V: Clone> Run<V> {
+    pub fn new(model: u64, inputs: Vec<V>) -> Run<V> {
+        Run {
+            model,
+            inputs,
+            retried: None,
+            attempt: None,
+        }
+    }
+
+    pub fn retried(&self) -> bool {
+        self.retried.is_some()
+    }
+
+    /// Starts an attempt on a live deployment.
+    pub fn begin(
+        &mut self,
+        plan: &DeploymentPlan<V>,
+        run_id: u64,
+        deadline: Option<Instant>,
+    ) -> Begun<V> {
+        let mut outputs: Vec<Option<V>> = vec![None; plan.n_outputs];
+        for (i, src) in &plan.fixed_outputs {
+            let v = match src {
+                FixedOutput::Const(v) => v.clone(),
+                FixedOutput::Input(j) => match self.inputs.get(*j) {
+                    Some(v) => v.clone(),
+                    None => return Begun::Invalid(format!("output {i} is input {j}, not given")),
+                },
+            };
+            match outputs.get_mut(*i) {
+                Some(slot) => *slot = Some(v),
+                None => return Begun::Invalid(format!("no output {i}")),
+            }
+        }
+        let missing = outputs.iter().filter(|o| o.is_none()).count();
+        if missing == 0 {
+            return Begun::Complete(outputs.into_iter().flatten().collect());
+        }
+        let mut starts = Vec::with_capacity(plan.nodes.len());
+        for node in &plan.nodes {
+            let mut ins = Vec::new();
+            for &i in plan.needs.get(node).map(Vec::as_slice).unwrap_or_default() {
+                match self.inputs.get(i) {
+                    Some(v) => ins.push((i, v.clone())),
+                    None => {
+                        return Begun::Invalid(format!("node {node} reads input {i}, not given"));
+                    }
+                }
+            }
+            starts.push((node.clone(), ins));
+        }
+        self.attempt = Some(Attempt {
+            load_id: plan.load_id,
+            run_id,
+            nodes: plan.nodes.clone(),
+            outputs,
+            missing,
+            deadline,
+        });
+        Begun::Started(starts)
+    }
+
+    /// Output `index` arrived; all of them when it was the last missing.
+    pub fn output(&mut self, index: usize, v: V) -> Option<Vec<V>> {
+        let a = self.attempt.as_mut()?;
+        match a.outputs.get_mut(index) {
+            Some(slot @ None) => *slot = Some(v),
+            _ => return None,
+        }
+        a.missing -= 1;
+        if a.missing > 0 {
+            return None;
+        }
+        let a = self.attempt.take().expect("present");
+        Some(a.outputs.into_iter().flatten().collect())
+    }
+
+    /// The attempt in flight failed: what the submitter must do.
+    pub fn fail(&mut self, f: Failure) -> Option<Verdict> {
+        let a = self.attempt.take()?;
+        let why = f.why();
+        let aborts = a
+            .nodes
+            .iter()
+            .filter(|n| Some(n.as_str()) != f.culprit())
+            .map(|n| {
+                let m = pb::RunFailed {
+                    model_id: a.load_id,
+                    run_id: a.run_id,
+                    reason: why.clone(),
+                    culprit: String::new(),
+                    model_lost: false,
+                };
+                (n.clone(), m)
+            })
+            .collect();
+        let (avoid, retire, next) = match f {
+            Failure::Node { node, reason } => {
+                let retire = (Some(node.clone()), format!("node {node} failed: {reason}"));
+                let next = match &self.retried {
+                    Some((first, first_reason)) => Next::Done(RunError::NodeFailed {
+                        node: node.clone(),
+                        reason: format!(
+                            "{reason} (on the retry, after {first} failed: {first_reason})"
+                        ),
+                    }),
+                    None => {
+                        self.retried = Some((node.clone(), reason));
+                        Next::Retry
+                    }
+                };
+                (Some(node), Some(retire), next)
+            }
+            Failure::Lost { node } => {
+                let retire = (None, format!("node {node} lost its part"));
+                let next = match &self.retried {
+                    Some((first, reason)) => Next::Done(RunError::NodeFailed {
+                        node,
+                        reason: format!(
+                            "it lost the model, on the retry after {first} failed: {reason}"
+                        ),
+                    }),
+                    None => {
+                        self.retried = Some((node, "it restarted and lost the model".into()));
+                        Next::Retry
+                    }
+                };
+                (None, Some(retire), next)
+            }
+            Failure::Other(reason) => (None, None, Next::Done(RunError::RunFailed(reason))),
+        };
+        Some(Verdict {
+            load_id: a.load_id,
+            aborts,
+            avoid,
+            retire,
+            next,
+        })
+    }
+
+    /// No deployment could be had for the run (planning or loading failed): the error the
+    /// client sees. After a retry it names the node that made the retry necessary; a plan
+    /// that no longer fits because nodes were lost says which.
+    pub fn unavailable(&self, e: RunError, avoid: &BTreeSet<String>) -> RunError {
+        match (&self.retried, e) {
+            (Some((node, reason)), e) => RunError::NodeFailed {
+                node: node.clone(),
+                reason: format!("{reason}; the run cannot be retried without it: {e}"),
+            },
+            (None, RunError::Placement(why)) if !avoid.is_empty() => RunError::NodeFailed {
+                node: avoid.iter().cloned().collect::<Vec<_>>().join(", "),
+                reason: format!(
+                    "it is gone and the remaining nodes have no room for the model: {why}"
+                ),
+            },
+            (None, e) => e,
+        }
+    }
+}
