@@ -5,7 +5,8 @@
 
 // binary: y = a OP b with numpy broadcasting (ops/elementwise/binary.rs, variadic.rs); Pow has
 // its own shader, pow.comp, as its exponent may have another type.
-// One pipeline per element type; the op is a push-constant code (OP_* below, binary.rs `code`),
+// One pipeline per element type; the op is a push-constant code (BIN_* or, for the cmp_*
+// variants, CMP_*: shaders/opcodes.toml),
 // uniform across the dispatch so the switch costs no divergence. The cmp_* variants compare and
 // write bools (bytes 0/1). u8 also serves bool (And/Or/Xor on 0/1 bytes).
 // mode 0: a, b and y have one shape; 1: b is a single element; 2: a is; 3: general broadcast
@@ -37,6 +38,7 @@
 // @variant cmp_u32 DT_U32 CMP
 // @variant cmp_u64 DT_U64 CMP
 #include "types.glsl"
+#include "opcodes.glsl"
 #ifdef CMP
 #extension GL_EXT_shader_8bit_storage : require
 #define TY uint8_t
@@ -97,11 +99,11 @@ layout(push_constant, scalar) uniform P {
 uint8_t apply(C x, C y) {
     bool r;
     switch (p.op) {
-    case 0u: r = x == y; break;
-    case 1u: r = x < y; break;
-    case 2u: r = x <= y; break;
-    case 3u: r = x > y; break;
-    default: r = x >= y; break;
+    case CMP_EQ: r = x == y; break;
+    case CMP_LT: r = x < y; break;
+    case CMP_LE: r = x <= y; break;
+    case CMP_GT: r = x > y; break;
+    default: r = x >= y; break;  // CMP_GE
     }
     return uint8_t(r ? 1u : 0u);
 }
@@ -109,22 +111,22 @@ uint8_t apply(C x, C y) {
 
 C apply(C x, C y) {
     switch (p.op) {
-    case 0u: return x + y;
-    case 1u: return x - y;
-    case 2u: return x * y;
+    case BIN_ADD: return x + y;
+    case BIN_SUB: return x - y;
+    case BIN_MUL: return x * y;
 #ifdef IS_FLOAT
-    case 3u: return x / y;
-    case 4u: {
+    case BIN_DIV: return x / y;
+    case BIN_MOD: {
         // numpy.mod: the divisor's sign.
         C r = x - y * trunc(x / y);
         return (r != 0.0 && ((r < 0.0) != (y < 0.0))) ? r + y : r;
     }
-    case 5u: return x - y * trunc(x / y);
-    case 8u: return (isnan(x) || isnan(y)) ? x + y : min(x, y);
-    case 9u: return (isnan(x) || isnan(y)) ? x + y : max(x, y);
-    case 15u: return x * p.alpha;
+    case BIN_FMOD: return x - y * trunc(x / y);
+    case BIN_MIN: return (isnan(x) || isnan(y)) ? x + y : min(x, y);
+    case BIN_MAX: return (isnan(x) || isnan(y)) ? x + y : max(x, y);
+    case BIN_SCALE: return x * p.alpha;
 #else
-    case 3u: {
+    case BIN_DIV: {
         if (y == C(0)) return C(0);
 #ifndef UNSIGNED
         // MIN / -1 overflows; the CPU wraps it to MIN, which is -x in two's complement.
@@ -132,28 +134,28 @@ C apply(C x, C y) {
 #endif
         return x / y;
     }
-    case 4u:
-    case 5u: {
+    case BIN_MOD:
+    case BIN_FMOD: {
         if (y == C(0)) return C(0);
 #ifndef UNSIGNED
         if (y == C(-1)) return C(0);
 #endif
         C r = x - y * (x / y);
 #ifndef UNSIGNED
-        if (p.op == 4u && r != C(0) && ((r < C(0)) != (y < C(0)))) r += y;
+        if (p.op == BIN_MOD && r != C(0) && ((r < C(0)) != (y < C(0)))) r += y;
 #endif
         return r;
     }
-    case 8u: return min(x, y);
-    case 9u: return max(x, y);
-    case 10u: return x & y;
-    case 11u: return x | y;
-    case 12u: return x ^ y;
-    case 13u: return (y < C(0) || y >= C(BITS)) ? C(0) : (x << y);
-    case 14u: return (y < C(0) || y >= C(BITS)) ? C(0) : (x >> y);
+    case BIN_MIN: return min(x, y);
+    case BIN_MAX: return max(x, y);
+    case BIN_AND: return x & y;
+    case BIN_OR: return x | y;
+    case BIN_XOR: return x ^ y;
+    case BIN_SHL: return (y < C(0) || y >= C(BITS)) ? C(0) : (x << y);
+    case BIN_SHR: return (y < C(0) || y >= C(BITS)) ? C(0) : (x >> y);
 #endif
-    case 7u: return x < C(0) ? x * y : x;
-    default: return x;  // 16: copy
+    case BIN_PRELU: return x < C(0) ? x * y : x;
+    default: return x;  // BIN_COPY
     }
 }
 #endif

@@ -8,9 +8,9 @@
 // stores once; the interior values never reach memory.
 // The program is in push constants, uniform across the dispatch (no divergence): up to 8 steps
 // of 16 bits, two per word in prog[]:
-//   bits 0-4   op code (STEP_OPS in fused.rs; 0 ends the program)
-//   bits 5-7   operand source: 0 none, 1 scalar sc[si] (Clip: sc[si], sc[si+1]), 2 the chain's
-//              start value x, 3 + j operand buffer b<j>
+//   bits 0-4   op code (STEP_*: shaders/opcodes.toml; STEP_END ends the program)
+//   bits 5-7   operand source (SRC_*): none, scalar sc[si] (Clip: sc[si], sc[si+1]), the chain's
+//              start value x, operand buffer b<j>
 //   bit 8      the running value is the second operand (c - v, c / v, c ^ v)
 //   bits 9-11  si, the first scalar's index
 // Operand buffer j is read at (i / inner[j]) % count[j]: a full tensor, a bias, a per-channel
@@ -20,6 +20,7 @@
 // @variant f32 DT_F32
 // @variant f16 DT_F16
 #include "types.glsl"
+#include "opcodes.glsl"
 
 layout(local_size_x = 256) in;
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
@@ -80,13 +81,13 @@ float fpow(float x, float y) {
 
 float operand(uint src, uint si, uint i, float x0) {
     switch (src) {
-    case 1u: return p.sc[si];
-    case 2u: return x0;
-    case 3u: return float(p.b0.v[(i / p.inner[0]) % p.count[0]]);
-    case 4u: return float(p.b1.v[(i / p.inner[1]) % p.count[1]]);
-    case 5u: return float(p.b2.v[(i / p.inner[2]) % p.count[2]]);
-    case 6u: return float(p.b3.v[(i / p.inner[3]) % p.count[3]]);
-    default: return 0.0;
+    case SRC_SCALAR: return p.sc[si];
+    case SRC_START: return x0;
+    case SRC_BUFFER0: return float(p.b0.v[(i / p.inner[0]) % p.count[0]]);
+    case SRC_BUFFER1: return float(p.b1.v[(i / p.inner[1]) % p.count[1]]);
+    case SRC_BUFFER2: return float(p.b2.v[(i / p.inner[2]) % p.count[2]]);
+    case SRC_BUFFER3: return float(p.b3.v[(i / p.inner[3]) % p.count[3]]);
+    default: return 0.0;  // SRC_NONE
     }
 }
 
@@ -94,26 +95,26 @@ float step_(uint code, float v, float o, bool right, uint si) {
     float a = right ? o : v;
     float b = right ? v : o;
     switch (code) {
-    case 1u: return v < 0.0 ? 0.0 : v;                        // Relu
-    case 2u: return sigmoid(v);
-    case 3u: return tanh_(v);
-    case 4u: return exp(v);
-    case 5u: return log(v);
-    case 6u: return -v;
-    case 7u: return abs(v);
-    case 8u: return sqrt(v);
-    case 9u: return erf_(v);
-    case 10u: {                                               // Clip, as numpy: NaN stays
+    case STEP_RELU: return v < 0.0 ? 0.0 : v;
+    case STEP_SIGMOID: return sigmoid(v);
+    case STEP_TANH: return tanh_(v);
+    case STEP_EXP: return exp(v);
+    case STEP_LOG: return log(v);
+    case STEP_NEG: return -v;
+    case STEP_ABS: return abs(v);
+    case STEP_SQRT: return sqrt(v);
+    case STEP_ERF: return erf_(v);
+    case STEP_CLIP: {  // as numpy: NaN stays
         float r = v;
         if (r < p.sc[si]) r = p.sc[si];
         if (r > p.sc[si + 1u]) r = p.sc[si + 1u];
         return r;
     }
-    case 11u: return a + b;
-    case 12u: return a - b;
-    case 13u: return a * b;
-    case 14u: return a / b;
-    case 15u: return fpow(a, b);
+    case STEP_ADD: return a + b;
+    case STEP_SUB: return a - b;
+    case STEP_MUL: return a * b;
+    case STEP_DIV: return a / b;
+    case STEP_POW: return fpow(a, b);
     default: return v;
     }
 }
@@ -126,7 +127,7 @@ void main() {
     for (uint s = 0u; s < 8u; ++s) {
         uint w = (p.prog[s >> 1u] >> (16u * (s & 1u))) & 0xFFFFu;
         uint code = w & 31u;
-        if (code == 0u) break;
+        if (code == STEP_END) break;
         uint si = (w >> 9u) & 7u;
         float o = operand((w >> 5u) & 7u, si, i, x0);
         v = step_(code, v, o, ((w >> 8u) & 1u) != 0u, si);

@@ -9,6 +9,7 @@
 // @variant f32 DT_F32
 // @variant f16 DT_F16
 #include "types.glsl"
+#include "opcodes.glsl"
 
 layout(local_size_x = 256) in;
 
@@ -27,7 +28,7 @@ layout(push_constant, scalar) uniform P {
     uvec3 dilation;
     uvec3 pad;
     uvec3 lim;
-    uint mode; // 0 max, 1 average, 2 average counting the explicit padding, 3 Lp
+    uint mode; // POOL_*
     uint lp;   // LpPool's p
 } p;
 
@@ -47,7 +48,7 @@ void main() {
     ivec3 start = ivec3(o * p.stride) - ivec3(p.pad);
 
     uint xbase = plane * p.in_size.x * p.in_size.y * p.in_size.z;
-    bool is_max = p.mode == 0u;
+    bool is_max = p.mode == POOL_MAX;
     float best = -3.402823466e+38;
     float sum = 0.0;
     uint count = 0;
@@ -66,7 +67,7 @@ void main() {
                 float v = float(p.x.v[row + uint(iw)]);
                 // First tap taken as is, so a leading NaN propagates as on the CPU.
                 if (count == 0u || v > best) best = v;
-                sum += p.mode == 3u ? pow(abs(v), float(p.lp)) : v;
+                sum += p.mode == POOL_LP ? pow(abs(v), float(p.lp)) : v;
                 count++;
             }
         }
@@ -74,10 +75,10 @@ void main() {
     float result;
     if (is_max) {
         result = best;
-    } else if (p.mode == 3u) {
+    } else if (p.mode == POOL_LP) {
         result = pow(sum, 1.0 / float(p.lp));
     } else {
-        if (p.mode == 2u) {
+        if (p.mode == POOL_AVG_INCLUDE_PAD) {
             // Taps before the end of the explicit padding, per axis (starts are never
             // before the beginning of the padding).
             for (uint kh = 0; kh < p.kernel.y; kh++)

@@ -7,6 +7,7 @@
 // @variant f32 DT_F32
 // @variant f16 DT_F16
 #include "types.glsl"
+#include "opcodes.glsl"
 
 layout(local_size_x = 256) in;
 
@@ -18,7 +19,7 @@ layout(push_constant, scalar) uniform P {
     FOut y;
     uint planes;
     uint plane_size;
-    uint mode; // 0 max, 1 average
+    uint mode; // POOL_MAX or POOL_AVG
 } p;
 
 shared float part[256];
@@ -27,7 +28,7 @@ void main() {
     uint plane = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     if (plane >= p.planes) return;
     uint lid = gl_LocalInvocationID.x;
-    bool is_max = p.mode == 0u;
+    bool is_max = p.mode == POOL_MAX;
     uint base = plane * p.plane_size;
 
     float acc = is_max ? -3.402823466e+38 : 0.0;

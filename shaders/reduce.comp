@@ -15,13 +15,14 @@
 // @variant i8_row DT_I8 ROW
 // @variant u8_row DT_U8 ROW
 #include "types.glsl"
+#include "opcodes.glsl"
 
 // The Reduce* family (ops/reduce/gpu.rs). Output o and reduced index r map to input offsets
 // through the table: [nk, kept sizes, kept strides, nr, reduced sizes, reduced strides].
 // Without ROW one invocation computes one output; with ROW a workgroup does, each invocation
 // striding over the reduced set, then a shared-memory tree combines the partial results.
 // Floats accumulate in float (also for f16), integers in int64 (wrapping like ONNX's).
-// op: 0 sum, 1 mean, 2 max, 3 min, 4 prod, 5 l1, 6 l2, 7 logsum, 8 logsumexp, 9 sumsquare.
+// op: a RED_* code (shaders/opcodes.toml).
 layout(local_size_x = 256) in;
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
 layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
@@ -74,9 +75,9 @@ uint offset(uint idx, uint at) {
 }
 
 ACC identity() {
-    if (p.op == 2u) return NEG_INF;
-    if (p.op == 3u) return POS_INF;
-    if (p.op == 4u) return ACC(1);
+    if (p.op == RED_MAX) return NEG_INF;
+    if (p.op == RED_MIN) return POS_INF;
+    if (p.op == RED_PROD) return ACC(1);
     return ACC(0);
 }
 
@@ -89,21 +90,21 @@ bool nan_of(ACC v) {
 }
 
 ACC combine(ACC a, ACC b) {
-    if (p.op == 2u || p.op == 3u) {
+    if (p.op == RED_MAX || p.op == RED_MIN) {
         // GLSL's max/min leave NaN undefined: propagate it by hand.
         if (nan_of(a)) return a;
         if (nan_of(b)) return b;
-        return p.op == 2u ? max(a, b) : min(a, b);
+        return p.op == RED_MAX ? max(a, b) : min(a, b);
     }
-    if (p.op == 4u) return a * b;
+    if (p.op == RED_PROD) return a * b;
     return a + b;
 }
 
 ACC map_in(ACC v, ACC m) {
-    if (p.op == 5u) return abs(v);
-    if (p.op == 6u || p.op == 9u) return v * v;
+    if (p.op == RED_L1) return abs(v);
+    if (p.op == RED_L2 || p.op == RED_SUM_SQUARE) return v * v;
 #ifdef IS_FLOAT
-    if (p.op == 8u) return exp(v - m);
+    if (p.op == RED_LOG_SUM_EXP) return exp(v - m);
 #endif
     return v;
 }
@@ -154,7 +155,7 @@ void main() {
 
     ACC m = ACC(0);
 #ifdef IS_FLOAT
-    if (p.op == 8u) {
+    if (p.op == RED_LOG_SUM_EXP) {
         m = NEG_INF;
         for (uint r = first; r < p.nred; r += step) {
             ACC v = load(base, roff, r);
@@ -177,16 +178,16 @@ void main() {
 
     ACC res = acc;
 #ifdef IS_FLOAT
-    if (p.op == 1u) res = acc / ACC(p.nred);
+    if (p.op == RED_MEAN) res = acc / ACC(p.nred);
 #else
     // Integer division by zero is undefined on GPUs (NVIDIA gives -1): the empty mean is 0, as
     // on the CPU.
-    if (p.op == 1u) res = p.nred == 0u ? ACC(0) : acc / ACC(p.nred);
+    if (p.op == RED_MEAN) res = p.nred == 0u ? ACC(0) : acc / ACC(p.nred);
 #endif
 #ifdef IS_FLOAT
-    if (p.op == 6u) res = sqrt(acc);
-    if (p.op == 7u) res = log(acc);
-    if (p.op == 8u) res = (isinf(m) || isnan(m)) ? m : m + log(acc);
+    if (p.op == RED_L2) res = sqrt(acc);
+    if (p.op == RED_LOG_SUM) res = log(acc);
+    if (p.op == RED_LOG_SUM_EXP) res = (isinf(m) || isnan(m)) ? m : m + log(acc);
 #endif
     p.y.v[o] = FROM_A(A(res));
 }

@@ -11,6 +11,7 @@
 // @variant i32_final DT_I32 FINAL
 // @variant i64_final DT_I64 FINAL
 #include "types.glsl"
+#include "opcodes.glsl"
 
 // Long reductions with few outputs (ops/reduce/gpu.rs), in two dispatches, so that more than
 // one workgroup works on each output. Table and `op` codes as in reduce.comp.
@@ -63,9 +64,9 @@ bool nan_of(ACC v) {
 }
 
 ACC identity() {
-    if (p.op == 2u) return NEG_INF;
-    if (p.op == 3u) return POS_INF;
-    if (p.op == 4u) return ACC(1);
+    if (p.op == RED_MAX) return NEG_INF;
+    if (p.op == RED_MIN) return POS_INF;
+    if (p.op == RED_PROD) return ACC(1);
     return ACC(0);
 }
 
@@ -74,9 +75,9 @@ ACC max_nan(ACC a, ACC b) {
 }
 
 ACC combine(ACC a, ACC b) {
-    if (p.op == 2u) return max_nan(a, b);
-    if (p.op == 3u) return nan_of(a) ? a : (nan_of(b) ? b : min(a, b));
-    if (p.op == 4u) return a * b;
+    if (p.op == RED_MAX) return max_nan(a, b);
+    if (p.op == RED_MIN) return nan_of(a) ? a : (nan_of(b) ? b : min(a, b));
+    if (p.op == RED_PROD) return a * b;
     return a + b;
 }
 
@@ -116,7 +117,7 @@ void main() {
     uint hi = min(lo + p.chunk, p.nred);
     ACC m = ACC(0);
 #ifdef IS_FLOAT
-    if (p.op == 8u) {
+    if (p.op == RED_LOG_SUM_EXP) {
         m = NEG_INF;
         for (uint r = lo + tid; r < hi; r += WG) m = max_nan(m, ACC(p.x.v[base + offset(r, roff)]));
         m = tree(m, true);
@@ -125,10 +126,10 @@ void main() {
     ACC acc = identity();
     for (uint r = lo + tid; r < hi; r += WG) {
         ACC v = ACC(TO_A(p.x.v[base + offset(r, roff)]));
-        if (p.op == 5u) v = abs(v);
-        if (p.op == 6u || p.op == 9u) v = v * v;
+        if (p.op == RED_L1) v = abs(v);
+        if (p.op == RED_L2 || p.op == RED_SUM_SQUARE) v = v * v;
 #ifdef IS_FLOAT
-        if (p.op == 8u) v = isinf(m) ? ACC(0) : exp(v - m);
+        if (p.op == RED_LOG_SUM_EXP) v = isinf(m) ? ACC(0) : exp(v - m);
 #endif
         acc = combine(acc, v);
     }
@@ -141,7 +142,7 @@ void main() {
     uint o = gl_WorkGroupID.x;
     uint at = o * p.chunks;
     float m = 0.0;
-    if (p.op == 8u) {
+    if (p.op == RED_LOG_SUM_EXP) {
         float mm = uintBitsToFloat(0xff800000u);
         for (uint c = tid; c < p.chunks; c += WG) {
             float v = p.pmax.v[at + c];
@@ -153,7 +154,7 @@ void main() {
     for (uint c = tid; c < p.chunks; c += WG) {
         ACC v = p.part.v[at + c];
 #ifdef IS_FLOAT
-        if (p.op == 8u) {
+        if (p.op == RED_LOG_SUM_EXP) {
             float cm = p.pmax.v[at + c];
             // A chunk whose maximum is -inf adds nothing; an infinite or NaN overall maximum
             // is the result by itself (below).
@@ -165,11 +166,11 @@ void main() {
     acc = tree(acc, false);
     if (tid != 0u) return;
     ACC res = acc;
-    if (p.op == 1u) res = acc / ACC(p.nred);
+    if (p.op == RED_MEAN) res = acc / ACC(p.nred);
 #ifdef IS_FLOAT
-    if (p.op == 6u) res = sqrt(acc);
-    if (p.op == 7u) res = log(acc);
-    if (p.op == 8u) res = (isinf(m) || isnan(m)) ? m : m + log(acc);
+    if (p.op == RED_L2) res = sqrt(acc);
+    if (p.op == RED_LOG_SUM) res = log(acc);
+    if (p.op == RED_LOG_SUM_EXP) res = (isinf(m) || isnan(m)) ? m : m + log(acc);
 #endif
     p.y.v[o] = FROM_A(A(res));
 #endif

@@ -5,13 +5,15 @@
 // @variant f32 DT_F32
 // @variant f16 DT_F16
 #include "types.glsl"
+#include "opcodes.glsl"
 
 // Softmax, LogSoftmax and Hardmax (ops/softmax.rs): `rows` rows of `len` elements, `inner`
 // apart; row r starts at (r / inner) * len * inner + r % inner. One workgroup per row (folded
 // into y past 65,535 rows); each invocation strides over the row, and the maximum and the sum
 // are reduced through shared memory, in float for every element type. The maximum is
 // subtracted before exp, so exp never overflows.
-// mode: 0 softmax, 1 log-softmax, 2 hardmax (1 at the first maximum of the row).
+// mode: SOFTMAX_SOFTMAX, SOFTMAX_LOG_SOFTMAX or SOFTMAX_HARDMAX (1 at the first maximum of
+// the row).
 layout(local_size_x = 256) in;
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
 layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
@@ -54,7 +56,7 @@ void main() {
     m = red[0];
     barrier();
 
-    if (p.mode == 2u) {
+    if (p.mode == SOFTMAX_HARDMAX) {
         uint at = 0xffffffffu;
         for (uint j = tid; j < p.len; j += WG) {
             float v = float(p.x.v[base + j * p.inner]);
@@ -94,6 +96,6 @@ void main() {
     for (uint j = tid; j < p.len; j += WG) {
         uint i = base + j * p.inner;
         float d = float(p.x.v[i]) - m;
-        p.y.v[i] = T(p.mode == 1u ? d - log(total) : exp(d) / total);
+        p.y.v[i] = T(p.mode == SOFTMAX_LOG_SOFTMAX ? d - log(total) : exp(d) / total);
     }
 }

@@ -4,16 +4,17 @@
 #extension GL_GOOGLE_include_directive : require
 
 // unary: y = f(x) elementwise over floats (ops/elementwise/unary.rs). One pipeline per element
-// type; the formula is chosen by a push-constant op code (UnKind's discriminant), uniform across
-// the dispatch so the switch costs no divergence. alpha, beta, gamma carry the attributes.
+// type; the formula is chosen by a push-constant op code (UN_*: shaders/opcodes.toml), uniform
+// across the dispatch so the switch costs no divergence. alpha, beta, gamma carry the attributes.
 // f16 computes in float and rounds once on the store.
 // @variant f32 DT_F32
 // @variant f16 DT_F16
-// The cls_* variants classify into bools: IsNaN (op 40), IsInf (41; alpha = detect_negative,
+// The cls_* variants classify into bools: UN_IS_NAN, UN_IS_INF (alpha = detect_negative,
 // beta = detect_positive).
 // @variant cls_f32 DT_F32 BOOL_OUT
 // @variant cls_f16 DT_F16 BOOL_OUT
 #include "types.glsl"
+#include "opcodes.glsl"
 #ifdef BOOL_OUT
 #extension GL_EXT_shader_8bit_storage : require
 #define TY uint8_t
@@ -87,46 +88,46 @@ float softplus(float x) {
 
 float apply(float x) {
     switch (p.op) {
-    case 0u: return x < 0.0 ? 0.0 : x;                        // Relu
-    case 1u: return sigmoid(x);
-    case 2u: return tanh_(x);
-    case 3u: return sqrt(x);
-    case 4u: return exp(x);
-    case 5u: return log(x);
-    case 6u: return erf_(x);
-    case 7u: return clamp(p.alpha * x + p.beta, 0.0, 1.0);    // HardSigmoid
-    case 8u: return x * clamp(x / 6.0 + 0.5, 0.0, 1.0);       // HardSwish
-    case 9u: return x < 0.0 ? p.alpha * x : x;                // LeakyRelu
-    case 10u: return x < 0.0 ? p.alpha * exp_m1(x) : x;       // Elu
-    case 11u: return 0.5 * x * (1.0 + erf_(x * 0.70710678118654752));
-    case 12u: return 0.5 * x * (1.0 + tanh_(0.79788456080286536 * (x + 0.044715 * x * x * x)));
-    case 13u: return -x;
-    case 14u: return abs(x);
-    case 15u: return 1.0 / x;
-    case 16u: return floor(x);
-    case 17u: return ceil(x);
-    case 18u: return roundEven(x);
-    case 19u: return isnan(x) ? x : sign(x);
-    case 20u: return sin(x);
-    case 21u: return cos(x);
-    case 22u: return tan(x);
+    case UN_RELU: return x < 0.0 ? 0.0 : x;
+    case UN_SIGMOID: return sigmoid(x);
+    case UN_TANH: return tanh_(x);
+    case UN_SQRT: return sqrt(x);
+    case UN_EXP: return exp(x);
+    case UN_LOG: return log(x);
+    case UN_ERF: return erf_(x);
+    case UN_HARD_SIGMOID: return clamp(p.alpha * x + p.beta, 0.0, 1.0);
+    case UN_HARD_SWISH: return x * clamp(x / 6.0 + 0.5, 0.0, 1.0);
+    case UN_LEAKY_RELU: return x < 0.0 ? p.alpha * x : x;
+    case UN_ELU: return x < 0.0 ? p.alpha * exp_m1(x) : x;
+    case UN_GELU: return 0.5 * x * (1.0 + erf_(x * 0.70710678118654752));
+    case UN_GELU_TANH: return 0.5 * x * (1.0 + tanh_(0.79788456080286536 * (x + 0.044715 * x * x * x)));
+    case UN_NEG: return -x;
+    case UN_ABS: return abs(x);
+    case UN_RECIPROCAL: return 1.0 / x;
+    case UN_FLOOR: return floor(x);
+    case UN_CEIL: return ceil(x);
+    case UN_ROUND: return roundEven(x);
+    case UN_SIGN: return isnan(x) ? x : sign(x);
+    case UN_SIN: return sin(x);
+    case UN_COS: return cos(x);
+    case UN_TAN: return tan(x);
     // lavapipe's asin/acos are off by ~2e-4; the two-argument atan is accurate.
-    case 23u: return abs(x) > 1.0 ? NAN : atan(x, sqrt((1.0 - x) * (1.0 + x)));
-    case 24u: return abs(x) > 1.0 ? NAN : atan(sqrt((1.0 - x) * (1.0 + x)), x);
-    case 25u: return atan(x);
+    case UN_ASIN: return abs(x) > 1.0 ? NAN : atan(x, sqrt((1.0 - x) * (1.0 + x)));
+    case UN_ACOS: return abs(x) > 1.0 ? NAN : atan(sqrt((1.0 - x) * (1.0 + x)), x);
+    case UN_ATAN: return atan(x);
     // The hyperbolic built-ins are fine for the moderate arguments models feed them.
-    case 26u: return sinh(x);
-    case 27u: return cosh(x);
-    case 28u: return asinh(x);
-    case 29u: return x < 1.0 ? NAN : acosh(x);
-    case 30u: return abs(x) > 1.0 ? NAN : (abs(x) == 1.0 ? x * INF : atanh(x));
-    case 31u: return softplus(x);
-    case 32u: return x / (1.0 + abs(x));                      // Softsign
-    case 33u: return x > 0.0 ? p.beta * x : p.beta * p.alpha * exp_m1(x);   // Selu
-    case 34u: return max(x, 0.0) + min(0.0, p.alpha * exp_m1(x / p.alpha)); // Celu
-    case 35u: return x > p.alpha ? x : 0.0;                   // ThresholdedRelu
-    case 36u: return x * tanh_(softplus(x));                  // Mish
-    case 37u: return x < -p.alpha ? x + p.beta : (x > p.alpha ? x - p.beta : 0.0); // Shrink
+    case UN_SINH: return sinh(x);
+    case UN_COSH: return cosh(x);
+    case UN_ASINH: return asinh(x);
+    case UN_ACOSH: return x < 1.0 ? NAN : acosh(x);
+    case UN_ATANH: return abs(x) > 1.0 ? NAN : (abs(x) == 1.0 ? x * INF : atanh(x));
+    case UN_SOFTPLUS: return softplus(x);
+    case UN_SOFTSIGN: return x / (1.0 + abs(x));
+    case UN_SELU: return x > 0.0 ? p.beta * x : p.beta * p.alpha * exp_m1(x);
+    case UN_CELU: return max(x, 0.0) + min(0.0, p.alpha * exp_m1(x / p.alpha));
+    case UN_THRESHOLDED_RELU: return x > p.alpha ? x : 0.0;
+    case UN_MISH: return x * tanh_(softplus(x));
+    case UN_SHRINK: return x < -p.alpha ? x + p.beta : (x > p.alpha ? x - p.beta : 0.0);
     default: return x;
     }
 }
@@ -136,7 +137,7 @@ void main() {
     if (i >= p.n) return;
     float x = float(p.x.v[i]);
 #ifdef BOOL_OUT
-    bool r = p.op == 40u ? isnan(x)
+    bool r = p.op == UN_IS_NAN ? isnan(x)
                          : (isinf(x) && ((x > 0.0 && p.beta != 0.0) || (x < 0.0 && p.alpha != 0.0)));
     p.y.v[i] = uint8_t(r ? 1u : 0u);
 #else

@@ -15,6 +15,7 @@
 // @variant u32 DT_U32
 // @variant u64 DT_U64
 #include "types.glsl"
+#include "opcodes.glsl"
 #if defined(DT_U8) || defined(DT_U16) || defined(DT_U32) || defined(DT_U64)
 #define UNSIGNED 1
 #endif
@@ -32,18 +33,18 @@ layout(push_constant, scalar) uniform P {
 A apply(A x) {
     switch (p.op) {
 #ifdef UNSIGNED
-    case 13u: return A(0) - x;
-    case 14u: return x;
-    case 19u: return x != A(0) ? A(1) : A(0);
-    case 0u: return x;
+    case UN_NEG: return A(0) - x;
+    case UN_ABS: return x;
+    case UN_SIGN: return x != A(0) ? A(1) : A(0);
+    case UN_RELU: return x;
 #else
-    case 13u: return -x;
-    case 14u: return x < A(0) ? -x : x;
-    case 19u: return x > A(0) ? A(1) : (x < A(0) ? A(-1) : A(0));
-    case 0u: return x < A(0) ? A(0) : x;
+    case UN_NEG: return -x;
+    case UN_ABS: return x < A(0) ? -x : x;
+    case UN_SIGN: return x > A(0) ? A(1) : (x < A(0) ? A(-1) : A(0));
+    case UN_RELU: return x < A(0) ? A(0) : x;
 #endif
-    case 39u: return ~x;
-    case 38u: return x == A(0) ? A(1) : A(0);  // Not
+    case UN_BITWISE_NOT: return ~x;
+    case UN_NOT: return x == A(0) ? A(1) : A(0);
     default: return x;
     }
 }

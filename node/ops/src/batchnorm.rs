@@ -15,6 +15,7 @@ use super::conv::{FLOAT_DTYPES, Float};
 use super::util::{groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor};
+use vkml_shaders::batchnorm;
 
 pub fn register(r: &mut Registry) {
     // f16 / bf16 run through f32 on the CPU.
@@ -237,25 +238,29 @@ impl Op for BatchNorm {
         }
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: vec![Dispatch {
-                shader: if dtype == DType::F16 {
-                    "batchnorm_f16"
+            dispatches: vec![Dispatch::new(
+                if dtype == DType::F16 {
+                    batchnorm::Variant::F16
                 } else {
-                    "batchnorm_f32"
+                    batchnorm::Variant::F32
                 },
-                buffers: (0..5)
-                    .map(BufRef::Input)
-                    .chain([BufRef::Output(0)])
-                    .collect(),
-                params: vec![
-                    n as u32,
-                    c as u32,
-                    s as u32,
-                    self.epsilon.to_bits(),
-                    per_act as u32,
-                ],
-                groups: groups_1d(n, 256),
-            }],
+                batchnorm::Buffers {
+                    x: BufRef::Input(0),
+                    scale: BufRef::Input(1),
+                    bias: BufRef::Input(2),
+                    mean: BufRef::Input(3),
+                    var: BufRef::Input(4),
+                    y: BufRef::Output(0),
+                },
+                batchnorm::Params {
+                    n: n as u32,
+                    channels: c as u32,
+                    spatial: s as u32,
+                    eps_bits: self.epsilon.to_bits(),
+                    per_activation: per_act as u32,
+                },
+                groups_1d(n, 256),
+            )],
         })
     }
 }

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use super::util::{groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Element, Tensor};
+use vkml_shaders::{cast, cast_bf16, cast_copy32};
 
 pub fn register(r: &mut Registry) {
     r.add("Cast", Cast::build);
@@ -98,84 +99,75 @@ pub(crate) fn cast_tensor(x: &Tensor, to: DType) -> Result<Tensor, OpError> {
     })
 }
 
-/// Suffix of a type in the cast.comp variant names.
-fn gpu_name(d: DType) -> Option<&'static str> {
-    Some(match d {
-        DType::F32 => "f32",
-        DType::F16 => "f16",
-        DType::I64 => "i64",
-        DType::I32 => "i32",
-        DType::I8 => "i8",
-        DType::U8 => "u8",
-        DType::Bool => "bool",
-        DType::F64 => "f64",
+/// cast.comp's variant for a pair of types (`cast_<from>_<to>`): f32, f16, f64, i64, i32, i8,
+/// u8 and bool, each way.
+fn cast_variant(from: DType, to: DType) -> Option<cast::Variant> {
+    use DType::{Bool, F16, F32, F64, I8, I32, I64, U8};
+    use cast::Variant as V;
+    Some(match (from, to) {
+        (F32, F16) => V::F32F16,
+        (F32, I64) => V::F32I64,
+        (F32, I32) => V::F32I32,
+        (F32, I8) => V::F32I8,
+        (F32, U8) => V::F32U8,
+        (F32, Bool) => V::F32Bool,
+        (F16, F32) => V::F16F32,
+        (F16, I64) => V::F16I64,
+        (F16, I32) => V::F16I32,
+        (F16, I8) => V::F16I8,
+        (F16, U8) => V::F16U8,
+        (F16, Bool) => V::F16Bool,
+        (I64, F32) => V::I64F32,
+        (I64, F16) => V::I64F16,
+        (I64, I32) => V::I64I32,
+        (I64, I8) => V::I64I8,
+        (I64, U8) => V::I64U8,
+        (I64, Bool) => V::I64Bool,
+        (I32, F32) => V::I32F32,
+        (I32, F16) => V::I32F16,
+        (I32, I64) => V::I32I64,
+        (I32, I8) => V::I32I8,
+        (I32, U8) => V::I32U8,
+        (I32, Bool) => V::I32Bool,
+        (I8, F32) => V::I8F32,
+        (I8, F16) => V::I8F16,
+        (I8, I64) => V::I8I64,
+        (I8, I32) => V::I8I32,
+        (I8, U8) => V::I8U8,
+        (I8, Bool) => V::I8Bool,
+        (U8, F32) => V::U8F32,
+        (U8, F16) => V::U8F16,
+        (U8, I64) => V::U8I64,
+        (U8, I32) => V::U8I32,
+        (U8, I8) => V::U8I8,
+        (U8, Bool) => V::U8Bool,
+        (Bool, F32) => V::BoolF32,
+        (Bool, F16) => V::BoolF16,
+        (Bool, I64) => V::BoolI64,
+        (Bool, I32) => V::BoolI32,
+        (Bool, I8) => V::BoolI8,
+        (Bool, U8) => V::BoolU8,
+        (F16, F16) => V::F16F16,
+        (I8, I8) => V::I8I8,
+        (U8, U8) => V::U8U8,
+        (Bool, Bool) => V::BoolBool,
+        (F64, F32) => V::F64F32,
+        (F64, F16) => V::F64F16,
+        (F64, I64) => V::F64I64,
+        (F64, I32) => V::F64I32,
+        (F64, I8) => V::F64I8,
+        (F64, U8) => V::F64U8,
+        (F64, Bool) => V::F64Bool,
+        (F32, F64) => V::F32F64,
+        (F16, F64) => V::F16F64,
+        (I64, F64) => V::I64F64,
+        (I32, F64) => V::I32F64,
+        (I8, F64) => V::I8F64,
+        (U8, F64) => V::U8F64,
+        (Bool, F64) => V::BoolF64,
         _ => return None,
     })
 }
-
-/// The variant names of shaders/cast.comp, `cast_<from>_<to>`, as static strings.
-const GPU_PAIRS: [&str; 60] = [
-    "cast_f32_f16",
-    "cast_f32_i64",
-    "cast_f32_i32",
-    "cast_f32_i8",
-    "cast_f32_u8",
-    "cast_f32_bool",
-    "cast_f16_f32",
-    "cast_f16_i64",
-    "cast_f16_i32",
-    "cast_f16_i8",
-    "cast_f16_u8",
-    "cast_f16_bool",
-    "cast_i64_f32",
-    "cast_i64_f16",
-    "cast_i64_i32",
-    "cast_i64_i8",
-    "cast_i64_u8",
-    "cast_i64_bool",
-    "cast_i32_f32",
-    "cast_i32_f16",
-    "cast_i32_i64",
-    "cast_i32_i8",
-    "cast_i32_u8",
-    "cast_i32_bool",
-    "cast_i8_f32",
-    "cast_i8_f16",
-    "cast_i8_i64",
-    "cast_i8_i32",
-    "cast_i8_u8",
-    "cast_i8_bool",
-    "cast_u8_f32",
-    "cast_u8_f16",
-    "cast_u8_i64",
-    "cast_u8_i32",
-    "cast_u8_i8",
-    "cast_u8_bool",
-    "cast_bool_f32",
-    "cast_bool_f16",
-    "cast_bool_i64",
-    "cast_bool_i32",
-    "cast_bool_i8",
-    "cast_bool_u8",
-    "cast_f16_f16",
-    "cast_i8_i8",
-    "cast_u8_u8",
-    "cast_bool_bool",
-    "cast_f64_f32",
-    "cast_f64_f16",
-    "cast_f64_i64",
-    "cast_f64_i32",
-    "cast_f64_i8",
-    "cast_f64_u8",
-    "cast_f64_bool",
-    "cast_f32_f64",
-    "cast_f16_f64",
-    "cast_i64_f64",
-    "cast_i32_f64",
-    "cast_i8_f64",
-    "cast_u8_f64",
-    "cast_bool_f64",
-];
 
 /// A value on its way between two types: integers exactly (i128 holds every i64 and u64),
 /// floats as f64 (which holds every f16, bf16 and f32 exactly).
@@ -328,30 +320,51 @@ impl Op for Cast {
         let x = req(inputs, 0).ok()?;
         let to = outputs.first()?.dtype;
         let n = x.numel();
-        let (shader, count) = match (x.dtype, to) {
+        let words = |count: usize| u32::try_from(count).ok();
+        let buffers = || (BufRef::Input(0), BufRef::Output(0));
+        let (dispatch, count) = match (x.dtype, to) {
             // A cast to the same type is a copy; 4- and 8-byte types copy as 32-bit words.
-            (a, b) if a == b && a.size() % 4 == 0 => ("cast_copy32", n * a.size() / 4),
+            (a, b) if a == b && a.size() % 4 == 0 => {
+                let count = n * a.size() / 4;
+                let (x, y) = buffers();
+                let d = Dispatch::new(
+                    cast_copy32::Variant::Main,
+                    cast_copy32::Buffers { x, y },
+                    cast_copy32::Params { n: words(count)? },
+                    groups_1d(count, 256),
+                );
+                (d, count)
+            }
             // bf16 only to and from f32 (on bits: no bfloat16 type needed).
-            (DType::F32, DType::BF16) => ("cast_bf16_from_f32", n),
-            (DType::BF16, DType::F32) => ("cast_bf16_to_f32", n),
+            (DType::F32, DType::BF16) | (DType::BF16, DType::F32) => {
+                let (x, y) = buffers();
+                let variant = if to == DType::BF16 {
+                    cast_bf16::Variant::FromF32
+                } else {
+                    cast_bf16::Variant::ToF32
+                };
+                let d = Dispatch::new(
+                    variant,
+                    cast_bf16::Buffers { x, y },
+                    cast_bf16::Params { n: words(n)? },
+                    groups_1d(n, 256),
+                );
+                (d, n)
+            }
             (a, b) => {
-                let name = format!("cast_{}_{}", gpu_name(a)?, gpu_name(b)?);
-                (*GPU_PAIRS.iter().find(|s| **s == name)?, n)
+                let (x, y) = buffers();
+                let d = Dispatch::new(
+                    cast_variant(a, b)?,
+                    cast::Buffers { x, y },
+                    cast::Params { n: words(n)? },
+                    groups_1d(n, 256),
+                );
+                (d, n)
             }
         };
-        let count32 = u32::try_from(count).ok()?;
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: if count == 0 {
-                vec![]
-            } else {
-                vec![Dispatch {
-                    shader,
-                    buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-                    params: vec![count32],
-                    groups: groups_1d(count, 256),
-                }]
-            },
+            dispatches: if count == 0 { vec![] } else { vec![dispatch] },
         })
     }
 }
@@ -527,14 +540,14 @@ mod tests {
             .gpu(&[Some(&x)], &[ValueType::new(DType::I64, vec![3, 5])])
             .unwrap();
         assert_eq!(
-            (k.dispatches[0].shader, &k.dispatches[0].params[..]),
-            ("cast_f32_i64", &[15u32][..])
+            (k.dispatches[0].kernel(), k.dispatches[0].params()),
+            (cast::Variant::F32I64.kernel(), &[15u32][..])
         );
         let same = ValueType::new(DType::I64, vec![3, 5]);
         let k = op.gpu(&[Some(&same)], std::slice::from_ref(&same)).unwrap();
         assert_eq!(
-            (k.dispatches[0].shader, &k.dispatches[0].params[..]),
-            ("cast_copy32", &[30u32][..])
+            (k.dispatches[0].kernel(), k.dispatches[0].params()),
+            (cast_copy32::Variant::Main.kernel(), &[30u32][..])
         );
         // bf16 has GPU kernels to and from f32 only.
         let h = ValueType::new(DType::BF16, vec![3]);

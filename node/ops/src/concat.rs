@@ -4,6 +4,7 @@
 use super::util::groups_1d;
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor, numel};
+use vkml_shaders::concat;
 
 pub fn register(r: &mut Registry) {
     r.add("Concat", build);
@@ -175,11 +176,16 @@ impl Op for Concat {
         };
         let dispatches = params
             .into_iter()
-            .map(|(input, params)| Dispatch {
-                shader: "concat",
-                buffers: vec![BufRef::Input(input), BufRef::Output(0)],
-                groups: groups_1d(params[0] as usize, 256),
-                params,
+            .map(|(input, params)| {
+                Dispatch::new(
+                    concat::Variant::Main,
+                    concat::Buffers {
+                        x: BufRef::Input(input),
+                        y: BufRef::Output(0),
+                    },
+                    params,
+                    groups_1d(params.n as usize, 256),
+                )
             })
             .collect();
         Some(GpuKernel {
@@ -234,7 +240,7 @@ fn remap_kernel(l: &Layout, inputs: &[Option<&ValueType>]) -> Option<GpuKernel> 
 /// One dispatch of `shaders/concat.comp` per non-empty input: (input index, [words to copy,
 /// words per block, words per output row, the block's word offset in the row]). The kernel
 /// moves 32-bit words, so every block must be whole words; otherwise there is no GPU kernel.
-fn gpu_params(l: &Layout) -> Option<Vec<(usize, Vec<u32>)>> {
+fn gpu_params(l: &Layout) -> Option<Vec<(usize, concat::Params)>> {
     let row = l.inner() * l.dtype.size();
     let out_row = u32::try_from(l.shape[l.axis] * row / 4).ok()?;
     // The shader's destination index spans the whole output.
@@ -250,7 +256,15 @@ fn gpu_params(l: &Layout) -> Option<Vec<(usize, Vec<u32>)>> {
         let block = u32::try_from(bytes / 4).ok()?;
         let words = u32::try_from(l.outer() * bytes / 4).ok()?;
         if words > 0 {
-            out.push((i, vec![words, block, out_row, offset]));
+            out.push((
+                i,
+                concat::Params {
+                    n: words,
+                    block,
+                    out_row,
+                    offset,
+                },
+            ));
         }
         offset += block;
     }

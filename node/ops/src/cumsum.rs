@@ -6,6 +6,7 @@ use super::numeric::{Wide, narrow, widen};
 use super::util::{axis as norm_axis, const_input, groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor};
+use vkml_shaders::cumsum;
 
 pub fn register(r: &mut Registry) {
     r.add("CumSum", build);
@@ -132,15 +133,15 @@ impl Op for CumSum {
         let lines = outer * inner;
         // Long lines: a workgroup per line, scanning in shared memory.
         let row = len >= ROW_MIN;
-        let shader = match (x.dtype, row) {
-            (DType::F32, false) => "cumsum_f32",
-            (DType::F16, false) => "cumsum_f16",
-            (DType::I32, false) => "cumsum_i32",
-            (DType::I64, false) => "cumsum_i64",
-            (DType::F32, true) => "cumsum_f32_row",
-            (DType::F16, true) => "cumsum_f16_row",
-            (DType::I32, true) => "cumsum_i32_row",
-            (DType::I64, true) => "cumsum_i64_row",
+        let variant = match (x.dtype, row) {
+            (DType::F32, false) => cumsum::Variant::F32,
+            (DType::F16, false) => cumsum::Variant::F16,
+            (DType::I32, false) => cumsum::Variant::I32,
+            (DType::I64, false) => cumsum::Variant::I64,
+            (DType::F32, true) => cumsum::Variant::F32Row,
+            (DType::F16, true) => cumsum::Variant::F16Row,
+            (DType::I32, true) => cumsum::Variant::I32Row,
+            (DType::I64, true) => cumsum::Variant::I64Row,
             _ => return None,
         };
         let groups = if row {
@@ -151,18 +152,21 @@ impl Op for CumSum {
         };
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: vec![Dispatch {
-                shader,
-                buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-                params: vec![
-                    lines as u32,
-                    len as u32,
-                    inner as u32,
-                    self.exclusive as u32,
-                    self.reverse as u32,
-                ],
+            dispatches: vec![Dispatch::new(
+                variant,
+                cumsum::Buffers {
+                    x: BufRef::Input(0),
+                    y: BufRef::Output(0),
+                },
+                cumsum::Params {
+                    lines: lines as u32,
+                    len: len as u32,
+                    inner: inner as u32,
+                    exclusive: self.exclusive as u32,
+                    reverse: self.reverse as u32,
+                },
                 groups,
-            }],
+            )],
         })
     }
 }

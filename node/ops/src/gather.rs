@@ -5,6 +5,7 @@
 use super::util::{groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor, numel};
+use vkml_shaders::{gather, gather_e};
 
 pub fn register(r: &mut Registry) {
     r.add("Gather", build);
@@ -144,15 +145,19 @@ impl Op for Gather {
         let Some(params) = gpu_params(&l, data, indices.dtype) else {
             return element_kernel(&l, data, indices.dtype);
         };
-        let dispatches = if params[0] == 0 {
+        let dispatches = if params.n == 0 {
             Vec::new()
         } else {
-            vec![Dispatch {
-                shader: "gather",
-                buffers: vec![BufRef::Input(0), BufRef::Input(1), BufRef::Output(0)],
-                groups: groups_1d(params[0] as usize, 256),
+            vec![Dispatch::new(
+                gather::Variant::Main,
+                gather::Buffers {
+                    x: BufRef::Input(0),
+                    indices: BufRef::Input(1),
+                    y: BufRef::Output(0),
+                },
                 params,
-            }]
+                groups_1d(params.n as usize, 256),
+            )]
         };
         Some(GpuKernel {
             scratch: Vec::new(),
@@ -177,18 +182,22 @@ fn element_kernel(l: &Layout, data: &ValueType, index: DType) -> Option<GpuKerne
         for v in [n, data.numel(), l.rows] {
             i32::try_from(v).ok()?;
         }
-        vec![Dispatch {
-            shader: super::gather_nd::element_shader("gather_e", data.dtype.size())?,
-            buffers: vec![BufRef::Input(0), BufRef::Input(1), BufRef::Output(0)],
-            params: vec![
-                n as u32,
-                l.inner as u32,
-                l.picks as u32,
-                l.rows as u32,
-                super::gather_nd::index_words(index)?,
-            ],
-            groups: groups_1d(n, 256),
-        }]
+        vec![Dispatch::new(
+            by_width!(data.dtype.size(), gather_e::Variant)?,
+            gather_e::Buffers {
+                x: BufRef::Input(0),
+                indices: BufRef::Input(1),
+                y: BufRef::Output(0),
+            },
+            gather_e::Params {
+                n: n as u32,
+                inner: l.inner as u32,
+                picks: l.picks as u32,
+                rows: l.rows as u32,
+                idx_words: super::gather_nd::index_words(index)?,
+            },
+            groups_1d(n, 256),
+        )]
     };
     Some(GpuKernel {
         scratch: Vec::new(),
@@ -196,11 +205,11 @@ fn element_kernel(l: &Layout, data: &ValueType, index: DType) -> Option<GpuKerne
     })
 }
 
-/// The push-constant words of `shaders/gather.comp`: [output words, element bytes, inner
-/// (elements), picks, rows, index words (1 for int32, 2 for int64)]. When the inner block is a
+/// The parameters of `shaders/gather.comp`: output words, element bytes, inner (elements),
+/// picks, rows, index words (1 for int32, 2 for int64). When the inner block is a
 /// whole number of words it is the element (inner = 1); otherwise 1- and 2-byte elements are
 /// packed into words, which needs both data and output to be whole words.
-fn gpu_params(l: &Layout, data: &ValueType, index: DType) -> Option<Vec<u32>> {
+fn gpu_params(l: &Layout, data: &ValueType, index: DType) -> Option<gather::Params> {
     let es = data.dtype.size();
     let block = l.inner * es;
     let out_bytes = l.outer * l.picks * block;
@@ -219,14 +228,14 @@ fn gpu_params(l: &Layout, data: &ValueType, index: DType) -> Option<Vec<u32>> {
     i32::try_from(l.rows).ok()?;
     let idx_words = if index == DType::I64 { 2 } else { 1 };
     let words = u32::try_from(out_bytes / 4).ok()?;
-    Some(vec![
-        words,
-        eb as u32,
-        u32::try_from(inner).ok()?,
-        u32::try_from(l.picks).ok()?,
-        l.rows as u32,
+    Some(gather::Params {
+        n: words,
+        eb: eb as u32,
+        inner: u32::try_from(inner).ok()?,
+        picks: u32::try_from(l.picks).ok()?,
+        rows: l.rows as u32,
         idx_words,
-    ])
+    })
 }
 
 #[cfg(test)]

@@ -5,37 +5,11 @@
 use super::util::{groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor, numel, strides};
+use vkml_shaders::{gather_elements, gather_nd};
 
 pub fn register(r: &mut Registry) {
     r.add("GatherElements", build_elements);
     r.add("GatherND", build_nd);
-}
-
-/// The variant of an element-sized shader (`<stem>_b<es>`).
-pub(crate) fn element_shader(stem: &str, es: usize) -> Option<&'static str> {
-    Some(match (stem, es) {
-        ("gather_e", 1) => "gather_e_b1",
-        ("gather_e", 2) => "gather_e_b2",
-        ("gather_e", 4) => "gather_e_b4",
-        ("gather_e", 8) => "gather_e_b8",
-        ("gather_elements", 1) => "gather_elements_b1",
-        ("gather_elements", 2) => "gather_elements_b2",
-        ("gather_elements", 4) => "gather_elements_b4",
-        ("gather_elements", 8) => "gather_elements_b8",
-        ("gather_nd", 1) => "gather_nd_b1",
-        ("gather_nd", 2) => "gather_nd_b2",
-        ("gather_nd", 4) => "gather_nd_b4",
-        ("gather_nd", 8) => "gather_nd_b8",
-        ("trilu", 1) => "trilu_b1",
-        ("trilu", 2) => "trilu_b2",
-        ("trilu", 4) => "trilu_b4",
-        ("trilu", 8) => "trilu_b8",
-        ("onehot", 1) => "onehot_b1",
-        ("onehot", 2) => "onehot_b2",
-        ("onehot", 4) => "onehot_b4",
-        ("onehot", 8) => "onehot_b8",
-        _ => return None,
-    })
 }
 
 /// Words per index in the shaders' index.glsl: 1 for int32, 2 for int64.
@@ -180,23 +154,23 @@ impl Op for GatherElements {
             .collect();
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: vec![Dispatch {
-                shader: element_shader("gather_elements", data.dtype.size())?,
-                buffers: vec![
-                    BufRef::Input(0),
-                    BufRef::Input(1),
-                    BufRef::Table(table),
-                    BufRef::Output(0),
-                ],
-                params: vec![
-                    n as u32,
-                    idx.shape.len() as u32,
-                    axis as u32,
-                    data.shape[axis] as u32,
-                    index_words(idx.dtype)?,
-                ],
-                groups: groups_1d(n, 256),
-            }],
+            dispatches: vec![Dispatch::new(
+                by_width!(data.dtype.size(), gather_elements::Variant)?,
+                gather_elements::Buffers {
+                    x: BufRef::Input(0),
+                    indices: BufRef::Input(1),
+                    t: BufRef::Table(table),
+                    y: BufRef::Output(0),
+                },
+                gather_elements::Params {
+                    n: n as u32,
+                    rank: idx.shape.len() as u32,
+                    axis: axis as u32,
+                    axis_dim: data.shape[axis] as u32,
+                    idx_words: index_words(idx.dtype)?,
+                },
+                groups_1d(n, 256),
+            )],
         })
     }
 
@@ -323,24 +297,24 @@ impl Op for GatherNd {
         }
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: vec![Dispatch {
-                shader: element_shader("gather_nd", data.dtype.size())?,
-                buffers: vec![
-                    BufRef::Input(0),
-                    BufRef::Input(1),
-                    BufRef::Table(table),
-                    BufRef::Output(0),
-                ],
-                params: vec![
-                    n as u32,
-                    l.k as u32,
-                    l.slice as u32,
-                    l.rows as u32,
-                    l.batch_stride as u32,
-                    index_words(idx.dtype)?,
-                ],
-                groups: groups_1d(n, 256),
-            }],
+            dispatches: vec![Dispatch::new(
+                by_width!(data.dtype.size(), gather_nd::Variant)?,
+                gather_nd::Buffers {
+                    x: BufRef::Input(0),
+                    indices: BufRef::Input(1),
+                    t: BufRef::Table(table),
+                    y: BufRef::Output(0),
+                },
+                gather_nd::Params {
+                    n: n as u32,
+                    k: l.k as u32,
+                    slice: l.slice as u32,
+                    rows: l.rows as u32,
+                    batch_stride: l.batch_stride as u32,
+                    idx_words: index_words(idx.dtype)?,
+                },
+                groups_1d(n, 256),
+            )],
         })
     }
 

@@ -6,6 +6,7 @@
 use super::util::{const_input, groups_1d, opt, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor, numel};
+use vkml_shaders::{onehot, trilu};
 
 pub fn register(r: &mut Registry) {
     r.add("Size", build_size);
@@ -336,26 +337,23 @@ impl Op for Trilu {
         let dispatches = if n == 0 {
             vec![]
         } else {
-            vec![Dispatch {
-                shader: super::gather_nd::element_shader("trilu", x.dtype.size())?,
-                buffers: vec![
-                    BufRef::Input(0),
-                    if has_k {
-                        BufRef::Input(1)
-                    } else {
-                        BufRef::Input(0)
-                    },
-                    BufRef::Output(0),
-                ],
-                params: vec![
-                    n as u32,
-                    s[s.len() - 2] as u32,
-                    s[s.len() - 1] as u32,
-                    has_k as u32,
-                    self.upper as u32,
-                ],
-                groups: groups_1d(n, 256),
-            }]
+            vec![Dispatch::new(
+                by_width!(x.dtype.size(), trilu::Variant)?,
+                trilu::Buffers {
+                    x: BufRef::Input(0),
+                    // Without k the slot repeats x, so every address is a valid one.
+                    k: BufRef::Input(if has_k { 1 } else { 0 }),
+                    y: BufRef::Output(0),
+                },
+                trilu::Params {
+                    n: n as u32,
+                    rows: s[s.len() - 2] as u32,
+                    cols: s[s.len() - 1] as u32,
+                    has_k: has_k as u32,
+                    upper: self.upper as u32,
+                },
+                groups_1d(n, 256),
+            )]
         };
         Some(GpuKernel {
             scratch: vec![],
@@ -450,18 +448,22 @@ impl Op for OneHot {
         let dispatches = if n == 0 {
             vec![]
         } else {
-            vec![Dispatch {
-                shader: super::gather_nd::element_shader("onehot", values.dtype.size())?,
-                buffers: vec![BufRef::Input(0), BufRef::Input(2), BufRef::Output(0)],
-                params: vec![
-                    n as u32,
-                    depth as u32,
-                    numel(&idx.shape[axis..]) as u32,
-                    super::gather_nd::index_words(idx.dtype)?,
-                    self.negative_ok as u32,
-                ],
-                groups: groups_1d(n, 256),
-            }]
+            vec![Dispatch::new(
+                by_width!(values.dtype.size(), onehot::Variant)?,
+                onehot::Buffers {
+                    indices: BufRef::Input(0),
+                    values: BufRef::Input(2),
+                    y: BufRef::Output(0),
+                },
+                onehot::Params {
+                    n: n as u32,
+                    depth: depth as u32,
+                    inner: numel(&idx.shape[axis..]) as u32,
+                    idx_words: super::gather_nd::index_words(idx.dtype)?,
+                    wrap: self.negative_ok as u32,
+                },
+                groups_1d(n, 256),
+            )]
         };
         Some(GpuKernel {
             scratch: vec![],

@@ -21,6 +21,40 @@ pub mod tensor;
 pub use tensor::{DType, Tensor, TensorError};
 
 use crate::tensor::numel;
+pub use vkml_shaders::{Kernel, Shader};
+
+/// The variant of a per-element-type shader for a dtype, where the variants are named after
+/// the dtypes: `by_dtype!(dtype, binary::Variant, [F32, F16])` is `Some(binary::Variant::F32)`
+/// for `DType::F32`, ..., and `None` for a dtype not listed. `[F32 => F32Row, ...]` names
+/// the variant of each dtype.
+macro_rules! by_dtype {
+    ($dtype:expr, $module:ident :: $variant:ident, [$($name:ident => $var:ident),* $(,)?]) => {
+        match $dtype {
+            $(crate::tensor::DType::$name => Some($module::$variant::$var),)*
+            _ => None,
+        }
+    };
+    ($dtype:expr, $module:ident :: $variant:ident, [$($name:ident),* $(,)?]) => {
+        match $dtype {
+            $(crate::tensor::DType::$name => Some($module::$variant::$name),)*
+            _ => None,
+        }
+    };
+}
+
+/// The variant of a shader compiled per element width (`_b1`, `_b2`, `_b4`, `_b8`) for
+/// elements of `$bytes` bytes.
+macro_rules! by_width {
+    ($bytes:expr, $module:ident :: $variant:ident) => {
+        match $bytes {
+            1 => Some($module::$variant::B1),
+            2 => Some($module::$variant::B2),
+            4 => Some($module::$variant::B4),
+            8 => Some($module::$variant::B8),
+            _ => None,
+        }
+    };
+}
 
 mod attrs;
 pub mod util;
@@ -202,18 +236,53 @@ pub struct GpuKernel {
     pub dispatches: Vec<Dispatch>,
 }
 
-/// One compute dispatch. Push constants are laid out as: the device address (uint64) of each
-/// buffer in `buffers`, in order, then `params` as 32-bit words. With lavapipe's 128-byte limit,
-/// `8 * buffers.len() + 4 * params.len()` must stay within 128.
+/// One compute dispatch of a kernel of `vkml_shaders`. It is built only by [`Dispatch::new`],
+/// from one shader's typed variant, buffers and parameters, so a kernel cannot get another's
+/// parameters or the wrong number of buffers. Push constants are laid out as the device
+/// address (uint64) of each buffer, in order, then the parameters as 32-bit words.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dispatch {
-    /// Shader name: the file `shaders/<shader>.comp`.
-    pub shader: &'static str,
-    pub buffers: Vec<BufRef>,
-    /// Shape and stride parameters; floats as `f32::to_bits`.
-    pub params: Vec<u32>,
+    kernel: Kernel,
+    buffers: Vec<BufRef>,
+    params: Vec<u32>,
     /// Workgroup counts; see [`util::groups_1d`] for large 1-D launches.
     pub groups: [u32; 3],
+}
+
+impl Dispatch {
+    pub fn new<S: Shader>(
+        kernel: S,
+        buffers: S::Buffers<BufRef>,
+        params: S::Params,
+        groups: [u32; 3],
+    ) -> Dispatch {
+        Dispatch {
+            kernel: kernel.kernel(),
+            buffers: S::buffer_list(buffers),
+            params: S::param_words(&params),
+            groups,
+        }
+    }
+
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
+    /// The buffers, in the kernel's push order.
+    pub fn buffers(&self) -> &[BufRef] {
+        &self.buffers
+    }
+
+    /// The buffers, to point them elsewhere (a fused node renumbers its inputs); their number
+    /// is the kernel's and cannot change.
+    pub fn buffers_mut(&mut self) -> &mut [BufRef] {
+        &mut self.buffers
+    }
+
+    /// The parameters as the 32-bit words that follow the addresses.
+    pub fn params(&self) -> &[u32] {
+        &self.params
+    }
 }
 
 /// A buffer a dispatch reads or writes.

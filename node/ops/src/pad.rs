@@ -7,6 +7,7 @@ use super::slice::run_remap;
 use super::util::{const_input, opt, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor, strides};
+use vkml_shaders::pad_table;
 
 pub fn register(r: &mut Registry) {
     r.add("Pad", build);
@@ -255,38 +256,25 @@ impl Op for Pad {
             Some(_) => return None,
         };
         let listed = axes.map_or(rank, |a| a.numel());
-        let pre = Dispatch {
-            shader: match es {
-                1 => "pad_table_b1",
-                2 => "pad_table_b2",
-                4 => "pad_table_b4",
-                8 => "pad_table_b8",
-                _ => return None,
+        let pre = Dispatch::new(
+            by_width!(es, pad_table::Variant)?,
+            pad_table::Buffers {
+                tmpl: BufRef::Table(table),
+                pads: BufRef::Input(1),
+                // Absent inputs are stood in for by present ones the flags keep unread.
+                value: BufRef::Input(if value.is_some() { 2 } else { 0 }),
+                axes: BufRef::Input(if axes.is_some() { 3 } else { 1 }),
+                y: BufRef::Scratch(0),
             },
-            buffers: vec![
-                BufRef::Table(table),
-                BufRef::Input(1),
-                if value.is_some() {
-                    BufRef::Input(2)
-                } else {
-                    BufRef::Input(0)
-                },
-                if axes.is_some() {
-                    BufRef::Input(3)
-                } else {
-                    BufRef::Input(1)
-                },
-                BufRef::Scratch(0),
-            ],
-            params: vec![
-                words as u32,
-                rank as u32,
-                listed as u32,
+            pad_table::Params {
+                words: words as u32,
+                rank: rank as u32,
+                listed: listed as u32,
                 axes_words,
-                value.is_some() as u32,
-            ],
-            groups: [1, 1, 1],
-        };
+                has_value: value.is_some() as u32,
+            },
+            [1, 1, 1],
+        );
         let main = m.dispatch_with(
             es,
             BufRef::Input(0),

@@ -8,6 +8,7 @@
 use super::util::groups_1d;
 use super::{BufRef, Dispatch};
 use crate::tensor::{numel, strides};
+use vkml_shaders::remap;
 
 /// What a source coordinate outside `[0, in_dim)` reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,7 +183,7 @@ impl Remap {
         Some(t)
     }
 
-    /// One dispatch of `remap_b<es>` from `input` to `output`, reading its table from `table`
+    /// One dispatch of remap.comp's variant for `es` from `input` to `output`, reading its table from `table`
     /// (normally `BufRef::Table(self.table())`; a buffer a pre-pass fills when the starts come
     /// from run-time values). `None` when sizes pass 32-bit indexing or `es` is not 1, 2, 4, 8.
     pub fn dispatch_with(
@@ -198,17 +199,21 @@ impl Remap {
         for v in [n, in_elems, out_elems, self.in_base, self.out_base] {
             i32::try_from(v).ok()?;
         }
-        Some(Dispatch {
-            shader: shader(es)?,
-            buffers: vec![input, table, output],
-            params: vec![
-                n as u32,
-                self.axes.len() as u32,
-                self.in_base as u32,
-                self.out_base as u32,
-            ],
-            groups: groups_1d(n, 256),
-        })
+        Some(Dispatch::new(
+            by_width!(es, remap::Variant)?,
+            remap::Buffers {
+                x: input,
+                t: table,
+                y: output,
+            },
+            remap::Params {
+                n: n as u32,
+                rank: self.axes.len() as u32,
+                in_base: self.in_base as u32,
+                out_base: self.out_base as u32,
+            },
+            groups_1d(n, 256),
+        ))
     }
 
     /// [`Remap::dispatch_with`] with the table uploaded as it is.
@@ -223,17 +228,6 @@ impl Remap {
         let table = BufRef::Table(self.table()?);
         self.dispatch_with(es, input, table, output, in_elems, out_elems)
     }
-}
-
-/// The remap shader variant for elements of `es` bytes.
-pub(crate) fn shader(es: usize) -> Option<&'static str> {
-    Some(match es {
-        1 => "remap_b1",
-        2 => "remap_b2",
-        4 => "remap_b4",
-        8 => "remap_b8",
-        _ => return None,
-    })
 }
 
 /// The source coordinate of `i` on an axis of `d` elements, or `None` for the constant.

@@ -6,6 +6,7 @@ use super::gather_nd::{checked_index, index_words};
 use super::util::{groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor, numel, strides};
+use vkml_shaders::{scatter_elements, scatter_nd};
 
 pub fn register(r: &mut Registry) {
     r.add("ScatterND", build_nd);
@@ -100,55 +101,19 @@ fn combine(dtype: DType, r: Reduction, acc: &mut [u8], upd: &[u8]) -> Result<(),
     Ok(())
 }
 
-/// The typed scatter shader for `dtype` (`<stem>_<type>`); with no reduction any type of the
-/// same size serves.
-fn shader(stem: &str, dtype: DType, r: Reduction) -> Option<&'static str> {
-    let t = match (dtype, r) {
+/// The element type a scatter shader runs as: `dtype`, or with no reduction (a plain copy of
+/// bytes) the unsigned type of its size.
+fn shader_dtype(dtype: DType, r: Reduction) -> Option<DType> {
+    Some(match (dtype, r) {
         (d, Reduction::None) => match d.size() {
-            1 => "u8",
-            2 => "u16",
-            4 => "u32",
-            _ => "u64",
+            1 => DType::U8,
+            2 => DType::U16,
+            4 => DType::U32,
+            _ => DType::U64,
         },
-        (DType::F32, _) => "f32",
-        (DType::F16, _) => "f16",
-        (DType::F64, _) => "f64",
-        (DType::I64, _) => "i64",
-        (DType::U64, _) => "u64",
-        (DType::I32, _) => "i32",
-        (DType::U32, _) => "u32",
-        (DType::I16, _) => "i16",
-        (DType::U16, _) => "u16",
-        (DType::I8, _) => "i8",
-        (DType::U8, _) => "u8",
-        _ => return None,
-    };
-    const NAMES: [&str; 22] = [
-        "scatter_nd_f32",
-        "scatter_nd_f16",
-        "scatter_nd_f64",
-        "scatter_nd_i64",
-        "scatter_nd_u64",
-        "scatter_nd_i32",
-        "scatter_nd_u32",
-        "scatter_nd_i16",
-        "scatter_nd_u16",
-        "scatter_nd_i8",
-        "scatter_nd_u8",
-        "scatter_elements_f32",
-        "scatter_elements_f16",
-        "scatter_elements_f64",
-        "scatter_elements_i64",
-        "scatter_elements_u64",
-        "scatter_elements_i32",
-        "scatter_elements_u32",
-        "scatter_elements_i16",
-        "scatter_elements_u16",
-        "scatter_elements_i8",
-        "scatter_elements_u8",
-    ];
-    let name = format!("{stem}_{t}");
-    NAMES.iter().copied().find(|n| *n == name)
+        (DType::Bool | DType::BF16, _) => return None,
+        (d, _) => d,
+    })
 }
 
 /// Copies the data into the output (dispatch 1 of every scatter).
@@ -292,29 +257,35 @@ impl Op for ScatterNd {
         let mut dispatches = vec![copy_data(d)?];
         let mut scratch = vec![];
         if u.numel() > 0 {
-            let name = shader("scatter_nd", d.dtype, self.reduction)?;
+            let variant = by_dtype!(
+                shader_dtype(d.dtype, self.reduction)?,
+                scatter_nd::Variant,
+                [F32, F16, F64, I64, U64, I32, U32, I16, U16, I8, U8]
+            )?;
             let iw = index_words(i.dtype)?;
             let red = self.reduction as u32;
             let table = BufRef::Table(table);
-            let step = |n: usize, phase: u32, owners: BufRef| Dispatch {
-                shader: name,
-                buffers: vec![
-                    BufRef::Input(1),
-                    BufRef::Input(2),
-                    table.clone(),
-                    BufRef::Output(0),
-                    owners,
-                ],
-                params: vec![
-                    n as u32,
-                    k as u32,
-                    slice as u32,
-                    rows as u32,
-                    iw,
-                    red,
-                    phase,
-                ],
-                groups: groups_1d(n, 256),
+            let step = |n: usize, phase: u32, owners: BufRef| {
+                Dispatch::new(
+                    variant,
+                    scatter_nd::Buffers {
+                        indices: BufRef::Input(1),
+                        updates: BufRef::Input(2),
+                        t: table.clone(),
+                        y: BufRef::Output(0),
+                        owners,
+                    },
+                    scatter_nd::Params {
+                        n: n as u32,
+                        k: k as u32,
+                        slice: slice as u32,
+                        rows: rows as u32,
+                        idx_words: iw,
+                        reduction: red,
+                        phase,
+                    },
+                    groups_1d(n, 256),
+                )
             };
             if self.reduction == Reduction::None {
                 // Owners: one word per output slice, claimed by the last row naming it.
@@ -448,22 +419,36 @@ impl Op for ScatterElements {
         let mut dispatches = vec![copy_data(d)?];
         let mut scratch = vec![];
         if u.numel() > 0 {
-            let name = shader("scatter_elements", d.dtype, self.reduction)?;
+            let variant = by_dtype!(
+                shader_dtype(d.dtype, self.reduction)?,
+                scatter_elements::Variant,
+                [F32, F16, F64, I64, U64, I32, U32, I16, U16, I8, U8]
+            )?;
             let iw = index_words(i.dtype)?;
             let (rank, red) = (u.shape.len() as u32, self.reduction as u32);
             let dim = d.shape[axis] as u32;
             let table = BufRef::Table(table);
-            let step = |n: usize, phase: u32, owners: BufRef| Dispatch {
-                shader: name,
-                buffers: vec![
-                    BufRef::Input(1),
-                    BufRef::Input(2),
-                    table.clone(),
-                    BufRef::Output(0),
-                    owners,
-                ],
-                params: vec![n as u32, rank, axis as u32, dim, iw, red, phase],
-                groups: groups_1d(n, 256),
+            let step = |n: usize, phase: u32, owners: BufRef| {
+                Dispatch::new(
+                    variant,
+                    scatter_elements::Buffers {
+                        indices: BufRef::Input(1),
+                        updates: BufRef::Input(2),
+                        t: table.clone(),
+                        y: BufRef::Output(0),
+                        owners,
+                    },
+                    scatter_elements::Params {
+                        n: n as u32,
+                        rank,
+                        axis: axis as u32,
+                        axis_dim: dim,
+                        idx_words: iw,
+                        reduction: red,
+                        phase,
+                    },
+                    groups_1d(n, 256),
+                )
             };
             if self.reduction == Reduction::None {
                 scratch.push((d.numel() * 4) as u64);

@@ -6,6 +6,7 @@
 use super::util::{const_input, groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor, numel};
+use vkml_shaders::{compress_table, gather_e, reverse_sequence};
 
 pub fn register(r: &mut Registry) {
     r.add("Compress", build_compress);
@@ -126,18 +127,35 @@ impl Op for Compress {
                 dispatches: vec![],
             });
         }
-        let pre = Dispatch {
-            shader: "compress_table",
-            buffers: vec![BufRef::Input(1), BufRef::Scratch(0)],
-            params: vec![cond.numel() as u32, picks as u32],
-            groups: [1, 1, 1],
-        };
-        let main = Dispatch {
-            shader: super::gather_nd::element_shader("gather_e", x.dtype.size())?,
-            buffers: vec![BufRef::Input(0), BufRef::Scratch(0), BufRef::Output(0)],
-            params: vec![total as u32, inner as u32, picks as u32, n as u32, 1],
-            groups: groups_1d(total, 256),
-        };
+        let pre = Dispatch::new(
+            compress_table::Variant::Main,
+            compress_table::Buffers {
+                cond: BufRef::Input(1),
+                y: BufRef::Scratch(0),
+            },
+            compress_table::Params {
+                n: cond.numel() as u32,
+                picks: picks as u32,
+            },
+            [1, 1, 1],
+        );
+        // The table of picked positions is int32: one index word each.
+        let main = Dispatch::new(
+            by_width!(x.dtype.size(), gather_e::Variant)?,
+            gather_e::Buffers {
+                x: BufRef::Input(0),
+                indices: BufRef::Scratch(0),
+                y: BufRef::Output(0),
+            },
+            gather_e::Params {
+                n: total as u32,
+                inner: inner as u32,
+                picks: picks as u32,
+                rows: n as u32,
+                idx_words: 1,
+            },
+            groups_1d(total, 256),
+        );
         Some(GpuKernel {
             scratch: vec![(picks * 4) as u64],
             dispatches: vec![pre, main],
@@ -340,25 +358,23 @@ impl Op for ReverseSequence {
         let dispatches = if n == 0 {
             vec![]
         } else {
-            vec![Dispatch {
-                shader: match x.dtype.size() {
-                    1 => "reverse_sequence_b1",
-                    2 => "reverse_sequence_b2",
-                    4 => "reverse_sequence_b4",
-                    8 => "reverse_sequence_b8",
-                    _ => return None,
+            vec![Dispatch::new(
+                by_width!(x.dtype.size(), reverse_sequence::Variant)?,
+                reverse_sequence::Buffers {
+                    x: BufRef::Input(0),
+                    lens: BufRef::Input(1),
+                    y: BufRef::Output(0),
                 },
-                buffers: vec![BufRef::Input(0), BufRef::Input(1), BufRef::Output(0)],
-                params: vec![
-                    n as u32,
-                    x.shape[0] as u32,
-                    x.shape[1] as u32,
-                    numel(&x.shape[2..]) as u32,
-                    (self.batch_axis == 0) as u32,
-                    super::gather_nd::index_words(lens.dtype)?,
-                ],
-                groups: groups_1d(n, 256),
-            }]
+                reverse_sequence::Params {
+                    n: n as u32,
+                    d0: x.shape[0] as u32,
+                    d1: x.shape[1] as u32,
+                    inner: numel(&x.shape[2..]) as u32,
+                    batch_first: (self.batch_axis == 0) as u32,
+                    idx_words: super::gather_nd::index_words(lens.dtype)?,
+                },
+                groups_1d(n, 256),
+            )]
         };
         Some(GpuKernel {
             scratch: vec![],

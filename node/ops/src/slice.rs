@@ -5,6 +5,7 @@ use super::shape_ops::{attr_since, int_list};
 use super::util::{const_input, opt, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor, strides};
+use vkml_shaders::slice_table;
 
 pub fn register(r: &mut Registry) {
     r.add("Slice", build_slice);
@@ -261,25 +262,25 @@ impl Op for Slice {
                 BufRef::Input(1)
             }
         };
-        let pre = Dispatch {
-            shader: "slice_table",
-            buffers: vec![
-                BufRef::Table(table),
-                BufRef::Input(1),
-                pick(3),
-                pick(4),
-                BufRef::Scratch(0),
-            ],
-            params: vec![
-                words as u32,
-                x.shape.len() as u32,
-                starts.numel() as u32,
+        let pre = Dispatch::new(
+            slice_table::Variant::Main,
+            slice_table::Buffers {
+                tmpl: BufRef::Table(table),
+                starts: BufRef::Input(1),
+                axes: pick(3),
+                steps: pick(4),
+                y: BufRef::Scratch(0),
+            },
+            slice_table::Params {
+                words: words as u32,
+                rank: x.shape.len() as u32,
+                listed: starts.numel() as u32,
                 idx_words,
-                has(3) as u32,
-                has(4) as u32,
-            ],
-            groups: [1, 1, 1],
-        };
+                has_axes: has(3) as u32,
+                has_steps: has(4) as u32,
+            },
+            [1, 1, 1],
+        );
         let main = m.dispatch_with(
             es,
             BufRef::Input(0),

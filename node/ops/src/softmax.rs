@@ -8,6 +8,7 @@ use super::elementwise::Real;
 use super::util::{expect_dtype, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor};
+use vkml_shaders::softmax;
 
 pub fn register(r: &mut Registry) {
     r.add("Softmax", |s| Softmax::build(s, Kind::Softmax));
@@ -15,14 +16,8 @@ pub fn register(r: &mut Registry) {
     r.add("Hardmax", |s| Softmax::build(s, Kind::Hardmax));
 }
 
-/// Which normalisation; the discriminant is the shader's `mode` parameter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Softmax = 0,
-    LogSoftmax = 1,
-    /// 1 at the first maximum of each row, 0 elsewhere.
-    Hardmax = 2,
-}
+/// Which normalisation: the kinds are softmax.comp's `mode` codes, from shaders/opcodes.toml.
+use vkml_shaders::op::Softmax as Kind;
 
 #[derive(Debug)]
 struct Softmax {
@@ -214,11 +209,7 @@ impl Op for Softmax {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
-        let shader = match x.dtype {
-            DType::F32 => "softmax_f32",
-            DType::F16 => "softmax_f16",
-            _ => return None,
-        };
+        let variant = by_dtype!(x.dtype, softmax::Variant, [F32, F16])?;
         u32::try_from(x.numel()).ok()?;
         let r = self.rows(&x.shape).ok()?;
         let rows = r.outer * r.inner;
@@ -233,12 +224,20 @@ impl Op for Softmax {
         let gx = rows.div_ceil(gy);
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: vec![Dispatch {
-                shader,
-                buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-                params: vec![r.len as u32, r.inner as u32, rows as u32, self.kind as u32],
-                groups: [gx as u32, u32::try_from(gy).ok()?, 1],
-            }],
+            dispatches: vec![Dispatch::new(
+                variant,
+                softmax::Buffers {
+                    x: BufRef::Input(0),
+                    y: BufRef::Output(0),
+                },
+                softmax::Params {
+                    len: r.len as u32,
+                    inner: r.inner as u32,
+                    rows: rows as u32,
+                    mode: self.kind.code(),
+                },
+                [gx as u32, u32::try_from(gy).ok()?, 1],
+            )],
         })
     }
 

@@ -10,6 +10,7 @@ use super::numeric::{Wide, narrow, widen};
 use super::util::{axis as norm_axis, const_input, groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor};
+use vkml_shaders::topk;
 
 pub fn register(r: &mut Registry) {
     r.add("TopK", build);
@@ -178,17 +179,11 @@ impl Op for TopK {
         if (row && k > GPU_MAX_K) || outputs.len() != 2 {
             return None;
         }
-        let shader = match (x.dtype, row) {
-            (DType::F32, false) => "topk_f32",
-            (DType::F16, false) => "topk_f16",
-            (DType::I32, false) => "topk_i32",
-            (DType::I64, false) => "topk_i64",
-            (DType::F32, true) => "topk_f32_row",
-            (DType::F16, true) => "topk_f16_row",
-            (DType::I32, true) => "topk_i32_row",
-            (DType::I64, true) => "topk_i64_row",
-            _ => return None,
-        };
+        let variant = if row {
+            by_dtype!(x.dtype, topk::Variant, [F32 => F32Row, F16 => F16Row, I32 => I32Row, I64 => I64Row])
+        } else {
+            by_dtype!(x.dtype, topk::Variant, [F32, F16, I32, I64])
+        }?;
         let inner: usize = x.shape[a + 1..].iter().product();
         let rows = x.numel() / len.max(1);
         let (n, groups) = if row {
@@ -199,18 +194,22 @@ impl Op for TopK {
         };
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: vec![Dispatch {
-                shader,
-                buffers: vec![BufRef::Input(0), BufRef::Output(0), BufRef::Output(1)],
-                params: vec![
-                    n as u32,
-                    len as u32,
-                    inner as u32,
-                    k as u32,
-                    self.largest as u32,
-                ],
+            dispatches: vec![Dispatch::new(
+                variant,
+                topk::Buffers {
+                    x: BufRef::Input(0),
+                    y: BufRef::Output(0),
+                    idx: BufRef::Output(1),
+                },
+                topk::Params {
+                    n: n as u32,
+                    len: len as u32,
+                    inner: inner as u32,
+                    k: k as u32,
+                    largest: self.largest as u32,
+                },
                 groups,
-            }],
+            )],
         })
     }
 }

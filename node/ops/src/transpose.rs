@@ -7,6 +7,7 @@ use bytes::Bytes;
 use super::util::{groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{Tensor, numel, strides};
+use vkml_shaders::{transpose, transpose_tiled};
 
 pub fn register(r: &mut Registry) {
     r.add("Transpose", build);
@@ -174,12 +175,6 @@ impl Op for Transpose {
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = inputs.first().copied().flatten()?;
         let perm = self.perm(x.shape.len()).ok()?;
-        let dispatch = |shader, groups, params: Vec<u32>| Dispatch {
-            shader,
-            buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-            params,
-            groups,
-        };
         let Some(plan) = gpu::plan(&x.shape, &perm, x.dtype.size()) else {
             // Not whole words (or too many axes): move elements one by one.
             let d = super::remap::Remap::transpose(&x.shape, &perm).dispatch(
@@ -196,10 +191,24 @@ impl Op for Transpose {
         };
         let dispatches = match plan {
             gpu::Plan::Empty => Vec::new(),
-            gpu::Plan::Words(p) => vec![dispatch("transpose", groups_1d(p[0] as usize, 256), p)],
-            gpu::Plan::Tiled(p) => {
-                vec![dispatch("transpose_tiled", groups_1d(p[0] as usize, 1), p)]
-            }
+            gpu::Plan::Words(p) => vec![Dispatch::new(
+                transpose::Variant::Main,
+                transpose::Buffers {
+                    x: BufRef::Input(0),
+                    y: BufRef::Output(0),
+                },
+                p,
+                groups_1d(p.n as usize, 256),
+            )],
+            gpu::Plan::Tiled(p) => vec![Dispatch::new(
+                transpose_tiled::Variant::Main,
+                transpose_tiled::Buffers {
+                    x: BufRef::Input(0),
+                    y: BufRef::Output(0),
+                },
+                p,
+                groups_1d(p.groups as usize, 1),
+            )],
         };
         Some(GpuKernel {
             scratch: Vec::new(),

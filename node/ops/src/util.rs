@@ -78,18 +78,7 @@ pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
         .collect()
 }
 
-/// Workgroup counts for a 1-D launch of `n` invocations in groups of `wg`, folded into y when
-/// x would pass the 65,535 limit every Vulkan device guarantees. Shaders index with
-/// `gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x`.
-pub fn groups_1d(n: usize, wg: u32) -> [u32; 3] {
-    let groups = n.div_ceil(wg as usize).max(1) as u64;
-    if groups <= 65_535 {
-        [groups as u32, 1, 1]
-    } else {
-        let y = groups.div_ceil(65_535);
-        [groups.div_ceil(y) as u32, y as u32, 1]
-    }
-}
+pub use vkml_shaders::groups_1d;
 
 /// Checks an input's dtype against the ones an op accepts.
 pub fn expect_dtype(

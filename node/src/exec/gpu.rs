@@ -292,7 +292,7 @@ impl GpuLayout {
                     let mut addrs = Vec::new();
                     let mut reads = Vec::new();
                     let mut writes = Vec::new();
-                    for r in &d.buffers {
+                    for r in d.buffers() {
                         let (addr, range, write) = match r {
                             BufRef::Input(i) => {
                                 let v =
@@ -354,9 +354,9 @@ impl GpuLayout {
                     }
                     hazards.add(reads, writes);
                     steps.push(Step::Dispatch {
-                        shader: d.shader,
+                        kernel: d.kernel(),
                         addrs,
-                        params: d.params.clone(),
+                        params: d.params().to_vec(),
                         groups: d.groups,
                     });
                 }
@@ -436,12 +436,12 @@ fn relocate<'a>(steps: &[Step<'a>], from: &GpuBuffer, to: &GpuBuffer) -> Vec<Ste
         .iter()
         .map(|s| match s {
             Step::Dispatch {
-                shader,
+                kernel,
                 addrs,
                 params,
                 groups,
             } => Step::Dispatch {
-                shader,
+                kernel: *kernel,
                 addrs: addrs
                     .iter()
                     .map(|&a| {

@@ -7,7 +7,7 @@ use vkml_planner::{
     CostGraph, DeviceInventory, DeviceKind, OpCost, Snapshot, ValueCost, ValueKind,
 };
 
-use crate::device::vulkan::{Gpu, ShaderNeeds, shader_needs};
+use crate::device::vulkan::{Gpu, ShaderNeeds};
 use crate::graph::{Graph, Specialized};
 use crate::ops::{GpuKernel, InferInput, ValueType};
 
@@ -107,7 +107,7 @@ pub struct Kernels {
 fn needs_of(k: &GpuKernel) -> ShaderNeeds {
     k.dispatches
         .iter()
-        .filter_map(|d| shader_needs(d.shader))
+        .map(|d| d.kernel().needs())
         .fold(ShaderNeeds::default(), ShaderNeeds::union)
 }
 
@@ -213,54 +213,65 @@ pub fn cost_graph(graph: &Graph, spec: &Specialized) -> (CostGraph, Kernels) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{BufRef, Dispatch};
+    use crate::ops::{BufRef, Dispatch, Kernel};
+    use vkml_shaders::{binary, gemm_coop_any, gemm_coop2, gemm_simple};
 
-    fn kernel(shader: &'static str) -> GpuKernel {
-        GpuKernel {
-            scratch: vec![],
-            dispatches: vec![Dispatch {
-                shader,
-                buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-                params: vec![],
-                groups: [1, 1, 1],
-            }],
-        }
+    /// A kernel of one dispatch of `$variant`, over input 0 as every buffer.
+    macro_rules! kernel {
+        ($module:ident :: $variant:ident, [$($buffer:ident),*]) => {
+            GpuKernel {
+                scratch: vec![],
+                dispatches: vec![Dispatch::new(
+                    $module::Variant::$variant,
+                    $module::Buffers { $($buffer: BufRef::Input(0)),* },
+                    Default::default(),
+                    [1, 1, 1],
+                )],
+            }
+        };
     }
 
     #[test]
     fn each_gpu_takes_the_first_preferred_kernel_it_can_run() {
         let kernels = Kernels {
             base: vec![
-                Some(kernel("gemm_simple_f16")),
-                Some(kernel("binary_f32")),
+                Some(kernel!(gemm_simple::F16, [a, b, c, y])),
+                Some(kernel!(binary::F32, [a, b, y])),
                 None,
             ],
             preferred: BTreeMap::from([(
                 0,
-                vec![kernel("gemm_coop2_f16"), kernel("gemm_coop_any_f16")],
+                vec![
+                    kernel!(gemm_coop2::F16, [a, b, c, y]),
+                    kernel!(gemm_coop_any::F16, [a, b, c, y]),
+                ],
             )]),
         };
-        let names = |have: ShaderNeeds| -> Vec<Option<&'static str>> {
+        let chosen = |have: ShaderNeeds| -> Vec<Option<Kernel>> {
             kernels
                 .for_gpu(have)
                 .iter()
-                .map(|k| k.as_ref().map(|k| k.dispatches[0].shader))
+                .map(|k| k.as_ref().map(|k| k.dispatches[0].kernel()))
                 .collect()
         };
         let f16 = ShaderNeeds::FLOAT16.union(ShaderNeeds::STORAGE16);
         // No tensor cores (lavapipe): the base kernels.
         assert_eq!(
-            names(f16),
-            [Some("gemm_simple_f16"), Some("binary_f32"), None]
+            chosen(f16),
+            [
+                Some(gemm_simple::Variant::F16.kernel()),
+                Some(binary::Variant::F32.kernel()),
+                None
+            ]
         );
         // KHR cooperative matrices only: the second choice.
         let khr = f16.union(ShaderNeeds::COOPERATIVE_MATRIX);
-        assert_eq!(names(khr)[0], Some("gemm_coop_any_f16"));
+        assert_eq!(chosen(khr)[0], Some(gemm_coop_any::Variant::F16.kernel()));
         // Both: the first.
         let both = khr.union(ShaderNeeds::COOPERATIVE_MATRIX2);
-        assert_eq!(names(both)[0], Some("gemm_coop2_f16"));
+        assert_eq!(chosen(both)[0], Some(gemm_coop2::Variant::F16.kernel()));
         // The needs come from the shaders themselves.
-        assert!(shader_needs("gemm_coop2_f16").unwrap().met_by(both));
-        assert!(!shader_needs("gemm_coop_any_bf16").unwrap().met_by(both));
+        assert!(gemm_coop2::Variant::F16.kernel().needs().met_by(both));
+        assert!(!gemm_coop_any::Variant::Bf16.kernel().needs().met_by(both));
     }
 }

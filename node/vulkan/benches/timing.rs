@@ -1,7 +1,7 @@
 //! Dispatch and submit costs, for tuning on real GPUs:
 //! `cargo bench -p vkml-vulkan --bench timing`. Prints what a dispatch costs with and without
 //! the barrier a dependency needs, what a dependency costs when it is carried by a flag in
-//! memory instead (test_chain_add*.comp), what one run's result costs to reach the host by each
+//! memory instead (probes/chain_add*.comp), what one run's result costs to reach the host by each
 //! way of reading it back, what recording costs, and what an armed list saves (gate.rs).
 
 #[path = "../tests/common/mod.rs"]
@@ -102,12 +102,15 @@ fn dispatch_report(gpu: &Gpu) {
     // instead of the transfer, the dispatch writing straight into readback memory, and an
     // empty list (the floor: a submission and its signal).
     let direct = add_scalar(a.address(), back.address(), 1, 1.0);
-    let copy_shader = Step::Dispatch {
-        shader: "copy",
-        addrs: vec![b.address(), back.address()],
-        params: vec![1],
-        groups: [1, 1, 1],
-    };
+    let copy_shader = Step::dispatch(
+        vkml_shaders::copy::Variant::Main,
+        vkml_shaders::copy::Buffers {
+            x: b.address(),
+            y: back.address(),
+        },
+        vkml_shaders::copy::Params { n: 1 },
+        [1, 1, 1],
+    );
     let transfer = Step::Copy {
         src: &b,
         src_offset: 0,
@@ -158,20 +161,53 @@ fn dispatch_report(gpu: &Gpu) {
     );
 }
 
+/// The flag-chain kernels: chain_add.comp's two variants and chain_add_vmm.comp.
+#[derive(Clone, Copy, Debug)]
+enum Chain {
+    Coherent,
+    Cached,
+    Vmm,
+}
+
+/// Link `index` of a flag chain: adds 1 to `n` floats of `src` into `dst` once link
+/// `index - 1` raised its flag, then raises its own.
+fn chain_link(chain: Chain, src: u64, dst: u64, flags: u64, index: u32, n: u32) -> Step<'static> {
+    use common::probes::{chain_add, chain_add_vmm};
+    let groups = [1, 1, 1];
+    let value = 1.0;
+    match chain {
+        Chain::Vmm => Step::dispatch(
+            chain_add_vmm::Variant::Main,
+            chain_add_vmm::Buffers { src, dst, flags },
+            chain_add_vmm::Params { index, n, value },
+            groups,
+        ),
+        Chain::Coherent | Chain::Cached => Step::dispatch(
+            match chain {
+                Chain::Coherent => chain_add::Variant::Coherent,
+                _ => chain_add::Variant::Cached,
+            },
+            chain_add::Buffers { src, dst, flags },
+            chain_add::Params { index, n, value },
+            groups,
+        ),
+    }
+}
+
 /// A chain of dependent one-workgroup dispatches ordered by flags in memory instead of
-/// barriers (test_chain_add*.comp): what a dependency costs when the GPU need not drain between
+/// barriers (probes/chain_add*.comp): what a dependency costs when the GPU need not drain between
 /// dispatches, with the data read past the cache (`coherent`), through it (`cached`), under
 /// the Vulkan memory model (`vmm`), and with no data at all (0 floats: the signal alone).
 /// Every run's result is checked, so a link that read stale data shows as wrong values.
 fn flag_chain_report(gpu: &Gpu, count: usize) {
     let len = 64;
     for (shader, n, barriers) in [
-        ("test_chain_add_coherent", len, false),
-        ("test_chain_add_coherent", 0, false),
-        ("test_chain_add_cached", len, false),
-        ("test_chain_add_vmm", len, false),
-        ("test_chain_add_vmm", 0, false),
-        ("test_chain_add_coherent", len, true),
+        (Chain::Coherent, len, false),
+        (Chain::Coherent, 0, false),
+        (Chain::Cached, len, false),
+        (Chain::Vmm, len, false),
+        (Chain::Vmm, 0, false),
+        (Chain::Coherent, len, true),
     ] {
         let zeroed = |bytes: usize, name| device_copy(gpu, &vec![0u8; bytes], name).unwrap();
         let (a, b) = (zeroed(4 * len, "a"), zeroed(4 * len, "b"));
@@ -182,12 +218,14 @@ fn flag_chain_report(gpu: &Gpu, count: usize) {
         let mut steps = Vec::new();
         for k in 0..count {
             let (src, dst) = if k % 2 == 0 { (&a, &b) } else { (&b, &a) };
-            steps.push(Step::Dispatch {
+            steps.push(chain_link(
                 shader,
-                addrs: vec![src.address(), dst.address(), flags.address()],
-                params: vec![k as u32, n as u32, 1f32.to_bits()],
-                groups: [1, 1, 1],
-            });
+                src.address(),
+                dst.address(),
+                flags.address(),
+                k as u32,
+                n as u32,
+            ));
             if barriers {
                 steps.push(Step::Barrier);
             }
@@ -202,7 +240,7 @@ fn flag_chain_report(gpu: &Gpu, count: usize) {
             let v = gpu.submit(&list).unwrap();
             assert!(
                 gpu.wait(v, Duration::from_secs(10)).unwrap(),
-                "the flag chain of {shader} hung"
+                "the flag chain of {shader:?} hung"
             );
             times.push(t.elapsed().as_secs_f64());
             let v = gpu.submit(&check).unwrap();
@@ -212,7 +250,7 @@ fn flag_chain_report(gpu: &Gpu, count: usize) {
         }
         times.sort_by(f64::total_cmp);
         println!(
-            "{count} dispatches chained by flags ({shader}, {n} floats, barriers {barriers}): \
+            "{count} dispatches chained by flags ({shader:?}, {n} floats, barriers {barriers}): \
              median {:.3} us per dispatch, best {:.3}; {wrong} of {} values wrong in 7 runs",
             times[times.len() / 2] * 1e6 / count as f64,
             times[0] * 1e6 / count as f64,

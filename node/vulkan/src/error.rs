@@ -15,8 +15,6 @@ pub enum VulkanError {
     /// The driver reset or crashed; everything on this GPU is gone.
     #[error("the Vulkan device was lost (driver reset, GPU fault or hang)")]
     DeviceLost,
-    #[error("unknown shader '{0}': there is no shaders/{0}.comp in this build")]
-    UnknownShader(String),
     /// A caller's mistake: out-of-bounds access, too many push constants, foreign handles...
     #[error("{0}")]
     Invalid(String),

@@ -6,7 +6,7 @@ use ash::vk;
 
 use super::coop::{self, Half};
 use super::instance::Instance;
-use super::shaders::ShaderNeeds;
+use vkml_shaders::ShaderNeeds;
 
 /// A GPU's identity, features and limits, all queried from the driver.
 #[derive(Debug, Clone, PartialEq)]

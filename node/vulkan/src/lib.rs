@@ -27,7 +27,6 @@ mod info;
 mod instance;
 mod pipeline;
 mod record;
-mod shaders;
 mod submit;
 
 pub use buffer::{GpuBuffer, MemoryUse};
@@ -37,4 +36,4 @@ pub use gpu::Gpu;
 pub use info::GpuInfo;
 pub use instance::{Vulkan, validation_messages};
 pub use record::{CommandList, Step};
-pub use shaders::{ShaderNeeds, shader_names, shader_needs};
+pub use vkml_shaders::{Kernel, Shader, ShaderNeeds};

@@ -6,8 +6,9 @@ use std::sync::RwLock;
 
 use ash::vk;
 
+use vkml_shaders::Kernel;
+
 use super::error::{VulkanError, vk_error};
-use super::shaders;
 
 /// Push-constant bytes VKML ever uses; the layout's range is this or the device's limit.
 const MAX_PUSH: u32 = 256;
@@ -16,7 +17,7 @@ pub(crate) struct Pipelines {
     pub layout: vk::PipelineLayout,
     /// Bytes of push constants a dispatch may use on this device.
     pub push_size: u32,
-    cache: RwLock<HashMap<&'static str, vk::Pipeline>>,
+    cache: RwLock<HashMap<Kernel, vk::Pipeline>>,
 }
 
 impl Pipelines {
@@ -37,22 +38,20 @@ impl Pipelines {
         })
     }
 
-    /// The pipeline of shader `name`, created on first use. Threads asking for a new shader at
+    /// The pipeline of `kernel`, created on first use. Threads asking for a new kernel at
     /// once may each compile it; one result is kept and the others destroyed.
-    pub fn get(&self, device: &ash::Device, name: &str) -> Result<vk::Pipeline, VulkanError> {
-        if let Some(&p) = self.cache.read().expect("pipeline cache lock").get(name) {
+    pub fn get(&self, device: &ash::Device, kernel: Kernel) -> Result<vk::Pipeline, VulkanError> {
+        if let Some(&p) = self.cache.read().expect("pipeline cache lock").get(&kernel) {
             return Ok(p);
         }
-        let (key, code) =
-            shaders::find(name).ok_or_else(|| VulkanError::UnknownShader(name.to_string()))?;
-        let created = self.create(device, key, code)?;
+        let created = self.create(device, kernel.name(), kernel.spirv())?;
         let mut cache = self.cache.write().expect("pipeline cache lock");
-        if let Some(&existing) = cache.get(key) {
+        if let Some(&existing) = cache.get(&kernel) {
             // SAFETY: `created` was never used in a command buffer.
             unsafe { device.destroy_pipeline(created, None) };
             return Ok(existing);
         }
-        cache.insert(key, created);
+        cache.insert(kernel, created);
         Ok(created)
     }
 

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use ash::vk;
 
+use vkml_shaders::{Kernel, Shader};
+
 use super::buffer::{BufferInner, GpuBuffer};
 use super::error::{VulkanError, vk_error};
 use super::gpu::Gpu;
@@ -18,10 +20,12 @@ use super::gpu::Gpu;
 /// the live buffers of the GPU and the resulting [`CommandList`] keeps those buffers alive.
 #[derive(Debug, Clone)]
 pub enum Step<'a> {
-    /// Runs `shader` (the stem of `shaders/<shader>.comp`) over `groups` workgroups, with push
-    /// constants laid out as each of `addrs` as a u64, then each of `params` as a u32.
+    /// Runs `kernel` over `groups` workgroups, with push constants laid out as each of
+    /// `addrs` as a u64, then each of `params` as a u32: as many of each as the kernel's
+    /// push-constant block holds (checked when recording). [`Step::dispatch`] builds one from
+    /// a kernel's typed buffers and parameters.
     Dispatch {
-        shader: &'static str,
+        kernel: Kernel,
         addrs: Vec<u64>,
         params: Vec<u32>,
         groups: [u32; 3],
@@ -50,6 +54,23 @@ pub enum Step<'a> {
     /// measuring what the memory half of a barrier costs (the timing bench), never for work
     /// whose results matter.
     ExecutionBarrier,
+}
+
+impl Step<'static> {
+    /// A dispatch of one of `S`'s kernels over buffers at the device addresses `buffers`.
+    pub fn dispatch<S: Shader>(
+        kernel: S,
+        buffers: S::Buffers<u64>,
+        params: S::Params,
+        groups: [u32; 3],
+    ) -> Step<'static> {
+        Step::Dispatch {
+            kernel: kernel.kernel(),
+            addrs: S::buffer_list(buffers),
+            params: S::param_words(&params),
+            groups,
+        }
+    }
 }
 
 /// A recorded command buffer, replayable with [`Gpu::submit`]. It keeps every buffer its steps
@@ -262,11 +283,11 @@ impl Recorder<'_> {
     fn step(&mut self, step: &Step<'_>, next: vk::PipelineStageFlags) -> Result<(), VulkanError> {
         match step {
             Step::Dispatch {
-                shader,
+                kernel,
                 addrs,
                 params,
                 groups,
-            } => self.dispatch(shader, addrs, params, *groups),
+            } => self.dispatch(*kernel, addrs, params, *groups),
             Step::Copy {
                 src,
                 src_offset,
@@ -293,14 +314,26 @@ impl Recorder<'_> {
 
     fn dispatch(
         &mut self,
-        shader: &str,
+        kernel: Kernel,
         addrs: &[u64],
         params: &[u32],
         groups: [u32; 3],
     ) -> Result<(), VulkanError> {
         let gpu = self.gpu;
+        let shader = kernel.name();
         let push_size = gpu.pipelines.push_size as usize;
         let bytes = 8 * addrs.len() + 4 * params.len();
+        if addrs.len() != kernel.buffers() as usize || bytes != kernel.push_bytes() as usize {
+            return Err(VulkanError::invalid(format!(
+                "dispatch of '{shader}' with {} addresses and {} parameter words; the kernel \
+                 takes {} addresses and {} bytes of push constants (build dispatches with \
+                 Step::dispatch)",
+                addrs.len(),
+                params.len(),
+                kernel.buffers(),
+                kernel.push_bytes()
+            )));
+        }
         if bytes > push_size {
             return Err(VulkanError::invalid(format!(
                 "dispatch of '{shader}' needs {bytes} bytes of push constants ({} addresses, {} \
@@ -313,10 +346,10 @@ impl Recorder<'_> {
         if (0..3).any(|i| groups[i] > max[i]) {
             return Err(VulkanError::invalid(format!(
                 "dispatch of '{shader}' over {groups:?} workgroups exceeds this device's limit \
-                 {max:?} (use ops::util::groups_1d for large 1-D launches)"
+                 {max:?} (use vkml_shaders::groups_1d for large 1-D launches)"
             )));
         }
-        let pipeline = gpu.pipelines.get(&gpu.device, shader)?;
+        let pipeline = gpu.pipelines.get(&gpu.device, kernel)?;
         let mut push = [0u8; 256];
         for (i, &a) in addrs.iter().enumerate() {
             let (buffer, _) = gpu.buffer_at(a).ok_or_else(|| {

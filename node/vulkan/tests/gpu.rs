@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::probes::{self, axpy, iota};
 use common::{LONG, add_scalar, gpu, groups_1d, read_f32, run, upload_f32};
 use vkml_vulkan::{Gpu, GpuBuffer, MemoryUse, Step, VulkanError};
 
@@ -106,12 +107,16 @@ fn axpy_over_a_million_floats_matches_the_cpu() {
     run(
         gpu,
         &[
-            Step::Dispatch {
-                shader: "test_axpy",
-                addrs: vec![xb.address(), yb.address(), out.address()],
-                params: vec![n as u32, alpha.to_bits()],
-                groups: groups_1d(n, 256),
-            },
+            Step::dispatch(
+                axpy::Variant::Main,
+                axpy::Buffers {
+                    x: xb.address(),
+                    y: yb.address(),
+                    out_: out.address(),
+                },
+                axpy::Params { n: n as u32, alpha },
+                groups_1d(n, 256),
+            ),
             Step::Barrier,
             Step::Copy {
                 src: &out,
@@ -196,12 +201,12 @@ fn large_launches_fold_into_y() {
                 value: 0,
             },
             Step::Barrier,
-            Step::Dispatch {
-                shader: "test_iota",
-                addrs: vec![d.address()],
-                params: vec![n as u32],
+            Step::dispatch(
+                iota::Variant::Main,
+                iota::Buffers { dst: d.address() },
+                iota::Params { n: n as u32 },
                 groups,
-            },
+            ),
             Step::Barrier,
             Step::Copy {
                 src: &d,
@@ -225,25 +230,27 @@ fn bad_steps_are_errors() {
     let Some(gpu) = gpu() else { return };
     let a = gpu.create_buffer(64, MemoryUse::Device, "a").unwrap();
     let b = gpu.create_buffer(64, MemoryUse::Device, "b").unwrap();
-    let dispatch = |shader, addrs: Vec<u64>, params: Vec<u32>| Step::Dispatch {
-        shader,
+    let dispatch = |addrs: Vec<u64>, params: Vec<u32>| Step::Dispatch {
+        kernel: probes::add_scalar::Variant::Main.kernel(),
         addrs,
         params,
         groups: [1, 1, 1],
     };
-    let err = gpu
-        .record(&[dispatch("no_such_shader", vec![a.address()], vec![])])
-        .unwrap_err();
-    assert_eq!(err, VulkanError::UnknownShader("no_such_shader".into()));
+    // A dispatch built by hand with the wrong number of addresses or parameters.
+    for (addrs, params) in [(1, 2), (2, 1), (3, 2)] {
+        let err = gpu
+            .record(&[dispatch(vec![a.address(); addrs], vec![0; params])])
+            .unwrap_err();
+        assert!(
+            matches!(err, VulkanError::Invalid(ref m) if m.contains("the kernel takes 2 addresses")),
+            "{err}"
+        );
+    }
 
     // An address past every buffer, and one inside a buffer (a view) which is fine.
     let stray = a.address().max(b.address()) + (1 << 30);
     let err = gpu
-        .record(&[dispatch(
-            "test_add_scalar",
-            vec![stray, a.address()],
-            vec![16, 0],
-        )])
+        .record(&[dispatch(vec![stray, a.address()], vec![16, 0])])
         .unwrap_err();
     assert!(
         matches!(err, VulkanError::Invalid(ref m) if m.contains("not inside")),
@@ -252,23 +259,14 @@ fn bad_steps_are_errors() {
     gpu.record(&[add_scalar(a.address() + 32, b.address(), 8, 1.0)])
         .unwrap();
 
-    let too_many = vec![0u32; gpu.info().max_push_constants.min(256) as usize / 4];
-    let err = gpu
-        .record(&[dispatch("test_add_scalar", vec![a.address()], too_many)])
-        .unwrap_err();
-    assert!(
-        matches!(err, VulkanError::Invalid(ref m) if m.contains("push constants")),
-        "{err}"
-    );
-
     let limit = gpu.info().max_workgroup_count[0];
     if limit < u32::MAX {
-        let step = Step::Dispatch {
-            shader: "test_iota",
-            addrs: vec![a.address()],
-            params: vec![0],
-            groups: [limit + 1, 1, 1],
-        };
+        let step = Step::dispatch(
+            iota::Variant::Main,
+            iota::Buffers { dst: a.address() },
+            iota::Params { n: 0 },
+            [limit + 1, 1, 1],
+        );
         assert!(gpu.record(&[step]).is_err());
     }
 

@@ -193,20 +193,28 @@ fn gpu_params_by_hand() {
     };
     // f32 [2, 2] ++ [2, 1]: rows of 3 words, blocks of 2 and 1.
     assert_eq!(
-        gpu_params(&l(DType::F32, &[&[2, 2], &[2, 1]])).unwrap(),
+        as_words(gpu_params(&l(DType::F32, &[&[2, 2], &[2, 1]])).unwrap()),
         vec![(0, vec![4, 2, 3, 0]), (1, vec![2, 1, 3, 2])]
     );
     // Empty inputs get no dispatch but keep their index for the others.
     assert_eq!(
-        gpu_params(&l(DType::I64, &[&[2, 0], &[2, 1]])).unwrap(),
+        as_words(gpu_params(&l(DType::I64, &[&[2, 0], &[2, 1]])).unwrap()),
         vec![(1, vec![4, 2, 2, 0])]
     );
     // u8 blocks of 3 bytes are not whole words; of 4 and 8 they are.
     assert!(gpu_params(&l(DType::U8, &[&[2, 3], &[2, 1]])).is_none());
     assert_eq!(
-        gpu_params(&l(DType::U8, &[&[2, 4], &[2, 8]])).unwrap(),
+        as_words(gpu_params(&l(DType::U8, &[&[2, 4], &[2, 8]])).unwrap()),
         vec![(0, vec![2, 1, 3, 0]), (1, vec![4, 2, 3, 1])]
     );
+}
+
+/// Each dispatch's parameters as the words the shader sees: n, block, out_row, offset.
+fn as_words(d: Vec<(usize, vkml_shaders::concat::Params)>) -> Vec<(usize, Vec<u32>)> {
+    use vkml_shaders::Shader;
+    d.into_iter()
+        .map(|(i, p)| (i, vkml_shaders::concat::Variant::param_words(&p)))
+        .collect()
 }
 
 /// concat.comp's arithmetic, so the parameters are checked without a GPU.
@@ -249,7 +257,7 @@ fn gpu_parameters_reproduce_the_cpu_kernel() {
                 continue;
             };
             let ins: Vec<Vec<u32>> = ts.iter().map(words).collect();
-            let got = emulate(&d, &ins, want.bytes().len() / 4);
+            let got = emulate(&as_words(d), &ins, want.bytes().len() / 4);
             assert_eq!(
                 from_words(&got),
                 want.bytes().as_ref(),

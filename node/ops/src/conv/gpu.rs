@@ -16,6 +16,7 @@ use super::ConvShape;
 use crate::splitk::{SplitK, split_k};
 use crate::util::groups_1d;
 use crate::{BufRef, Dispatch, GpuKernel};
+use vkml_shaders::{conv_direct, conv_gemm, conv_splitk_reduce};
 
 /// Output pixels x output channels per workgroup of the implicit GEMM (shaders/conv_gemm.comp).
 const TILE_M: usize = 64;
@@ -75,65 +76,83 @@ pub fn kernel_with(s: &ConvShape, has_bias: bool, half: bool, mode: SplitK) -> O
     } else {
         BufRef::Table(vec![0; s.oc])
     };
-    let mut buffers = vec![
-        BufRef::Input(0),
-        BufRef::Input(1),
-        bias.clone(),
-        BufRef::Output(0),
-        BufRef::Table(table),
-    ];
+    let table = BufRef::Table(table);
     if splits > 1 {
-        buffers[3] = BufRef::Scratch(0);
-        let gemm = Dispatch {
-            shader: if half {
-                "conv_gemm_f16_splitk"
+        let gemm = Dispatch::new(
+            if half {
+                conv_gemm::Variant::F16Splitk
             } else {
-                "conv_gemm_f32_splitk"
+                conv_gemm::Variant::F32Splitk
             },
-            buffers,
-            params: vec![],
-            groups: groups_1d(tiles * splits * 256, 256),
-        };
-        let reduce = Dispatch {
-            shader: if half {
-                "conv_splitk_reduce_f16"
+            conv_gemm::Buffers {
+                x: BufRef::Input(0),
+                w: BufRef::Input(1),
+                b: bias.clone(),
+                y: BufRef::Scratch(0),
+                t: table,
+            },
+            conv_gemm::Params {},
+            groups_1d(tiles * splits * 256, 256),
+        );
+        let reduce = Dispatch::new(
+            if half {
+                conv_splitk_reduce::Variant::F16
             } else {
-                "conv_splitk_reduce_f32"
+                conv_splitk_reduce::Variant::F32
             },
-            buffers: vec![BufRef::Scratch(0), bias, BufRef::Output(0)],
-            params: [y_len, splits, s.out_plane(), s.oc]
-                .map(|v| v as u32)
-                .to_vec(),
-            groups: groups_1d(y_len, 256),
-        };
+            conv_splitk_reduce::Buffers {
+                part: BufRef::Scratch(0),
+                b: bias,
+                y: BufRef::Output(0),
+            },
+            conv_splitk_reduce::Params {
+                n: y_len as u32,
+                splits: splits as u32,
+                plane: s.out_plane() as u32,
+                oc: s.oc as u32,
+            },
+            groups_1d(y_len, 256),
+        );
         return Some(GpuKernel {
             scratch: vec![(splits * y_len * 4) as u64],
             dispatches: vec![gemm, reduce],
         });
     }
     let dispatch = if direct {
-        Dispatch {
-            shader: if half {
-                "conv_direct_f16"
+        Dispatch::new(
+            if half {
+                conv_direct::Variant::F16
             } else {
-                "conv_direct_f32"
+                conv_direct::Variant::F32
             },
-            buffers,
-            params: vec![],
-            groups: groups_1d(y_len, 256),
-        }
+            conv_direct::Buffers {
+                x: BufRef::Input(0),
+                w: BufRef::Input(1),
+                b: bias,
+                y: BufRef::Output(0),
+                t: table,
+            },
+            conv_direct::Params {},
+            groups_1d(y_len, 256),
+        )
     } else {
-        Dispatch {
-            shader: if half {
-                "conv_gemm_f16"
+        Dispatch::new(
+            if half {
+                conv_gemm::Variant::F16
             } else {
-                "conv_gemm_f32"
+                conv_gemm::Variant::F32
             },
-            buffers,
-            params: vec![],
+            conv_gemm::Buffers {
+                x: BufRef::Input(0),
+                w: BufRef::Input(1),
+                b: bias,
+                y: BufRef::Output(0),
+                t: table,
+            },
+            conv_gemm::Params {},
             // One workgroup per tile; groups_1d folds the count into y past 65,535.
-            groups: groups_1d(tiles * 256, 256),
-        }
+            groups_1d(tiles * 256, 256),
+        )
     };
     Some(GpuKernel {
         scratch: vec![],
@@ -159,7 +178,7 @@ mod tests {
     }
 
     #[test]
-    fn shader_choice_and_push_constant_budget() {
+    fn shader_choice_and_table() {
         let s = ConvShape {
             n: 1,
             c: 32,
@@ -168,9 +187,9 @@ mod tests {
             axes: vec![axis(8, 3), axis(8, 3)],
         };
         let k = kernel_with(&s, false, false, SplitK::Auto).unwrap();
-        assert_eq!(k.dispatches[0].shader, "conv_direct_f32");
+        assert_eq!(k.dispatches[0].kernel(), conv_direct::Variant::F32.kernel());
         let k = kernel_with(&s, false, true, SplitK::Auto).unwrap();
-        assert_eq!(k.dispatches[0].shader, "conv_direct_f16");
+        assert_eq!(k.dispatches[0].kernel(), conv_direct::Variant::F16.kernel());
         let s = ConvShape {
             n: 2,
             c: 8,
@@ -180,11 +199,10 @@ mod tests {
         };
         let k = kernel_with(&s, true, false, SplitK::Auto).unwrap();
         let d = &k.dispatches[0];
-        assert_eq!(d.shader, "conv_gemm_f32");
+        assert_eq!(d.kernel(), conv_gemm::Variant::F32.kernel());
         // 2 * 8 outputs -> 1 pixel tile, 2 channel tiles.
         assert_eq!(d.groups, [2, 1, 1]);
-        assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);
-        let BufRef::Table(t) = &d.buffers[4] else {
+        let BufRef::Table(t) = &d.buffers()[4] else {
             panic!("no table")
         };
         assert_eq!(&t[..5], &[2, 8, 1, 1, 10]);
@@ -201,6 +219,6 @@ mod tests {
         };
         let k = kernel_with(&s, false, false, SplitK::Forced(4)).unwrap();
         assert_eq!(k.dispatches.len(), 1);
-        assert_eq!(k.dispatches[0].shader, "conv_direct_f32");
+        assert_eq!(k.dispatches[0].kernel(), conv_direct::Variant::F32.kernel());
     }
 }

@@ -27,7 +27,7 @@ pub(crate) fn gpu_and_cpu(
 }
 
 /// The shader of `op`'s first dispatch for these inputs.
-pub(crate) fn shader_of(op: &dyn Op, inputs: &[&Tensor]) -> &'static str {
+pub(crate) fn shader_of(op: &dyn Op, inputs: &[&Tensor]) -> crate::Kernel {
     let types: Vec<ValueType> = inputs.iter().map(|t| ValueType::of(t)).collect();
     let infer_in: Vec<_> = types
         .iter()
@@ -35,13 +35,13 @@ pub(crate) fn shader_of(op: &dyn Op, inputs: &[&Tensor]) -> &'static str {
         .collect();
     let out_types = op.infer(&infer_in).unwrap();
     let refs: Vec<Option<&ValueType>> = types.iter().map(Some).collect();
-    op.gpu(&refs, &out_types).expect("a GPU kernel").dispatches[0].shader
+    op.gpu(&refs, &out_types).expect("a GPU kernel").dispatches[0].kernel()
 }
 
 /// Runs `case` on the GPU and on the CPU; `None` when GPU tests are skipped.
 /// Tolerance: 1e-4 relative to the sum of |terms| of each output (the reference's bound on
 /// what any summation order can lose), which is at least the output's own magnitude.
-fn check(case: &Case, rng: &mut Rng) -> Option<&'static str> {
+fn check(case: &Case, rng: &mut Rng) -> Option<crate::Kernel> {
     let d = data(case, rng);
     let (_, _, mag) = case.reference(&d.x, &d.w, d.b.as_deref());
     let op = conv_op(case);
@@ -72,9 +72,13 @@ fn shaders_match_the_cpu_on_random_configurations() {
         };
     }
     // Both kernels were exercised (the implicit GEMM maybe also split along K).
-    for kernel in ["conv_direct", "conv_gemm"] {
+    use vkml_shaders::{conv_direct, conv_gemm};
+    for kernel in [
+        conv_direct::Variant::F32.kernel(),
+        conv_gemm::Variant::F32.kernel(),
+    ] {
         assert!(
-            shaders.iter().any(|s| s.starts_with(kernel)),
+            shaders.contains(&kernel),
             "{kernel} never chosen: {shaders:?}"
         );
     }

@@ -70,7 +70,7 @@ impl Op for FixedSplit {
 /// order can lose), computed by the CPU kernel on |x|, |w| and |b|: 1e-4 of it in f32. In f16
 /// both sides read the same rounded inputs and sum in f32, then round once: 2^-10 of the
 /// output (one f16 step, as the two sides may round a near-tie apart) on top.
-fn check(case: &Case, mode: Option<SplitK>, half: bool, rng: &mut Rng) -> Option<&'static str> {
+fn check(case: &Case, mode: Option<SplitK>, half: bool, rng: &mut Rng) -> Option<crate::Kernel> {
     let d = data(case, rng);
     let mut vals = vec![(case.x_shape(), d.x.clone()), (case.w_shape(), d.w.clone())];
     if let Some(b) = &d.b {
@@ -174,8 +174,12 @@ fn the_rule_splits_late_layers_as_documented() {
     for (c, want) in split_cases() {
         let s = shape_of(&c);
         let k = kernel_with(&s, c.bias, false, SplitK::Auto).unwrap();
-        assert_eq!(k.dispatches[0].shader, "conv_gemm_f32_splitk", "{c:?}");
-        let crate::BufRef::Table(t) = &k.dispatches[0].buffers[4] else {
+        assert_eq!(
+            k.dispatches[0].kernel(),
+            vkml_shaders::conv_gemm::Variant::F32Splitk.kernel(),
+            "{c:?}"
+        );
+        let crate::BufRef::Table(t) = &k.dispatches[0].buffers()[4] else {
             panic!("no table")
         };
         assert_eq!((t[26] as usize, t[27] as usize), want, "{c:?}");
@@ -195,9 +199,9 @@ fn split_convolutions_match_the_cpu_f32_and_f16() {
             // still be right.
             if auto {
                 let want = if half {
-                    "conv_gemm_f16_splitk"
+                    vkml_shaders::conv_gemm::Variant::F16Splitk.kernel()
                 } else {
-                    "conv_gemm_f32_splitk"
+                    vkml_shaders::conv_gemm::Variant::F32Splitk.kernel()
                 };
                 assert_eq!(shader, want, "{c:?}");
             }
@@ -225,13 +229,21 @@ fn forced_slice_counts_match_the_cpu() {
             let Some(shader) = check(c, Some(SplitK::Forced(3)), half, &mut rng) else {
                 return;
             };
-            assert!(shader.ends_with("_splitk"), "{shader}");
+            assert!(is_split(shader), "{shader}");
         }
         // Off keeps the one-pass shader even where the rule would split.
         let (late, _) = &split_cases()[2];
         let Some(shader) = check(late, Some(SplitK::Off), half, &mut rng) else {
             return;
         };
-        assert!(!shader.ends_with("_splitk"), "{shader}");
+        assert!(!is_split(shader), "{shader}");
     }
+}
+
+/// Whether `k` is one of the implicit GEMM's split-K variants.
+fn is_split(k: crate::Kernel) -> bool {
+    use vkml_shaders::conv_gemm::Variant;
+    [Variant::F32Splitk, Variant::F16Splitk]
+        .iter()
+        .any(|v| v.kernel() == k)
 }

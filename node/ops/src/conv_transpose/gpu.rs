@@ -4,13 +4,10 @@ use super::Geometry;
 use crate::tensor::DType;
 use crate::util::groups_1d;
 use crate::{BufRef, Dispatch, GpuKernel};
+use vkml_shaders::conv_transpose;
 
 pub fn kernel(dtype: DType, g: &Geometry, has_bias: bool) -> Option<GpuKernel> {
-    let shader = match dtype {
-        DType::F32 => "conv_transpose_f32",
-        DType::F16 => "conv_transpose_f16",
-        _ => return None,
-    };
+    let variant = by_dtype!(dtype, conv_transpose::Variant, [F32, F16])?;
     let sp = g.input.len();
     if sp > 3 {
         return None;
@@ -38,23 +35,23 @@ pub fn kernel(dtype: DType, g: &Geometry, has_bias: bool) -> Option<GpuKernel> {
     };
     Some(GpuKernel {
         scratch: vec![],
-        dispatches: vec![Dispatch {
-            shader,
-            buffers: vec![
-                BufRef::Input(0),
-                BufRef::Input(1),
-                bias,
-                BufRef::Output(0),
-                BufRef::Table(table),
-            ],
-            params: vec![
-                total as u32,
-                g.c as u32,
-                g.m as u32,
-                g.group as u32,
-                has_bias as u32,
-            ],
-            groups: groups_1d(total, 256),
-        }],
+        dispatches: vec![Dispatch::new(
+            variant,
+            conv_transpose::Buffers {
+                x: BufRef::Input(0),
+                w: BufRef::Input(1),
+                b: bias,
+                y: BufRef::Output(0),
+                t: BufRef::Table(table),
+            },
+            conv_transpose::Params {
+                total: total as u32,
+                c: g.c as u32,
+                m: g.m as u32,
+                group: g.group as u32,
+                has_bias: has_bias as u32,
+            },
+            groups_1d(total, 256),
+        )],
     })
 }

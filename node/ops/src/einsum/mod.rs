@@ -3,7 +3,8 @@
 //! strided-sum formulation for every equation: each output element sums, over the labels not
 //! in the output, the product of the inputs at offsets given by per-label strides (a label
 //! repeated within one input adds its strides, which walks the diagonal). On the GPU, equations that are batched
-//! matrix products run on the tiled GEMM (lower.rs), the rest on shaders/einsum.comp.
+//! matrix products run on the tiled GEMM (lower.rs), the rest on shaders/einsum1.comp and
+//! einsum2.comp (one or two inputs, over one body, einsum.glsl).
 
 mod equation;
 mod lower;
@@ -15,6 +16,7 @@ use super::util::{groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor};
 use equation::{Equation, Plan};
+use vkml_shaders::{einsum1, einsum2};
 
 pub fn register(r: &mut Registry) {
     r.add("Einsum", build);
@@ -130,11 +132,9 @@ impl Op for Einsum {
         if ts.is_empty() || ts.len() > 2 {
             return None;
         }
-        let shader = match (ts[0].dtype, ts.len()) {
-            (DType::F32, 1) => "einsum_f32_1",
-            (DType::F32, 2) => "einsum_f32_2",
-            (DType::F16, 1) => "einsum_f16_1",
-            (DType::F16, 2) => "einsum_f16_2",
+        let half = match ts[0].dtype {
+            DType::F32 => false,
+            DType::F16 => true,
             _ => return None,
         };
         let shapes: Vec<&[usize]> = ts.iter().map(|t| &t.shape[..]).collect();
@@ -164,17 +164,44 @@ impl Op for Einsum {
         for st in &plan.strides {
             table.extend(st.iter().map(|&s| s as u32));
         }
-        let mut buffers: Vec<BufRef> = (0..ts.len()).map(BufRef::Input).collect();
-        buffers.push(BufRef::Output(0));
-        buffers.push(BufRef::Table(table));
+        let (y, t) = (BufRef::Output(0), BufRef::Table(table));
+        let (nout, nsum) = (nout as u32, plan.sum_count() as u32);
+        let groups = groups_1d(nout as usize, 256);
+        let dispatch = if ts.len() == 1 {
+            Dispatch::new(
+                if half {
+                    einsum1::Variant::F16
+                } else {
+                    einsum1::Variant::F32
+                },
+                einsum1::Buffers {
+                    a: BufRef::Input(0),
+                    y,
+                    t,
+                },
+                einsum1::Params { nout, nsum },
+                groups,
+            )
+        } else {
+            Dispatch::new(
+                if half {
+                    einsum2::Variant::F16
+                } else {
+                    einsum2::Variant::F32
+                },
+                einsum2::Buffers {
+                    a: BufRef::Input(0),
+                    b: BufRef::Input(1),
+                    y,
+                    t,
+                },
+                einsum2::Params { nout, nsum },
+                groups,
+            )
+        };
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: vec![Dispatch {
-                shader,
-                buffers,
-                params: vec![nout as u32, plan.sum_count() as u32],
-                groups: groups_1d(nout, 256),
-            }],
+            dispatches: vec![dispatch],
         })
     }
 }

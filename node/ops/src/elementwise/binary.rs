@@ -11,6 +11,7 @@ use super::num::{INTS, Int, NUMERIC, Num, dispatch_int, dispatch_num};
 use crate::tensor::{DType, Element, Tensor, numel};
 use crate::util::{broadcast_shapes, broadcast_strides, expect_dtype, groups_1d, req};
 use crate::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};
+use vkml_shaders::{binary, pow};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BinKind {
@@ -35,35 +36,6 @@ pub enum BinKind {
     LessOrEqual,
     Greater,
     GreaterOrEqual,
-}
-
-/// Op codes of shaders/binary.comp (`OP_*` there); the variadic ops use some too.
-pub mod code {
-    pub const ADD: u32 = 0;
-    pub const SUB: u32 = 1;
-    pub const MUL: u32 = 2;
-    pub const DIV: u32 = 3;
-    pub const MOD: u32 = 4;
-    pub const FMOD: u32 = 5;
-    /// Code 6 is free: Pow runs in shaders/pow.comp.
-    pub const PRELU: u32 = 7;
-    pub const MIN: u32 = 8;
-    pub const MAX: u32 = 9;
-    pub const AND: u32 = 10;
-    pub const OR: u32 = 11;
-    pub const XOR: u32 = 12;
-    pub const SHL: u32 = 13;
-    pub const SHR: u32 = 14;
-    /// `y = a * alpha` (floats): Mean's final scale.
-    pub const SCALE: u32 = 15;
-    /// `y = a`: a one-input Sum/Min/Max.
-    pub const COPY: u32 = 16;
-    // The cmp_* variants.
-    pub const EQ: u32 = 0;
-    pub const LT: u32 = 1;
-    pub const LE: u32 = 2;
-    pub const GT: u32 = 3;
-    pub const GE: u32 = 4;
 }
 
 impl BinKind {
@@ -160,58 +132,63 @@ impl BinKind {
         }
     }
 
-    /// The shader's op code.
+    /// binary.comp's op code: an arithmetic one, or a comparison's (the `cmp_*` variants).
     fn code(self) -> u32 {
+        use vkml_shaders::op::{Binary as B, Compare as C};
         match self {
-            BinKind::Add => code::ADD,
-            BinKind::Sub => code::SUB,
-            BinKind::Mul => code::MUL,
-            BinKind::Div => code::DIV,
-            BinKind::Mod(false) => code::MOD,
-            BinKind::Mod(true) => code::FMOD,
+            BinKind::Add => B::Add.code(),
+            BinKind::Sub => B::Sub.code(),
+            BinKind::Mul => B::Mul.code(),
+            BinKind::Div => B::Div.code(),
+            BinKind::Mod(false) => B::Mod.code(),
+            BinKind::Mod(true) => B::Fmod.code(),
             BinKind::Pow => u32::MAX, // pow.comp takes no op code
-            BinKind::PRelu => code::PRELU,
-            BinKind::BitShift(true) => code::SHL,
-            BinKind::BitShift(false) => code::SHR,
-            BinKind::BitAnd | BinKind::And => code::AND,
-            BinKind::BitOr | BinKind::Or => code::OR,
-            BinKind::BitXor | BinKind::Xor => code::XOR,
-            BinKind::Equal => code::EQ,
-            BinKind::Less => code::LT,
-            BinKind::LessOrEqual => code::LE,
-            BinKind::Greater => code::GT,
-            BinKind::GreaterOrEqual => code::GE,
+            BinKind::PRelu => B::PRelu.code(),
+            BinKind::BitShift(true) => B::Shl.code(),
+            BinKind::BitShift(false) => B::Shr.code(),
+            BinKind::BitAnd | BinKind::And => B::And.code(),
+            BinKind::BitOr | BinKind::Or => B::Or.code(),
+            BinKind::BitXor | BinKind::Xor => B::Xor.code(),
+            BinKind::Equal => C::Eq.code(),
+            BinKind::Less => C::Lt.code(),
+            BinKind::LessOrEqual => C::Le.code(),
+            BinKind::Greater => C::Gt.code(),
+            BinKind::GreaterOrEqual => C::Ge.code(),
         }
     }
 }
 
-/// The shader variant of `binary.comp` for an element type.
-pub fn shader_for(dtype: DType, compare: bool) -> Option<&'static str> {
-    Some(match (dtype, compare) {
-        (DType::F32, false) => "binary_f32",
-        (DType::F16, false) => "binary_f16",
-        (DType::F64, false) => "binary_f64",
-        (DType::I32, false) => "binary_i32",
-        (DType::I64, false) => "binary_i64",
-        (DType::I8, false) => "binary_i8",
-        (DType::U8 | DType::Bool, false) => "binary_u8",
-        (DType::I16, false) => "binary_i16",
-        (DType::U16, false) => "binary_u16",
-        (DType::U32, false) => "binary_u32",
-        (DType::U64, false) => "binary_u64",
-        (DType::F32, true) => "binary_cmp_f32",
-        (DType::F16, true) => "binary_cmp_f16",
-        (DType::F64, true) => "binary_cmp_f64",
-        (DType::I32, true) => "binary_cmp_i32",
-        (DType::I64, true) => "binary_cmp_i64",
-        (DType::I8, true) => "binary_cmp_i8",
-        (DType::U8 | DType::Bool, true) => "binary_cmp_u8",
-        (DType::I16, true) => "binary_cmp_i16",
-        (DType::U16, true) => "binary_cmp_u16",
-        (DType::U32, true) => "binary_cmp_u32",
-        (DType::U64, true) => "binary_cmp_u64",
-        _ => return None,
-    })
+/// The binary.comp variant for an element type: an arithmetic one, or (`compare`) one of the
+/// `cmp_*` ones, which write bools. Bools run as u8.
+pub fn variant_for(dtype: DType, compare: bool) -> Option<binary::Variant> {
+    use binary::Variant as V;
+    let dtype = if dtype == DType::Bool {
+        DType::U8
+    } else {
+        dtype
+    };
+    if compare {
+        Some(match dtype {
+            DType::F32 => V::CmpF32,
+            DType::F16 => V::CmpF16,
+            DType::F64 => V::CmpF64,
+            DType::I32 => V::CmpI32,
+            DType::I64 => V::CmpI64,
+            DType::I8 => V::CmpI8,
+            DType::U8 => V::CmpU8,
+            DType::I16 => V::CmpI16,
+            DType::U16 => V::CmpU16,
+            DType::U32 => V::CmpU32,
+            DType::U64 => V::CmpU64,
+            _ => return None,
+        })
+    } else {
+        by_dtype!(
+            dtype,
+            binary::Variant,
+            [F32, F16, F64, I32, I64, I8, U8, I16, U16, U32, U64]
+        )
+    }
 }
 
 /// Up to opset 6 these ops broadcast only when asked (`broadcast=1`), and then B's shape is a
@@ -481,63 +458,68 @@ impl Op for Binary {
         if !k.dtypes().contains(&a.dtype) {
             return None;
         }
-        let shader = shader_for(a.dtype, k.is_compare())?;
-        binary_kernel(shader, k.code(), 0.0, &a.shape, &b_shape, &out.shape)
+        let variant = variant_for(a.dtype, k.is_compare())?;
+        binary_kernel(variant, k.code(), 0.0, &a.shape, &b_shape, &out.shape)
     }
 }
 
-/// The variants of shaders/pow.comp, `pow_<base>_<exponent>`.
-const POW_VARIANTS: [&str; 16] = [
-    "pow_f32_f32",
-    "pow_f32_f16",
-    "pow_f32_i32",
-    "pow_f32_i64",
-    "pow_f32_u32",
-    "pow_f32_u64",
-    "pow_f16_f16",
-    "pow_f16_f32",
-    "pow_f16_i32",
-    "pow_f16_i64",
-    "pow_i32_i32",
-    "pow_i32_i64",
-    "pow_i32_f32",
-    "pow_i64_i64",
-    "pow_i64_i32",
-    "pow_i64_f32",
-];
+/// pow.comp's variant for a base and an exponent type, `pow_<base>_<exponent>`.
+fn pow_variant(base: DType, exponent: DType) -> Option<pow::Variant> {
+    use DType::{F16, F32, I32, I64, U32, U64};
+    use pow::Variant as V;
+    Some(match (base, exponent) {
+        (F32, F32) => V::F32F32,
+        (F32, F16) => V::F32F16,
+        (F32, I32) => V::F32I32,
+        (F32, I64) => V::F32I64,
+        (F32, U32) => V::F32U32,
+        (F32, U64) => V::F32U64,
+        (F16, F16) => V::F16F16,
+        (F16, F32) => V::F16F32,
+        (F16, I32) => V::F16I32,
+        (F16, I64) => V::F16I64,
+        (I32, I32) => V::I32I32,
+        (I32, I64) => V::I32I64,
+        (I32, F32) => V::I32F32,
+        (I64, I64) => V::I64I64,
+        (I64, I32) => V::I64I32,
+        (I64, F32) => V::I64F32,
+        _ => return None,
+    })
+}
 
 fn pow_kernel(a: &ValueType, b: &ValueType, b_shape: &[usize], out: &[usize]) -> Option<GpuKernel> {
-    let short = |d: DType| match d {
-        DType::F32 => Some("f32"),
-        DType::F16 => Some("f16"),
-        DType::I32 => Some("i32"),
-        DType::I64 => Some("i64"),
-        DType::U32 => Some("u32"),
-        DType::U64 => Some("u64"),
-        _ => None,
-    };
-    let name = format!("pow_{}_{}", short(a.dtype)?, short(b.dtype)?);
-    let shader = *POW_VARIANTS.iter().find(|v| **v == name)?;
-    let params = binary_params(&a.shape, b_shape, out)?;
+    let variant = pow_variant(a.dtype, b.dtype)?;
+    let w = binary_params(&a.shape, b_shape, out)?;
     let n = numel(out);
     Some(GpuKernel {
         scratch: vec![],
         dispatches: if n == 0 {
             vec![]
         } else {
-            vec![Dispatch {
-                shader,
-                buffers: vec![BufRef::Input(0), BufRef::Input(1), BufRef::Output(0)],
-                params,
-                groups: groups_1d(n, 256),
-            }]
+            vec![Dispatch::new(
+                variant,
+                pow::Buffers {
+                    a: BufRef::Input(0),
+                    b: BufRef::Input(1),
+                    y: BufRef::Output(0),
+                },
+                pow::Params {
+                    mode: w.mode,
+                    n: w.n,
+                    dims: w.dims,
+                    sa: w.sa,
+                    sb: w.sb,
+                },
+                groups_1d(n, 256),
+            )]
         },
     })
 }
 
 /// One dispatch of a binary.comp variant over inputs 0 and 1.
 pub fn binary_kernel(
-    shader: &'static str,
+    variant: binary::Variant,
     op: u32,
     alpha: f32,
     a: &[usize],
@@ -545,7 +527,7 @@ pub fn binary_kernel(
     out: &[usize],
 ) -> Option<GpuKernel> {
     let d = binary_dispatch(
-        shader,
+        variant,
         [BufRef::Input(0), BufRef::Input(1)],
         op,
         alpha,
@@ -562,7 +544,7 @@ pub fn binary_kernel(
 /// A binary.comp dispatch reading `ins` into output 0; `None` inside when there is nothing to
 /// compute (an empty output).
 pub fn binary_dispatch(
-    shader: &'static str,
+    variant: binary::Variant,
     ins: [BufRef; 2],
     op: u32,
     alpha: f32,
@@ -570,20 +552,30 @@ pub fn binary_dispatch(
     b: &[usize],
     out: &[usize],
 ) -> Option<Option<Dispatch>> {
-    let mut params = binary_params(a, b, out)?;
-    params.push(op);
-    params.push(alpha.to_bits());
+    let w = binary_params(a, b, out)?;
     let n = numel(out);
     if n == 0 {
         return Some(None);
     }
-    let [ia, ib] = ins;
-    Some(Some(Dispatch {
-        shader,
-        buffers: vec![ia, ib, BufRef::Output(0)],
-        params,
-        groups: groups_1d(n, 256),
-    }))
+    let [a, b] = ins;
+    Some(Some(Dispatch::new(
+        variant,
+        binary::Buffers {
+            a,
+            b,
+            y: BufRef::Output(0),
+        },
+        binary::Params {
+            mode: w.mode,
+            n: w.n,
+            dims: w.dims,
+            sa: w.sa,
+            sb: w.sb,
+            op,
+            alpha,
+        },
+        groups_1d(n, 256),
+    )))
 }
 
 /// Highest iteration rank the binary shaders take after collapsing.
@@ -601,17 +593,31 @@ pub mod mode {
     pub const STRIDED: u32 = 3;
 }
 
-/// Push-constant words of the binary shaders: mode, n, then the collapsed output dims padded at
-/// the front with 1s to rank 6, then A's and B's element strides (0 on broadcast axes). None
-/// when the collapsed rank or a size does not fit. (`binary_dispatch` appends the op code and
-/// a float parameter.)
-pub fn binary_params(a: &[usize], b: &[usize], out: &[usize]) -> Option<Vec<u32>> {
+/// How the binary shaders (binary.comp, pow.comp) walk their operands: the first parameters
+/// of both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Walk {
+    /// One of [`mode`].
+    pub mode: u32,
+    /// Output elements.
+    pub n: u32,
+    /// The collapsed output dims, padded at the front with 1s to rank 6 (strided mode only).
+    pub dims: [u32; GPU_RANK],
+    /// A's and B's element strides over `dims` (0 on broadcast axes).
+    pub sa: [u32; GPU_RANK],
+    pub sb: [u32; GPU_RANK],
+}
+
+/// The walk of `out` from `a` and `b`; None when the collapsed rank or a size does not fit.
+pub fn binary_params(a: &[usize], b: &[usize], out: &[usize]) -> Option<Walk> {
     let n = numel(out);
     let word = |v: usize| u32::try_from(v).ok();
-    let mut p = vec![0u32; 2 + 3 * GPU_RANK];
-    p[1] = word(n)?;
+    let mut w = Walk {
+        n: word(n)?,
+        ..Walk::default()
+    };
     let (na, nb) = (numel(a), numel(b));
-    p[0] = if na == n && nb == n {
+    w.mode = if na == n && nb == n {
         mode::SAME
     } else if na == n && nb == 1 {
         mode::B_SCALAR
@@ -620,7 +626,7 @@ pub fn binary_params(a: &[usize], b: &[usize], out: &[usize]) -> Option<Vec<u32>
     } else {
         mode::STRIDED
     };
-    if p[0] == mode::STRIDED {
+    if w.mode == mode::STRIDED {
         let lay = broadcast::collapse(out, &[broadcast_strides(a, out), broadcast_strides(b, out)]);
         let r = lay.dims.len();
         if r > GPU_RANK {
@@ -628,12 +634,12 @@ pub fn binary_params(a: &[usize], b: &[usize], out: &[usize]) -> Option<Vec<u32>
         }
         let pad = GPU_RANK - r;
         for i in 0..GPU_RANK {
-            p[2 + i] = if i < pad { 1 } else { word(lay.dims[i - pad])? };
+            w.dims[i] = if i < pad { 1 } else { word(lay.dims[i - pad])? };
             if i >= pad {
-                p[2 + GPU_RANK + i] = word(lay.strides[0][i - pad])?;
-                p[2 + 2 * GPU_RANK + i] = word(lay.strides[1][i - pad])?;
+                w.sa[i] = word(lay.strides[0][i - pad])?;
+                w.sb[i] = word(lay.strides[1][i - pad])?;
             }
         }
     }
-    Some(p)
+    Some(w)
 }

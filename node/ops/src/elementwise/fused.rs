@@ -17,27 +17,29 @@ use crate::util::groups_1d;
 use crate::{
     AttrValue, Attrs, BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType,
 };
+use vkml_shaders::fused_elementwise as kernel;
+use vkml_shaders::op::{FusedOperand, FusedStep};
 
 /// The op type a fused node has.
 pub const OP_TYPE: &str = "FusedElementwise";
 
-/// Step op types and their shader codes (0 ends the program).
-pub const STEP_OPS: [(&str, u32); 15] = [
-    ("Relu", 1),
-    ("Sigmoid", 2),
-    ("Tanh", 3),
-    ("Exp", 4),
-    ("Log", 5),
-    ("Neg", 6),
-    ("Abs", 7),
-    ("Sqrt", 8),
-    ("Erf", 9),
-    ("Clip", 10),
-    ("Add", 11),
-    ("Sub", 12),
-    ("Mul", 13),
-    ("Div", 14),
-    ("Pow", 15),
+/// Step op types and their shader codes.
+pub const STEP_OPS: [(&str, FusedStep); 15] = [
+    ("Relu", FusedStep::Relu),
+    ("Sigmoid", FusedStep::Sigmoid),
+    ("Tanh", FusedStep::Tanh),
+    ("Exp", FusedStep::Exp),
+    ("Log", FusedStep::Log),
+    ("Neg", FusedStep::Neg),
+    ("Abs", FusedStep::Abs),
+    ("Sqrt", FusedStep::Sqrt),
+    ("Erf", FusedStep::Erf),
+    ("Clip", FusedStep::Clip),
+    ("Add", FusedStep::Add),
+    ("Sub", FusedStep::Sub),
+    ("Mul", FusedStep::Mul),
+    ("Div", FusedStep::Div),
+    ("Pow", FusedStep::Pow),
 ];
 
 /// Limits set by the 128-byte push-constant block: 6 buffer addresses (input 0, output, 4
@@ -377,16 +379,13 @@ impl Op for Fused {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let out = outputs.first()?;
-        let shader = match out.dtype {
-            DType::F32 => "fused_elementwise_f32",
-            DType::F16 => "fused_elementwise_f16",
-            _ => return None,
-        };
+        let variant = by_dtype!(out.dtype, kernel::Variant, [F32, F16])?;
         if !self.program.fits() {
             return None;
         }
         let n = u32::try_from(out.numel()).ok()?;
-        let mut buffers = vec![BufRef::Input(0), BufRef::Output(0)];
+        // Unused operand slots point at input 0; the program never reads them.
+        let mut operands: [BufRef; MAX_OPERANDS] = std::array::from_fn(|_| BufRef::Input(0));
         let mut inner = [1u32; MAX_OPERANDS];
         let mut count = [1u32; MAX_OPERANDS];
         for k in 1..self.program.num_inputs() {
@@ -394,51 +393,59 @@ impl Op for Fused {
             let (i, c) = block_broadcast(&ty.shape, &out.shape)?;
             inner[k - 1] = i;
             count[k - 1] = c;
-            buffers.push(BufRef::Input(k));
-        }
-        // Unused operand slots point at input 0; the program never reads them.
-        while buffers.len() < 2 + MAX_OPERANDS {
-            buffers.push(BufRef::Input(0));
+            operands[k - 1] = BufRef::Input(k);
         }
         let mut prog = [0u32; MAX_STEPS / 2];
         let mut scalars = Vec::with_capacity(MAX_SCALARS);
         for (j, s) in self.program.steps.iter().enumerate() {
-            let code = STEP_OPS.iter().find(|(n, _)| *n == s.op)?.1;
+            let code = STEP_OPS.iter().find(|(n, _)| *n == s.op)?.1.code();
             let si = scalars.len() as u32;
             let src = match s.operand {
-                Operand::None => 0,
+                Operand::None => FusedOperand::None,
                 Operand::Scalar(c) => {
-                    scalars.push(c.to_bits());
-                    1
+                    scalars.push(c);
+                    FusedOperand::Scalar
                 }
                 Operand::Bounds(lo, hi) => {
-                    scalars.extend([lo.to_bits(), hi.to_bits()]);
-                    1
+                    scalars.extend([lo, hi]);
+                    FusedOperand::Scalar
                 }
-                Operand::Input(0) => 2,
-                Operand::Input(k) => 2 + k as u32,
+                Operand::Input(0) => FusedOperand::Start,
+                Operand::Input(k) => *[
+                    FusedOperand::Buffer0,
+                    FusedOperand::Buffer1,
+                    FusedOperand::Buffer2,
+                    FusedOperand::Buffer3,
+                ]
+                .get(k - 1)?,
             };
-            let word = code | (src << 5) | ((s.chain_right as u32) << 8) | (si << 9);
+            let word = code | (src.code() << 5) | ((s.chain_right as u32) << 8) | (si << 9);
             prog[j / 2] |= word << (16 * (j % 2));
         }
-        scalars.resize(MAX_SCALARS, 0);
-        let mut params = vec![n];
-        params.extend(inner);
-        params.extend(count);
-        params.extend(prog);
-        params.extend(scalars);
+        scalars.resize(MAX_SCALARS, 0.0);
+        let [b0, b1, b2, b3] = operands;
+        let dispatch = Dispatch::new(
+            variant,
+            kernel::Buffers {
+                x: BufRef::Input(0),
+                y: BufRef::Output(0),
+                b0,
+                b1,
+                b2,
+                b3,
+            },
+            kernel::Params {
+                n,
+                inner,
+                count,
+                prog,
+                sc: scalars.try_into().ok()?,
+            },
+            groups_1d(n as usize, 256),
+        );
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: if n == 0 {
-                vec![]
-            } else {
-                vec![Dispatch {
-                    shader,
-                    buffers,
-                    params,
-                    groups: groups_1d(n as usize, 256),
-                }]
-            },
+            dispatches: if n == 0 { vec![] } else { vec![dispatch] },
         })
     }
 

@@ -4,6 +4,7 @@ use super::broadcast;
 use crate::tensor::{DType, Tensor, numel};
 use crate::util::{broadcast_shapes, broadcast_strides, groups_1d, opt, req};
 use crate::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};
+use vkml_shaders::{copy, r#where};
 
 #[derive(Debug)]
 pub struct Where;
@@ -87,11 +88,11 @@ impl Op for Where {
             req(inputs, 2).ok()?,
         );
         let out = outputs.first()?;
-        let shader = match x.dtype.size() {
-            1 => "where_w8",
-            2 => "where_w16",
-            4 => "where_w32",
-            _ => "where_w64",
+        let variant = match x.dtype.size() {
+            1 => r#where::Variant::W8,
+            2 => r#where::Variant::W16,
+            4 => r#where::Variant::W32,
+            _ => r#where::Variant::W64,
         };
         let n = out.numel();
         let word = |v: usize| u32::try_from(v).ok();
@@ -107,35 +108,33 @@ impl Op for Where {
         if r > WHERE_RANK {
             return None;
         }
-        // n, then dims padded at the front with 1s, then the three stride lists.
-        let mut params = vec![0u32; 1 + 4 * WHERE_RANK];
-        params[0] = word(n)?;
+        // Dims padded at the front with 1s, and each operand's strides over them.
+        let mut p = r#where::Params {
+            n: word(n)?,
+            dims: [1; WHERE_RANK],
+            ..Default::default()
+        };
         let pad = WHERE_RANK - r;
-        for i in 0..WHERE_RANK {
-            params[1 + i] = if i < pad { 1 } else { word(lay.dims[i - pad])? };
-            if i >= pad {
-                for k in 0..3 {
-                    params[1 + (k + 1) * WHERE_RANK + i] = word(lay.strides[k][i - pad])?;
-                }
-            }
+        for i in pad..WHERE_RANK {
+            p.dims[i] = word(lay.dims[i - pad])?;
+            p.sc[i] = word(lay.strides[0][i - pad])?;
+            p.sx[i] = word(lay.strides[1][i - pad])?;
+            p.sy[i] = word(lay.strides[2][i - pad])?;
         }
+        let dispatch = Dispatch::new(
+            variant,
+            r#where::Buffers {
+                c: BufRef::Input(0),
+                x: BufRef::Input(1),
+                y: BufRef::Input(2),
+                out_: BufRef::Output(0),
+            },
+            p,
+            groups_1d(n, 256),
+        );
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: if n == 0 {
-                vec![]
-            } else {
-                vec![Dispatch {
-                    shader,
-                    buffers: vec![
-                        BufRef::Input(0),
-                        BufRef::Input(1),
-                        BufRef::Input(2),
-                        BufRef::Output(0),
-                    ],
-                    params,
-                    groups: groups_1d(n, 256),
-                }]
-            },
+            dispatches: if n == 0 { vec![] } else { vec![dispatch] },
         })
     }
 }
@@ -261,12 +260,15 @@ impl Op for Dropout {
                 vec![]
             } else {
                 // The view ops' word copy (shaders/copy.comp), for a layer that does not alias.
-                vec![Dispatch {
-                    shader: "copy",
-                    buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-                    params: vec![words],
-                    groups: groups_1d(words as usize, 256),
-                }]
+                vec![Dispatch::new(
+                    copy::Variant::Main,
+                    copy::Buffers {
+                        x: BufRef::Input(0),
+                        y: BufRef::Output(0),
+                    },
+                    copy::Params { n: words },
+                    groups_1d(words as usize, 256),
+                )]
             },
         })
     }

@@ -299,21 +299,20 @@ fn collapse_merges_axes_walked_together() {
 #[test]
 fn shader_params_pick_the_mode_and_pad_to_rank_6() {
     let p = binary_params(&[2, 3], &[2, 3], &[2, 3]).unwrap();
-    assert_eq!((p[0], p[1]), (mode::SAME, 6));
+    assert_eq!((p.mode, p.n), (mode::SAME, 6));
     assert_eq!(
-        binary_params(&[2, 3], &[], &[2, 3]).unwrap()[0],
+        binary_params(&[2, 3], &[], &[2, 3]).unwrap().mode,
         mode::B_SCALAR
     );
     assert_eq!(
-        binary_params(&[1, 1], &[2, 3], &[2, 3]).unwrap()[0],
+        binary_params(&[1, 1], &[2, 3], &[2, 3]).unwrap().mode,
         mode::A_SCALAR
     );
     let p = binary_params(&[2, 1, 4], &[3, 1], &[2, 3, 4]).unwrap();
-    assert_eq!(p.len(), 20);
-    assert_eq!(p[0], mode::STRIDED);
-    assert_eq!(&p[2..8], &[1, 1, 1, 2, 3, 4]);
-    assert_eq!(&p[11..14], &[4, 0, 1]);
-    assert_eq!(&p[17..20], &[0, 1, 0]);
+    assert_eq!(p.mode, mode::STRIDED);
+    assert_eq!(p.dims, [1, 1, 1, 2, 3, 4]);
+    assert_eq!(&p.sa[3..], &[4, 0, 1]);
+    assert_eq!(&p.sb[3..], &[0, 1, 0]);
     // Seven axes that cannot merge do not fit the shader.
     assert!(binary_params(&[2, 1, 2, 1, 2, 1, 2], &[1, 2, 1, 2, 1, 2, 1], &[2; 7]).is_none());
 }

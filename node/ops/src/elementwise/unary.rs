@@ -10,57 +10,11 @@ use super::num::{FLOATS, INTS, Int, NUMERIC, Num, dispatch_int, dispatch_num, er
 use crate::tensor::{DType, Tensor};
 use crate::util::{expect_dtype, groups_1d, req};
 use crate::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};
+use vkml_shaders::{clip, unary, unary_int};
 
-/// The op code the shaders switch on is the discriminant: keep in step with `OP_*` in
-/// shaders/unary.comp and shaders/unary_int.comp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum UnKind {
-    Relu = 0,
-    Sigmoid = 1,
-    Tanh = 2,
-    Sqrt = 3,
-    Exp = 4,
-    Log = 5,
-    Erf = 6,
-    HardSigmoid = 7,
-    HardSwish = 8,
-    LeakyRelu = 9,
-    Elu = 10,
-    Gelu = 11,
-    GeluTanh = 12,
-    Neg = 13,
-    Abs = 14,
-    Reciprocal = 15,
-    Floor = 16,
-    Ceil = 17,
-    Round = 18,
-    Sign = 19,
-    Sin = 20,
-    Cos = 21,
-    Tan = 22,
-    Asin = 23,
-    Acos = 24,
-    Atan = 25,
-    Sinh = 26,
-    Cosh = 27,
-    Asinh = 28,
-    Acosh = 29,
-    Atanh = 30,
-    Softplus = 31,
-    Softsign = 32,
-    Selu = 33,
-    Celu = 34,
-    ThresholdedRelu = 35,
-    Mish = 36,
-    Shrink = 37,
-    Not = 38,
-    BitwiseNot = 39,
-    IsNaN = 40,
-    IsInf = 41,
-}
+/// The kinds are the op codes the shaders switch on, from shaders/opcodes.toml.
+pub use vkml_shaders::op::Unary as UnKind;
 
-/// Op type names; Gelu's tanh form is chosen by its attribute.
 pub const OPS: [(&str, UnKind); 41] = [
     ("Relu", UnKind::Relu),
     ("Sigmoid", UnKind::Sigmoid),
@@ -116,23 +70,21 @@ const FLOATS_SIGNED: [DType; 8] = [
     DType::I64,
 ];
 
-impl UnKind {
-    fn dtypes(self) -> &'static [DType] {
-        match self {
-            // Signed integers joined Relu in opset 14; Neg takes them in every version.
-            UnKind::Relu | UnKind::Neg => &FLOATS_SIGNED,
-            UnKind::Abs | UnKind::Sign | UnKind::Shrink => &NUMERIC,
-            UnKind::BitwiseNot => &INTS,
-            UnKind::Not => &[DType::Bool],
-            _ => &FLOATS,
-        }
+fn dtypes(k: UnKind) -> &'static [DType] {
+    match k {
+        // Signed integers joined Relu in opset 14; Neg takes them in every version.
+        UnKind::Relu | UnKind::Neg => &FLOATS_SIGNED,
+        UnKind::Abs | UnKind::Sign | UnKind::Shrink => &NUMERIC,
+        UnKind::BitwiseNot => &INTS,
+        UnKind::Not => &[DType::Bool],
+        _ => &FLOATS,
     }
+}
 
-    fn out_dtype(self, x: DType) -> DType {
-        match self {
-            UnKind::IsNaN | UnKind::IsInf => DType::Bool,
-            _ => x,
-        }
+fn out_dtype(k: UnKind, x: DType) -> DType {
+    match k {
+        UnKind::IsNaN | UnKind::IsInf => DType::Bool,
+        _ => x,
     }
 }
 
@@ -349,9 +301,9 @@ fn classify<T: Num>(x: &Tensor, k: UnKind, p: &P) -> Result<Tensor, OpError> {
 impl Op for Unary {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let x = req(inputs, 0)?.ty;
-        expect_dtype(x, self.kind.dtypes(), &format!("{}: input", self.name()))?;
+        expect_dtype(x, dtypes(self.kind), &format!("{}: input", self.name()))?;
         Ok(vec![ValueType::new(
-            self.kind.out_dtype(x.dtype),
+            out_dtype(self.kind, x.dtype),
             x.shape.clone(),
         )])
     }
@@ -365,7 +317,7 @@ impl Op for Unary {
         let (k, p) = (self.kind, &self.p);
         expect_dtype(
             &ValueType::of(x),
-            k.dtypes(),
+            dtypes(k),
             &format!("{}: input", self.name()),
         )?;
         let bad = || {
@@ -401,42 +353,58 @@ impl Op for Unary {
             return None;
         }
         let classify = matches!(k, UnKind::IsNaN | UnKind::IsInf);
-        let shader = match x.dtype {
-            DType::F32 if classify => "unary_cls_f32",
-            DType::F16 if classify => "unary_cls_f16",
-            DType::F32 => "unary_f32",
-            DType::F16 => "unary_f16",
-            DType::I32 => "unary_int_i32",
-            DType::I64 => "unary_int_i64",
-            DType::I8 => "unary_int_i8",
-            DType::U8 | DType::Bool => "unary_int_u8",
-            DType::I16 => "unary_int_i16",
-            DType::U16 => "unary_int_u16",
-            DType::U32 => "unary_int_u32",
-            DType::U64 => "unary_int_u64",
-            _ => return None,
-        };
-        if !self.kind.dtypes().contains(&x.dtype) {
+        if !dtypes(self.kind).contains(&x.dtype) {
             return None;
         }
-        let n = outputs.first()?.numel();
-        let mut params = vec![u32::try_from(n).ok()?, k as u32];
+        let n = u32::try_from(outputs.first()?.numel()).ok()?;
+        let buffers = || unary::Buffers {
+            x: BufRef::Input(0),
+            y: BufRef::Output(0),
+        };
+        let groups = groups_1d(n as usize, 256);
+        let op = k.code();
+        let float = |v: unary::Variant| {
+            let [alpha, beta, gamma] = self.p.map(|v| v as f32);
+            Dispatch::new(
+                v,
+                buffers(),
+                unary::Params {
+                    n,
+                    op,
+                    alpha,
+                    beta,
+                    gamma,
+                },
+                groups,
+            )
+        };
         // The integer shader takes no attributes.
-        if !shader.starts_with("unary_int") {
-            params.extend(self.p.iter().map(|&v| (v as f32).to_bits()));
-        }
+        let int = |v: unary_int::Variant| {
+            Dispatch::new(
+                v,
+                unary_int::Buffers {
+                    x: BufRef::Input(0),
+                    y: BufRef::Output(0),
+                },
+                unary_int::Params { n, op },
+                groups,
+            )
+        };
+        let dispatch = match x.dtype {
+            DType::F32 if classify => float(unary::Variant::ClsF32),
+            DType::F16 if classify => float(unary::Variant::ClsF16),
+            DType::F32 => float(unary::Variant::F32),
+            DType::F16 => float(unary::Variant::F16),
+            DType::Bool => int(unary_int::Variant::U8),
+            d => int(by_dtype!(
+                d,
+                unary_int::Variant,
+                [I32, I64, I8, U8, I16, U16, U32, U64]
+            )?),
+        };
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: if n == 0 {
-                vec![]
-            } else {
-                vec![Dispatch {
-                    shader,
-                    buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-                    params,
-                    groups: groups_1d(n, 256),
-                }]
-            },
+            dispatches: if n == 0 { vec![] } else { vec![dispatch] },
         })
     }
 }
@@ -544,19 +512,11 @@ impl Op for Clip {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
-        let shader = match x.dtype {
-            DType::F32 => "clip_f32",
-            DType::F16 => "clip_f16",
-            DType::I32 => "clip_i32",
-            DType::I64 => "clip_i64",
-            DType::I8 => "clip_i8",
-            DType::U8 => "clip_u8",
-            DType::I16 => "clip_i16",
-            DType::U16 => "clip_u16",
-            DType::U32 => "clip_u32",
-            DType::U64 => "clip_u64",
-            _ => return None,
-        };
+        let variant = by_dtype!(
+            x.dtype,
+            clip::Variant,
+            [F32, F16, I32, I64, I8, U8, I16, U16, U32, U64]
+        )?;
         let n = outputs.first()?.numel();
         // Absent bounds are flagged off; their buffer slot repeats input 0 so every address
         // the shader is given is a valid one.
@@ -583,12 +543,22 @@ impl Op for Clip {
             dispatches: if n == 0 {
                 vec![]
             } else {
-                vec![Dispatch {
-                    shader,
-                    buffers: vec![BufRef::Input(0), blo, bhi, BufRef::Output(0)],
-                    params: vec![u32::try_from(n).ok()?, mode, alo.to_bits(), ahi.to_bits()],
-                    groups: groups_1d(n, 256),
-                }]
+                vec![Dispatch::new(
+                    variant,
+                    clip::Buffers {
+                        x: BufRef::Input(0),
+                        lo: blo,
+                        hi: bhi,
+                        y: BufRef::Output(0),
+                    },
+                    clip::Params {
+                        n: u32::try_from(n).ok()?,
+                        mode,
+                        flo: alo,
+                        fhi: ahi,
+                    },
+                    groups_1d(n, 256),
+                )]
             },
         })
     }

@@ -5,12 +5,13 @@
 //! and 1 straight to the final shape, so every later dispatch reads the output at the index it
 //! writes (in place, no race), combining it with the next input; Mean ends with a scale by 1/n.
 
-use super::binary::{binary_dispatch, binary_params, code, shader_for, view};
+use super::binary::{binary_dispatch, binary_params, variant_for, view};
 use super::broadcast;
 use super::num::{FLOATS, NUMERIC, Num, dispatch_num};
 use crate::tensor::{DType, Tensor};
 use crate::util::{broadcast_shapes, expect_dtype};
 use crate::{BufRef, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};
+use vkml_shaders::op::Binary;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VarKind {
@@ -39,9 +40,9 @@ impl VarKind {
 
     fn code(self) -> u32 {
         match self {
-            VarKind::Min => code::MIN,
-            VarKind::Max => code::MAX,
-            VarKind::Sum | VarKind::Mean => code::ADD,
+            VarKind::Min => Binary::Min.code(),
+            VarKind::Max => Binary::Max.code(),
+            VarKind::Sum | VarKind::Mean => Binary::Add.code(),
         }
     }
 }
@@ -140,7 +141,7 @@ impl Op for Variadic {
         let tys: Vec<&ValueType> = inputs.iter().copied().collect::<Option<_>>()?;
         let out = &outputs.first()?.shape;
         let first = tys.first()?;
-        let shader = shader_for(first.dtype, false)?;
+        let variant = variant_for(first.dtype, false)?;
         if !self.kind.dtypes().contains(&first.dtype) {
             return None;
         }
@@ -148,9 +149,9 @@ impl Op for Variadic {
         let mut dispatches = Vec::new();
         if tys.len() == 1 {
             dispatches.extend(binary_dispatch(
-                shader,
+                variant,
                 [BufRef::Input(0), BufRef::Input(0)],
-                code::COPY,
+                Binary::Copy.code(),
                 0.0,
                 &first.shape,
                 &first.shape,
@@ -158,7 +159,7 @@ impl Op for Variadic {
             )?);
         } else {
             dispatches.extend(binary_dispatch(
-                shader,
+                variant,
                 [BufRef::Input(0), BufRef::Input(1)],
                 op,
                 0.0,
@@ -168,7 +169,7 @@ impl Op for Variadic {
             )?);
             for (i, t) in tys.iter().enumerate().skip(2) {
                 dispatches.extend(binary_dispatch(
-                    shader,
+                    variant,
                     [BufRef::Output(0), BufRef::Input(i)],
                     op,
                     0.0,
@@ -180,9 +181,9 @@ impl Op for Variadic {
         }
         if self.kind == VarKind::Mean {
             dispatches.extend(binary_dispatch(
-                shader,
+                variant,
                 [BufRef::Output(0), BufRef::Output(0)],
-                code::SCALE,
+                Binary::Scale.code(),
                 1.0 / tys.len() as f32,
                 out,
                 out,

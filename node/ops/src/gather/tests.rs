@@ -211,28 +211,34 @@ fn layout(data: &[usize], ind: &[usize], axis: i64) -> Layout {
         .unwrap()
 }
 
+/// gather.comp's parameters as the words the shader reads.
+fn gpu_words(l: &Layout, data: &ValueType, index: DType) -> Option<Vec<u32>> {
+    use vkml_shaders::Shader;
+    gpu_params(l, data, index).map(|p| vkml_shaders::gather::Variant::param_words(&p))
+}
+
 #[test]
 fn gpu_params_by_hand() {
     // f32 [3, 2], int64 indices [2, 2], axis 0: rows of 2 floats = one 8-byte element.
     let d = ValueType::new(DType::F32, vec![3, 2]);
     assert_eq!(
-        gpu_params(&layout(&[3, 2], &[2, 2], 0), &d, DType::I64).unwrap(),
+        gpu_words(&layout(&[3, 2], &[2, 2], 0), &d, DType::I64).unwrap(),
         vec![8, 8, 1, 4, 3, 2]
     );
     // axis 1 with int32 indices: single floats.
     assert_eq!(
-        gpu_params(&layout(&[3, 2], &[5], 1), &d, DType::I32).unwrap(),
+        gpu_words(&layout(&[3, 2], &[5], 1), &d, DType::I32).unwrap(),
         vec![15, 4, 1, 5, 2, 1]
     );
     // u8 [4, 2] axis 0, two picks: 2-byte blocks, packed bytes, one output word.
     let u = ValueType::new(DType::U8, vec![4, 2]);
     assert_eq!(
-        gpu_params(&layout(&[4, 2], &[2], 0), &u, DType::I32).unwrap(),
+        gpu_words(&layout(&[4, 2], &[2], 0), &u, DType::I32).unwrap(),
         vec![1, 1, 2, 2, 4, 1]
     );
     // u8 [3, 2]: 6 bytes of data are not whole words.
     let u = ValueType::new(DType::U8, vec![3, 2]);
-    assert!(gpu_params(&layout(&[3, 2], &[2], 1), &u, DType::I32).is_none());
+    assert!(gpu_words(&layout(&[3, 2], &[2], 1), &u, DType::I32).is_none());
 }
 
 /// gather.comp's arithmetic, so the parameters and the clamping are checked without a GPU.
@@ -304,7 +310,7 @@ fn gpu_parameters_reproduce_the_cpu_kernel() {
                 idx32(ind_shape, &v.iter().map(|&i| i as i32).collect::<Vec<_>>()),
             ] {
                 let want = gather(13, axis, &data, &ind).unwrap();
-                let Some(p) = gpu_params(&l, &ValueType::of(&data), ind.dtype()) else {
+                let Some(p) = gpu_words(&l, &ValueType::of(&data), ind.dtype()) else {
                     continue;
                 };
                 let got = emulate(&p, &words(&data), &words(&ind));
@@ -327,7 +333,7 @@ fn gpu_clamps_out_of_range_indices() {
     // Rows 10, 20, 30 of one float each; indices past either end read the nearest row.
     let data = f32s(&[3], &[10., 20., 30.]);
     let l = layout(&[3], &[5], 0);
-    let p = gpu_params(&l, &ValueType::of(&data), DType::I64).unwrap();
+    let p = gpu_words(&l, &ValueType::of(&data), DType::I64).unwrap();
     let ind = idx64(&[5], &[3, -4, 1 << 40, -(1 << 40), i64::MIN]);
     let got = emulate(&p, &words(&data), &words(&ind));
     let got: Vec<f32> = got.into_iter().map(f32::from_bits).collect();

@@ -15,9 +15,11 @@
 
 use std::sync::OnceLock;
 
+use super::gpu::GemmKernel;
 use super::{GpuGemm, gemm_kernel};
 use crate::GpuKernel;
 use crate::tensor::DType;
+use vkml_shaders::{gemm_coop, gemm_coop_any, gemm_coop2};
 
 /// Output tile (rows, columns) of one workgroup of gemm_coop, and of gemm_coop2's two tile
 /// shapes: 128x256 where the product has enough of them to fill a large GPU (an H100 has 132
@@ -77,7 +79,8 @@ fn aligned8(g: &GpuGemm) -> bool {
 /// gemm_coop2's variant for `g`: `exact` where every tile lies inside the output and K is a
 /// multiple of the tile's depth and there is no epilogue (alpha 1, no C), `a8` where the
 /// operands are 16-byte aligned, else the general one.
-fn nv2_shader(g: &GpuGemm, dtype: DType, wide: bool) -> Option<&'static str> {
+fn nv2_variant(g: &GpuGemm, dtype: DType, wide: bool) -> Option<gemm_coop2::Variant> {
+    use gemm_coop2::Variant as V;
     let (tm, tn, depth) = if wide { (128, 256, 64) } else { (128, 128, 32) };
     let aligned = aligned8(g);
     let exact = aligned
@@ -87,18 +90,18 @@ fn nv2_shader(g: &GpuGemm, dtype: DType, wide: bool) -> Option<&'static str> {
         && g.alpha == 1.0
         && g.c.is_none();
     Some(match (dtype, wide, exact, aligned) {
-        (DType::F16, false, true, _) => "gemm_coop2_exact_f16",
-        (DType::F16, false, false, true) => "gemm_coop2_a8_f16",
-        (DType::F16, false, false, false) => "gemm_coop2_f16",
-        (DType::F16, true, true, _) => "gemm_coop2_exact_wide_f16",
-        (DType::F16, true, false, true) => "gemm_coop2_a8_wide_f16",
-        (DType::F16, true, false, false) => "gemm_coop2_wide_f16",
-        (DType::BF16, false, true, _) => "gemm_coop2_exact_bf16",
-        (DType::BF16, false, false, true) => "gemm_coop2_a8_bf16",
-        (DType::BF16, false, false, false) => "gemm_coop2_bf16",
-        (DType::BF16, true, true, _) => "gemm_coop2_exact_wide_bf16",
-        (DType::BF16, true, false, true) => "gemm_coop2_a8_wide_bf16",
-        (DType::BF16, true, false, false) => "gemm_coop2_wide_bf16",
+        (DType::F16, false, true, _) => V::ExactF16,
+        (DType::F16, false, false, true) => V::A8F16,
+        (DType::F16, false, false, false) => V::F16,
+        (DType::F16, true, true, _) => V::ExactWideF16,
+        (DType::F16, true, false, true) => V::A8WideF16,
+        (DType::F16, true, false, false) => V::WideF16,
+        (DType::BF16, false, true, _) => V::ExactBf16,
+        (DType::BF16, false, false, true) => V::A8Bf16,
+        (DType::BF16, false, false, false) => V::Bf16,
+        (DType::BF16, true, true, _) => V::ExactWideBf16,
+        (DType::BF16, true, false, true) => V::A8WideBf16,
+        (DType::BF16, true, false, false) => V::WideBf16,
         _ => return None,
     })
 }
@@ -119,28 +122,29 @@ fn aligned_units(g: &GpuGemm) -> bool {
 
 /// gemm_coop's variant for an aligned product: by layout (A, B each `n` when its last axis
 /// is contiguous, else `t`), `exact` for whole 128x128x32 tiles and no epilogue.
-fn khr_shader(g: &GpuGemm, dtype: DType) -> Option<&'static str> {
-    const F16: [&str; 8] = [
-        "gemm_coop_nn_f16",
-        "gemm_coop_nt_f16",
-        "gemm_coop_tn_f16",
-        "gemm_coop_tt_f16",
-        "gemm_coop_nn_exact_f16",
-        "gemm_coop_nt_exact_f16",
-        "gemm_coop_tn_exact_f16",
-        "gemm_coop_tt_exact_f16",
+fn khr_variant(g: &GpuGemm, dtype: DType) -> Option<gemm_coop::Variant> {
+    use gemm_coop::Variant as V;
+    const F16: [V; 8] = [
+        V::NnF16,
+        V::NtF16,
+        V::TnF16,
+        V::TtF16,
+        V::NnExactF16,
+        V::NtExactF16,
+        V::TnExactF16,
+        V::TtExactF16,
     ];
-    const BF16: [&str; 8] = [
-        "gemm_coop_nn_bf16",
-        "gemm_coop_nt_bf16",
-        "gemm_coop_tn_bf16",
-        "gemm_coop_tt_bf16",
-        "gemm_coop_nn_exact_bf16",
-        "gemm_coop_nt_exact_bf16",
-        "gemm_coop_tn_exact_bf16",
-        "gemm_coop_tt_exact_bf16",
+    const BF16: [V; 8] = [
+        V::NnBf16,
+        V::NtBf16,
+        V::TnBf16,
+        V::TtBf16,
+        V::NnExactBf16,
+        V::NtExactBf16,
+        V::TnExactBf16,
+        V::TtExactBf16,
     ];
-    let names = match dtype {
+    let variants = match dtype {
         DType::F16 => &F16,
         DType::BF16 => &BF16,
         _ => return None,
@@ -152,15 +156,15 @@ fn khr_shader(g: &GpuGemm, dtype: DType) -> Option<&'static str> {
         && g.alpha == 1.0
         && g.c.is_none();
     let index = usize::from(g.a.cs != 1) * 2 + usize::from(g.b.cs != 1) + usize::from(exact) * 4;
-    Some(names[index])
+    Some(variants[index])
 }
 
 pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel> {
-    let khr_any = match dtype {
-        DType::F16 => "gemm_coop_any_f16",
-        DType::BF16 => "gemm_coop_any_bf16",
+    let khr_any = GemmKernel::CoopAny(match dtype {
+        DType::F16 => gemm_coop_any::Variant::F16,
+        DType::BF16 => gemm_coop_any::Variant::Bf16,
         _ => return Vec::new(),
-    };
+    });
     let unit = |rs: usize, cs: usize| rs == 1 || cs == 1;
     if !unit(g.a.rs, g.a.cs)
         || !unit(g.b.rs, g.b.cs)
@@ -176,7 +180,7 @@ pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel
         _ => wide_tiles * batch >= 256,
     };
     let nv2_tile = if wide { TILE_NV2_WIDE } else { TILE_NV2 };
-    let Some(nv2) = nv2_shader(g, dtype, wide) else {
+    let Some(nv2) = nv2_variant(g, dtype, wide).map(GemmKernel::Coop2) else {
         return Vec::new();
     };
     let want_nv2 = matches!(
@@ -186,17 +190,18 @@ pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel
     let want_khr = matches!(mode, Mode::Both | Mode::Khr);
     // Aligned operands: gemm_coop first (faster than gemm_coop2 where both exist); otherwise
     // gemm_coop2, then gemm_coop_any.
-    let choices = match aligned_units(g).then(|| khr_shader(g, dtype)).flatten() {
+    let khr = aligned_units(g).then(|| khr_variant(g, dtype)).flatten();
+    let choices = match khr.map(GemmKernel::Coop) {
         Some(khr) => [(khr, TILE_KHR, want_khr), (nv2, nv2_tile, want_nv2)],
         None => [(nv2, nv2_tile, want_nv2), (khr_any, TILE_KHR, want_khr)],
     };
     let mut out = Vec::new();
-    for (shader, tile, wanted) in choices {
+    for (kernel, tile, wanted) in choices {
         if !wanted {
             continue;
         }
         let with = GpuGemm {
-            coop: Some((shader, tile.0, tile.1)),
+            coop: Some((kernel, tile.0, tile.1)),
             ..g.clone()
         };
         out.extend(gemm_kernel(&with));
@@ -208,6 +213,7 @@ pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel
 mod tests {
     use super::super::Strided;
     use super::*;
+    use crate::Kernel;
 
     fn product(m: usize, n: usize, k: usize, b: Strided) -> GpuGemm {
         GpuGemm {
@@ -244,66 +250,87 @@ mod tests {
     #[test]
     fn picks_the_shaders_by_type_and_mode() {
         let g = product(256, 256, 256, row_major(256, 256));
-        let names = |d, m| -> Vec<&str> {
+        let names = |d, m| -> Vec<Kernel> {
             kernels_in(&g, d, m)
                 .iter()
-                .map(|k| k.dispatches[0].shader)
+                .map(|k| k.dispatches[0].kernel())
                 .collect()
         };
         assert_eq!(
             names(DType::F16, Mode::Both),
-            ["gemm_coop_nn_exact_f16", "gemm_coop2_exact_f16"]
+            [
+                vkml_shaders::gemm_coop::Variant::NnExactF16.kernel(),
+                vkml_shaders::gemm_coop2::Variant::ExactF16.kernel()
+            ]
         );
         assert_eq!(
             names(DType::BF16, Mode::Both),
-            ["gemm_coop_nn_exact_bf16", "gemm_coop2_exact_bf16"]
+            [
+                vkml_shaders::gemm_coop::Variant::NnExactBf16.kernel(),
+                vkml_shaders::gemm_coop2::Variant::ExactBf16.kernel()
+            ]
         );
-        assert_eq!(names(DType::F16, Mode::Khr), ["gemm_coop_nn_exact_f16"]);
-        assert_eq!(names(DType::BF16, Mode::Nv2), ["gemm_coop2_exact_bf16"]);
+        assert_eq!(
+            names(DType::F16, Mode::Khr),
+            [vkml_shaders::gemm_coop::Variant::NnExactF16.kernel()]
+        );
+        assert_eq!(
+            names(DType::BF16, Mode::Nv2),
+            [vkml_shaders::gemm_coop2::Variant::ExactBf16.kernel()]
+        );
         assert!(names(DType::F16, Mode::Off).is_empty());
         assert!(names(DType::F32, Mode::Both).is_empty());
     }
 
     #[test]
     fn only_operands_aligned_to_16_bytes_get_the_aligned_shaders() {
-        let first = |g: &GpuGemm| kernels_in(g, DType::F16, Mode::Nv2)[0].dispatches[0].shader;
+        let first = |g: &GpuGemm| kernels_in(g, DType::F16, Mode::Nv2)[0].dispatches[0].kernel();
         let mut g = product(256, 256, 256, row_major(256, 256));
-        assert_eq!(first(&g), "gemm_coop2_exact_f16");
+        assert_eq!(
+            first(&g),
+            vkml_shaders::gemm_coop2::Variant::ExactF16.kernel()
+        );
         // Whole tiles but an epilogue, or an edge tile: aligned, not exact.
         g.alpha = 2.0;
-        assert_eq!(first(&g), "gemm_coop2_a8_f16");
+        assert_eq!(first(&g), vkml_shaders::gemm_coop2::Variant::A8F16.kernel());
         let g = product(256, 264, 256, row_major(256, 264));
-        assert_eq!(first(&g), "gemm_coop2_a8_f16");
-        let wide = |g: &GpuGemm| kernels_in(g, DType::F16, Mode::Nv2Wide)[0].dispatches[0].shader;
+        assert_eq!(first(&g), vkml_shaders::gemm_coop2::Variant::A8F16.kernel());
+        let wide = |g: &GpuGemm| kernels_in(g, DType::F16, Mode::Nv2Wide)[0].dispatches[0].kernel();
         // The wide exact tile is 128x256, 64 deep.
         let mut g = product(256, 512, 128, row_major(128, 512));
-        assert_eq!(wide(&g), "gemm_coop2_exact_wide_f16");
+        assert_eq!(
+            wide(&g),
+            vkml_shaders::gemm_coop2::Variant::ExactWideF16.kernel()
+        );
         g.k = 96;
         g.a.rs = 96;
-        assert_eq!(wide(&g), "gemm_coop2_a8_wide_f16");
+        assert_eq!(
+            wide(&g),
+            vkml_shaders::gemm_coop2::Variant::A8WideF16.kernel()
+        );
         let mut g = product(256, 256, 256, row_major(256, 256));
         // Rows of A 260 elements apart: 8 bytes off a 16-byte boundary every other row.
         g.k = 260;
         g.a.rs = 260;
-        assert_eq!(first(&g), "gemm_coop2_f16");
+        assert_eq!(first(&g), vkml_shaders::gemm_coop2::Variant::F16.kernel());
         // B starting 4 elements into its buffer.
         let mut g = product(256, 256, 256, row_major(256, 256));
         g.b.off = 4;
-        assert_eq!(first(&g), "gemm_coop2_f16");
+        assert_eq!(first(&g), vkml_shaders::gemm_coop2::Variant::F16.kernel());
         // A batch stride that is not a multiple of 8.
         let mut g = product(256, 256, 256, row_major(256, 256));
         g.batch = vec![3];
         g.a_batch = vec![256 * 256 + 4];
         g.b_batch = vec![0];
-        assert_eq!(first(&g), "gemm_coop2_f16");
+        assert_eq!(first(&g), vkml_shaders::gemm_coop2::Variant::F16.kernel());
     }
 
     #[test]
     fn aligned_products_take_gemm_coop_by_layout_and_the_rest_fall_back() {
-        let names = |g: &GpuGemm| -> Vec<&str> {
+        let names = |g: &GpuGemm| -> Vec<Kernel> {
             kernels_in(g, DType::F16, Mode::Both)
                 .iter()
-                .map(|k| k.dispatches[0].shader)
+                .map(|k| k.dispatches[0].kernel())
                 .collect()
         };
         let transposed = |rows: usize| Strided {
@@ -313,36 +340,69 @@ mod tests {
         };
         // B transposed (Gemm's transB): k contiguous.
         let g = product(256, 256, 256, transposed(256));
-        assert_eq!(names(&g)[0], "gemm_coop_nt_exact_f16");
+        assert_eq!(
+            names(&g)[0],
+            vkml_shaders::gemm_coop::Variant::NtExactF16.kernel()
+        );
         // A transposed too, and an edge tile (M = 208): the variant with bounds.
         let mut g = product(208, 256, 256, transposed(256));
         g.a = transposed(208);
-        assert_eq!(names(&g)[0], "gemm_coop_tt_f16");
+        assert_eq!(
+            names(&g)[0],
+            vkml_shaders::gemm_coop::Variant::TtF16.kernel()
+        );
         // A transposed, B not, with an epilogue.
         let mut g = product(256, 256, 256, row_major(256, 256));
         g.a = transposed(256);
         g.alpha = 0.5;
-        assert_eq!(names(&g)[0], "gemm_coop_tn_f16");
+        assert_eq!(
+            names(&g)[0],
+            vkml_shaders::gemm_coop::Variant::TnF16.kernel()
+        );
         // Whole tiles but K off the 32-deep step: bounds.
         let mut g = product(256, 256, 200, row_major(200, 256));
         g.a.rs = 200;
-        assert_eq!(names(&g), ["gemm_coop_nn_f16", "gemm_coop2_a8_f16"]);
+        assert_eq!(
+            names(&g),
+            [
+                vkml_shaders::gemm_coop::Variant::NnF16.kernel(),
+                vkml_shaders::gemm_coop2::Variant::A8F16.kernel()
+            ]
+        );
         // A row-major with K = 260: rows off 16-byte boundaries, so NV2 then gemm_coop_any.
         let mut g = product(256, 256, 260, row_major(260, 256));
         g.a.rs = 260;
-        assert_eq!(names(&g), ["gemm_coop2_f16", "gemm_coop_any_f16"]);
+        assert_eq!(
+            names(&g),
+            [
+                vkml_shaders::gemm_coop2::Variant::F16.kernel(),
+                vkml_shaders::gemm_coop_any::Variant::F16.kernel()
+            ]
+        );
         // Aligned strides but a contiguous extent that is not a multiple of 8 (N = 252 with
         // B's rows 256 apart): a 16-byte unit would straddle the row's end.
         let mut g = product(256, 252, 256, row_major(256, 252));
         g.b.rs = 256;
-        assert_eq!(names(&g), ["gemm_coop2_a8_f16", "gemm_coop_any_f16"]);
         assert_eq!(
-            kernels_in(&g, DType::F16, Mode::Khr)[0].dispatches[0].shader,
-            "gemm_coop_any_f16"
+            names(&g),
+            [
+                vkml_shaders::gemm_coop2::Variant::A8F16.kernel(),
+                vkml_shaders::gemm_coop_any::Variant::F16.kernel()
+            ]
+        );
+        assert_eq!(
+            kernels_in(&g, DType::F16, Mode::Khr)[0].dispatches[0].kernel(),
+            vkml_shaders::gemm_coop_any::Variant::F16.kernel()
         );
         // Aligned, but M = 200 would leave a partial 16x16 fragment.
         let g = product(200, 256, 256, row_major(256, 256));
-        assert_eq!(names(&g), ["gemm_coop2_a8_f16", "gemm_coop_any_f16"]);
+        assert_eq!(
+            names(&g),
+            [
+                vkml_shaders::gemm_coop2::Variant::A8F16.kernel(),
+                vkml_shaders::gemm_coop_any::Variant::F16.kernel()
+            ]
+        );
     }
 
     #[test]

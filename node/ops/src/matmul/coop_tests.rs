@@ -7,8 +7,42 @@ use super::coop::{Mode, kernels_in};
 use crate::tensor::{DType, Tensor};
 use crate::testkit::gpu as testing;
 use crate::testkit::{Rng, build, f64s};
-use crate::{AttrValue, GpuKernel, InferInput, Op, ValueType};
-use vkml_vulkan::shader_needs;
+use crate::{AttrValue, GpuKernel, InferInput, Kernel, Op, ValueType};
+use vkml_shaders::{gemm_coop, gemm_coop2};
+
+/// gemm_coop's kernel for a layout pair (A, B transposed or not), `exact` or with bounds.
+fn khr_kernel(ta: bool, tb: bool, exact: bool, dtype: DType) -> Kernel {
+    use gemm_coop::Variant as V;
+    let v = match (ta, tb, exact, dtype == DType::F16) {
+        (false, false, false, true) => V::NnF16,
+        (false, true, false, true) => V::NtF16,
+        (true, false, false, true) => V::TnF16,
+        (true, true, false, true) => V::TtF16,
+        (false, false, true, true) => V::NnExactF16,
+        (false, true, true, true) => V::NtExactF16,
+        (true, false, true, true) => V::TnExactF16,
+        (true, true, true, true) => V::TtExactF16,
+        (false, false, false, false) => V::NnBf16,
+        (false, true, false, false) => V::NtBf16,
+        (true, false, false, false) => V::TnBf16,
+        (true, true, false, false) => V::TtBf16,
+        (false, false, true, false) => V::NnExactBf16,
+        (false, true, true, false) => V::NtExactBf16,
+        (true, false, true, false) => V::TnExactBf16,
+        (true, true, true, false) => V::TtExactBf16,
+    };
+    v.kernel()
+}
+
+/// Whether `k` is one of gemm_coop2's kernels, and whether one of its `exact` ones.
+fn nv2_kind(k: Kernel) -> Option<bool> {
+    use gemm_coop2::Variant as V;
+    let exact = [V::ExactF16, V::ExactBf16, V::ExactWideF16, V::ExactWideBf16];
+    V::ALL
+        .iter()
+        .any(|v| v.kernel() == k)
+        .then(|| exact.iter().any(|v| v.kernel() == k))
+}
 
 fn random_half(rng: &mut Rng, shape: &[usize], dtype: DType) -> Tensor {
     let n: usize = shape.iter().product();
@@ -68,7 +102,7 @@ fn plain_product(av: &[f64], bv: &[f64], (m, k, n): (usize, usize, usize)) -> Ve
 /// Runs every preferred kernel of `op` the test GPU can run on `inputs`; each must give `want`
 /// within 1e-2 of the output's scale (the rounding of a half-precision result, plus f32
 /// accumulation in another order). Returns the shaders run.
-fn check(op: &dyn Op, inputs: &[Option<&Tensor>], want: &[f64], what: &str) -> Vec<&'static str> {
+fn check(op: &dyn Op, inputs: &[Option<&Tensor>], want: &[f64], what: &str) -> Vec<Kernel> {
     let types: Vec<Option<ValueType>> = inputs.iter().map(|t| t.map(ValueType::of)).collect();
     let planned: Vec<Option<InferInput<'_>>> = types
         .iter()
@@ -86,7 +120,7 @@ fn check_kernels(
     outs: &[ValueType],
     want: &[f64],
     what: &str,
-) -> Vec<&'static str> {
+) -> Vec<Kernel> {
     let Some(gpu) = vkml_testkit::test_gpu() else {
         return Vec::new();
     };
@@ -94,9 +128,8 @@ fn check_kernels(
     let scale = want.iter().map(|v| v * v).sum::<f64>().sqrt() / (want.len() as f64).sqrt();
     let mut ran = Vec::new();
     for k in kernels {
-        let shader = k.dispatches[0].shader;
-        let needs = shader_needs(shader).expect("a known shader");
-        if !needs.met_by(gpu.info().shader_features) {
+        let shader = k.dispatches[0].kernel();
+        if !shader.needs().met_by(gpu.info().shader_features) {
             continue;
         }
         let got = testing::run_kernel_on(gpu, k, inputs, outs)
@@ -135,8 +168,8 @@ fn gpu_coop_matmul_matches_f64() {
                 &want,
                 &format!("{dtype} matmul {m}x{k}x{n}"),
             );
-            if let Some(shader) = ran.first().filter(|s| s.starts_with("gemm_coop2")) {
-                assert_eq!(shader.contains("_exact_"), m == 256, "{shader}");
+            if let Some(exact) = ran.first().and_then(|&k| nv2_kind(k)) {
+                assert_eq!(exact, m == 256, "{:?}", ran[0]);
             }
         }
         let op = build("MatMul", 13, &[]).unwrap();
@@ -204,13 +237,7 @@ fn gpu_coop_gemm_transposes_scale_and_bias_match_f64() {
             let what = format!("{dtype} gemm {m}x{k}x{n} transA {ta} transB {tb}");
             let ran = check(&*op, &[Some(&a), Some(&b), Some(&c)], &want, &what);
             if let Some(shader) = ran.first().filter(|_| m == 208) {
-                let layout = format!(
-                    "gemm_coop_{}{}_{}",
-                    if ta { 't' } else { 'n' },
-                    if tb { 't' } else { 'n' },
-                    if dtype == DType::F16 { "f16" } else { "bf16" }
-                );
-                assert_eq!(*shader, layout, "{what}");
+                assert_eq!(*shader, khr_kernel(ta, tb, false, dtype), "{what}");
             }
         }
     }
@@ -248,12 +275,7 @@ fn gpu_coop_exact_tiles_in_every_layout_match_f64() {
             let what = format!("{dtype} exact gemm transA {ta} transB {tb}");
             let ran = check(&*op, &[Some(&a), Some(&b)], &want, &what);
             if let Some(shader) = ran.first() {
-                let layout = format!(
-                    "gemm_coop_{}{}_exact_",
-                    if ta { 't' } else { 'n' },
-                    if tb { 't' } else { 'n' }
-                );
-                assert!(shader.starts_with(&layout), "{what}: {shader}");
+                assert_eq!(*shader, khr_kernel(ta, tb, true, dtype), "{what}");
             }
         }
     }
@@ -266,13 +288,14 @@ fn gpu_coop_wide_tiles_match_f64() {
     // N = 300 leaves B's rows 8 bytes off 16-byte boundaries (the general kernel); N = 296
     // keeps every row aligned (the `a8` kernel); 256 x 512 x 128 is whole 128x256x64 tiles
     // (the `exact` kernel).
+    use gemm_coop2::Variant as V;
     for (dtype, (m, k, n), kind) in [
-        (DType::F16, (200, 136, 300), "gemm_coop2_wide_"),
-        (DType::BF16, (200, 136, 300), "gemm_coop2_wide_"),
-        (DType::F16, (200, 136, 296), "gemm_coop2_a8_wide_"),
-        (DType::BF16, (200, 136, 296), "gemm_coop2_a8_wide_"),
-        (DType::F16, (256, 128, 512), "gemm_coop2_exact_wide_"),
-        (DType::BF16, (256, 128, 512), "gemm_coop2_exact_wide_"),
+        (DType::F16, (200, 136, 300), V::WideF16),
+        (DType::BF16, (200, 136, 300), V::WideBf16),
+        (DType::F16, (200, 136, 296), V::A8WideF16),
+        (DType::BF16, (200, 136, 296), V::A8WideBf16),
+        (DType::F16, (256, 128, 512), V::ExactWideF16),
+        (DType::BF16, (256, 128, 512), V::ExactWideBf16),
     ] {
         let mut rng = Rng::new(13);
         let a = random_half(&mut rng, &[m, k], dtype);
@@ -286,7 +309,7 @@ fn gpu_coop_wide_tiles_match_f64() {
             kernels[0].dispatches[0].groups,
             [n.div_ceil(256) as u32, m.div_ceil(128) as u32, 1]
         );
-        assert!(kernels[0].dispatches[0].shader.starts_with(kind));
+        assert_eq!(kernels[0].dispatches[0].kernel(), kind.kernel());
         let out = ValueType::new(dtype, vec![m, n]);
         let ran = check_kernels(
             &kernels,
@@ -296,7 +319,7 @@ fn gpu_coop_wide_tiles_match_f64() {
             &format!("{dtype} wide tiles, n = {n}"),
         );
         if let Some(shader) = ran.first() {
-            assert!(shader.starts_with(kind), "{shader}");
+            assert_eq!(*shader, kind.kernel());
         }
     }
 }
@@ -318,8 +341,11 @@ fn coop_gemm_report() {
     // median, so a kernel timed while the clocks still moved is not held against it.
     let mut jobs: Vec<(String, f64, testing::KernelTimer<'_>)> = Vec::new();
     let mut time = |label: String, kernel: &GpuKernel, inputs: &[&Tensor], out: ValueType| {
-        let needs = shader_needs(kernel.dispatches[0].shader).expect("a known shader");
-        if needs.met_by(gpu.info().shader_features) {
+        if kernel.dispatches[0]
+            .kernel()
+            .needs()
+            .met_by(gpu.info().shader_features)
+        {
             let flops = 2.0 * out.numel() as f64 * inputs[0].shape()[1] as f64;
             let inputs: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
             let timer = testing::KernelTimer::new(gpu, kernel, &inputs, &[out]).unwrap();
@@ -352,38 +378,47 @@ fn coop_gemm_report() {
                 let label = format!(
                     "{dtype} {size}^3{} {what} ({})",
                     if pad > 0 { " unaligned" } else { "" },
-                    k.dispatches[0].shader
+                    k.dispatches[0].kernel()
                 );
                 time(label, k, &[&a, &b], out.clone());
                 // The same product through the less specialised variants of gemm_coop2.
                 let wide = (128, 256);
                 let narrow = (128, 128);
-                let others: &[(&'static str, (usize, usize))] = match k.dispatches[0].shader {
-                    "gemm_coop2_exact_wide_f16" => &[
-                        ("gemm_coop2_a8_wide_f16", wide),
-                        ("gemm_coop2_wide_f16", wide),
-                    ],
-                    "gemm_coop2_exact_wide_bf16" => &[
-                        ("gemm_coop2_a8_wide_bf16", wide),
-                        ("gemm_coop2_wide_bf16", wide),
-                    ],
-                    "gemm_coop_nn_exact_f16" => {
-                        &[("gemm_coop_nn_f16", narrow), ("gemm_coop_any_f16", narrow)]
-                    }
-                    "gemm_coop_nn_exact_bf16" => &[
-                        ("gemm_coop_nn_bf16", narrow),
-                        ("gemm_coop_any_bf16", narrow),
-                    ],
-                    _ => &[],
-                };
-                for &(shader, (tm, tn)) in others {
+                use super::gpu::GemmKernel as G;
+                use vkml_shaders::gemm_coop_any;
+                let first = k.dispatches[0].kernel();
+                let others: Vec<(G, (usize, usize))> =
+                    if first == gemm_coop2::Variant::ExactWideF16.kernel() {
+                        vec![
+                            (G::Coop2(gemm_coop2::Variant::A8WideF16), wide),
+                            (G::Coop2(gemm_coop2::Variant::WideF16), wide),
+                        ]
+                    } else if first == gemm_coop2::Variant::ExactWideBf16.kernel() {
+                        vec![
+                            (G::Coop2(gemm_coop2::Variant::A8WideBf16), wide),
+                            (G::Coop2(gemm_coop2::Variant::WideBf16), wide),
+                        ]
+                    } else if first == gemm_coop::Variant::NnExactF16.kernel() {
+                        vec![
+                            (G::Coop(gemm_coop::Variant::NnF16), narrow),
+                            (G::CoopAny(gemm_coop_any::Variant::F16), narrow),
+                        ]
+                    } else if first == gemm_coop::Variant::NnExactBf16.kernel() {
+                        vec![
+                            (G::Coop(gemm_coop::Variant::NnBf16), narrow),
+                            (G::CoopAny(gemm_coop_any::Variant::Bf16), narrow),
+                        ]
+                    } else {
+                        vec![]
+                    };
+                for (shader, (tm, tn)) in others {
                     let with = super::GpuGemm {
                         coop: Some((shader, tm, tn)),
                         ..g.clone()
                     };
                     let k = super::gemm_kernel(&with).unwrap();
                     time(
-                        format!("{dtype} {size}^3 {what} ({shader})"),
+                        format!("{dtype} {size}^3 {what} ({})", shader.kernel()),
                         &k,
                         &[&a, &b],
                         out.clone(),
@@ -408,7 +443,7 @@ fn coop_gemm_report() {
             if let Some(k) = kernels_in(&g, DType::F16, mode).first() {
                 let label = format!(
                     "float16 4096^3, B transposed, {what} ({})",
-                    k.dispatches[0].shader
+                    k.dispatches[0].kernel()
                 );
                 time(label, k, &[&a, &b], t.clone());
             }
@@ -421,7 +456,7 @@ fn coop_gemm_report() {
     let types = [Some(&ta), Some(&ta)];
     let out = ValueType::new(DType::F32, vec![size, size]);
     if let Some(k) = op.gpu(&types, std::slice::from_ref(&out)) {
-        let label = format!("f32 {size}^3 ({})", k.dispatches[0].shader);
+        let label = format!("f32 {size}^3 ({})", k.dispatches[0].kernel());
         time(label, &k, &[&a, &a], out);
     }
     let median = |timer: &testing::KernelTimer<'_>, runs| {

@@ -8,6 +8,7 @@ use crate::elementwise::collapse;
 use crate::splitk::split_k;
 use crate::tensor::{DType, numel};
 use crate::{BufRef, Dispatch, GpuKernel};
+use vkml_shaders::{gemm, gemm_big, gemm_coop, gemm_coop_any, gemm_coop2, gemm_simple};
 
 /// Output tile of one workgroup of `gemm.comp` (both M and N).
 const TILE: usize = 64;
@@ -19,8 +20,8 @@ const GPU_BATCH_RANK: usize = 3;
 pub(super) struct GpuGemm {
     /// f16 tensors: gemm_simple.comp's variant rather than gemm.comp.
     pub(super) half: bool,
-    /// A tensor-core shader (coop.rs) in place of both, with its tile's rows and columns.
-    pub(super) coop: Option<(&'static str, usize, usize)>,
+    /// A tensor-core kernel (coop.rs) in place of both, with its tile's rows and columns.
+    pub(super) coop: Option<(GemmKernel, usize, usize)>,
     pub(super) m: usize,
     pub(super) n: usize,
     pub(super) k: usize,
@@ -40,24 +41,172 @@ pub(super) struct GpuGemm {
 /// Most dispatches one product may take (one per index of the batch axes beyond three).
 const MAX_DISPATCHES: usize = 4096;
 
+/// A kernel of the GEMM family. Their shaders share gemm.comp's push constants (buffers a, b,
+/// c, y, then [`GemmParams`]), so one description of a product fits every one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GemmKernel {
+    /// gemm.comp: 64 x 64 tiles, f32.
+    Tiled,
+    /// gemm_big.comp: 128 x 128 tiles, f32.
+    Big,
+    /// gemm_simple.comp: f16 in float arithmetic.
+    Simple,
+    /// Tensor cores (coop.rs).
+    Coop(gemm_coop::Variant),
+    Coop2(gemm_coop2::Variant),
+    CoopAny(gemm_coop_any::Variant),
+}
+
+/// gemm.comp's parameters after its four buffers, shared by the whole family. Batch index z
+/// (workgroup z) splits as ((i0 * nb1) + i1) * nb2 + i2.
+#[allow(non_snake_case)] // the shaders' names
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct GemmParams {
+    pub M: u32,
+    pub N: u32,
+    pub K: u32,
+    pub nb1: u32,
+    pub nb2: u32,
+    pub rsA: u32,
+    pub csA: u32,
+    pub bA0: u32,
+    pub bA1: u32,
+    pub bA2: u32,
+    pub rsB: u32,
+    pub csB: u32,
+    pub bB0: u32,
+    pub bB1: u32,
+    pub bB2: u32,
+    pub rsC: u32,
+    pub csC: u32,
+    pub alpha: f32,
+    pub beta: f32,
+    pub has_c: u32,
+    pub offA: u32,
+    pub offB: u32,
+    pub offY: u32,
+}
+
+/// `GemmParams` as the `Params` of one shader module, field by field (so a shader whose
+/// parameters drift from gemm.comp's stops compiling here).
+macro_rules! family_params {
+    ($module:ident, $p:expr) => {{
+        let p = $p;
+        $module::Params {
+            M: p.M,
+            N: p.N,
+            K: p.K,
+            nb1: p.nb1,
+            nb2: p.nb2,
+            rsA: p.rsA,
+            csA: p.csA,
+            bA0: p.bA0,
+            bA1: p.bA1,
+            bA2: p.bA2,
+            rsB: p.rsB,
+            csB: p.csB,
+            bB0: p.bB0,
+            bB1: p.bB1,
+            bB2: p.bB2,
+            rsC: p.rsC,
+            csC: p.csC,
+            alpha: p.alpha,
+            beta: p.beta,
+            has_c: p.has_c,
+            offA: p.offA,
+            offB: p.offB,
+            offY: p.offY,
+        }
+    }};
+}
+
+/// The family's buffers in one shader module's type.
+macro_rules! family_buffers {
+    ($module:ident, [$a:expr, $b:expr, $c:expr, $y:expr]) => {
+        $module::Buffers {
+            a: $a,
+            b: $b,
+            c: $c,
+            y: $y,
+        }
+    };
+}
+
+impl GemmKernel {
+    #[cfg(test)]
+    pub(crate) fn kernel(self) -> crate::Kernel {
+        match self {
+            GemmKernel::Tiled => gemm::Variant::F32.kernel(),
+            GemmKernel::Big => gemm_big::Variant::Main.kernel(),
+            GemmKernel::Simple => gemm_simple::Variant::F16.kernel(),
+            GemmKernel::Coop(v) => v.kernel(),
+            GemmKernel::Coop2(v) => v.kernel(),
+            GemmKernel::CoopAny(v) => v.kernel(),
+        }
+    }
+
+    /// One dispatch over A, B, C and Y.
+    fn dispatch(self, b: [BufRef; 4], p: &GemmParams, groups: [u32; 3]) -> Dispatch {
+        let [a, bb, c, y] = b;
+        match self {
+            GemmKernel::Tiled => Dispatch::new(
+                gemm::Variant::F32,
+                family_buffers!(gemm, [a, bb, c, y]),
+                family_params!(gemm, p),
+                groups,
+            ),
+            GemmKernel::Big => Dispatch::new(
+                gemm_big::Variant::Main,
+                family_buffers!(gemm_big, [a, bb, c, y]),
+                family_params!(gemm_big, p),
+                groups,
+            ),
+            GemmKernel::Simple => Dispatch::new(
+                gemm_simple::Variant::F16,
+                family_buffers!(gemm_simple, [a, bb, c, y]),
+                family_params!(gemm_simple, p),
+                groups,
+            ),
+            GemmKernel::Coop(v) => Dispatch::new(
+                v,
+                family_buffers!(gemm_coop, [a, bb, c, y]),
+                family_params!(gemm_coop, p),
+                groups,
+            ),
+            GemmKernel::Coop2(v) => Dispatch::new(
+                v,
+                family_buffers!(gemm_coop2, [a, bb, c, y]),
+                family_params!(gemm_coop2, p),
+                groups,
+            ),
+            GemmKernel::CoopAny(v) => Dispatch::new(
+                v,
+                family_buffers!(gemm_coop_any, [a, bb, c, y]),
+                family_params!(gemm_coop_any, p),
+                groups,
+            ),
+        }
+    }
+}
+
 /// The GEMM kernel for an M x N product repeated `batch` times, and its tile size. gemm_big's
 /// 128x128 tiles do twice the arithmetic per shared-memory read of gemm's 64x64 ones, but a
 /// product needs enough of them to fill a large GPU (an H100 has 132 multiprocessors), so
 /// smaller products keep the smaller tiles. `VKML_GEMM_KERNEL=gemm|gemm_big` overrides the
 /// choice, for benchmarks (read once).
-fn gemm_shader(m: usize, n: usize, batch: usize) -> (&'static str, usize) {
-    static FORCED: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
+fn tiled_kernel(m: usize, n: usize, batch: usize) -> (GemmKernel, usize) {
+    static FORCED: std::sync::OnceLock<Option<GemmKernel>> = std::sync::OnceLock::new();
     let forced = FORCED.get_or_init(|| match std::env::var("VKML_GEMM_KERNEL").as_deref() {
-        Ok("gemm") => Some("gemm"),
-        Ok("gemm_big") => Some("gemm_big"),
+        Ok("gemm") => Some(GemmKernel::Tiled),
+        Ok("gemm_big") => Some(GemmKernel::Big),
         _ => None,
     });
     let big_tiles = m.div_ceil(128) * n.div_ceil(128) * batch;
     match forced {
-        Some("gemm_big") => ("gemm_big", 128),
-        Some(_) => ("gemm_f32", TILE),
-        None if big_tiles >= 256 => ("gemm_big", 128),
-        None => ("gemm_f32", TILE),
+        Some(GemmKernel::Big) => (GemmKernel::Big, 128),
+        Some(_) => (GemmKernel::Tiled, TILE),
+        None if big_tiles >= 256 => (GemmKernel::Big, 128),
+        None => (GemmKernel::Tiled, TILE),
     }
 }
 
@@ -67,12 +216,9 @@ pub(super) fn plain_kernel((dtype, g): (DType, GpuGemm)) -> Option<GpuKernel> {
     (dtype != DType::BF16).then(|| gemm_kernel(&g)).flatten()
 }
 
-/// The dispatches of one product. Push-constant words of `gemm.comp` (and of the kernels
-/// sharing its layout), after its four buffer addresses (A, B, C, Y): M, N, K, nb1, nb2, A's
-/// rs, cs and three batch strides, the same for B, C's rs and cs, alpha, beta, has_c, then the
-/// element offsets of this dispatch's first A, B and Y matrices. Batch index z (workgroup z)
-/// splits as ((i0 * nb1) + i1) * nb2 + i2. Batch axes beyond the innermost three (after
-/// collapsing) become separate dispatches, each with its own offsets.
+/// The dispatches of one product ([`GemmParams`]). Batch axes beyond the innermost three
+/// (after collapsing) become separate dispatches, each with its own offsets of its first A,
+/// B and Y matrices.
 pub(super) fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
     let word = |v: usize| u32::try_from(v).ok();
     if g.sizes.iter().any(|&s| word(s).is_none()) {
@@ -93,26 +239,38 @@ pub(super) fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
         inner(&lay.strides[1], 0),
     );
     let (rc, cc) = g.c.unwrap_or((0, 0));
-    let words = [
-        g.m, g.n, g.k, dims[1], dims[2], g.a.rs, g.a.cs, sa[0], sa[1], sa[2], g.b.rs, g.b.cs,
-        sb[0], sb[1], sb[2], rc, cc,
-    ];
-    let mut params = words
-        .iter()
-        .map(|&v| word(v))
-        .collect::<Option<Vec<u32>>>()?;
-    params.extend([
-        g.alpha.to_bits(),
-        g.beta.to_bits(),
-        u32::from(g.c.is_some()),
-    ]);
-    let (shader, tile) = if let Some((shader, tm, tn)) = g.coop {
-        (shader, (tm, tn))
+    let params = GemmParams {
+        M: word(g.m)?,
+        N: word(g.n)?,
+        K: word(g.k)?,
+        nb1: word(dims[1])?,
+        nb2: word(dims[2])?,
+        rsA: word(g.a.rs)?,
+        csA: word(g.a.cs)?,
+        bA0: word(sa[0])?,
+        bA1: word(sa[1])?,
+        bA2: word(sa[2])?,
+        rsB: word(g.b.rs)?,
+        csB: word(g.b.cs)?,
+        bB0: word(sb[0])?,
+        bB1: word(sb[1])?,
+        bB2: word(sb[2])?,
+        rsC: word(rc)?,
+        csC: word(cc)?,
+        alpha: g.alpha,
+        beta: g.beta,
+        has_c: u32::from(g.c.is_some()),
+        offA: 0,
+        offB: 0,
+        offY: 0,
+    };
+    let (kernel, tile) = if let Some((kernel, tm, tn)) = g.coop {
+        (kernel, (tm, tn))
     } else if g.half {
-        ("gemm_simple_f16", (TILE, TILE))
+        (GemmKernel::Simple, (TILE, TILE))
     } else {
-        let (shader, tile) = gemm_shader(g.m, g.n, numel(&dims) * numel(&lay.dims[..split]));
-        (shader, (tile, tile))
+        let (kernel, tile) = tiled_kernel(g.m, g.n, numel(&dims) * numel(&lay.dims[..split]));
+        (kernel, (tile, tile))
     };
     let groups = [g.n.div_ceil(tile.1), g.m.div_ceil(tile.0), numel(&dims)];
     if groups.iter().any(|&v| v > 65_535) {
@@ -131,7 +289,7 @@ pub(super) fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
         return None;
     }
     // One dispatch of small tiles that cannot fill the GPU: split K (splitk.rs).
-    if count == 1 && shader == "gemm_f32" {
+    if count == 1 && kernel == GemmKernel::Tiled {
         let (splits, k_slice) = split_k(
             groups[0] * groups[1] * groups[2],
             g.k,
@@ -139,7 +297,7 @@ pub(super) fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
             splitk::gemm_mode(),
         );
         if splits > 1 && groups[2] * splits <= 65_535 {
-            return Some(splitk::kernel(g, params, groups, splits, k_slice));
+            return Some(splitk::kernel(g, &params, groups, splits, k_slice));
         }
     }
     let mut dispatches = Vec::with_capacity(count);
@@ -152,20 +310,20 @@ pub(super) fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
             ob += i * lay.strides[1][ax];
         }
         let oy = z * groups[2] * g.m * g.n;
-        let mut p = params.clone();
-        p.extend([word(oa)?, word(ob)?, word(oy)?]);
-        dispatches.push(Dispatch {
-            shader,
-            // Without a C term the shader never reads its C buffer; A stands in for it.
-            buffers: vec![
-                BufRef::Input(0),
-                BufRef::Input(1),
-                BufRef::Input(if g.c.is_some() { 2 } else { 0 }),
-                BufRef::Output(0),
-            ],
-            params: p,
-            groups: groups.map(|v| v as u32),
-        });
+        let p = GemmParams {
+            offA: word(oa)?,
+            offB: word(ob)?,
+            offY: word(oy)?,
+            ..params
+        };
+        // Without a C term the shader never reads its C buffer; A stands in for it.
+        let buffers = [
+            BufRef::Input(0),
+            BufRef::Input(1),
+            BufRef::Input(if g.c.is_some() { 2 } else { 0 }),
+            BufRef::Output(0),
+        ];
+        dispatches.push(kernel.dispatch(buffers, &p, groups.map(|v| v as u32)));
     }
     Some(GpuKernel {
         scratch: vec![],

@@ -352,12 +352,15 @@ fn gpu_params_carry_strides_and_batches() {
         )
         .unwrap();
     let d = &k.dispatches[0];
-    assert_eq!((d.shader, d.groups), ("gemm_f32", [2, 3, 1]));
-    assert_eq!(d.buffers[2], BufRef::Input(2));
-    assert_eq!(&d.params[..7], &[130, 65, 7, 1, 1, 1, 130]);
-    assert_eq!(&d.params[10..12], &[65, 1]);
     assert_eq!(
-        &d.params[15..],
+        (d.kernel(), d.groups),
+        (vkml_shaders::gemm::Variant::F32.kernel(), [2, 3, 1])
+    );
+    assert_eq!(d.buffers()[2], BufRef::Input(2));
+    assert_eq!(&d.params()[..7], &[130, 65, 7, 1, 1, 1, 130]);
+    assert_eq!(&d.params()[10..12], &[65, 1]);
+    assert_eq!(
+        &d.params()[15..],
         &[1, 0, 1f32.to_bits(), 2f32.to_bits(), 1, 0, 0, 0]
     );
     assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);
@@ -372,9 +375,9 @@ fn gpu_params_carry_strides_and_batches() {
     let d = &k.dispatches[0];
     assert_eq!(d.groups, [1, 1, 10]);
     // Batch [2, 5]: nb1 = 2, nb2 = 5; A strides (0, 12, 0), B strides (0, 0, 18).
-    assert_eq!(&d.params[3..5], &[2, 5]);
-    assert_eq!(&d.params[7..10], &[0, 12, 0]);
-    assert_eq!(&d.params[12..15], &[0, 0, 18]);
+    assert_eq!(&d.params()[3..5], &[2, 5]);
+    assert_eq!(&d.params()[7..10], &[0, 12, 0]);
+    assert_eq!(&d.params()[12..15], &[0, 0, 18]);
     // Four batch axes that cannot merge: one dispatch per index of the outermost.
     let (a, b) = (
         ValueType::new(DType::F32, vec![2, 1, 3, 1, 4, 5]),
@@ -450,7 +453,7 @@ fn gpu_gemm_every_transpose_scale_and_c_shape() {
 }
 
 /// The first dispatch's shader and, for a split, its slice count (gemm.comp's word 15).
-fn split_of(op: &dyn Op, inputs: &[&Tensor]) -> (&'static str, u32) {
+fn split_of(op: &dyn Op, inputs: &[&Tensor]) -> (crate::Kernel, u32) {
     let types: Vec<ValueType> = inputs.iter().map(|t| ValueType::of(t)).collect();
     let infer_in: Vec<_> = types
         .iter()
@@ -460,7 +463,7 @@ fn split_of(op: &dyn Op, inputs: &[&Tensor]) -> (&'static str, u32) {
     let refs: Vec<Option<&ValueType>> = types.iter().map(Some).collect();
     let k = op.gpu(&refs, &outs).unwrap();
     let d = &k.dispatches[0];
-    (d.shader, d.params[15])
+    (d.kernel(), d.params()[15])
 }
 
 #[test]
@@ -481,7 +484,7 @@ fn gpu_split_k_matmul_matches_cpu() {
         if auto {
             assert_eq!(
                 split_of(&*op, &[&x, &y]),
-                ("gemm_f32_splitk", splits),
+                (vkml_shaders::gemm_splitk::Variant::F32.kernel(), splits),
                 "{a:?} x {b:?}"
             );
         }
@@ -514,7 +517,10 @@ fn gpu_split_k_gemm_every_transpose_scale_and_c_shape() {
                     if auto {
                         let mut ins = vec![&a, &b];
                         ins.extend(c.as_ref());
-                        assert_eq!(split_of(&*op, &ins), ("gemm_f32_splitk", 4));
+                        assert_eq!(
+                            split_of(&*op, &ins),
+                            (vkml_shaders::gemm_splitk::Variant::F32.kernel(), 4)
+                        );
                     }
                     gpu_matches_cpu(&*op, &[Some(&a), Some(&b), c.as_ref()], 1e-4);
                 }

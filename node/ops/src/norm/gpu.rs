@@ -3,14 +3,11 @@
 use super::Rows;
 use crate::tensor::DType;
 use crate::{BufRef, Dispatch, GpuKernel};
+use vkml_shaders::norm_rows;
 
 /// `stats`: how many of Mean and InvStdDev (in that order) are wanted, 0 to 2.
 pub fn kernel(dtype: DType, r: Rows, eps: f32, has_bias: bool, stats: usize) -> Option<GpuKernel> {
-    let shader = match dtype {
-        DType::F32 => "norm_rows_f32",
-        DType::F16 => "norm_rows_f16",
-        _ => return None,
-    };
+    let variant = by_dtype!(dtype, norm_rows::Variant, [F32, F16])?;
     u32::try_from(r.rows.checked_mul(r.len)?).ok()?;
     if r.rows == 0 || r.len == 0 {
         return Some(GpuKernel {
@@ -33,27 +30,27 @@ pub fn kernel(dtype: DType, r: Rows, eps: f32, has_bias: bool, stats: usize) -> 
     };
     Some(GpuKernel {
         scratch: vec![],
-        dispatches: vec![Dispatch {
-            shader,
-            buffers: vec![
-                BufRef::Input(0),
-                BufRef::Input(1),
+        dispatches: vec![Dispatch::new(
+            variant,
+            norm_rows::Buffers {
+                x: BufRef::Input(0),
+                scale: BufRef::Input(1),
                 bias,
-                BufRef::Output(0),
+                y: BufRef::Output(0),
                 mean,
                 inv,
-            ],
-            params: vec![
-                r.rows as u32,
-                r.len as u32,
-                r.p as u32,
-                r.q as u32,
-                r.d as u32,
-                r.s as u32,
-                eps.to_bits(),
-                has_bias as u32 | u32::from(stats >= 1) << 1 | u32::from(stats >= 2) << 2,
-            ],
-            groups: [gx as u32, u32::try_from(gy).ok()?, 1],
-        }],
+            },
+            norm_rows::Params {
+                rows: r.rows as u32,
+                len: r.len as u32,
+                pp: r.p as u32,
+                q: r.q as u32,
+                d: r.d as u32,
+                s: r.s as u32,
+                eps,
+                flags: has_bias as u32 | u32::from(stats >= 1) << 1 | u32::from(stats >= 2) << 2,
+            },
+            [gx as u32, u32::try_from(gy).ok()?, 1],
+        )],
     })
 }

@@ -5,6 +5,7 @@ use crate::numeric::{from_f64, offsets, resolve_axes};
 use crate::tensor::{DType, Tensor};
 use crate::util::{axis, expect_dtype, groups_1d, req};
 use crate::{BufRef, Dispatch, GpuKernel, InferInput, Op, OpError, Registry, ValueType};
+use vkml_shaders::norm_axes;
 
 pub fn register(r: &mut Registry) {
     r.add("MeanVarianceNormalization", |s| {
@@ -40,11 +41,7 @@ fn f64s(t: &Tensor) -> Result<Vec<f64>, OpError> {
 
 /// norm_axes.comp over the (ascending) `axes` of `x`, in `mode` (0 MVN, 1 L1, 2 L2).
 fn axes_kernel(x: &ValueType, axes: &[usize], mode: u32) -> Option<GpuKernel> {
-    let shader = match x.dtype {
-        DType::F32 => "norm_axes_f32",
-        DType::F16 => "norm_axes_f16",
-        _ => return None,
-    };
+    let variant = by_dtype!(x.dtype, norm_axes::Variant, [F32, F16])?;
     u32::try_from(x.numel()).ok()?;
     let st = crate::tensor::strides(&x.shape);
     let kept: Vec<usize> = (0..x.shape.len()).filter(|a| !axes.contains(a)).collect();
@@ -64,12 +61,20 @@ fn axes_kernel(x: &ValueType, axes: &[usize], mode: u32) -> Option<GpuKernel> {
     }
     Some(GpuKernel {
         scratch: vec![],
-        dispatches: vec![Dispatch {
-            shader,
-            buffers: vec![BufRef::Input(0), BufRef::Output(0), BufRef::Table(table)],
-            params: vec![nout as u32, nred as u32, mode],
-            groups: groups_1d(nout, 256),
-        }],
+        dispatches: vec![Dispatch::new(
+            variant,
+            norm_axes::Buffers {
+                x: BufRef::Input(0),
+                y: BufRef::Output(0),
+                t: BufRef::Table(table),
+            },
+            norm_axes::Params {
+                nout: nout as u32,
+                nred: nred as u32,
+                mode,
+            },
+            groups_1d(nout, 256),
+        )],
     })
 }
 

@@ -2,17 +2,12 @@
 //! shaders/pool_max_indices.comp (MaxPool with Indices) and shaders/pool_global.comp (one
 //! workgroup per plane).
 
-use super::{PoolKind, PoolShape};
+use super::{Axis, PoolKind, PoolShape};
 use crate::util::groups_1d;
 use crate::{BufRef, Dispatch, GpuKernel};
+use vkml_shaders::{op, pool, pool_global, pool_max_indices};
 
 const MAX_ELEMS: usize = i32::MAX as usize;
-
-/// `mode` word of pool.comp and pool_global.comp.
-const MODE_MAX: u32 = 0;
-const MODE_AVG: u32 = 1;
-const MODE_AVG_INCLUDE_PAD: u32 = 2;
-const MODE_LP: u32 = 3;
 
 /// `indices`: MaxPool's Indices output is wanted, numbered column-major when `Some(true)`.
 /// `half`: f16 tensors (the shaders' `_f16` variants).
@@ -23,55 +18,84 @@ pub fn pool(s: &PoolShape, kind: PoolKind, indices: Option<bool>, half: bool) ->
         return None;
     }
     let a = s.axes3();
-    let mut params = vec![planes as u32];
-    params.extend(a.iter().map(|a| a.input as u32));
-    params.extend(a.iter().map(|a| a.output as u32));
-    params.extend(a.iter().map(|a| a.kernel as u32));
-    params.extend(a.iter().map(|a| a.stride as u32));
-    params.extend(a.iter().map(|a| a.dilation as u32));
-    params.extend(a.iter().map(|a| a.pad_begin as u32));
-    let (shader, buffers) = if let Some(column_major) = indices {
-        params.push(column_major as u32);
-        let buffers = vec![BufRef::Input(0), BufRef::Output(0), BufRef::Output(1)];
-        (
+    let each = |f: fn(&Axis) -> usize| -> [u32; 3] { std::array::from_fn(|i| f(&a[i]) as u32) };
+    let (in_size, out_size, kernel, stride, dilation, pad) = (
+        each(|a| a.input),
+        each(|a| a.output),
+        each(|a| a.kernel),
+        each(|a| a.stride),
+        each(|a| a.dilation),
+        each(|a| a.pad_begin),
+    );
+    let planes = planes as u32;
+    let dispatch = if let Some(column_major) = indices {
+        Dispatch::new(
             if half {
-                "pool_max_indices_f16"
+                pool_max_indices::Variant::F16
             } else {
-                "pool_max_indices_f32"
+                pool_max_indices::Variant::F32
             },
-            buffers,
+            pool_max_indices::Buffers {
+                x: BufRef::Input(0),
+                y: BufRef::Output(0),
+                idx: BufRef::Output(1),
+            },
+            pool_max_indices::Params {
+                planes,
+                in_size,
+                out_size,
+                kernel,
+                stride,
+                dilation,
+                pad,
+                column_major: column_major as u32,
+            },
+            groups_1d(y_len, 256),
         )
     } else {
-        // End of the explicit padding: windows of count_include_pad count taps up to here.
-        params.extend(a.iter().map(|a| (a.input + a.pad_end) as u32));
-        params.push(match kind {
-            PoolKind::Max => MODE_MAX,
+        let mode = match kind {
+            PoolKind::Max => op::Pool::Max,
             PoolKind::Avg {
                 count_include_pad: false,
-            } => MODE_AVG,
+            } => op::Pool::Avg,
             PoolKind::Avg {
                 count_include_pad: true,
-            } => MODE_AVG_INCLUDE_PAD,
-            PoolKind::Lp { .. } => MODE_LP,
-        });
-        params.push(match kind {
-            PoolKind::Lp { p } => p,
-            _ => 1,
-        });
-        (
-            if half { "pool_f16" } else { "pool_f32" },
-            vec![BufRef::Input(0), BufRef::Output(0)],
+            } => op::Pool::AvgIncludePad,
+            PoolKind::Lp { .. } => op::Pool::Lp,
+        };
+        Dispatch::new(
+            if half {
+                pool::Variant::F16
+            } else {
+                pool::Variant::F32
+            },
+            pool::Buffers {
+                x: BufRef::Input(0),
+                y: BufRef::Output(0),
+            },
+            pool::Params {
+                planes,
+                in_size,
+                out_size,
+                kernel,
+                stride,
+                dilation,
+                pad,
+                // End of the explicit padding: windows of count_include_pad count taps up to
+                // here.
+                lim: each(|a| a.input + a.pad_end),
+                mode: mode.code(),
+                lp: match kind {
+                    PoolKind::Lp { p } => p,
+                    _ => 1,
+                },
+            },
+            groups_1d(y_len, 256),
         )
     };
-    debug_assert!(8 * buffers.len() + 4 * params.len() <= 128);
     Some(GpuKernel {
         scratch: vec![],
-        dispatches: vec![Dispatch {
-            shader,
-            buffers,
-            params,
-            groups: groups_1d(y_len, 256),
-        }],
+        dispatches: vec![dispatch],
     })
 }
 
@@ -81,20 +105,23 @@ pub fn global_pool(planes: usize, plane: usize, max: bool, half: bool) -> Option
     }
     Some(GpuKernel {
         scratch: vec![],
-        dispatches: vec![Dispatch {
-            shader: if half {
-                "pool_global_f16"
+        dispatches: vec![Dispatch::new(
+            if half {
+                pool_global::Variant::F16
             } else {
-                "pool_global_f32"
+                pool_global::Variant::F32
             },
-            buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-            params: vec![
-                planes as u32,
-                plane as u32,
-                if max { MODE_MAX } else { MODE_AVG },
-            ],
+            pool_global::Buffers {
+                x: BufRef::Input(0),
+                y: BufRef::Output(0),
+            },
+            pool_global::Params {
+                planes: planes as u32,
+                plane_size: plane as u32,
+                mode: if max { op::Pool::Max } else { op::Pool::Avg }.code(),
+            },
             // One workgroup of 256 per plane.
-            groups: groups_1d(planes * 256, 256),
-        }],
+            groups_1d(planes * 256, 256),
+        )],
     })
 }

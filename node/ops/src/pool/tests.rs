@@ -474,11 +474,14 @@ fn indices_pick_their_own_shader() {
     let i = ValueType::new(DType::I64, vec![1, 1, 3, 3]);
     let op = node("MaxPool", 22, vec![("kernel_shape", ints(&[2, 2]))], 1, 2).unwrap();
     let k = op.gpu(&[Some(&x)], &[y.clone(), i]).unwrap();
-    assert_eq!(k.dispatches[0].shader, "pool_max_indices_f32");
+    assert_eq!(
+        k.dispatches[0].kernel(),
+        vkml_shaders::pool_max_indices::Variant::F32.kernel()
+    );
     assert!(8 * k.dispatches[0].buffers.len() + 4 * k.dispatches[0].params.len() <= 128);
     let op = node("MaxPool", 22, vec![("kernel_shape", ints(&[2, 2]))], 1, 1).unwrap();
     assert_eq!(
-        op.gpu(&[Some(&x)], &[y]).unwrap().dispatches[0].shader,
-        "pool_f32"
+        op.gpu(&[Some(&x)], &[y]).unwrap().dispatches[0].kernel(),
+        vkml_shaders::pool::Variant::F32.kernel()
     );
 }

@@ -5,6 +5,7 @@ use crate::numeric::{Wide, widen};
 use crate::tensor::{DType, Tensor};
 use crate::util::{axis as norm_axis, groups_1d, req};
 use crate::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use vkml_shaders::argmax;
 
 pub fn register(r: &mut Registry) {
     r.add("ArgMax", |s| Arg::build(s, false));
@@ -134,21 +135,11 @@ impl Op for Arg {
         let n = outer * inner;
         // Long rows: a workgroup per output (the shader needs len >= its 256 invocations).
         let row = len >= ROW_MIN;
-        let shader = match (x.dtype, row) {
-            (DType::F32, false) => "argmax_f32",
-            (DType::F16, false) => "argmax_f16",
-            (DType::I32, false) => "argmax_i32",
-            (DType::I64, false) => "argmax_i64",
-            (DType::F32, true) => "argmax_f32_row",
-            (DType::F16, true) => "argmax_f16_row",
-            (DType::I32, true) => "argmax_i32_row",
-            (DType::I64, true) => "argmax_i64_row",
-            (DType::I8, false) => "argmax_i8",
-            (DType::U8, false) => "argmax_u8",
-            (DType::I8, true) => "argmax_i8_row",
-            (DType::U8, true) => "argmax_u8_row",
-            _ => return None,
-        };
+        let variant = if row {
+            by_dtype!(x.dtype, argmax::Variant, [F32 => F32Row, F16 => F16Row, I32 => I32Row, I64 => I64Row, I8 => I8Row, U8 => U8Row])
+        } else {
+            by_dtype!(x.dtype, argmax::Variant, [F32, F16, I32, I64, I8, U8])
+        }?;
         let groups = if row {
             let gy = n.div_ceil(65_535);
             [n.div_ceil(gy) as u32, u32::try_from(gy).ok()?, 1]
@@ -157,18 +148,21 @@ impl Op for Arg {
         };
         Some(GpuKernel {
             scratch: vec![],
-            dispatches: vec![Dispatch {
-                shader,
-                buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-                params: vec![
-                    n as u32,
-                    len as u32,
-                    inner as u32,
-                    self.min as u32,
-                    self.last as u32,
-                ],
+            dispatches: vec![Dispatch::new(
+                variant,
+                argmax::Buffers {
+                    x: BufRef::Input(0),
+                    y: BufRef::Output(0),
+                },
+                argmax::Params {
+                    n: n as u32,
+                    len: len as u32,
+                    inner: inner as u32,
+                    is_min: self.min as u32,
+                    last: self.last as u32,
+                },
                 groups,
-            }],
+            )],
         })
     }
 }

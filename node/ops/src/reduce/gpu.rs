@@ -6,6 +6,7 @@ use super::{Kind, Plan};
 use crate::tensor::{DType, strides};
 use crate::util::groups_1d;
 use crate::{BufRef, Dispatch, GpuKernel};
+use vkml_shaders::{reduce, reduce_split};
 
 /// Reductions at least this long get a workgroup per output.
 const ROW_MIN: usize = 128;
@@ -33,15 +34,6 @@ pub fn kernel(kind: Kind, dtype: DType, plan: &Plan) -> Option<GpuKernel> {
     if !float && matches!(kind, Kind::L2 | Kind::LogSum | Kind::LogSumExp) {
         return None;
     }
-    let suffix = match dtype {
-        DType::F32 => "f32",
-        DType::F16 => "f16",
-        DType::I32 => "i32",
-        DType::I64 => "i64",
-        DType::I8 => "i8",
-        DType::U8 => "u8",
-        _ => return None,
-    };
     let numel: usize = plan.shape.iter().product();
     u32::try_from(numel).ok()?;
     let plan = &collapsed(plan);
@@ -62,26 +54,36 @@ pub fn kernel(kind: Kind, dtype: DType, plan: &Plan) -> Option<GpuKernel> {
         });
     }
     if nout <= SPLIT_MAX_OUT && nred >= SPLIT_MIN && !matches!(dtype, DType::I8 | DType::U8) {
-        return split(suffix, nout, nred, kind, table);
+        return split(dtype, nout, nred, kind, table);
     }
     let row = nred >= ROW_MIN;
-    let (shader, groups) = if row {
-        let gy = nout.div_ceil(65_535);
-        (
-            format!("reduce_{suffix}_row"),
-            [nout.div_ceil(gy) as u32, u32::try_from(gy).ok()?, 1],
-        )
+    let variant = if row {
+        by_dtype!(dtype, reduce::Variant, [F32 => F32Row, F16 => F16Row, I32 => I32Row, I64 => I64Row, I8 => I8Row, U8 => U8Row])
     } else {
-        (format!("reduce_{suffix}"), groups_1d(nout, 256))
+        by_dtype!(dtype, reduce::Variant, [F32, F16, I32, I64, I8, U8])
+    }?;
+    let groups = if row {
+        let gy = nout.div_ceil(65_535);
+        [nout.div_ceil(gy) as u32, u32::try_from(gy).ok()?, 1]
+    } else {
+        groups_1d(nout, 256)
     };
     Some(GpuKernel {
         scratch: vec![],
-        dispatches: vec![Dispatch {
-            shader: shader_name(&shader)?,
-            buffers: vec![BufRef::Input(0), BufRef::Output(0), BufRef::Table(table)],
-            params: vec![nout as u32, nred as u32, kind as u32],
+        dispatches: vec![Dispatch::new(
+            variant,
+            reduce::Buffers {
+                x: BufRef::Input(0),
+                y: BufRef::Output(0),
+                t: BufRef::Table(table),
+            },
+            reduce::Params {
+                nout: nout as u32,
+                nred: nred as u32,
+                op: kind.code(),
+            },
             groups,
-        }],
+        )],
     })
 }
 
@@ -120,65 +122,37 @@ const SPLIT_MIN: usize = 1 << 16;
 /// 256 workgroups, enough to keep every SM of a large GPU reading.
 const SPLIT_CHUNK: usize = 1 << 12;
 
-fn split(suffix: &str, nout: usize, nred: usize, kind: Kind, table: Vec<u32>) -> Option<GpuKernel> {
+fn split(dtype: DType, nout: usize, nred: usize, kind: Kind, table: Vec<u32>) -> Option<GpuKernel> {
+    use reduce_split::Variant as V;
     let chunk = SPLIT_CHUNK.max(nred.div_ceil(65_535));
     let chunks = nred.div_ceil(chunk);
-    let (first, last) = match suffix {
-        "f32" => ("reduce_split_f32", "reduce_split_f32_final"),
-        "f16" => ("reduce_split_f16", "reduce_split_f16_final"),
-        "i32" => ("reduce_split_i32", "reduce_split_i32_final"),
-        "i64" => ("reduce_split_i64", "reduce_split_i64_final"),
+    let (first, last) = match dtype {
+        DType::F32 => (V::F32, V::F32Final),
+        DType::F16 => (V::F16, V::F16Final),
+        DType::I32 => (V::I32, V::I32Final),
+        DType::I64 => (V::I64, V::I64Final),
         _ => return None,
     };
-    let buffers = vec![
-        BufRef::Input(0),
-        BufRef::Scratch(0),
-        BufRef::Scratch(1),
-        BufRef::Output(0),
-        BufRef::Table(table),
-    ];
-    let params = vec![
-        nout as u32,
-        nred as u32,
-        kind as u32,
-        chunks as u32,
-        chunk as u32,
-    ];
+    let buffers = || reduce_split::Buffers {
+        x: BufRef::Input(0),
+        part: BufRef::Scratch(0),
+        pmax: BufRef::Scratch(1),
+        y: BufRef::Output(0),
+        t: BufRef::Table(table.clone()),
+    };
+    let params = reduce_split::Params {
+        nout: nout as u32,
+        nred: nred as u32,
+        op: kind.code(),
+        chunks: chunks as u32,
+        chunk: chunk as u32,
+    };
     Some(GpuKernel {
         // Partial results (8 bytes covers float and int64) and LogSumExp's chunk maxima.
         scratch: vec![(nout * chunks * 8) as u64, (nout * chunks * 4) as u64],
         dispatches: vec![
-            Dispatch {
-                shader: first,
-                buffers: buffers.clone(),
-                params: params.clone(),
-                groups: [chunks as u32, nout as u32, 1],
-            },
-            Dispatch {
-                shader: last,
-                buffers,
-                params,
-                groups: [nout as u32, 1, 1],
-            },
+            Dispatch::new(first, buffers(), params, [chunks as u32, nout as u32, 1]),
+            Dispatch::new(last, buffers(), params, [nout as u32, 1, 1]),
         ],
     })
-}
-
-/// `Dispatch::shader` is `&'static str`: map the computed name onto the known variants.
-fn shader_name(name: &str) -> Option<&'static str> {
-    const NAMES: &[&str] = &[
-        "reduce_f32",
-        "reduce_f16",
-        "reduce_i32",
-        "reduce_i64",
-        "reduce_f32_row",
-        "reduce_f16_row",
-        "reduce_i32_row",
-        "reduce_i64_row",
-        "reduce_i8",
-        "reduce_u8",
-        "reduce_i8_row",
-        "reduce_u8_row",
-    ];
-    NAMES.iter().copied().find(|n| *n == name)
 }

@@ -31,20 +31,8 @@ pub fn register(r: &mut Registry) {
     arg::register(r);
 }
 
-/// Which reduction; the discriminant is the shader's `op` parameter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Sum = 0,
-    Mean = 1,
-    Max = 2,
-    Min = 3,
-    Prod = 4,
-    L1 = 5,
-    L2 = 6,
-    LogSum = 7,
-    LogSumExp = 8,
-    SumSquare = 9,
-}
+/// Which reduction: the kinds are the shaders' `op` codes, from shaders/opcodes.toml.
+pub use vkml_shaders::op::Reduce as Kind;
 
 #[derive(Debug)]
 pub struct Reduce {

@@ -7,6 +7,7 @@ use super::{Layout, Policy, Resize};
 use crate::tensor::{DType, strides};
 use crate::util::groups_1d;
 use crate::{BufRef, Dispatch, GpuKernel, ValueType};
+use vkml_shaders::resize;
 
 /// The shader's largest rank (its per-axis arrays).
 const MAX_RANK: usize = 8;
@@ -36,13 +37,7 @@ pub(super) fn kernel(
 ) -> Option<GpuKernel> {
     let x = inputs.first().copied().flatten()?;
     let y = outputs.first()?;
-    let shader = match x.dtype {
-        DType::F32 => "resize_f32",
-        DType::F16 => "resize_f16",
-        DType::U8 => "resize_u8",
-        DType::I8 => "resize_i8",
-        _ => return None,
-    };
+    let variant = by_dtype!(x.dtype, resize::Variant, [F32, F16, U8, I8])?;
     let s = &op.sampling;
     let r = x.shape.len();
     if r > MAX_RANK || y.shape.len() != r {
@@ -143,31 +138,32 @@ pub(super) fn kernel(
     let n = y.numel();
     Some(GpuKernel {
         scratch: vec![],
-        dispatches: vec![Dispatch {
-            shader,
-            buffers: vec![
-                BufRef::Input(0),
-                BufRef::Table(table),
-                scales.clone().unwrap_or(BufRef::Input(0)),
-                sizes.clone().unwrap_or(BufRef::Input(0)),
+        dispatches: vec![Dispatch::new(
+            variant,
+            resize::Buffers {
+                x: BufRef::Input(0),
+                t: BufRef::Table(table),
+                // Absent inputs are stood in for by input 0; the flags keep them unread.
+                scales: scales.clone().unwrap_or(BufRef::Input(0)),
+                sizes: sizes.clone().unwrap_or(BufRef::Input(0)),
                 roi,
-                BufRef::Output(0),
-            ],
-            params: vec![
-                n as u32,
-                r as u32,
+                y: BufRef::Output(0),
+            },
+            resize::Params {
+                n: n as u32,
+                rank: r as u32,
                 mode,
                 nearest,
                 transform,
-                sizes.is_some() as u32,
+                source: sizes.is_some() as u32,
                 policy,
-                axes.len() as u32,
-                s.exclude_outside as u32,
-                cubic_a.to_bits(),
-                (op.extrapolation as f32).to_bits(),
-                s.antialias as u32,
-            ],
-            groups: groups_1d(n, 256),
-        }],
+                listed: axes.len() as u32,
+                exclude: s.exclude_outside as u32,
+                cubic_a,
+                extrapolation: op.extrapolation as f32,
+                antialias: s.antialias as u32,
+            },
+            groups_1d(n, 256),
+        )],
     })
 }

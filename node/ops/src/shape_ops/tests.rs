@@ -197,7 +197,10 @@ fn view_ops_copy_words_on_the_gpu() {
         .gpu(&[], &[ValueType::new(DType::F32, vec![3, 2])])
         .expect("f32 has a kernel");
     assert_eq!(k.dispatches.len(), 1);
-    assert_eq!(k.dispatches[0].shader, "copy");
+    assert_eq!(
+        k.dispatches[0].kernel(),
+        vkml_shaders::copy::Variant::Main.kernel()
+    );
     assert_eq!(k.dispatches[0].params, vec![6]);
     assert_eq!(
         k.dispatches[0].buffers,
@@ -207,7 +210,10 @@ fn view_ops_copy_words_on_the_gpu() {
     let k = op.gpu(&[], &[ValueType::new(DType::F16, vec![2])]).unwrap();
     assert_eq!(k.dispatches[0].params, vec![1]);
     let k = op.gpu(&[], &[ValueType::new(DType::U8, vec![3])]).unwrap();
-    assert_eq!(k.dispatches[0].shader, "remap_b1");
+    assert_eq!(
+        k.dispatches[0].kernel(),
+        vkml_shaders::remap::Variant::B1.kernel()
+    );
     assert_eq!(k.dispatches[0].params[0], 3);
     let empty = op
         .gpu(&[], &[ValueType::new(DType::F32, vec![0, 5])])

@@ -4,6 +4,7 @@
 use crate::tensor::Tensor;
 use crate::util::{groups_1d, req};
 use crate::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};
+use vkml_shaders::copy;
 
 /// The CPU kernel of every view op: input 0's bytes, shared, under the inferred output shape.
 pub(super) fn reshape_to(
@@ -38,12 +39,15 @@ pub(crate) fn copy_kernel(ty: &ValueType) -> Option<GpuKernel> {
     let dispatches = if words == 0 {
         Vec::new()
     } else {
-        vec![Dispatch {
-            shader: "copy",
-            buffers: vec![BufRef::Input(0), BufRef::Output(0)],
-            params: vec![words],
-            groups: groups_1d(words as usize, 256),
-        }]
+        vec![Dispatch::new(
+            copy::Variant::Main,
+            copy::Buffers {
+                x: BufRef::Input(0),
+                y: BufRef::Output(0),
+            },
+            copy::Params { n: words },
+            groups_1d(words as usize, 256),
+        )]
     };
     Some(GpuKernel {
         scratch: Vec::new(),

@@ -161,7 +161,7 @@ fn kernel_steps<'a>(
             steps.push(Step::Barrier);
         }
         let mut addrs = Vec::new();
-        for r in &dispatch.buffers {
+        for r in dispatch.buffers() {
             let addr = match r {
                 BufRef::Input(i) => inputs
                     .get(*i)
@@ -195,9 +195,9 @@ fn kernel_steps<'a>(
             addrs.push(addr);
         }
         steps.push(Step::Dispatch {
-            shader: dispatch.shader,
+            kernel: dispatch.kernel(),
             addrs,
-            params: dispatch.params.clone(),
+            params: dispatch.params().to_vec(),
             groups: dispatch.groups,
         });
     }
@@ -344,8 +344,8 @@ mod tests {
     use crate::OpError;
     use crate::{Dispatch, tensor::DType};
 
-    /// out = 2 * (x + 1) + table, through a scratch buffer and a table, in two dispatches;
-    /// with `short`, the second dispatch leaves the last element unwritten.
+    /// out = (x + 1) * table, through a scratch buffer and two tables, in two dispatches of
+    /// binary.comp; with `short`, the second dispatch leaves the last element unwritten.
     #[derive(Debug)]
     struct TwoStep {
         short: bool,
@@ -361,23 +361,40 @@ mod tests {
             unreachable!("the harness never runs the CPU kernel")
         }
         fn gpu(&self, inputs: &[Option<&ValueType>], _: &[ValueType]) -> Option<GpuKernel> {
+            use vkml_shaders::{binary, op::Binary};
             let n = inputs[0]?.numel() as u32;
-            let table = TABLE.iter().map(|v| v.to_bits()).collect();
+            let words = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect();
+            let params = |mode, n, op: Binary| binary::Params {
+                mode,
+                n,
+                op: op.code(),
+                ..Default::default()
+            };
             Some(GpuKernel {
                 scratch: vec![4 * n as u64],
                 dispatches: vec![
-                    Dispatch {
-                        shader: "test_add_scalar",
-                        buffers: vec![BufRef::Input(0), BufRef::Scratch(0)],
-                        params: vec![n, 1f32.to_bits()],
-                        groups: [1, 1, 1],
-                    },
-                    Dispatch {
-                        shader: "test_axpy",
-                        buffers: vec![BufRef::Scratch(0), BufRef::Table(table), BufRef::Output(0)],
-                        params: vec![n - u32::from(self.short), 2f32.to_bits()],
-                        groups: [1, 1, 1],
-                    },
+                    // Mode 1: b is one element.
+                    Dispatch::new(
+                        binary::Variant::F32,
+                        binary::Buffers {
+                            a: BufRef::Input(0),
+                            b: BufRef::Table(words(&[1.0])),
+                            y: BufRef::Scratch(0),
+                        },
+                        params(1, n, Binary::Add),
+                        [1, 1, 1],
+                    ),
+                    // Mode 0: same shapes.
+                    Dispatch::new(
+                        binary::Variant::F32,
+                        binary::Buffers {
+                            a: BufRef::Scratch(0),
+                            b: BufRef::Table(words(&TABLE)),
+                            y: BufRef::Output(0),
+                        },
+                        params(0, n - u32::from(self.short), Binary::Mul),
+                        [1, 1, 1],
+                    ),
                 ],
             })
         }
@@ -400,8 +417,8 @@ mod tests {
         )
         .unwrap();
         let got = out[0].view::<f32>().unwrap();
-        // 2 * (x + 1) + table, by hand.
-        assert_eq!(&got[..], &[4.5, 5.0, 12.0, -6.0, 10.5]);
+        // (x + 1) * table, by hand.
+        assert_eq!(&got[..], &[1.0, -3.0, 16.0, 0.0, 10.0]);
     }
 
     #[test]
@@ -417,7 +434,7 @@ mod tests {
         )
         .unwrap();
         let got = out[0].view::<f32>().unwrap();
-        assert_eq!(&got[..4], &[4.5, 5.0, 12.0, -6.0]);
+        assert_eq!(&got[..4], &[1.0, -3.0, 16.0, 0.0]);
         assert!(got[4].is_nan());
     }
 

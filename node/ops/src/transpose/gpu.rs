@@ -8,6 +8,7 @@
 
 use super::{Walk, walk};
 use crate::tensor::{numel, strides};
+use vkml_shaders::{transpose, transpose_tiled};
 
 /// The largest rank the kernels walk (after merging axes).
 const GPU_RANK: usize = 6;
@@ -20,14 +21,27 @@ const TILED_MIN: usize = 16;
 pub(super) enum Plan {
     /// Nothing to move (zero elements).
     Empty,
-    /// `transpose.comp`: [output words, element bytes, dims[6], input strides[6]]; dims are the
-    /// output's, padded at the front with unit axes; strides count elements.
-    Words(Vec<u32>),
-    /// `transpose_tiled.comp`: [workgroups, tiles along a, tiles along b, extent of a, extent
-    /// of b, input stride of b, output stride of a, batch dims[4], their input strides[4],
-    /// their output strides[4]], where b is the last output axis and a the output axis that
+    /// `transpose.comp`: output words, element bytes, dims (the output's, padded at the front
+    /// with unit axes) and input strides in elements.
+    Words(transpose::Params),
+    /// `transpose_tiled.comp`: workgroups, tiles along a and along b, the extents of a and b,
+    /// the input stride of b, the output stride of a, then the batch axes' dims, input
+    /// strides and output strides, where b is the last output axis and a the output axis that
     /// walks the input's contiguous axis; all in words.
-    Tiled(Vec<u32>),
+    Tiled(transpose_tiled::Params),
+}
+
+#[cfg(test)]
+impl Plan {
+    /// The parameters as the shader reads them, for tests that emulate it.
+    pub(super) fn words(&self) -> Vec<u32> {
+        use vkml_shaders::Shader;
+        match self {
+            Plan::Empty => Vec::new(),
+            Plan::Words(p) => transpose::Variant::param_words(p),
+            Plan::Tiled(p) => transpose_tiled::Variant::param_words(p),
+        }
+    }
 }
 
 pub(super) fn plan(shape: &[usize], perm: &[usize], es: usize) -> Option<Plan> {
@@ -66,15 +80,20 @@ pub(super) fn plan(shape: &[usize], perm: &[usize], es: usize) -> Option<Plan> {
         return Some(Plan::Tiled(p));
     }
     let pad = GPU_RANK - w.dims.len();
-    let mut params = vec![words, eb as u32];
-    params.extend(std::iter::repeat_n(1, pad));
-    params.extend(w.dims.iter().map(|&d| d as u32));
-    params.extend(std::iter::repeat_n(0, pad));
-    params.extend(w.strides.iter().map(|&s| s as u32));
+    let mut params = transpose::Params {
+        n: words,
+        eb: eb as u32,
+        dims: [1; GPU_RANK],
+        strides: [0; GPU_RANK],
+    };
+    for (k, (&d, &s)) in w.dims.iter().zip(&w.strides).enumerate() {
+        params.dims[pad + k] = d as u32;
+        params.strides[pad + k] = s as u32;
+    }
     Some(Plan::Words(params))
 }
 
-fn tiled(w: &Walk) -> Option<Vec<u32>> {
+fn tiled(w: &Walk) -> Option<transpose_tiled::Params> {
     let r = w.dims.len();
     let b = r.checked_sub(1)?;
     if w.strides[b] == 1 {
@@ -91,21 +110,23 @@ fn tiled(w: &Walk) -> Option<Vec<u32>> {
     let (tiles_a, tiles_b) = (da.div_ceil(TILE), db.div_ceil(TILE));
     let groups = tiles_a * tiles_b * batch.iter().map(|&k| w.dims[k]).product::<usize>();
     let as_u32 = |v: usize| u32::try_from(v).ok();
-    let mut params = vec![
-        as_u32(groups)?,
-        as_u32(tiles_a)?,
-        as_u32(tiles_b)?,
-        as_u32(da)?,
-        as_u32(db)?,
-        as_u32(w.strides[b])?,
-        as_u32(out[a])?,
-    ];
-    // Padding axes have extent 1 (and so never move the base).
-    for (per_axis, fill) in [(&w.dims[..], 1), (&w.strides[..], 0), (&out[..], 0)] {
-        params.extend(std::iter::repeat_n(fill, pad));
-        for &k in &batch {
-            params.push(as_u32(per_axis[k])?);
-        }
+    let mut params = transpose_tiled::Params {
+        groups: as_u32(groups)?,
+        tiles_a: as_u32(tiles_a)?,
+        tiles_b: as_u32(tiles_b)?,
+        da: as_u32(da)?,
+        db: as_u32(db)?,
+        sb: as_u32(w.strides[b])?,
+        oa: as_u32(out[a])?,
+        // Padding axes have extent 1 (and so never move the base).
+        bdims: [1; 4],
+        bin: [0; 4],
+        bout: [0; 4],
+    };
+    for (j, &k) in batch.iter().enumerate() {
+        params.bdims[pad + j] = as_u32(w.dims[k])?;
+        params.bin[pad + j] = as_u32(w.strides[k])?;
+        params.bout[pad + j] = as_u32(out[k])?;
     }
     Some(params)
 }

@@ -154,18 +154,18 @@ fn walks_merge_adjacent_axes() {
 fn gpu_params_by_hand() {
     // f32 [2, 3] -> [3, 2]: out axis 0 walks input stride 1, out axis 1 stride 3.
     assert_eq!(
-        plan(&[2, 3], &[1, 0], 4).unwrap(),
-        Plan::Words(vec![6, 4, 1, 1, 1, 1, 3, 2, 0, 0, 0, 0, 1, 3])
+        plan(&[2, 3], &[1, 0], 4).unwrap().words(),
+        vec![6, 4, 1, 1, 1, 1, 3, 2, 0, 0, 0, 0, 1, 3]
     );
     // f16 [2, 3, 4] perm [1, 0, 2]: the kept last axis (4 x 2 bytes) becomes an 8-byte element.
     assert_eq!(
-        plan(&[2, 3, 4], &[1, 0, 2], 2).unwrap(),
-        Plan::Words(vec![12, 8, 1, 1, 1, 1, 3, 2, 0, 0, 0, 0, 1, 3])
+        plan(&[2, 3, 4], &[1, 0, 2], 2).unwrap().words(),
+        vec![12, 8, 1, 1, 1, 1, 3, 2, 0, 0, 0, 0, 1, 3]
     );
     // u8 [2, 2] transposed: packed bytes, one output word.
     assert_eq!(
-        plan(&[2, 2], &[1, 0], 1).unwrap(),
-        Plan::Words(vec![1, 1, 1, 1, 1, 1, 2, 2, 0, 0, 0, 0, 1, 2])
+        plan(&[2, 2], &[1, 0], 1).unwrap().words(),
+        vec![1, 1, 1, 1, 1, 1, 2, 2, 0, 0, 0, 0, 1, 2]
     );
     // 9 bytes are not whole words; rank 7 after merging is past the kernel's reach.
     assert!(plan(&[3, 3], &[1, 0], 1).is_none());
@@ -175,10 +175,10 @@ fn gpu_params_by_hand() {
     // [1020, 1, 17, 51]. Tiles: a = axis 1 (17), b = axis 3 (20, input stride 51); output
     // strides [1020, 60, 20, 1]; batch axes 0 and 2.
     assert_eq!(
-        plan(&[2, 20, 3, 17], &[0, 3, 2, 1], 4).unwrap(),
-        Plan::Tiled(vec![
+        plan(&[2, 20, 3, 17], &[0, 3, 2, 1], 4).unwrap().words(),
+        vec![
             6, 1, 1, 17, 20, 51, 60, 1, 1, 2, 3, 0, 0, 1020, 17, 0, 0, 1020, 20
-        ])
+        ]
     );
 }
 
@@ -273,10 +273,10 @@ fn gpu_parameters_reproduce_the_cpu_kernel() {
             let got = match plan(shape, perm, dtype.size()) {
                 None => continue,
                 Some(Plan::Empty) => Vec::new(),
-                Some(Plan::Words(p)) => from_words(&emulate(&p, &words(&x))),
-                Some(Plan::Tiled(p)) => {
+                Some(p @ Plan::Words(_)) => from_words(&emulate(&p.words(), &words(&x))),
+                Some(p @ Plan::Tiled(_)) => {
                     tiled += 1;
-                    from_words(&emulate_tiled(&p, &words(&x), x.bytes().len() / 4))
+                    from_words(&emulate_tiled(&p.words(), &words(&x), x.bytes().len() / 4))
                 }
             };
             assert_eq!(got, naive(&x, perm), "{dtype} {shape:?} {perm:?}");
@@ -297,7 +297,10 @@ fn kernel_fits_the_push_constant_limit() {
     let x = ValueType::new(DType::F32, vec![2, 3, 2, 2, 3, 2]);
     let k = op.gpu(&[Some(&x)], &[]).expect("a kernel");
     let d = &k.dispatches[0];
-    assert_eq!((d.shader, d.groups), ("transpose", [1, 1, 1]));
+    assert_eq!(
+        (d.kernel(), d.groups),
+        (vkml_shaders::transpose::Variant::Main.kernel(), [1, 1, 1])
+    );
     assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);
     // A big 2-D f32 transpose goes through tiles: 2 x 3 tiles of 32, one workgroup each.
     let x = ValueType::new(DType::F32, vec![40, 70]);
@@ -306,7 +309,13 @@ fn kernel_fits_the_push_constant_limit() {
     let op = crate::testkit::op("Transpose", 13, vec![], 1).unwrap();
     let k = op.gpu(&[Some(&x)], &[]).expect("a kernel");
     let d = &k.dispatches[0];
-    assert_eq!((d.shader, d.groups), ("transpose_tiled", [6, 1, 1]));
+    assert_eq!(
+        (d.kernel(), d.groups),
+        (
+            vkml_shaders::transpose_tiled::Variant::Main.kernel(),
+            [6, 1, 1]
+        )
+    );
     assert!(8 * d.buffers.len() + 4 * d.params.len() <= 128);
 }
 

@@ -5,8 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use vkml_ops::util::groups_1d;
+pub use vkml_shaders::groups_1d;
 use vkml_vulkan::{Gpu, GpuBuffer, MemoryUse, Step, Vulkan};
+
+/// The probe kernels (probes/*.comp), typed as the shipped ones are.
+pub mod probes {
+    include!(concat!(env!("OUT_DIR"), "/probes.rs"));
+}
 
 pub const LONG: Duration = Duration::from_secs(120);
 
@@ -35,12 +40,13 @@ pub fn run(gpu: &Gpu, steps: &[Step<'_>]) {
 }
 
 pub fn add_scalar(src: u64, dst: u64, n: usize, value: f32) -> Step<'static> {
-    Step::Dispatch {
-        shader: "test_add_scalar",
-        addrs: vec![src, dst],
-        params: vec![n as u32, value.to_bits()],
-        groups: groups_1d(n, 256),
-    }
+    use probes::add_scalar as k;
+    Step::dispatch(
+        k::Variant::Main,
+        k::Buffers { src, dst },
+        k::Params { n: n as u32, value },
+        groups_1d(n, 256),
+    )
 }
 
 /// A GPU of its own, the one the other tests use: arming is per GPU, and tests running beside

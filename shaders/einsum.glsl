@@ -1,31 +1,5 @@
-#version 460
-#extension GL_EXT_buffer_reference : require
-#extension GL_EXT_scalar_block_layout : require
-#extension GL_GOOGLE_include_directive : require
-// @variant f32_1 DT_F32 NIN=1
-// @variant f32_2 DT_F32 NIN=2
-// @variant f16_1 DT_F16 NIN=1
-// @variant f16_2 DT_F16 NIN=2
-#include "types.glsl"
-
-// Einsum of one or two inputs (ops/einsum/): one invocation per output element, summing over
-// the labels not in the output the product of the inputs at per-label strides; float
-// accumulation. Table: [n_out, n_sum, sizes (output labels, then summed), strides of input 0
-// over all labels, strides of input 1].
-layout(local_size_x = 256) in;
-layout(buffer_reference, scalar) readonly buffer In { T v[]; };
-layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
-layout(buffer_reference, scalar) readonly buffer Tab { uint v[]; };
-layout(push_constant, scalar) uniform P {
-    In a;
-#if NIN == 2
-    In b;
-#endif
-    Out y;
-    Tab t;
-    uint nout;
-    uint nsum;
-} p;
+// einsum.glsl: the body of einsum1.comp and einsum2.comp (NIN = 1 or 2 inputs), included
+// after their push-constant blocks `p`; see those files for the table's layout.
 
 void main() {
     uint o = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
