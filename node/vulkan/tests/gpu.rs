@@ -473,3 +473,31 @@ fn handles_are_send_and_sync() {
     check::<GpuBuffer>();
     check::<vkml_vulkan::CommandList>();
 }
+
+/// Every kernel of the build whose features the test GPU has becomes a pipeline on it: so no
+/// kernel exceeds this device's limits (shared memory, workgroup size, push constants), which
+/// glslang cannot check. On lavapipe (CI) that is every kernel but the tensor-core ones.
+#[test]
+fn every_kernel_the_gpu_supports_builds_a_pipeline() {
+    let Some(gpu) = gpu() else { return };
+    let have = gpu.info().shader_features;
+    let buf = gpu.create_buffer(64, MemoryUse::Device, "any").unwrap();
+    let mut built = 0;
+    for &kernel in vkml_shaders::all() {
+        if !kernel.needs().met_by(have) {
+            continue;
+        }
+        let words = (kernel.push_bytes() - 8 * kernel.buffers()) / 4;
+        // An empty grid records nothing, but the pipeline is created all the same.
+        let step = Step::Dispatch {
+            kernel,
+            addrs: vec![buf.address(); kernel.buffers() as usize],
+            params: vec![0; words as usize],
+            groups: [0, 0, 0],
+        };
+        gpu.record(&[step])
+            .unwrap_or_else(|e| panic!("{kernel} on {}: {e}", gpu.info().name));
+        built += 1;
+    }
+    assert!(built > 200, "only {built} kernels checked");
+}
