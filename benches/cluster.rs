@@ -223,8 +223,7 @@ fn measure_local(model: &Path, device: &str, secs: f64) -> Row {
         model,
         SessionOptions {
             devices: sel,
-            device_memory_limit: None,
-            profile: false,
+            ..Default::default()
         },
     )
     .unwrap();

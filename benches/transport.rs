@@ -56,6 +56,7 @@ async fn quic_tensor(payload: Bytes, reps: usize) -> (Vec<f64>, usize) {
         join,
         secret: secret.clone(),
         devices: vec![],
+        tuning: Default::default(),
     };
     let a = Cluster::start(config("sender", vec![])).await.unwrap();
     let b = Cluster::start(config("receiver", vec![a.addr().to_string()]))

@@ -97,8 +97,7 @@ fn split_matches_single_node(test: &str, model_path: &Path, data: &Path) {
         model_path,
         SessionOptions {
             devices: DeviceSelection::Cpu,
-            device_memory_limit: None,
-            profile: false,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -17,6 +17,7 @@ fn config(name: &str, join: Vec<String>) -> ClusterConfig {
         join,
         secret: Secret::insecure(),
         devices: vec![],
+        tuning: Default::default(),
     }
 }
 

@@ -250,7 +250,7 @@ fn watch(slots: &Slots, finished: &AtomicBool, timeout: Duration, total: usize) 
 }
 
 fn vulkan_device() -> Result<String, String> {
-    let v = vkml::session::vulkan().map_err(|e| e.to_string())?;
+    let v = vkml::session::vulkan(&Default::default()).map_err(|e| e.to_string())?;
     v.gpus()
         .first()
         .map(|g| g.info().name.clone())

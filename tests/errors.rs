@@ -167,7 +167,7 @@ fn a_model_larger_than_every_device_is_refused_at_load() {
         devices: DeviceSelection::Cpu,
         // Far below the CNN's weights (about 100 KB): no device can hold its first layers.
         device_memory_limit: Some(1_000),
-        profile: false,
+        ..Default::default()
     };
     let err = match Session::load(&path, options) {
         Ok(_) => panic!("a 1,000-byte budget accepted the CNN"),

@@ -8,7 +8,7 @@
 //! - [`graph`]: the IR: typed values, shape inference, constant folding;
 //! - [`device`]: the Vulkan GPUs (the `vkml-vulkan` crate, the only home of `unsafe`);
 //! - [`exec`]: plans turned into chunks, dependency counters and buffers;
-//! - [`session`]: the API: load once, run many times from many threads;
+//! - [`session`]: the API: load once, run many times from many threads, with a [`Tuning`];
 //! - [`cluster`]: nodes joined into a cluster: membership, inventories, the peer protocol;
 //! - [`distributed`]: models across the cluster.
 
@@ -24,6 +24,7 @@ pub mod graph;
 pub mod io;
 pub mod onnx;
 pub mod session;
+pub mod tuning;
 
 pub use vkml_ops as ops;
 pub use vkml_ops::{model, tensor};
@@ -32,3 +33,4 @@ pub use error::Error;
 pub use exec::NodeTime;
 pub use session::{DeviceSelection, Session, SessionOptions};
 pub use tensor::{DType, Tensor};
+pub use tuning::Tuning;

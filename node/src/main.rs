@@ -127,6 +127,7 @@ fn real_main(cli: Cli) -> Result<()> {
                     devices: device,
                     device_memory_limit,
                     profile,
+                    tuning: cli::env::tuning(),
                 },
             )
             .with_context(|| format!("cannot load {}", model.display()))?;
@@ -246,7 +247,7 @@ fn devices() -> Result<()> {
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         vkml::exec::cpu_memory() >> 20
     );
-    match vkml::session::vulkan() {
+    match vkml::session::vulkan(&cli::env::tuning().vulkan) {
         Err(e) => println!("vulkan: none ({e})"),
         Ok(v) => {
             for g in v.gpus() {

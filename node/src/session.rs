@@ -16,13 +16,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::device::vulkan::Vulkan;
+use crate::device::vulkan::{Vulkan, VulkanOptions};
 use crate::error::{Error, Result};
 use crate::exec::{Device, Executable, NodeTime};
 use crate::graph::{Graph, SpecializeError, Specialized};
 use crate::model::{Dim, ValueDef};
 use crate::ops::{OpError, ValueType};
 use crate::tensor::Tensor;
+use crate::tuning::Tuning;
 use plans::{MAX_PLANS, PlanCache, PlanKey};
 
 /// Which devices a session may use.
@@ -62,6 +63,8 @@ pub struct SessionOptions {
     pub device_memory_limit: Option<u64>,
     /// Time every op run on the CPU (see [`Session::profile`]).
     pub profile: bool,
+    /// How to plan and run (fusion, kernel choices, arming, Vulkan diagnostics).
+    pub tuning: Tuning,
 }
 
 /// Where the ops of one plan ran: op count per device name, and the edges between devices.
@@ -72,12 +75,25 @@ pub struct PlanSummary {
     pub chunks: usize,
 }
 
-/// The process's Vulkan instance, created on first use.
-pub fn vulkan() -> std::result::Result<&'static Vulkan, Error> {
-    static VULKAN: OnceLock<std::result::Result<Vulkan, String>> = OnceLock::new();
-    VULKAN
-        .get_or_init(|| Vulkan::new().map_err(|e| e.to_string()))
-        .as_ref()
+/// The process's Vulkan instance opened with `options`, created on first use. Sessions with
+/// the same options share it (and so the GPUs' queues, pipelines and arming); sessions asking
+/// for other options (a validation layer, another queue family) get an instance of their own.
+pub fn vulkan(options: &VulkanOptions) -> std::result::Result<&'static Vulkan, Error> {
+    type Opened = std::result::Result<&'static Vulkan, String>;
+    static OPENED: OnceLock<Mutex<BTreeMap<VulkanOptions, Opened>>> = OnceLock::new();
+    let mut opened = OPENED
+        .get_or_init(|| Mutex::new(BTreeMap::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let entry = opened.entry(*options).or_insert_with(|| {
+        // Leaked once per distinct options: every session may hold GPUs of it for as long
+        // as the process lives, as it would a static.
+        Vulkan::new(options)
+            .map(|v| &*Box::leak(Box::new(v)))
+            .map_err(|e| e.to_string())
+    });
+    entry
+        .clone()
         .map_err(|e| Error::Device(format!("Vulkan is not available: {e}")))
 }
 
@@ -95,13 +111,14 @@ pub struct Session {
     profile: bool,
     /// Every plan made while profiling, so their times outlive the plan cache.
     profiled: Mutex<Vec<Arc<Executable>>>,
+    tuning: Tuning,
 }
 
 impl Session {
     pub fn load(path: impl AsRef<Path>, options: SessionOptions) -> Result<Session> {
         let model = crate::onnx::load(path.as_ref())?;
         let graph = Arc::new(Graph::from_model(&model)?);
-        let devices = select_devices(options.devices)?;
+        let devices = select_devices(options.devices, &options.tuning.vulkan)?;
         let session = Session {
             graph,
             devices,
@@ -110,6 +127,7 @@ impl Session {
             plans: Mutex::new(PlanCache::new(MAX_PLANS)),
             profile: options.profile,
             profiled: Mutex::new(Vec::new()),
+            tuning: options.tuning,
         };
         session.check_at_load()?;
         Ok(session)
@@ -137,7 +155,7 @@ impl Session {
                 .collect();
             types.push(ValueType::new(dtype, shape));
         }
-        match self.graph.specialize_for(&types, &[], self.has_gpu()) {
+        match self.graph.specialize_for(&types, &[], self.fuse()) {
             Ok(spec) if is_static => {
                 let exe = self.new_executable(spec)?;
                 let key = PlanKey {
@@ -173,6 +191,7 @@ impl Session {
             spec,
             self.devices.clone(),
             self.limit,
+            &self.tuning,
         )?);
         if self.profile {
             exe.enable_profiling();
@@ -189,8 +208,10 @@ impl Session {
         profiled.iter().flat_map(|e| e.profile()).collect()
     }
 
-    fn has_gpu(&self) -> bool {
-        self.devices.iter().any(|d| matches!(d, Device::Gpu(_)))
+    /// Whether plans fuse elementwise chains: only where a GPU may run them (the CPU backend
+    /// runs a chain's steps one by one anyway, and measured slower fused), and as tuned.
+    fn fuse(&self) -> bool {
+        self.tuning.fusion && self.devices.iter().any(|d| matches!(d, Device::Gpu(_)))
     }
 
     /// Inputs the caller must feed, as declared by the model.
@@ -221,7 +242,7 @@ impl Session {
             let known: Vec<Option<&Tensor>> = (0..inputs.len())
                 .map(|i| wanted.contains(&i).then_some(inputs[i]))
                 .collect();
-            match self.graph.specialize_for(&types, &known, self.has_gpu()) {
+            match self.graph.specialize_for(&types, &known, self.fuse()) {
                 Ok(spec) => {
                     let exe = self.new_executable(spec)?;
                     self.plans.lock().expect("plans").insert(key, exe.clone());
@@ -298,9 +319,9 @@ impl Session {
     }
 }
 
-pub(crate) fn select_devices(sel: DeviceSelection) -> Result<Vec<Device>> {
+pub(crate) fn select_devices(sel: DeviceSelection, vk: &VulkanOptions) -> Result<Vec<Device>> {
     let gpus = || -> Result<Vec<Device>> {
-        let v = vulkan()?;
+        let v = vulkan(vk)?;
         if v.gpus().is_empty() {
             return Err(Error::Device("no Vulkan GPU found".into()));
         }

@@ -18,7 +18,9 @@ fn cpu_cluster(caps: &[u64]) -> vkml_planner::Snapshot {
 }
 
 fn nodes_used(model: &Path, caps: &[u64]) -> Option<usize> {
-    let r = vkml::distributed::offline::plan_model(model, &cpu_cluster(caps), None).ok()?;
+    let tuning = vkml::Tuning::default();
+    let r =
+        vkml::distributed::offline::plan_model(model, &cpu_cluster(caps), None, &tuning).ok()?;
     Some(
         r.placement
             .parts

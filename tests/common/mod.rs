@@ -135,7 +135,7 @@ pub fn options(devices: DeviceSelection, device_memory_limit: Option<u64>) -> Se
     SessionOptions {
         devices,
         device_memory_limit,
-        profile: false,
+        ..Default::default()
     }
 }
 

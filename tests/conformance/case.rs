@@ -277,8 +277,7 @@ pub fn run_test(test: &Path, outline: &ModelOutline, backend: Backend) -> Outcom
 fn run_test_in(test: &Path, outline: &ModelOutline, backend: Backend) -> Outcome {
     let options = SessionOptions {
         devices: backend.devices(),
-        device_memory_limit: None,
-        profile: false,
+        ..Default::default()
     };
     let load = || Session::load(test.join("model.onnx"), options.clone());
     // The data is decoded first, whatever the model: reading every value as declared is part

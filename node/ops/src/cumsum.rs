@@ -125,6 +125,7 @@ impl Op for CumSum {
         &self,
         inputs: &[Option<InferInput<'_>>],
         _outputs: &[ValueType],
+        _tuning: &crate::KernelTuning,
     ) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?.ty;
         u32::try_from(x.numel()).ok()?;

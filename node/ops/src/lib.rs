@@ -57,6 +57,7 @@ macro_rules! by_width {
 }
 
 mod attrs;
+pub mod tuning;
 pub mod util;
 
 #[cfg(test)]
@@ -96,6 +97,7 @@ mod via_f32;
 
 pub use attrs::{AttrValue, Attrs};
 pub use elementwise::fused;
+pub use tuning::KernelTuning;
 
 /// A concrete value type: element type and shape, all sizes known.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -184,12 +186,13 @@ pub trait Op: Send + Sync + fmt::Debug {
     }
 
     /// As [`Op::gpu`], also seeing the input values known while planning (an axes input, a
-    /// scan axis): ops whose kernels depend on such values override this one. The planner
-    /// calls this; by default it is `gpu`.
+    /// scan axis) and the session's kernel choices: ops whose kernels depend on either
+    /// override this one. The planner calls this; by default it is `gpu`.
     fn gpu_planned(
         &self,
         inputs: &[Option<InferInput<'_>>],
         outputs: &[ValueType],
+        _tuning: &KernelTuning,
     ) -> Option<GpuKernel> {
         let types = util::types_of(inputs);
         self.gpu(&types, outputs)
@@ -204,6 +207,7 @@ pub trait Op: Send + Sync + fmt::Debug {
         &self,
         _inputs: &[Option<InferInput<'_>>],
         _outputs: &[ValueType],
+        _tuning: &KernelTuning,
     ) -> Vec<GpuKernel> {
         Vec::new()
     }

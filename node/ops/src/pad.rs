@@ -296,6 +296,7 @@ impl Op for Pad {
         &self,
         inputs: &[Option<InferInput<'_>>],
         outputs: &[ValueType],
+        _tuning: &crate::KernelTuning,
     ) -> Option<GpuKernel> {
         let known = (1..inputs.len()).all(|i| opt(inputs, i).is_none_or(|v| v.value.is_some()));
         let x = req(inputs, 0).ok()?.ty;

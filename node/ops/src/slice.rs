@@ -301,6 +301,7 @@ impl Op for Slice {
         &self,
         inputs: &[Option<InferInput<'_>>],
         outputs: &[ValueType],
+        _tuning: &crate::KernelTuning,
     ) -> Option<GpuKernel> {
         let known = (1..inputs.len()).all(|i| opt(inputs, i).is_none_or(|v| v.value.is_some()));
         if self.attrs.is_some() || !known {

@@ -20,30 +20,13 @@ const MIN_SLICE_STEPS: usize = 4;
 const MAX_SPLITS: usize = 64;
 
 /// How to choose split-K: by the shape rule, never, or with a given slice count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SplitK {
+    #[default]
     Auto,
     Off,
     /// At most this many slices (fewer when K has fewer steps).
     Forced(usize),
-}
-
-impl SplitK {
-    /// The environment variable `var`: unset (or not a number) is `Auto`, `0` is `Off`, `N`
-    /// forces N slices. Callers read it once: plans must not change under a process.
-    pub fn from_var(var: &str) -> SplitK {
-        match std::env::var(var) {
-            Err(_) => SplitK::Auto,
-            Ok(v) => match v.trim().parse::<usize>() {
-                Ok(0) => SplitK::Off,
-                Ok(n) => SplitK::Forced(n),
-                Err(_) => {
-                    tracing::warn!("{var}={v:?} is not a number; using the shape rule");
-                    SplitK::Auto
-                }
-            },
-        }
-    }
 }
 
 /// Slices of K for a product with `tiles` output tiles (all groups or batches), a reduction

@@ -173,16 +173,18 @@ impl Op for ViaF32 {
         &self,
         inputs: &[Option<InferInput<'_>>],
         outputs: &[ValueType],
+        tuning: &crate::KernelTuning,
     ) -> Option<GpuKernel> {
-        self.inner.gpu_planned(inputs, outputs)
+        self.inner.gpu_planned(inputs, outputs, tuning)
     }
 
     fn gpu_preferred(
         &self,
         inputs: &[Option<InferInput<'_>>],
         outputs: &[ValueType],
+        tuning: &crate::KernelTuning,
     ) -> Vec<GpuKernel> {
-        self.inner.gpu_preferred(inputs, outputs)
+        self.inner.gpu_preferred(inputs, outputs, tuning)
     }
 
     fn is_view(&self) -> bool {

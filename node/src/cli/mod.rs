@@ -2,6 +2,7 @@
 //! and reading input tensors (shared with `run`).
 
 mod config;
+pub mod env;
 mod placement;
 mod plan;
 mod status;
@@ -98,9 +99,13 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
             "a node needs --cluster-key FILE (make one with `vkml-node keygen --out FILE`), or --insecure on loopback"
         ),
     };
-    let (devices, inventory) =
-        vkml::cluster::inventory::local_devices(settings.device, settings.device_memory_limit)
-            .context("cannot open this node's devices")?;
+    let tuning = env::tuning();
+    let (devices, inventory) = vkml::cluster::inventory::local_devices(
+        settings.device,
+        settings.device_memory_limit,
+        &tuning.vulkan,
+    )
+    .context("cannot open this node's devices")?;
     let cfg = ClusterConfig {
         name: settings.name.clone(),
         listen: settings.listen,
@@ -108,6 +113,7 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
         join: settings.join.clone(),
         secret,
         devices: inventory.clone(),
+        tuning,
     };
     runtime()?.block_on(async move {
         let cluster = Cluster::start(cfg).await?;

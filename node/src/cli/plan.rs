@@ -157,8 +157,13 @@ pub fn plan(args: PlanArgs) -> Result<()> {
         }
         Some(ordered)
     };
-    let report = plan_model(&args.model, &snapshot, inputs.as_deref())
-        .with_context(|| format!("cannot plan {}", args.model.display()))?;
+    let report = plan_model(
+        &args.model,
+        &snapshot,
+        inputs.as_deref(),
+        &super::env::tuning(),
+    )
+    .with_context(|| format!("cannot plan {}", args.model.display()))?;
     if !report.assumed.is_empty() {
         println!(
             "symbolic sizes taken as 1: {} (give --input to plan real sizes)",

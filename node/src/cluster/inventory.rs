@@ -4,17 +4,19 @@
 use vkml_planner::{DeviceInventory, DeviceKind};
 use vkml_protocol::pb;
 
+use crate::device::vulkan::VulkanOptions;
 use crate::exec::Device;
 use crate::session::DeviceSelection;
 
-/// The devices `selection` names on this machine, as the runtime uses them, and as the
-/// cluster sees them (budgets capped at `limit`): the same records (rates, overheads,
-/// features) the local planner uses, in the same order.
+/// The devices `selection` names on this machine (Vulkan opened with `vulkan`), as the runtime
+/// uses them, and as the cluster sees them (budgets capped at `limit`): the same records
+/// (rates, overheads, features) the local planner uses, in the same order.
 pub fn local_devices(
     selection: DeviceSelection,
     limit: Option<u64>,
+    vulkan: &VulkanOptions,
 ) -> Result<(Vec<Device>, Vec<pb::Device>), crate::Error> {
-    let devices = crate::session::select_devices(selection)?;
+    let devices = crate::session::select_devices(selection, vulkan)?;
     let vendors: Vec<String> = devices
         .iter()
         .map(|d| match d {
@@ -87,7 +89,8 @@ mod tests {
 
     #[test]
     fn cpu_selection_gives_one_cpu_capped_by_the_limit() {
-        let (_, devs) = local_devices(DeviceSelection::Cpu, Some(12345)).unwrap();
+        let (_, devs) =
+            local_devices(DeviceSelection::Cpu, Some(12345), &VulkanOptions::default()).unwrap();
         assert_eq!(devs.len(), 1);
         assert_eq!(devs[0].name, "cpu");
         assert_eq!(devs[0].memory_budget, 12345);

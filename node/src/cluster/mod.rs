@@ -37,6 +37,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use vkml_planner::Snapshot;
 use vkml_protocol::{Message, datagram, error_code, pb};
 
+use crate::tuning::Tuning;
+
 pub use faults::Faults;
 pub use membership::NodeId;
 pub use secret::Secret;
@@ -81,6 +83,8 @@ pub struct ClusterConfig {
     pub join: Vec<String>,
     pub secret: Secret,
     pub devices: Vec<pb::Device>,
+    /// How this node plans and runs models (fusion, kernel choices, arming).
+    pub tuning: Tuning,
 }
 
 /// A stream a peer opened with a message this layer does not handle itself (plan fragments,
@@ -123,6 +127,7 @@ pub(crate) struct Inner {
     incoming: Mutex<Option<mpsc::Sender<IncomingStream>>>,
     tensors: tensors::TensorState,
     exec_stats: ExecStats,
+    tuning: Tuning,
 }
 
 /// Counters the execution layer keeps and `status` reports.
@@ -201,6 +206,7 @@ impl Cluster {
             incoming: Mutex::new(None),
             tensors: tensors::TensorState::new(tensors::lanes_from_env()),
             exec_stats: ExecStats::default(),
+            tuning: cfg.tuning,
         });
         inner.store_inventory(inventory.clone());
         tokio::spawn(membership::run(
@@ -223,6 +229,11 @@ impl Cluster {
             cfg.devices.len()
         );
         Ok(Cluster { inner })
+    }
+
+    /// How this node plans and runs models.
+    pub fn tuning(&self) -> Tuning {
+        self.inner.tuning
     }
 
     pub fn name(&self) -> &str {

@@ -121,6 +121,9 @@ impl Skeleton {
             outputs: graph.outputs.iter().map(|(v, _)| *v as u64).collect(),
             weight_count: weights.len() as u64,
             weight_bytes: weights.iter().map(|(_, t)| t.bytes().len() as u64).sum(),
+            // Set by the submitter, which knows its settings.
+            tuning_fingerprint: 0,
+            plan_settings: String::new(),
         };
         (f, weights)
     }

@@ -87,6 +87,7 @@ impl Exec {
             inventory,
             link.clone(),
             rt.clone(),
+            cluster.tuning(),
         ));
         let submitter = Arc::new(Submitter::new(
             cluster.clone(),

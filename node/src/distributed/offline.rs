@@ -12,6 +12,7 @@ use crate::graph::{Graph, SpecializeError};
 use crate::model::Dim;
 use crate::ops::ValueType;
 use crate::tensor::Tensor;
+use crate::tuning::Tuning;
 
 /// One op of the plan: its name, type, and where it runs.
 pub struct PlacedOp {
@@ -29,12 +30,14 @@ pub struct PlanReport {
     pub assumed: Vec<String>,
 }
 
-/// Plans `path` over `snapshot`. `inputs` (in graph order, when given) fix symbolic sizes and
-/// the values a plan may depend on; without them symbolic sizes are taken as 1.
+/// Plans `path` over `snapshot` with the plan settings of `tuning`. `inputs` (in graph order,
+/// when given) fix symbolic sizes and the values a plan may depend on; without them symbolic
+/// sizes are taken as 1.
 pub fn plan_model(
     path: &Path,
     snapshot: &Snapshot,
     inputs: Option<&[Tensor]>,
+    tuning: &Tuning,
 ) -> Result<PlanReport, DistError> {
     let model = crate::onnx::load(path).map_err(|e| DistError::Runtime(e.into()))?;
     let graph = Graph::from_model(&model)?;
@@ -76,10 +79,11 @@ pub fn plan_model(
         Some(ins) => ins.iter().map(Some).collect(),
         None => Vec::new(),
     };
-    let gpus = snapshot
-        .devices()
-        .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
-    let spec = match graph.specialize_for(&types, &known, gpus) {
+    let fuse = tuning.fusion
+        && snapshot
+            .devices()
+            .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
+    let spec = match graph.specialize_for(&types, &known, fuse) {
         Ok(s) => s,
         Err(SpecializeError::NeedsValues(which)) => {
             let names: Vec<&str> = which
@@ -93,7 +97,7 @@ pub fn plan_model(
         }
         Err(e) => return Err(DistError::Runtime(e.into())),
     };
-    let (plan, _, spec) = super::placement::plan_for(&graph, spec, snapshot)?;
+    let (plan, _, spec) = super::placement::plan_for(&graph, spec, snapshot, tuning)?;
     let placement = super::placement::describe(&graph, &plan, snapshot);
     let ops = spec
         .live

@@ -22,6 +22,7 @@ use crate::error::Error;
 use crate::exec::{Device, Executable, RemoteHooks, RunLink};
 use crate::graph::ValueId;
 use crate::tensor::Tensor;
+use crate::tuning::Tuning;
 
 /// How long values for a run that has not started may wait, and how long an aborted run is
 /// remembered (so its stragglers are dropped, not kept).
@@ -58,6 +59,8 @@ pub struct Participant {
     link: Arc<Link>,
     rt: Handle,
     state: Mutex<State>,
+    /// This node's plan settings: a fragment planned with others is refused.
+    tuning: Tuning,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -71,6 +74,7 @@ impl Participant {
         inventory: Vec<pb::Device>,
         link: Arc<Link>,
         rt: Handle,
+        tuning: Tuning,
     ) -> Participant {
         let state = State {
             reserved: vec![0; devices.len()],
@@ -83,6 +87,7 @@ impl Participant {
             link,
             rt,
             state: Mutex::new(state),
+            tuning,
         }
     }
 
@@ -125,6 +130,16 @@ impl Participant {
                 self.me
             )));
         }
+        if f.tuning_fingerprint != self.tuning.fingerprint() {
+            return Err(DistError::Placement(format!(
+                "{} plans with other settings than the submitter {}: here {}, there {} (give \
+                 every node the same VKML_* settings)",
+                self.me,
+                f.submitter,
+                self.tuning.plan_settings(),
+                f.plan_settings
+            )));
+        }
         let plan = vkml_planner::plan(&cost, &snapshot, &LinkCosts::default())
             .map_err(|e| DistError::Placement(e.to_string()))?;
         if plan.hash != f.plan_hash {
@@ -140,7 +155,7 @@ impl Participant {
                 "the fragment's ops do not match its cost graph".into(),
             ));
         }
-        let (local_cost, kernels) = crate::exec::cost_graph(&graph, &spec);
+        let (local_cost, kernels) = crate::exec::cost_graph(&graph, &spec, &self.tuning.kernels);
         for (p, d) in plan.placement.iter().enumerate() {
             let (a, b) = (&local_cost.ops[p], &cost.ops[p]);
             if d.node == self.me
@@ -176,8 +191,15 @@ impl Participant {
             }
         }
         let nodes: BTreeSet<String> = plan.placement.iter().map(|d| d.node.clone()).collect();
-        let built =
-            Executable::with_plan(graph, spec, self.devices.clone(), plan, kernels, &self.me);
+        let built = Executable::with_plan(
+            graph,
+            spec,
+            self.devices.clone(),
+            plan,
+            kernels,
+            &self.me,
+            self.tuning.arm,
+        );
         let mut st = lock(&self.state);
         let exe = match built {
             Ok(e) => e,

@@ -10,6 +10,7 @@ use super::DistError;
 use crate::graph::{Graph, Specialized};
 use crate::model::Dim;
 use crate::ops::ValueType;
+use crate::tuning::Tuning;
 
 /// The declared input types when every size is fixed.
 pub fn static_types(graph: &Graph) -> Option<Vec<ValueType>> {
@@ -35,8 +36,9 @@ pub fn plan_for(
     graph: &Graph,
     spec: Specialized,
     snapshot: &Snapshot,
+    tuning: &Tuning,
 ) -> Result<(Plan, CostGraph, Specialized), DistError> {
-    let (cost, _) = crate::exec::cost_graph(graph, &spec);
+    let (cost, _) = crate::exec::cost_graph(graph, &spec, &tuning.kernels);
     let plan = vkml_planner::plan(&cost, snapshot, &LinkCosts::default())
         .map_err(|e| DistError::Placement(e.to_string()))?;
     Ok((plan, cost, spec))

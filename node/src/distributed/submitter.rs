@@ -297,11 +297,13 @@ impl Submitter {
                 return Ok(d.clone());
             }
             let graph = model.graph.clone();
-            let gpus = self
-                .cluster
-                .snapshot()
-                .devices()
-                .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
+            // Fused where a GPU may run the plan, as a session does.
+            let fuse = self.cluster.tuning().fusion
+                && self
+                    .cluster
+                    .snapshot()
+                    .devices()
+                    .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
             let (types2, known): (Vec<ValueType>, Vec<Option<Tensor>>) = (
                 types.clone(),
                 (0..inputs.len())
@@ -310,7 +312,7 @@ impl Submitter {
             );
             let spec = tokio::task::spawn_blocking(move || {
                 let known: Vec<Option<&Tensor>> = known.iter().map(Option::as_ref).collect();
-                graph.specialize_for(&types2, &known, gpus)
+                graph.specialize_for(&types2, &known, fuse)
             })
             .await
             .map_err(join_err)?;
@@ -352,8 +354,9 @@ impl Submitter {
             snapshot.nodes.remove(node);
         }
         let graph = model.graph.clone();
+        let tuning = self.cluster.tuning();
         let (plan, skeleton, spec, snapshot) = tokio::task::spawn_blocking(move || {
-            let (plan, cost, spec) = plan_for(&graph, spec, &snapshot)?;
+            let (plan, cost, spec) = plan_for(&graph, spec, &snapshot, &tuning)?;
             let skeleton = Skeleton::new(&graph, &spec, &cost, &snapshot)?;
             Ok::<_, DistError>((plan, skeleton, spec, snapshot))
         })
@@ -366,7 +369,9 @@ impl Submitter {
         let mut frags = Vec::new();
         let mut total = 0u64;
         for node in &nodes {
-            let (f, w) = skeleton.fragment(graph, &spec, &plan, node, load_id, &self.me);
+            let (mut f, w) = skeleton.fragment(graph, &spec, &plan, node, load_id, &self.me);
+            f.tuning_fingerprint = tuning.fingerprint();
+            f.plan_settings = tuning.plan_settings();
             total += f.weight_bytes;
             frags.push((node.clone(), f, w));
         }

@@ -23,7 +23,7 @@ fn mnist() -> (Graph, crate::graph::Specialized) {
 #[test]
 fn a_one_node_cluster_plans_as_the_single_node_runtime() {
     let (graph, spec) = mnist();
-    let (cost, _) = cost_graph(&graph, &spec);
+    let (cost, _) = cost_graph(&graph, &spec, &Default::default());
     for limit in [None, Some(60_000)] {
         let local = inventory(&[Device::Cpu], limit);
         let wire: Vec<_> = local
@@ -55,7 +55,7 @@ fn a_one_node_cluster_plans_as_the_single_node_runtime() {
 #[test]
 fn fragments_rebuild_the_graph_with_only_their_weights() {
     let (graph, spec) = mnist();
-    let (cost, _) = cost_graph(&graph, &spec);
+    let (cost, _) = cost_graph(&graph, &spec, &Default::default());
     let mut snapshot = Snapshot::default();
     // Neither node can hold the whole model (about 200 KB charged), both together can.
     for (name, cap) in [("a", 60_000u64), ("b", 180_000)] {
@@ -101,7 +101,7 @@ fn fragments_rebuild_the_graph_with_only_their_weights() {
             assert_eq!(g2.nodes[p].op_type, spec.node(&graph, n).op_type);
             assert_eq!(g2.nodes[p].inputs, spec.node(&graph, n).inputs);
         }
-        let (c2, _) = cost_graph(&g2, &s2);
+        let (c2, _) = cost_graph(&g2, &s2, &Default::default());
         for (p, d) in plan.placement.iter().enumerate() {
             if d.node == node {
                 assert_eq!(c2.ops[p].flops, cost.ops[p].flops);
@@ -125,7 +125,7 @@ fn fragments_rebuild_the_graph_with_only_their_weights() {
 #[test]
 fn a_malformed_fragment_is_an_error_not_a_panic() {
     let (graph, spec) = mnist();
-    let (cost, _) = cost_graph(&graph, &spec);
+    let (cost, _) = cost_graph(&graph, &spec, &Default::default());
     let snapshot = inventory(&[Device::Cpu], None);
     let plan = vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).unwrap();
     let skeleton = fragment::Skeleton::new(&graph, &spec, &cost, &snapshot).unwrap();

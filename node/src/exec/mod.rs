@@ -24,6 +24,7 @@ use crate::graph::{Graph, Specialized, ValueId};
 use crate::ops::{GpuKernel, ValueType};
 use crate::session::PlanSummary;
 use crate::tensor::Tensor;
+use crate::tuning::Tuning;
 use gpu::{GpuContext, GpuLayout, GpuOps};
 
 /// One GPU's layout, its ops as (plan position, chunk), the values it exports, and the
@@ -58,6 +59,8 @@ pub struct Executable {
     cpu_out_types: Vec<Vec<ValueType>>,
     /// Per-node times of its CPU ops, when profiling is on.
     profile: profile::Profile,
+    /// Whether a short single-GPU chunk may be queued ahead of its inputs (`Tuning::arm`).
+    arm: bool,
 }
 
 fn plan_error(e: PlanError) -> Error {
@@ -70,12 +73,13 @@ impl Executable {
         spec: Specialized,
         devices: Vec<Device>,
         memory_limit: Option<u64>,
+        tuning: &Tuning,
     ) -> Result<Executable> {
-        let (cost, kernels) = plan::cost_graph(&graph, &spec);
+        let (cost, kernels) = plan::cost_graph(&graph, &spec, &tuning.kernels);
         let snapshot = plan::inventory(&devices, memory_limit);
         let plan =
             vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).map_err(plan_error)?;
-        Executable::with_plan(graph, spec, devices, plan, kernels, LOCAL_NODE)
+        Executable::with_plan(graph, spec, devices, plan, kernels, LOCAL_NODE, tuning.arm)
     }
 
     /// The part of `plan` placed on node `local` (whose devices are `devices`, in the order
@@ -88,6 +92,7 @@ impl Executable {
         plan: Plan,
         kernels: Kernels,
         local: &str,
+        arm: bool,
     ) -> Result<Executable> {
         let topo = Topology::new(&graph, &spec, &plan, local);
         let mine = |p: usize| plan.placement[p].node == local;
@@ -185,6 +190,7 @@ impl Executable {
             summary,
             cpu_out_types,
             profile: profile::Profile::default(),
+            arm,
         };
         // One context up front, so the first run pays no recording.
         let ctx = exe.new_context()?;
@@ -233,9 +239,9 @@ impl Executable {
 
     /// The chunk a GPU may queue ahead of each run (exec/gpu.rs, `ArmSlot`): its only chunk,
     /// when that chunk waits for nothing but graph inputs and does at most [`ARM_MAX_FLOPS`]
-    /// of work. Not with `VKML_ARM=0` (device/vulkan/gate.rs, `arming_enabled`).
+    /// of work. Not when the session's tuning turns arming off.
     fn armable(&self, ops: &[(usize, usize)]) -> Option<usize> {
-        if !crate::device::vulkan::arming_enabled() {
+        if !self.arm {
             return None;
         }
         let (_, c) = *ops.first()?;

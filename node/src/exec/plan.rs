@@ -9,7 +9,7 @@ use vkml_planner::{
 
 use crate::device::vulkan::{Gpu, ShaderNeeds};
 use crate::graph::{Graph, Specialized};
-use crate::ops::{GpuKernel, InferInput, ValueType};
+use crate::ops::{GpuKernel, InferInput, KernelTuning, ValueType};
 
 /// A device of this machine, in the planner's device order.
 #[derive(Clone)]
@@ -126,7 +126,12 @@ impl Kernels {
 }
 
 /// The cost graph of the live ops, and each live op's GPU kernels (when it has some).
-pub fn cost_graph(graph: &Graph, spec: &Specialized) -> (CostGraph, Kernels) {
+/// `tuning` picks among kernels that compute the same thing.
+pub fn cost_graph(
+    graph: &Graph,
+    spec: &Specialized,
+    tuning: &KernelTuning,
+) -> (CostGraph, Kernels) {
     let inputs: Vec<usize> = graph.inputs.iter().map(|(v, _)| *v).collect();
     let n = graph.value_names.len();
     let mut values: Vec<ValueCost> = (0..n)
@@ -177,8 +182,8 @@ pub fn cost_graph(graph: &Graph, spec: &Specialized) -> (CostGraph, Kernels) {
                         })
                     })
                     .collect();
-                let faster = node.op.gpu_preferred(&planned, &out_types);
-                let base = node.op.gpu_planned(&planned, &out_types);
+                let faster = node.op.gpu_preferred(&planned, &out_types, tuning);
+                let base = node.op.gpu_planned(&planned, &out_types, tuning);
                 // An op with only preferred kernels is planned with the most widely
                 // supported of them.
                 let base = base.or_else(|| faster.last().cloned());

@@ -25,11 +25,6 @@ use crate::ops::fused::{self, Operand, Program, Step, block_broadcast, is_binary
 use crate::ops::{Attrs, InferInput, NodeSpec, ValueType};
 use crate::tensor::DType;
 
-/// Whether specialisation fuses chains: on unless `VKML_FUSION=0`.
-pub fn fusion_enabled() -> bool {
-    std::env::var("VKML_FUSION").map_or(true, |v| v.trim() != "0")
-}
-
 /// A step's second operand as the graph has it.
 enum Src {
     None,

@@ -394,7 +394,7 @@ fn a_fused_session_matches_the_unfused_graph() {
             SessionOptions {
                 devices: d,
                 device_memory_limit: None,
-                profile: false,
+                ..Default::default()
             },
         )
         .unwrap();

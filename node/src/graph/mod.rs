@@ -17,7 +17,6 @@ use crate::model::{ModelDef, ValueDef};
 use crate::ops::{self, Attrs, NodeSpec, Op, ValueType};
 use crate::tensor::Tensor;
 
-pub use fuse::fusion_enabled;
 pub use specialize::SpecializeError;
 
 pub type ValueId = usize;

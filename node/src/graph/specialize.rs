@@ -56,7 +56,7 @@ impl Graph {
     /// Checks the caller's input types against the declared ones (symbolic sizes take the
     /// given size, consistently) and infers every value. `known[i]`, when given, is the value
     /// of graph input `i`: it is folded like a constant (its type must be `inputs[i]`).
-    /// Chains of elementwise ops are then fused (graph/fuse.rs) unless `VKML_FUSION=0`.
+    /// Chains of elementwise ops are then fused (graph/fuse.rs).
     pub fn specialize(
         &self,
         inputs: &[ValueType],
@@ -65,17 +65,18 @@ impl Graph {
         self.specialize_for(inputs, known, true)
     }
 
-    /// [`Graph::specialize`], fusing only when `gpus`: a fused chain saves dispatches and
+    /// [`Graph::specialize`], fusing only when `fuse`: a fused chain saves dispatches and
     /// memory traffic on a GPU, while the CPU backend runs its steps one by one anyway (and
-    /// measured slower fused, BENCHMARKS.md), so plans for the CPU alone stay unfused.
+    /// measured slower fused, BENCHMARKS.md), so plans for the CPU alone stay unfused; and
+    /// `Tuning::fusion` may turn it off.
     pub fn specialize_for(
         &self,
         inputs: &[ValueType],
         known: &[Option<&Tensor>],
-        gpus: bool,
+        fuse: bool,
     ) -> Result<Specialized, SpecializeError> {
         let mut spec = self.specialize_unfused(inputs, known)?;
-        if gpus && super::fusion_enabled() {
+        if fuse {
             self.fuse_chains(&mut spec);
         }
         Ok(spec)

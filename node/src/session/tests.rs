@@ -14,7 +14,7 @@ fn cpu() -> SessionOptions {
     SessionOptions {
         devices: DeviceSelection::Cpu,
         device_memory_limit: None,
-        profile: false,
+        ..Default::default()
     }
 }
 

@@ -1,19 +1,30 @@
 //! Helpers for tests and benches of every VKML crate (a dev-dependency only: nothing shipped
 //! links it). It reads the test environment, which the libraries themselves never do:
 //! `VKML_SKIP_VULKAN=1` lets GPU tests pass without a Vulkan driver, `VKML_TEST_GPU=<index>`
-//! picks a GPU other than the first.
+//! picks a GPU other than the first, `VKML_VALIDATION=1` turns on the Khronos validation layer
+//! where it is installed.
 
 #![deny(unsafe_code)]
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use vkml_vulkan::{Gpu, GpuBuffer, MemoryUse, Step, Vulkan, VulkanError};
+use vkml_vulkan::{Gpu, GpuBuffer, MemoryUse, Step, Vulkan, VulkanError, VulkanOptions};
+
+/// The Vulkan options tests run with.
+pub fn vulkan_options() -> VulkanOptions {
+    VulkanOptions {
+        validation: std::env::var("VKML_VALIDATION").is_ok_and(|v| v.trim() == "1"),
+        ..VulkanOptions::default()
+    }
+}
 
 /// The process-wide Vulkan instance used by tests, or why there is none.
 pub fn vulkan() -> Result<&'static Vulkan, &'static VulkanError> {
     static VULKAN: OnceLock<Result<Vulkan, VulkanError>> = OnceLock::new();
-    VULKAN.get_or_init(Vulkan::new).as_ref()
+    VULKAN
+        .get_or_init(|| Vulkan::new(&vulkan_options()))
+        .as_ref()
 }
 
 /// The GPU tests run on: `VKML_TEST_GPU` (an index) or the first. Panics without one unless

@@ -29,13 +29,6 @@ use super::error::VulkanError;
 use super::gpu::Gpu;
 use super::record::CommandList;
 
-/// Whether executors arm their runs (exec/gpu.rs, `ArmSlot`): yes unless `VKML_ARM=0` (read
-/// once), for A/B measurements.
-pub fn arming_enabled() -> bool {
-    static ARM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ARM.get_or_init(|| std::env::var("VKML_ARM").as_deref() != Ok("0"))
-}
-
 /// A GPU's gate and the list armed behind it, if any.
 pub(crate) struct Arming {
     /// Host-signalled timeline: an armed list waits for the value it was given.

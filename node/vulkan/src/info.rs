@@ -8,6 +8,8 @@ use super::coop::{self, Half};
 use super::instance::Instance;
 use vkml_shaders::ShaderNeeds;
 
+use super::instance::QueueFamily;
+
 /// A GPU's identity, features and limits, all queried from the driver.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuInfo {
@@ -150,7 +152,11 @@ pub(crate) fn type_rank(device_type: &str) -> u8 {
 }
 
 /// Checks a physical device against VKML's requirements; the error says why it is unusable.
-pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candidate, String> {
+pub(crate) fn inspect(
+    inst: &Instance,
+    pd: vk::PhysicalDevice,
+    queue: QueueFamily,
+) -> Result<Candidate, String> {
     let instance = &inst.instance;
     // SAFETY: `pd` was enumerated from this live instance.
     let props = unsafe { instance.get_physical_device_properties(pd) };
@@ -230,9 +236,9 @@ pub(crate) fn inspect(inst: &Instance, pd: vk::PhysicalDevice) -> Result<Candida
         f.queue_count > 0 && f.queue_flags.contains(vk::QueueFlags::COMPUTE)
     };
     // A compute-only family is the async-compute engine where one exists: nothing else runs
-    // on it. `VKML_QUEUE=graphics` picks a graphics family instead, for measuring the two.
+    // on it. QueueFamily::Graphics picks a graphics family instead, for measuring the two.
     let graphics = |f: &vk::QueueFamilyProperties| f.queue_flags.contains(vk::QueueFlags::GRAPHICS);
-    let want_graphics = std::env::var("VKML_QUEUE").is_ok_and(|v| v.trim() == "graphics");
+    let want_graphics = queue == QueueFamily::Graphics;
     let queue_family = families
         .iter()
         .position(|f| compute(f) && graphics(f) == want_graphics)

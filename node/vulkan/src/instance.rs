@@ -13,7 +13,7 @@ use super::info;
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
 /// Validation-layer errors and warnings seen by this process (only counted with
-/// `VKML_VALIDATION=1`), so tests can assert that a run was clean.
+/// [`VulkanOptions::validation`]), so tests can assert that a run was clean.
 static VALIDATION_MESSAGES: AtomicU64 = AtomicU64::new(0);
 
 /// Number of validation errors and warnings reported so far in this process.
@@ -42,6 +42,27 @@ impl Drop for Instance {
     }
 }
 
+/// How to open Vulkan: diagnostics for measurements and debugging, off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VulkanOptions {
+    /// Enable the Khronos validation layer where it is installed, counting its reports
+    /// ([`validation_messages`]).
+    pub validation: bool,
+    /// Which queue family work is submitted on.
+    pub queue: QueueFamily,
+}
+
+/// The queue family a GPU's work goes to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum QueueFamily {
+    /// A compute-only family where one exists (the async-compute engine: nothing else runs on
+    /// it), else any with compute.
+    #[default]
+    Compute,
+    /// A graphics family, for measuring the two.
+    Graphics,
+}
+
 /// Every usable Vulkan GPU of this machine.
 pub struct Vulkan {
     gpus: Vec<Arc<Gpu>>,
@@ -51,9 +72,9 @@ impl Vulkan {
     /// Loads the Vulkan loader and opens every device that meets VKML's needs (Vulkan 1.2,
     /// buffer device address, timeline semaphores, 64-bit integers, scalar block layout).
     /// Others are skipped with a warning saying why. Real GPUs come first, CPU devices
-    /// (lavapipe) last. Set `VKML_VALIDATION=1` to enable the Khronos validation layer.
-    pub fn new() -> Result<Vulkan, VulkanError> {
-        let instance = Arc::new(create_instance()?);
+    /// (lavapipe) last.
+    pub fn new(options: &VulkanOptions) -> Result<Vulkan, VulkanError> {
+        let instance = Arc::new(create_instance(options.validation)?);
         let inst = &instance.instance;
         // SAFETY: the instance is valid for the duration of the call.
         let physicals = unsafe { inst.enumerate_physical_devices() }
@@ -62,7 +83,7 @@ impl Vulkan {
         let mut candidates = Vec::new();
         let mut skipped = Vec::new();
         for pd in physicals {
-            match info::inspect(&instance, pd) {
+            match info::inspect(&instance, pd, options.queue) {
                 Ok(c) => candidates.push(c),
                 Err(why) => {
                     tracing::warn!("skipping Vulkan device: {why}");
@@ -109,7 +130,7 @@ impl std::fmt::Debug for Vulkan {
     }
 }
 
-fn create_instance() -> Result<Instance, VulkanError> {
+fn create_instance(validation: bool) -> Result<Instance, VulkanError> {
     // SAFETY: loading libvulkan runs its initialisers; the Vulkan loader is designed to be
     // loaded this way, and nothing else in the process depends on it not being loaded.
     let entry = unsafe { ash::Entry::load() }
@@ -145,7 +166,7 @@ fn create_instance() -> Result<Instance, VulkanError> {
 
     let mut layer_names = Vec::new();
     let mut debug = false;
-    if std::env::var("VKML_VALIDATION").is_ok_and(|v| v == "1") {
+    if validation {
         // SAFETY: a global command with no preconditions.
         let layers = unsafe { entry.enumerate_instance_layer_properties() }
             .map_err(vk_error("vkEnumerateInstanceLayerProperties"))?;
@@ -159,7 +180,9 @@ fn create_instance() -> Result<Instance, VulkanError> {
                 debug = true;
             }
         } else {
-            tracing::warn!("VKML_VALIDATION=1 but VK_LAYER_KHRONOS_validation is not installed");
+            tracing::warn!(
+                "validation asked for, but VK_LAYER_KHRONOS_validation is not installed"
+            );
         }
     }
 

@@ -31,9 +31,9 @@ mod submit;
 
 pub use buffer::{GpuBuffer, MemoryUse};
 pub use error::VulkanError;
-pub use gate::{Armed, arming_enabled};
+pub use gate::Armed;
 pub use gpu::Gpu;
 pub use info::GpuInfo;
-pub use instance::{Vulkan, validation_messages};
+pub use instance::{QueueFamily, Vulkan, VulkanOptions, validation_messages};
 pub use record::{CommandList, Step};
 pub use vkml_shaders::{Kernel, Shader, ShaderNeeds};

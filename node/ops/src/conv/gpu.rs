@@ -10,7 +10,7 @@
 //! workgroup per (slice, tile) writes float partial sums to a scratch buffer, and a second
 //! dispatch (shaders/conv_splitk_reduce.comp) adds them in slice order plus the bias. The
 //! choice is a pure function of the shapes (plans and recorded command lists depend on it),
-//! overridable for benchmarks with `VKML_CONV_SPLITK` (see [`conv_mode`]).
+//! overridable for benchmarks (`KernelTuning::conv_splitk`).
 
 use super::ConvShape;
 use crate::splitk::{SplitK, split_k};
@@ -28,20 +28,9 @@ const MIN_GEMM_OCG: usize = 16;
 /// Largest element count the shaders index with 32-bit arithmetic.
 const MAX_ELEMS: usize = i32::MAX as usize;
 
-/// `half`: the tensors are f16 (the shaders' `_f16` variants; arithmetic stays in float).
-pub fn kernel(s: &ConvShape, has_bias: bool, half: bool) -> Option<GpuKernel> {
-    kernel_with(s, has_bias, half, conv_mode())
-}
-
-/// `VKML_CONV_SPLITK` (read once): unset is the shape rule, `0` never splits, `N` forces up to
-/// N slices on every implicit-GEMM convolution.
-pub fn conv_mode() -> SplitK {
-    static MODE: std::sync::OnceLock<SplitK> = std::sync::OnceLock::new();
-    *MODE.get_or_init(|| SplitK::from_var("VKML_CONV_SPLITK"))
-}
-
-/// [`kernel`] with the split-K choice given rather than read from the environment.
-pub fn kernel_with(s: &ConvShape, has_bias: bool, half: bool, mode: SplitK) -> Option<GpuKernel> {
+/// `half`: the tensors are f16 (the shaders' `_f16` variants; arithmetic stays in float);
+/// `mode`: split-K by the shape rule, or as tuned.
+pub fn kernel(s: &ConvShape, has_bias: bool, half: bool, mode: SplitK) -> Option<GpuKernel> {
     let a = s.axes3();
     let x_len = s.n * s.c * s.in_plane();
     let w_len = s.oc * s.cg() * s.kernel_volume();
@@ -186,9 +175,9 @@ mod tests {
             group: 32,
             axes: vec![axis(8, 3), axis(8, 3)],
         };
-        let k = kernel_with(&s, false, false, SplitK::Auto).unwrap();
+        let k = kernel(&s, false, false, SplitK::Auto).unwrap();
         assert_eq!(k.dispatches[0].kernel(), conv_direct::Variant::F32.kernel());
-        let k = kernel_with(&s, false, true, SplitK::Auto).unwrap();
+        let k = kernel(&s, false, true, SplitK::Auto).unwrap();
         assert_eq!(k.dispatches[0].kernel(), conv_direct::Variant::F16.kernel());
         let s = ConvShape {
             n: 2,
@@ -197,7 +186,7 @@ mod tests {
             group: 1,
             axes: vec![axis(10, 3)],
         };
-        let k = kernel_with(&s, true, false, SplitK::Auto).unwrap();
+        let k = kernel(&s, true, false, SplitK::Auto).unwrap();
         let d = &k.dispatches[0];
         assert_eq!(d.kernel(), conv_gemm::Variant::F32.kernel());
         // 2 * 8 outputs -> 1 pixel tile, 2 channel tiles.
@@ -217,7 +206,7 @@ mod tests {
             group: 32,
             axes: vec![axis(8, 3), axis(8, 3)],
         };
-        let k = kernel_with(&s, false, false, SplitK::Forced(4)).unwrap();
+        let k = kernel(&s, false, false, SplitK::Forced(4)).unwrap();
         assert_eq!(k.dispatches.len(), 1);
         assert_eq!(k.dispatches[0].kernel(), conv_direct::Variant::F32.kernel());
     }

@@ -29,6 +29,7 @@ mod wide;
 
 use super::util::{opt, req};
 use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::splitk::SplitK;
 use crate::tensor::{DType, Tensor};
 
 pub(super) use float::{FLOAT_DTYPES, Float};
@@ -225,20 +226,17 @@ impl Op for Conv {
         Ok(vec![y])
     }
 
-    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
-        let (x, w) = (opt(inputs, 0)?, opt(inputs, 1)?);
-        let b = opt(inputs, 2);
-        // f32, or f16 (which the CPU side runs through f32, see via_f32.rs).
-        if !matches!(x.dtype, DType::F32 | DType::F16)
-            || w.dtype != x.dtype
-            || b.is_some_and(|b| b.dtype != x.dtype)
-        {
-            return None;
-        }
-        let s = self
-            .shape(&x.shape, &w.shape, b.map(|b| b.shape.as_slice()))
-            .ok()?;
-        gpu::kernel(&s, b.is_some(), x.dtype == DType::F16)
+    fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
+        self.gpu_tuned(inputs, outputs, SplitK::Auto)
+    }
+
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+        tuning: &crate::KernelTuning,
+    ) -> Option<GpuKernel> {
+        self.gpu_tuned(&crate::util::types_of(inputs), outputs, tuning.conv_splitk)
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
@@ -252,5 +250,28 @@ impl Op for Conv {
             }
             None => outputs.iter().map(|o| o.numel() as u64).sum(),
         }
+    }
+}
+
+impl Conv {
+    fn gpu_tuned(
+        &self,
+        inputs: &[Option<&ValueType>],
+        _outputs: &[ValueType],
+        mode: SplitK,
+    ) -> Option<GpuKernel> {
+        let (x, w) = (opt(inputs, 0)?, opt(inputs, 1)?);
+        let b = opt(inputs, 2);
+        // f32, or f16 (which the CPU side runs through f32, see via_f32.rs).
+        if !matches!(x.dtype, DType::F32 | DType::F16)
+            || w.dtype != x.dtype
+            || b.is_some_and(|b| b.dtype != x.dtype)
+        {
+            return None;
+        }
+        let s = self
+            .shape(&x.shape, &w.shape, b.map(|b| b.shape.as_slice()))
+            .ok()?;
+        gpu::kernel(&s, b.is_some(), x.dtype == DType::F16, mode)
     }
 }

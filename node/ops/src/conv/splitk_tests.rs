@@ -2,7 +2,7 @@
 //! shaders/conv_splitk_reduce.comp) against the CPU kernel, in f32 and f16: shapes that the
 //! shape rule splits, and slice counts forced as `VKML_CONV_SPLITK=N` would.
 
-use super::gpu::{conv_mode, kernel_with};
+use super::gpu::kernel;
 use super::gpu_tests::{gpu_and_cpu, shader_of};
 use super::tests::{Case, conv_op, data};
 use super::{Conv, ConvShape, WindowAttrs};
@@ -59,7 +59,7 @@ impl Op for FixedSplit {
     }
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let half = inputs.first()?.as_ref()?.dtype == DType::F16;
-        kernel_with(&self.shape, self.bias, half, self.mode)
+        kernel(&self.shape, self.bias, half, self.mode)
     }
 }
 
@@ -173,7 +173,7 @@ fn split_cases() -> Vec<(Case, (usize, usize))> {
 fn the_rule_splits_late_layers_as_documented() {
     for (c, want) in split_cases() {
         let s = shape_of(&c);
-        let k = kernel_with(&s, c.bias, false, SplitK::Auto).unwrap();
+        let k = kernel(&s, c.bias, false, SplitK::Auto).unwrap();
         assert_eq!(
             k.dispatches[0].kernel(),
             vkml_shaders::conv_gemm::Variant::F32Splitk.kernel(),
@@ -189,22 +189,17 @@ fn the_rule_splits_late_layers_as_documented() {
 #[test]
 fn split_convolutions_match_the_cpu_f32_and_f16() {
     let mut rng = Rng::new(31);
-    let auto = conv_mode() == SplitK::Auto;
     for half in [false, true] {
         for (c, _) in split_cases() {
             let Some(shader) = check(&c, None, half, &mut rng) else {
                 return;
             };
-            // Under a VKML_CONV_SPLITK override the op may pick another path; it must
-            // still be right.
-            if auto {
-                let want = if half {
-                    vkml_shaders::conv_gemm::Variant::F16Splitk.kernel()
-                } else {
-                    vkml_shaders::conv_gemm::Variant::F32Splitk.kernel()
-                };
-                assert_eq!(shader, want, "{c:?}");
-            }
+            let want = if half {
+                vkml_shaders::conv_gemm::Variant::F16Splitk.kernel()
+            } else {
+                vkml_shaders::conv_gemm::Variant::F32Splitk.kernel()
+            };
+            assert_eq!(shader, want, "{c:?}");
         }
     }
 }

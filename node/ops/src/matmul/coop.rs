@@ -10,15 +10,13 @@
 //! - shaders/gemm_coop2.comp (NV cooperative matrix 2): any alignment, 70-184 TFLOP/s there.
 //! - shaders/gemm_coop_any.comp (KHR): any alignment where NV2 is missing, about 30.
 //!
-//! `VKML_GEMM_COOP=off|khr|nv2|nv2wide|nv2narrow` limits the choice, for benchmarks and A/B
-//! checks (read once).
-
-use std::sync::OnceLock;
+//! `KernelTuning::gemm_coop` limits the choice, for benchmarks and A/B checks.
 
 use super::gpu::GemmKernel;
 use super::{GpuGemm, gemm_kernel};
 use crate::GpuKernel;
 use crate::tensor::DType;
+use crate::tuning::{CoopKernels, KernelTuning};
 use vkml_shaders::{gemm_coop, gemm_coop_any, gemm_coop2};
 
 /// Output tile (rows, columns) of one workgroup of gemm_coop, and of gemm_coop2's two tile
@@ -34,34 +32,11 @@ const TILE_NV2_WIDE: (usize, usize) = (128, 256);
 /// ordinary kernels take it.
 const MIN_WORK: usize = 1 << 18;
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Mode {
-    Both,
-    Khr,
-    Nv2,
-    /// NV2 with the wide or the narrow tiles whatever the size (benchmarks).
-    Nv2Wide,
-    Nv2Narrow,
-    Off,
-}
-
-fn mode() -> Mode {
-    static MODE: OnceLock<Mode> = OnceLock::new();
-    *MODE.get_or_init(|| match std::env::var("VKML_GEMM_COOP").as_deref() {
-        Ok("off") => Mode::Off,
-        Ok("khr") => Mode::Khr,
-        Ok("nv2") => Mode::Nv2,
-        Ok("nv2wide") => Mode::Nv2Wide,
-        Ok("nv2narrow") => Mode::Nv2Narrow,
-        _ => Mode::Both,
-    })
-}
-
 /// The tensor-core kernels for `g` (best first), or none when the operands are not f16/bf16,
 /// the product is small, or an operand is strided along both axes (the shaders read each
 /// operand as a row-major or a transposed matrix).
-pub(super) fn kernels((dtype, g): (DType, GpuGemm)) -> Vec<GpuKernel> {
-    kernels_in(&g, dtype, mode())
+pub(super) fn kernels((dtype, g): (DType, GpuGemm), which: CoopKernels) -> Vec<GpuKernel> {
+    kernels_in(&g, dtype, which)
 }
 
 /// Whether every offset and stride of A and B is a multiple of 8 elements (16 bytes), as
@@ -159,7 +134,7 @@ fn khr_variant(g: &GpuGemm, dtype: DType) -> Option<gemm_coop::Variant> {
     Some(variants[index])
 }
 
-pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel> {
+pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: CoopKernels) -> Vec<GpuKernel> {
     let khr_any = GemmKernel::CoopAny(match dtype {
         DType::F16 => gemm_coop_any::Variant::F16,
         DType::BF16 => gemm_coop_any::Variant::Bf16,
@@ -175,8 +150,8 @@ pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel
     let wide_tiles = g.m.div_ceil(TILE_NV2_WIDE.0) * g.n.div_ceil(TILE_NV2_WIDE.1);
     let batch: usize = g.batch.iter().product();
     let wide = match mode {
-        Mode::Nv2Wide => true,
-        Mode::Nv2Narrow => false,
+        CoopKernels::Nv2Wide => true,
+        CoopKernels::Nv2Narrow => false,
         _ => wide_tiles * batch >= 256,
     };
     let nv2_tile = if wide { TILE_NV2_WIDE } else { TILE_NV2 };
@@ -185,9 +160,9 @@ pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel
     };
     let want_nv2 = matches!(
         mode,
-        Mode::Both | Mode::Nv2 | Mode::Nv2Wide | Mode::Nv2Narrow
+        CoopKernels::Any | CoopKernels::Nv2 | CoopKernels::Nv2Wide | CoopKernels::Nv2Narrow
     );
-    let want_khr = matches!(mode, Mode::Both | Mode::Khr);
+    let want_khr = matches!(mode, CoopKernels::Any | CoopKernels::Khr);
     // Aligned operands: gemm_coop first (faster than gemm_coop2 where both exist); otherwise
     // gemm_coop2, then gemm_coop_any.
     let khr = aligned_units(g).then(|| khr_variant(g, dtype)).flatten();
@@ -204,7 +179,7 @@ pub(super) fn kernels_in(g: &GpuGemm, dtype: DType, mode: Mode) -> Vec<GpuKernel
             coop: Some((kernel, tile.0, tile.1)),
             ..g.clone()
         };
-        out.extend(gemm_kernel(&with));
+        out.extend(gemm_kernel(&with, &KernelTuning::default()));
     }
     out
 }
@@ -257,34 +232,35 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            names(DType::F16, Mode::Both),
+            names(DType::F16, CoopKernels::Any),
             [
                 vkml_shaders::gemm_coop::Variant::NnExactF16.kernel(),
                 vkml_shaders::gemm_coop2::Variant::ExactF16.kernel()
             ]
         );
         assert_eq!(
-            names(DType::BF16, Mode::Both),
+            names(DType::BF16, CoopKernels::Any),
             [
                 vkml_shaders::gemm_coop::Variant::NnExactBf16.kernel(),
                 vkml_shaders::gemm_coop2::Variant::ExactBf16.kernel()
             ]
         );
         assert_eq!(
-            names(DType::F16, Mode::Khr),
+            names(DType::F16, CoopKernels::Khr),
             [vkml_shaders::gemm_coop::Variant::NnExactF16.kernel()]
         );
         assert_eq!(
-            names(DType::BF16, Mode::Nv2),
+            names(DType::BF16, CoopKernels::Nv2),
             [vkml_shaders::gemm_coop2::Variant::ExactBf16.kernel()]
         );
-        assert!(names(DType::F16, Mode::Off).is_empty());
-        assert!(names(DType::F32, Mode::Both).is_empty());
+        assert!(names(DType::F16, CoopKernels::Off).is_empty());
+        assert!(names(DType::F32, CoopKernels::Any).is_empty());
     }
 
     #[test]
     fn only_operands_aligned_to_16_bytes_get_the_aligned_shaders() {
-        let first = |g: &GpuGemm| kernels_in(g, DType::F16, Mode::Nv2)[0].dispatches[0].kernel();
+        let first =
+            |g: &GpuGemm| kernels_in(g, DType::F16, CoopKernels::Nv2)[0].dispatches[0].kernel();
         let mut g = product(256, 256, 256, row_major(256, 256));
         assert_eq!(
             first(&g),
@@ -295,7 +271,8 @@ mod tests {
         assert_eq!(first(&g), vkml_shaders::gemm_coop2::Variant::A8F16.kernel());
         let g = product(256, 264, 256, row_major(256, 264));
         assert_eq!(first(&g), vkml_shaders::gemm_coop2::Variant::A8F16.kernel());
-        let wide = |g: &GpuGemm| kernels_in(g, DType::F16, Mode::Nv2Wide)[0].dispatches[0].kernel();
+        let wide =
+            |g: &GpuGemm| kernels_in(g, DType::F16, CoopKernels::Nv2Wide)[0].dispatches[0].kernel();
         // The wide exact tile is 128x256, 64 deep.
         let mut g = product(256, 512, 128, row_major(128, 512));
         assert_eq!(
@@ -328,7 +305,7 @@ mod tests {
     #[test]
     fn aligned_products_take_gemm_coop_by_layout_and_the_rest_fall_back() {
         let names = |g: &GpuGemm| -> Vec<Kernel> {
-            kernels_in(g, DType::F16, Mode::Both)
+            kernels_in(g, DType::F16, CoopKernels::Any)
                 .iter()
                 .map(|k| k.dispatches[0].kernel())
                 .collect()
@@ -391,7 +368,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            kernels_in(&g, DType::F16, Mode::Khr)[0].dispatches[0].kernel(),
+            kernels_in(&g, DType::F16, CoopKernels::Khr)[0].dispatches[0].kernel(),
             vkml_shaders::gemm_coop_any::Variant::F16.kernel()
         );
         // Aligned, but M = 200 would leave a partial 16x16 fragment.
@@ -408,7 +385,7 @@ mod tests {
     #[test]
     fn tiles_cover_the_output_and_refuse_what_the_shaders_cannot_read() {
         let g = product(300, 129, 64, row_major(64, 129));
-        let k = &kernels_in(&g, DType::F16, Mode::Nv2)[0];
+        let k = &kernels_in(&g, DType::F16, CoopKernels::Nv2)[0];
         // 129 columns and 300 rows of 128x128 tiles.
         assert_eq!(k.dispatches[0].groups, [2, 3, 1]);
         // A matrix strided along both axes (a column of a larger matrix, every other row).
@@ -422,7 +399,7 @@ mod tests {
                 cs: 2,
             },
         );
-        assert!(kernels_in(&odd, DType::F16, Mode::Both).is_empty());
+        assert!(kernels_in(&odd, DType::F16, CoopKernels::Any).is_empty());
         // Transposed B (Gemm's transB) is read through a view.
         let t = product(
             256,
@@ -434,9 +411,9 @@ mod tests {
                 cs: 256,
             },
         );
-        assert_eq!(kernels_in(&t, DType::F16, Mode::Both).len(), 2);
+        assert_eq!(kernels_in(&t, DType::F16, CoopKernels::Any).len(), 2);
         // Too small to pay for the tiles.
         let small = product(32, 32, 32, row_major(32, 32));
-        assert!(kernels_in(&small, DType::F16, Mode::Both).is_empty());
+        assert!(kernels_in(&small, DType::F16, CoopKernels::Any).is_empty());
     }
 }

@@ -3,10 +3,12 @@
 //! its shaders need (lavapipe has none: there these tests check nothing and say so).
 
 use super::MatMul;
-use super::coop::{Mode, kernels_in};
+use super::coop::kernels_in;
+use crate::KernelTuning;
 use crate::tensor::{DType, Tensor};
 use crate::testkit::gpu as testing;
 use crate::testkit::{Rng, build, f64s};
+use crate::tuning::CoopKernels;
 use crate::{AttrValue, GpuKernel, InferInput, Kernel, Op, ValueType};
 use vkml_shaders::{gemm_coop, gemm_coop2};
 
@@ -110,7 +112,7 @@ fn check(op: &dyn Op, inputs: &[Option<&Tensor>], want: &[f64], what: &str) -> V
         .map(|(ty, t)| ty.as_ref().map(|ty| InferInput { ty, value: *t }))
         .collect();
     let outs = op.infer(&planned).expect("shape rule");
-    let kernels = op.gpu_preferred(&planned, &outs);
+    let kernels = op.gpu_preferred(&planned, &outs, &KernelTuning::default());
     check_kernels(&kernels, inputs, &outs, want, what)
 }
 
@@ -304,7 +306,7 @@ fn gpu_coop_wide_tiles_match_f64() {
         let want = plain_product(&av, &bv, (m, k, n));
         let (ta, tb) = (ValueType::of(&a), ValueType::of(&b));
         let (_, g) = MatMul::describe(&[Some(&ta), Some(&tb)]).unwrap();
-        let kernels = kernels_in(&g, dtype, Mode::Nv2Wide);
+        let kernels = kernels_in(&g, dtype, CoopKernels::Nv2Wide);
         assert_eq!(
             kernels[0].dispatches[0].groups,
             [n.div_ceil(256) as u32, m.div_ceil(128) as u32, 1]
@@ -353,9 +355,9 @@ fn coop_gemm_report() {
         }
     };
     let modes = [
-        (Mode::Nv2Wide, "nv2 128x256"),
-        (Mode::Nv2Narrow, "nv2 128x128"),
-        (Mode::Khr, "khr 128x128"),
+        (CoopKernels::Nv2Wide, "nv2 128x256"),
+        (CoopKernels::Nv2Narrow, "nv2 128x128"),
+        (CoopKernels::Khr, "khr 128x128"),
     ];
     for (dtype, size, pad) in [
         (DType::F16, 4096, 0),
@@ -416,7 +418,7 @@ fn coop_gemm_report() {
                         coop: Some((shader, tm, tn)),
                         ..g.clone()
                     };
-                    let k = super::gemm_kernel(&with).unwrap();
+                    let k = super::gemm_kernel(&with, &KernelTuning::default()).unwrap();
                     time(
                         format!("{dtype} {size}^3 {what} ({})", shader.kernel()),
                         &k,
@@ -439,7 +441,10 @@ fn coop_gemm_report() {
             rs: 1,
             cs: size,
         };
-        for (mode, what) in [(Mode::Khr, "khr"), (Mode::Nv2Wide, "nv2 128x256")] {
+        for (mode, what) in [
+            (CoopKernels::Khr, "khr"),
+            (CoopKernels::Nv2Wide, "nv2 128x256"),
+        ] {
             if let Some(k) = kernels_in(&g, DType::F16, mode).first() {
                 let label = format!(
                     "float16 4096^3, B transposed, {what} ({})",

@@ -7,6 +7,7 @@ use super::splitk;
 use crate::elementwise::collapse;
 use crate::splitk::split_k;
 use crate::tensor::{DType, numel};
+use crate::tuning::{GemmTiles, KernelTuning};
 use crate::{BufRef, Dispatch, GpuKernel};
 use vkml_shaders::{gemm, gemm_big, gemm_coop, gemm_coop_any, gemm_coop2, gemm_simple};
 
@@ -192,34 +193,27 @@ impl GemmKernel {
 /// The GEMM kernel for an M x N product repeated `batch` times, and its tile size. gemm_big's
 /// 128x128 tiles do twice the arithmetic per shared-memory read of gemm's 64x64 ones, but a
 /// product needs enough of them to fill a large GPU (an H100 has 132 multiprocessors), so
-/// smaller products keep the smaller tiles. `VKML_GEMM_KERNEL=gemm|gemm_big` overrides the
-/// choice, for benchmarks (read once).
-fn tiled_kernel(m: usize, n: usize, batch: usize) -> (GemmKernel, usize) {
-    static FORCED: std::sync::OnceLock<Option<GemmKernel>> = std::sync::OnceLock::new();
-    let forced = FORCED.get_or_init(|| match std::env::var("VKML_GEMM_KERNEL").as_deref() {
-        Ok("gemm") => Some(GemmKernel::Tiled),
-        Ok("gemm_big") => Some(GemmKernel::Big),
-        _ => None,
-    });
+/// smaller products keep the smaller tiles, unless `tiles` says otherwise.
+fn tiled_kernel(m: usize, n: usize, batch: usize, tiles: GemmTiles) -> (GemmKernel, usize) {
     let big_tiles = m.div_ceil(128) * n.div_ceil(128) * batch;
-    match forced {
-        Some(GemmKernel::Big) => (GemmKernel::Big, 128),
-        Some(_) => (GemmKernel::Tiled, TILE),
-        None if big_tiles >= 256 => (GemmKernel::Big, 128),
-        None => (GemmKernel::Tiled, TILE),
+    match tiles {
+        GemmTiles::Big => (GemmKernel::Big, 128),
+        GemmTiles::Small => (GemmKernel::Tiled, TILE),
+        GemmTiles::Auto if big_tiles >= 256 => (GemmKernel::Big, 128),
+        GemmTiles::Auto => (GemmKernel::Tiled, TILE),
     }
 }
 
 /// The kernel every GPU can run for a described product: gemm.comp's family for f32 and f16;
 /// none for bf16, which has only the tensor-core kernels (coop.rs).
-pub(super) fn plain_kernel((dtype, g): (DType, GpuGemm)) -> Option<GpuKernel> {
-    (dtype != DType::BF16).then(|| gemm_kernel(&g)).flatten()
+pub(super) fn plain_kernel((dtype, g): (DType, GpuGemm), t: &KernelTuning) -> Option<GpuKernel> {
+    (dtype != DType::BF16).then(|| gemm_kernel(&g, t)).flatten()
 }
 
 /// The dispatches of one product ([`GemmParams`]). Batch axes beyond the innermost three
 /// (after collapsing) become separate dispatches, each with its own offsets of its first A,
 /// B and Y matrices.
-pub(super) fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
+pub(super) fn gemm_kernel(g: &GpuGemm, t: &KernelTuning) -> Option<GpuKernel> {
     let word = |v: usize| u32::try_from(v).ok();
     if g.sizes.iter().any(|&s| word(s).is_none()) {
         return None;
@@ -269,7 +263,8 @@ pub(super) fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
     } else if g.half {
         (GemmKernel::Simple, (TILE, TILE))
     } else {
-        let (kernel, tile) = tiled_kernel(g.m, g.n, numel(&dims) * numel(&lay.dims[..split]));
+        let batch = numel(&dims) * numel(&lay.dims[..split]);
+        let (kernel, tile) = tiled_kernel(g.m, g.n, batch, t.gemm_tiles);
         (kernel, (tile, tile))
     };
     let groups = [g.n.div_ceil(tile.1), g.m.div_ceil(tile.0), numel(&dims)];
@@ -294,7 +289,7 @@ pub(super) fn gemm_kernel(g: &GpuGemm) -> Option<GpuKernel> {
             groups[0] * groups[1] * groups[2],
             g.k,
             groups[2] * g.m * g.n,
-            splitk::gemm_mode(),
+            t.gemm_splitk,
         );
         if splits > 1 && groups[2] * splits <= 65_535 {
             return Some(splitk::kernel(g, &params, groups, splits, k_slice));
@@ -346,28 +341,32 @@ pub(crate) fn strided_gemm_kernel(
     b_batch: Vec<usize>,
     sizes: [usize; 3],
 ) -> Option<GpuKernel> {
-    gemm_kernel(&GpuGemm {
-        half,
-        coop: None,
-        m,
-        n,
-        k,
-        a: Strided {
-            off: 0,
-            rs: a.0,
-            cs: a.1,
+    gemm_kernel(
+        &GpuGemm {
+            half,
+            coop: None,
+            m,
+            n,
+            k,
+            a: Strided {
+                off: 0,
+                rs: a.0,
+                cs: a.1,
+            },
+            b: Strided {
+                off: 0,
+                rs: b.0,
+                cs: b.1,
+            },
+            batch,
+            a_batch,
+            b_batch,
+            c: None,
+            alpha: 1.0,
+            beta: 0.0,
+            sizes,
         },
-        b: Strided {
-            off: 0,
-            rs: b.0,
-            cs: b.1,
-        },
-        batch,
-        a_batch,
-        b_batch,
-        c: None,
-        alpha: 1.0,
-        beta: 0.0,
-        sizes,
-    })
+        // Einsum follows the shape rules: the tuning knobs are MatMul's, Gemm's and Conv's.
+        &KernelTuning::default(),
+    )
 }

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use super::util::{broadcast_shapes, broadcast_strides, expect_dtype, opt, req, types_of};
 use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::KernelTuning;
 use crate::tensor::{DType, Element, Tensor, numel};
 pub(super) use gpu::strided_gemm_kernel;
 use gpu::{GpuGemm, gemm_kernel, plain_kernel};
@@ -321,15 +322,26 @@ impl Op for MatMul {
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         // f32 (gemm.comp) or f16 (gemm_simple.comp; the CPU side runs it through f32); bf16
         // has only the tensor-core kernels.
-        plain_kernel(MatMul::describe(inputs)?)
+        plain_kernel(MatMul::describe(inputs)?, &KernelTuning::default())
+    }
+
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        _outputs: &[ValueType],
+        tuning: &KernelTuning,
+    ) -> Option<GpuKernel> {
+        plain_kernel(MatMul::describe(&types_of(inputs))?, tuning)
     }
 
     fn gpu_preferred(
         &self,
         inputs: &[Option<InferInput<'_>>],
         _outputs: &[ValueType],
+        tuning: &KernelTuning,
     ) -> Vec<GpuKernel> {
-        MatMul::describe(&types_of(inputs)).map_or_else(Vec::new, coop::kernels)
+        MatMul::describe(&types_of(inputs))
+            .map_or_else(Vec::new, |g| coop::kernels(g, tuning.gemm_coop))
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
@@ -551,16 +563,26 @@ impl Op for Gemm {
     }
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
-        plain_kernel(self.describe(inputs, outputs)?)
+        plain_kernel(self.describe(inputs, outputs)?, &KernelTuning::default())
+    }
+
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+        tuning: &KernelTuning,
+    ) -> Option<GpuKernel> {
+        plain_kernel(self.describe(&types_of(inputs), outputs)?, tuning)
     }
 
     fn gpu_preferred(
         &self,
         inputs: &[Option<InferInput<'_>>],
         outputs: &[ValueType],
+        tuning: &KernelTuning,
     ) -> Vec<GpuKernel> {
         self.describe(&types_of(inputs), outputs)
-            .map_or_else(Vec::new, coop::kernels)
+            .map_or_else(Vec::new, |g| coop::kernels(g, tuning.gemm_coop))
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {

@@ -6,17 +6,9 @@
 
 use super::GpuGemm;
 use super::gpu::GemmParams;
-use crate::splitk::SplitK;
 use crate::util::groups_1d;
 use crate::{BufRef, Dispatch, GpuKernel};
 use vkml_shaders::{gemm_splitk, gemm_splitk_reduce};
-
-/// `VKML_GEMM_SPLITK` (read once): unset is the shape rule, `0` never splits, `N` forces up to
-/// N slices on every single-dispatch f32 product of small tiles.
-pub(super) fn gemm_mode() -> SplitK {
-    static MODE: std::sync::OnceLock<SplitK> = std::sync::OnceLock::new();
-    *MODE.get_or_init(|| SplitK::from_var("VKML_GEMM_SPLITK"))
-}
 
 /// The two dispatches for `g` in `splits` slices of `k_slice`. `p`: gemm.comp's parameters
 /// (offsets 0: a single dispatch); `groups`: its one-pass grid. The caller has checked that

@@ -468,7 +468,6 @@ fn split_of(op: &dyn Op, inputs: &[&Tensor]) -> (crate::Kernel, u32) {
 
 #[test]
 fn gpu_split_k_matmul_matches_cpu() {
-    let auto = splitk::gemm_mode() == crate::splitk::SplitK::Auto;
     let cases: &[(&[usize], &[usize], u32)] = &[
         // ResNet-50's classifier at batch 1: 16 tiles, K = 2048 -> 32 slices of 4 steps.
         (&[1, 2048], &[2048, 1000], 32),
@@ -481,13 +480,11 @@ fn gpu_split_k_matmul_matches_cpu() {
     for &(a, b, splits) in cases {
         let (x, y) = (rng.tensor_f32(a), rng.tensor_f32(b));
         let op = build("MatMul", 13, &[]).unwrap();
-        if auto {
-            assert_eq!(
-                split_of(&*op, &[&x, &y]),
-                (vkml_shaders::gemm_splitk::Variant::F32.kernel(), splits),
-                "{a:?} x {b:?}"
-            );
-        }
+        assert_eq!(
+            split_of(&*op, &[&x, &y]),
+            (vkml_shaders::gemm_splitk::Variant::F32.kernel(), splits),
+            "{a:?} x {b:?}"
+        );
         gpu_matches_cpu(&*op, &[Some(&x), Some(&y)], 1e-4);
     }
 }
@@ -496,7 +493,6 @@ fn gpu_split_k_matmul_matches_cpu() {
 fn gpu_split_k_gemm_every_transpose_scale_and_c_shape() {
     // 2 x 2 tiles, K = 260 (17 steps): 4 slices of 5 steps, the last of 2.
     let (m, k, n) = (70, 260, 65);
-    let auto = splitk::gemm_mode() == crate::splitk::SplitK::Auto;
     let mut rng = Rng::new(35);
     let c_shapes: &[Option<&[usize]>] =
         &[None, Some(&[]), Some(&[n]), Some(&[m, 1]), Some(&[m, n])];
@@ -514,14 +510,12 @@ fn gpu_split_k_gemm_every_transpose_scale_and_c_shape() {
                         ("transB", AttrValue::Int(tb as i64)),
                     ];
                     let op = build("Gemm", 13, &attrs).unwrap();
-                    if auto {
-                        let mut ins = vec![&a, &b];
-                        ins.extend(c.as_ref());
-                        assert_eq!(
-                            split_of(&*op, &ins),
-                            (vkml_shaders::gemm_splitk::Variant::F32.kernel(), 4)
-                        );
-                    }
+                    let mut ins = vec![&a, &b];
+                    ins.extend(c.as_ref());
+                    assert_eq!(
+                        split_of(&*op, &ins),
+                        (vkml_shaders::gemm_splitk::Variant::F32.kernel(), 4)
+                    );
                     gpu_matches_cpu(&*op, &[Some(&a), Some(&b), c.as_ref()], 1e-4);
                 }
             }

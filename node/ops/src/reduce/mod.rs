@@ -201,6 +201,7 @@ impl Op for Reduce {
         &self,
         inputs: &[Option<InferInput<'_>>],
         outputs: &[ValueType],
+        _tuning: &crate::KernelTuning,
     ) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?.ty;
         let plan = self.plan(&x.shape, self.axes_input(inputs).ok()?).ok()?;

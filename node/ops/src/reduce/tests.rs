@@ -311,7 +311,8 @@ fn gpu_long_reductions_split_over_workgroups() {
                 o.gpu(&[Some(&t), Some(&at)], std::slice::from_ref(&out))
                     .is_none()
             );
-            o.gpu_planned(&inputs, &[out]).unwrap()
+            o.gpu_planned(&inputs, &[out], &crate::KernelTuning::default())
+                .unwrap()
         };
         assert_eq!(k.dispatches.len(), 2, "{op}");
         gpu_matches_cpu(&*o, &[Some(&x), Some(&a)], 1e-4);

@@ -50,7 +50,7 @@ pub fn run_op_on(
         .map(|(ty, t)| ty.as_ref().map(|ty| InferInput { ty, value: *t }))
         .collect();
     let kernel = op
-        .gpu_planned(&planned, outputs)
+        .gpu_planned(&planned, outputs, &crate::KernelTuning::default())
         .ok_or_else(|| format!("{op:?} has no GPU kernel for inputs {types:?}"))?;
     run_kernel_on(gpu, &kernel, inputs, outputs)
 }

@@ -53,5 +53,7 @@ pub fn add_scalar(src: u64, dst: u64, n: usize, value: f32) -> Step<'static> {
 /// these would disarm their lists.
 pub fn own_gpu() -> Option<Arc<Gpu>> {
     let index = gpu()?.info().index;
-    Some(Arc::clone(&Vulkan::new().ok()?.gpus()[index]))
+    Some(Arc::clone(
+        &Vulkan::new(&vkml_testkit::vulkan_options()).ok()?.gpus()[index],
+    ))
 }

@@ -1,0 +1,48 @@
+//! Choices among kernels that compute the same thing, passed to the ops as a value so that two
+//! sessions in one process may differ, and nothing in the library reads the environment. The
+//! defaults are the shape rules; the alternatives exist for A/B measurements.
+
+pub use crate::splitk::SplitK;
+
+/// How the GPU kernels of Conv, MatMul and Gemm are chosen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct KernelTuning {
+    /// Split-K of the implicit-GEMM convolution (splitk.rs).
+    pub conv_splitk: SplitK,
+    /// Split-K of single-dispatch f32 matrix products.
+    pub gemm_splitk: SplitK,
+    /// The tensor-core kernels f16 and bf16 products may take (matmul/coop.rs).
+    pub gemm_coop: CoopKernels,
+    /// The tile of the f32 matrix-product kernel.
+    pub gemm_tiles: GemmTiles,
+}
+
+/// Which tensor-core kernels f16/bf16 products are offered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum CoopKernels {
+    /// KHR cooperative matrix and NV cooperative matrix 2, best first.
+    #[default]
+    Any,
+    /// KHR cooperative matrix only.
+    Khr,
+    /// NV cooperative matrix 2 only, its tile chosen by the product's size.
+    Nv2,
+    /// NV cooperative matrix 2 with its 128x256 tiles whatever the size.
+    Nv2Wide,
+    /// NV cooperative matrix 2 with its 128x128 tiles whatever the size.
+    Nv2Narrow,
+    /// None: the products take the plain kernels.
+    Off,
+}
+
+/// The tile of the f32 matrix-product kernel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum GemmTiles {
+    /// 128x128 (gemm_big) for products with enough of them to fill a large GPU, else 64x64.
+    #[default]
+    Auto,
+    /// 64x64 (gemm) always.
+    Small,
+    /// 128x128 (gemm_big) always.
+    Big,
+}
