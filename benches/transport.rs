@@ -44,6 +44,15 @@ fn header(bytes: usize) -> Vec<u8> {
     .unwrap()
 }
 
+/// The lanes to stripe over: VKML_TENSOR_LANES (this bench's own setting, as the node binary
+/// reads it) or the node's default.
+fn lanes() -> usize {
+    std::env::var("VKML_TENSOR_LANES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(vkml::cluster::tensors::default_lanes)
+}
+
 /// The node's own path: two `Cluster` nodes on loopback, `send_tensor` on one, `tensors()` on
 /// the other (striped over VKML_TENSOR_LANES connections, default min(4, cores)), timed until
 /// the reassembled tensor is in the receiver's hands.
@@ -57,6 +66,8 @@ async fn quic_tensor(payload: Bytes, reps: usize) -> (Vec<f64>, usize) {
         secret: secret.clone(),
         devices: vec![],
         tuning: Default::default(),
+        tensor_lanes: lanes(),
+        faults: None,
     };
     let a = Cluster::start(config("sender", vec![])).await.unwrap();
     let b = Cluster::start(config("receiver", vec![a.addr().to_string()]))

@@ -24,6 +24,8 @@ fn config(name: &str, join: Vec<String>, secret: &Secret, budget: u64) -> Cluste
             features: 0,
         }],
         tuning: Default::default(),
+        tensor_lanes: vkml::cluster::tensors::default_lanes(),
+        faults: None,
     }
 }
 

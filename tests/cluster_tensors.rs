@@ -18,6 +18,8 @@ fn config(name: &str, join: Vec<String>) -> ClusterConfig {
         secret: Secret::insecure(),
         devices: vec![],
         tuning: Default::default(),
+        tensor_lanes: vkml::cluster::tensors::default_lanes(),
+        faults: None,
     }
 }
 

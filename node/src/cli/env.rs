@@ -1,7 +1,10 @@
 //! The binary's edge with its environment: the only place `VKML_*` settings are read. The
 //! library takes them as a [`Tuning`] value.
 
+use anyhow::{Context, Result};
 use vkml::Tuning;
+use vkml::cluster::FaultConfig;
+use vkml::cluster::tensors::{MAX_LANES, default_lanes};
 
 /// Variables the test suite, the scripts and the benches read for themselves; this program
 /// ignores them without a warning.
@@ -15,8 +18,7 @@ const NOT_OURS: &[&str] = &[
     "VKML_NODE_BIN",
 ];
 
-/// Variables of the node that the cluster layer still reads itself (fault injection, tensor
-/// lanes: docs/CLUSTER.md).
+/// A node's own variables (docs/CLUSTER.md): read by [`tensor_lanes`] and [`faults`].
 const CLUSTER: &[&str] = &["VKML_FAULTS", "VKML_TENSOR_LANES"];
 
 /// The tuning the environment asks for. Values that are not understood, and `VKML_*` names
@@ -46,4 +48,32 @@ pub fn tuning() -> Tuning {
         tracing::warn!("{w}");
     }
     tuning
+}
+
+/// The connections a node stripes a large tensor over: `VKML_TENSOR_LANES` (1 to 16), else
+/// min(4, cores).
+pub fn tensor_lanes() -> usize {
+    match std::env::var("VKML_TENSOR_LANES") {
+        Err(_) => default_lanes(),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_LANES).contains(&n) => n,
+            _ => {
+                tracing::warn!(
+                    "VKML_TENSOR_LANES={v:?} is not a number from 1 to {MAX_LANES}; ignored"
+                );
+                default_lanes()
+            }
+        },
+    }
+}
+
+/// The fault plan `VKML_FAULTS` names (a TOML file), if it is set: for tests of the cluster.
+pub fn faults() -> Result<Option<FaultConfig>> {
+    let Some(path) = std::env::var_os("VKML_FAULTS") else {
+        return Ok(None);
+    };
+    let path = std::path::PathBuf::from(path);
+    FaultConfig::read(&path)
+        .map(Some)
+        .with_context(|| format!("VKML_FAULTS={}", path.display()))
 }

@@ -114,6 +114,8 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
         secret,
         devices: inventory.clone(),
         tuning,
+        tensor_lanes: env::tensor_lanes(),
+        faults: env::faults()?,
     };
     runtime()?.block_on(async move {
         let cluster = Cluster::start(cfg).await?;

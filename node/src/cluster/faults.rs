@@ -2,7 +2,8 @@
 //! delay and duplication of gossip datagrams, and partitions (time windows in which nothing
 //! passes to or from a peer, streams included).
 //!
-//! Enabled by the environment variable `VKML_FAULTS` naming a TOML file (docs/CLUSTER.md):
+//! Enabled by `ClusterConfig::faults` (the binary reads a TOML file named by `VKML_FAULTS`,
+//! docs/CLUSTER.md):
 //!
 //! ```toml
 //! seed = 7
@@ -30,6 +31,15 @@ pub struct FaultConfig {
     pub seed: u64,
     #[serde(default, rename = "rule")]
     pub rules: Vec<FaultRule>,
+}
+
+impl FaultConfig {
+    /// A fault plan from a TOML file (the binary reads `VKML_FAULTS` for its path).
+    pub fn read(path: &std::path::Path) -> Result<FaultConfig, ClusterError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ClusterError::Config(format!("{}: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| ClusterError::Config(format!("{}: {e}", path.display())))
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -67,21 +77,6 @@ impl Faults {
             start: Instant::now(),
             rng: Mutex::new(rng),
         }
-    }
-
-    /// From `VKML_FAULTS`, when it is set.
-    pub fn from_env() -> Result<Option<Faults>, ClusterError> {
-        let Some(path) = std::env::var_os("VKML_FAULTS") else {
-            return Ok(None);
-        };
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            ClusterError::Config(format!("VKML_FAULTS {}: {e}", path.to_string_lossy()))
-        })?;
-        let config: FaultConfig = toml::from_str(&text).map_err(|e| {
-            ClusterError::Config(format!("VKML_FAULTS {}: {e}", path.to_string_lossy()))
-        })?;
-        tracing::warn!("fault injection is on ({} rules)", config.rules.len());
-        Ok(Some(Faults::new(config)))
     }
 
     fn rules<'a>(&'a self, peer: &'a str) -> impl Iterator<Item = &'a FaultRule> + 'a {

@@ -45,6 +45,7 @@ pub use secret::Secret;
 pub use tensors::ArrivedTensor;
 pub use view::{MemberEvent, MemberInfo, MemberState};
 
+pub use faults::FaultConfig;
 use faults::Verdict;
 use membership::Input;
 use tls::NodeTls;
@@ -85,6 +86,10 @@ pub struct ClusterConfig {
     pub devices: Vec<pb::Device>,
     /// How this node plans and runs models (fusion, kernel choices, arming).
     pub tuning: Tuning,
+    /// Connections a large tensor is striped over ([`tensors::default_lanes`] normally).
+    pub tensor_lanes: usize,
+    /// Injected drops, delays and partitions, for tests (docs/CLUSTER.md, "Faults").
+    pub faults: Option<FaultConfig>,
 }
 
 /// A stream a peer opened with a message this layer does not handle itself (plan fragments,
@@ -146,22 +151,17 @@ impl Cluster {
     /// Binds the endpoint, starts gossip, and starts joining through the seeds (in the
     /// background: a seed that is not up yet is retried every second).
     pub async fn start(cfg: ClusterConfig) -> Result<Cluster, ClusterError> {
-        Self::start_with(cfg, Faults::from_env()?).await
-    }
-
-    /// `start` with a fault layer of the test's own (VKML_FAULTS is process-wide).
-    #[cfg(test)]
-    pub(crate) async fn start_with_faults(
-        cfg: ClusterConfig,
-        faults: Faults,
-    ) -> Result<Cluster, ClusterError> {
-        Self::start_with(cfg, Some(faults)).await
-    }
-
-    async fn start_with(
-        cfg: ClusterConfig,
-        faults: Option<Faults>,
-    ) -> Result<Cluster, ClusterError> {
+        if !(1..=tensors::MAX_LANES).contains(&cfg.tensor_lanes) {
+            return Err(ClusterError::Config(format!(
+                "{} tensor lanes: give 1 to {}",
+                cfg.tensor_lanes,
+                tensors::MAX_LANES
+            )));
+        }
+        let faults = cfg.faults.clone().map(|f| {
+            tracing::warn!("fault injection is on ({} rules)", f.rules.len());
+            Faults::new(f)
+        });
         let tls = NodeTls::new(&cfg.secret, &cfg.name)?;
         let endpoint = transport::endpoint(&tls, cfg.listen, true)?;
         let local = endpoint
@@ -204,7 +204,7 @@ impl Cluster {
             gossip_tx,
             inventory: Mutex::new(inventory.clone()),
             incoming: Mutex::new(None),
-            tensors: tensors::TensorState::new(tensors::lanes_from_env()),
+            tensors: tensors::TensorState::new(cfg.tensor_lanes),
             exec_stats: ExecStats::default(),
             tuning: cfg.tuning,
         });

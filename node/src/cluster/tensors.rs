@@ -15,10 +15,11 @@
 //! owns a disjoint piece of it (BytesMut::split_off), so lanes fill it without a lock and
 //! without a second copy, and the pieces join back for free (unsplit) when the last arrives.
 //!
-//! Memory is bounded by refusing inconsistent claims (a stripe past the total, a total over
-//! MAX_TENSOR_PAYLOAD, totals or layouts that disagree, a stripe sent twice), by an allocation
-//! that fails instead of aborting, and by dropping partial tensors whose sender went down or
-//! which made no progress for [`STALL`].
+//! Which stripes to accept, when a tensor is whole, and when a partial one is given up (its
+//! sender went down, or it made no progress for [`STALL`]) is decided by
+//! `vkml_protocol::dist::assembly::Assembler`; this file owns the bytes (one allocation per
+//! tensor, that fails instead of aborting, from a pool when one fits), the streams and the
+//! lanes.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -28,8 +29,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use quinn::{Connection, RecvStream, SendStream, VarInt};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch as alarm};
 use tokio::task::JoinSet;
+use vkml_protocol::dist::Config;
+use vkml_protocol::dist::assembly::{Assembler, AssemblyAction, Claim, Layout, StripeError};
 use vkml_protocol::{FrameDecoder, MAX_TENSOR_PAYLOAD, Message, error_code, pb};
 
 use super::{Cluster, ClusterError, Inner, MemberEvent, MemberState, lock, transport};
@@ -43,13 +46,12 @@ mod tests;
 pub const STRIPE_THRESHOLD: usize = 4 << 20;
 /// No stripe smaller than this (a 5 MiB tensor is not cut into 16 pieces).
 const MIN_STRIPE: usize = 1 << 20;
-/// The most stripes a receiver accepts for one tensor.
-pub const MAX_STRIPES: u32 = 64;
-/// The most lanes VKML_TENSOR_LANES may ask for.
-const MAX_LANES: usize = 16;
+pub use vkml_protocol::dist::assembly::{MAX_STRIPES, layout};
+/// The most lanes a node may be given.
+pub const MAX_LANES: usize = 16;
 /// A partial tensor, or a stripe stream, that makes no progress for this long is dropped.
 pub const STALL: Duration = Duration::from_secs(60);
-/// How often partial tensors are checked against [`STALL`].
+/// How often idle receive buffers are checked against [`pool::IDLE`].
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// Payload is handed to quinn in slices of this size (zero-copy `Bytes` slices).
 const WRITE_CHUNK: usize = 1 << 20;
@@ -79,77 +81,15 @@ impl std::fmt::Debug for ArrivedTensor {
     }
 }
 
-/// How `total` bytes are cut into at most `wanted` stripes: (stripe length, stripe count).
-/// Every stripe but the last is `stripe length` long, and none is empty; sender and receiver
-/// both derive the layout from (total, count), so a stripe's claims can be checked.
-pub fn layout(total: u64, wanted: u32) -> (u64, u32) {
-    if total == 0 {
-        return (0, 1);
-    }
-    let len = total.div_ceil(u64::from(wanted.max(1)));
-    (len, total.div_ceil(len) as u32)
-}
-
-/// Lanes from VKML_TENSOR_LANES, else min(4, cores). Measured on loopback with a 256 MiB
+/// The lanes a node takes unless configured otherwise: min(4, cores). Measured on loopback with a 256 MiB
 /// tensor (BENCHMARKS.md "transport" and docs/CLUSTER.md): on 16 cores 1 lane reaches 43 % of
 /// TCP, 2 lanes 61 %, 4 lanes 76 %. Each lane is one more connection-driver task, so lanes
 /// beyond the cores only add contention: on the 2-core VM 1, 2 and 4 lanes all took
 /// 0.27-0.32 s per tensor (the cores are the limit there).
-pub fn lanes_from_env() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    match std::env::var("VKML_TENSOR_LANES") {
-        Ok(s) => match s.trim().parse::<usize>() {
-            Ok(n) if (1..=MAX_LANES).contains(&n) => n,
-            _ => {
-                tracing::warn!(
-                    "VKML_TENSOR_LANES={s:?} is not a number in 1..={MAX_LANES}; ignored"
-                );
-                cores.min(4)
-            }
-        },
-        Err(_) => cores.min(4),
-    }
-}
-
-/// Which tensor a stripe belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    peer: String,
-    model_id: u64,
-    run_id: u64,
-    edge_id: u64,
-    role: i32,
-    transfer: u64,
-}
-
-enum Piece {
-    /// Not yet claimed: capacity for the stripe, empty.
-    Free(BytesMut),
-    /// A stream is filling it.
-    Reading,
-    Done(BytesMut),
-}
-
-/// A tensor whose stripes are arriving.
-struct Assembly {
-    /// Tells a stripe finishing late that its assembly was dropped and replaced.
-    id: u64,
-    header: pb::TensorHeader,
-    total: u64,
-    pieces: Vec<Piece>,
-    done: usize,
-    /// Stripes being read now (each bounded by its own read timeout).
-    active: usize,
-    last_progress: Instant,
-}
-
-/// A stripe accepted for reading: its piece of the buffer, and where to return it.
-struct Claim {
-    key: Key,
-    id: u64,
-    index: usize,
-    len: usize,
-    piece: BytesMut,
+pub fn default_lanes() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
 }
 
 /// The node's tensor traffic: counters, the taker, partial tensors, lanes.
@@ -158,12 +98,11 @@ pub(crate) struct TensorState {
     sent: AtomicU64,
     received: AtomicU64,
     next_transfer: AtomicU64,
-    next_assembly: AtomicU64,
     taker: Mutex<Option<mpsc::Sender<ArrivedTensor>>>,
-    assemblies: Mutex<HashMap<Key, Assembly>>,
-    /// Tensors dropped recently, and when: their late stripes are refused instead of starting
-    /// a new buffer that could never complete.
-    dropped: Mutex<HashMap<Key, Instant>>,
+    /// Partial tensors, from every peer, and those given up recently.
+    assembler: Mutex<Assembler<BytesMut>>,
+    /// When the assembler next wants `handle_timeout` ([`watch`] waits for it).
+    alarm: alarm::Sender<Option<Instant>>,
     pool: Arc<pool::BufferPool>,
     /// Extra connections (lanes 1..) by (address, generation, lane); lane 0 is `Inner::peers`.
     /// One async mutex per slot, so concurrent sends dial a lane once.
@@ -179,10 +118,12 @@ impl TensorState {
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
             next_transfer: AtomicU64::new(1),
-            next_assembly: AtomicU64::new(1),
             taker: Mutex::new(None),
-            assemblies: Mutex::new(HashMap::new()),
-            dropped: Mutex::new(HashMap::new()),
+            assembler: Mutex::new(Assembler::new(Config {
+                stall: STALL,
+                ..Config::default()
+            })),
+            alarm: alarm::channel(None).0,
             pool: Arc::default(),
             lane_conns: Mutex::new(HashMap::new()),
         }
@@ -207,105 +148,47 @@ impl TensorState {
             .store(lanes.clamp(1, MAX_LANES), Ordering::Relaxed);
     }
 
-    /// Checks a stripe's claims and hands it its piece of the tensor's buffer (allocated on
-    /// the tensor's first stripe). The error says what was wrong with the claim.
-    fn claim(&self, from: &str, h: &pb::TensorHeader) -> Result<Claim, String> {
-        let whole = h.stripes == 0 && h.total_bytes == 0 && h.stripe_offset == 0;
-        let (offset, total, stripes) = if whole {
-            (0, h.payload_bytes, 1)
-        } else {
-            (h.stripe_offset, h.total_bytes, h.stripes)
+    /// Calls the assembler, then logs what it gave up and re-arms its timer.
+    fn call<R>(&self, f: impl FnOnce(&mut Assembler<BytesMut>, Instant) -> R) -> R {
+        let (r, dropped, next) = {
+            let mut a = lock(&self.assembler);
+            let now = Instant::now();
+            let r = f(&mut a, now);
+            let dropped: Vec<AssemblyAction> = std::iter::from_fn(|| a.poll_action()).collect();
+            (r, dropped, a.poll_timeout())
         };
-        if total > MAX_TENSOR_PAYLOAD {
-            return Err(format!(
-                "a tensor of {total} bytes is over the {MAX_TENSOR_PAYLOAD}-byte limit"
-            ));
-        }
-        if stripes == 0 || stripes > MAX_STRIPES {
-            return Err(format!("{stripes} stripes (at most {MAX_STRIPES})"));
-        }
-        let (len, count) = layout(total, stripes);
-        if count != stripes {
-            return Err(format!(
-                "{total} bytes cannot be cut into {stripes} stripes"
-            ));
-        }
-        if offset
-            .checked_add(h.payload_bytes)
-            .is_none_or(|end| end > total)
-        {
-            return Err(format!(
-                "a stripe of {} bytes at offset {offset} runs past the tensor's {total} bytes",
-                h.payload_bytes
-            ));
-        }
-        let index = offset.checked_div(len).unwrap_or(0);
-        if index * len != offset || h.payload_bytes != len.min(total - offset) {
-            return Err(format!(
-                "a stripe of {} bytes at offset {offset} is not one of {stripes} stripes of {total} bytes",
-                h.payload_bytes
-            ));
-        }
-        let key = Key {
-            peer: from.to_string(),
-            model_id: h.model_id,
-            run_id: h.run_id,
-            edge_id: h.edge_id,
-            role: h.role,
-            transfer: h.transfer,
-        };
-        if lock(&self.dropped).contains_key(&key) {
-            return Err("its tensor was already dropped".into());
-        }
-        let mut map = lock(&self.assemblies);
-        if !map.contains_key(&key) {
-            let a = self.new_assembly(h, total, len, stripes)?;
-            map.insert(key.clone(), a);
-        }
-        let a = map.get_mut(&key).expect("inserted above");
-        if a.total != total
-            || a.pieces.len() != stripes as usize
-            || a.header.dtype != h.dtype
-            || a.header.shape != h.shape
-        {
-            return Err(format!(
-                "a stripe claims {total} bytes in {stripes} stripes ({} {:?}), its tensor {} bytes in {} ({} {:?})",
-                h.dtype,
-                h.shape,
-                a.total,
-                a.pieces.len(),
-                a.header.dtype,
-                a.header.shape
-            ));
-        }
-        let index = index as usize;
-        let piece = match std::mem::replace(&mut a.pieces[index], Piece::Reading) {
-            Piece::Free(p) => p,
-            other => {
-                a.pieces[index] = other;
-                return Err(format!("stripe {index} of {stripes} arrived twice"));
-            }
-        };
-        a.active += 1;
-        a.last_progress = Instant::now();
-        Ok(Claim {
+        self.alarm.send_if_modified(|v| {
+            let changed = *v != next;
+            *v = next;
+            changed
+        });
+        for AssemblyAction::Dropped {
             key,
-            id: a.id,
-            index,
-            len: (len.min(total - offset)) as usize,
-            piece,
-        })
+            why,
+            done,
+            stripes,
+        } in dropped
+        {
+            tracing::warn!(
+                "dropped a partial tensor from {} (run {}, edge {}), {done} of {stripes} stripes: {why}",
+                key.peer,
+                key.run_id,
+                key.edge_id
+            );
+        }
+        r
+    }
+
+    /// Checks a stripe's claims and hands it its piece of the tensor's buffer (allocated on
+    /// the tensor's first stripe).
+    fn claim(&self, from: &str, h: &pb::TensorHeader) -> Result<Claim<BytesMut>, StripeError> {
+        self.call(|a, now| a.claim(from, h, now, |l| self.alloc(l)))
     }
 
     /// One allocation for the whole tensor (refused, not aborted, when memory is short), cut
     /// into the stripes' pieces.
-    fn new_assembly(
-        &self,
-        h: &pb::TensorHeader,
-        total: u64,
-        len: u64,
-        stripes: u32,
-    ) -> Result<Assembly, String> {
+    fn alloc(&self, l: &Layout) -> Result<Vec<BytesMut>, String> {
+        let total = l.total;
         let bytes = usize::try_from(total).map_err(|_| format!("{total} bytes do not fit"))?;
         let mut rest = match self.pool.take(bytes) {
             Some(b) => b,
@@ -318,87 +201,43 @@ impl TensorState {
                 BytesMut::from(Bytes::from(v))
             }
         };
-        let mut pieces = Vec::with_capacity(stripes as usize);
-        for _ in 1..stripes {
-            let tail = rest.split_off(len as usize);
-            pieces.push(Piece::Free(rest));
+        let mut pieces = Vec::with_capacity(l.stripes as usize);
+        for _ in 1..l.stripes {
+            let tail = rest.split_off(l.stripe_len as usize);
+            pieces.push(rest);
             rest = tail;
         }
-        pieces.push(Piece::Free(rest));
-        Ok(Assembly {
-            id: self.next_assembly.fetch_add(1, Ordering::Relaxed),
-            header: h.clone(),
-            total,
-            pieces,
-            done: 0,
-            active: 0,
-            last_progress: Instant::now(),
-        })
+        pieces.push(rest);
+        Ok(pieces)
     }
 
     /// Returns a stripe's filled piece; the whole tensor when it was the last.
-    fn complete(&self, claim: Claim) -> Result<Option<(pb::TensorHeader, Bytes)>, String> {
-        let mut map = lock(&self.assemblies);
-        let a = match map.get_mut(&claim.key) {
-            Some(a) if a.id == claim.id => a,
-            _ => return Err("its tensor was dropped while the stripe arrived".into()),
-        };
-        a.pieces[claim.index] = Piece::Done(claim.piece);
-        a.done += 1;
-        a.active -= 1;
-        a.last_progress = Instant::now();
-        if a.done < a.pieces.len() {
+    fn complete(
+        &self,
+        claim: Claim<BytesMut>,
+    ) -> Result<Option<(pb::TensorHeader, Bytes)>, StripeError> {
+        let Some(w) = self.call(|a, now| a.complete(claim, now))? else {
             return Ok(None);
-        }
-        let a = map.remove(&claim.key).expect("found above");
-        drop(map);
+        };
         let mut whole = BytesMut::new();
-        for p in a.pieces {
-            if let Piece::Done(p) = p {
-                // Adjacent pieces of one allocation: joins without copying.
-                whole.unsplit(p);
-            }
+        for p in w.pieces {
+            // Adjacent pieces of one allocation: joins without copying.
+            whole.unsplit(p);
         }
-        debug_assert_eq!(whole.len() as u64, a.total);
-        let mut header = a.header;
-        header.payload_bytes = a.total;
-        header.stripe_offset = 0;
-        header.total_bytes = 0;
-        header.stripes = 0;
-        header.transfer = 0;
-        self.received.fetch_add(a.total, Ordering::Relaxed);
-        Ok(Some((header, pool::freeze(whole, &self.pool))))
+        debug_assert_eq!(whole.len() as u64, w.header.payload_bytes);
+        self.received
+            .fetch_add(whole.len() as u64, Ordering::Relaxed);
+        Ok(Some((w.header, pool::freeze(whole, &self.pool))))
     }
 
     /// A stripe failed: its tensor can no longer complete.
-    fn abandon(&self, claim: &Claim, why: &str) {
-        let mut map = lock(&self.assemblies);
-        if map.get(&claim.key).is_some_and(|a| a.id == claim.id) {
-            map.remove(&claim.key);
-            lock(&self.dropped).insert(claim.key.clone(), Instant::now());
-            tracing::warn!(
-                "dropped a partial tensor from {} (run {}, edge {}): {why}",
-                claim.key.peer,
-                claim.key.run_id,
-                claim.key.edge_id
-            );
-        }
+    fn abandon(&self, claim: Claim<BytesMut>, why: &str) {
+        self.call(|a, now| a.abandon(claim, why, now));
     }
 
     /// Drops the partial tensors from `peer` (it went down) and its lanes.
     fn peer_down(&self, e: &MemberEvent) {
-        let mut map = lock(&self.assemblies);
-        let before = map.len();
-        map.retain(|k, _| k.peer != e.name);
-        if map.len() < before {
-            tracing::warn!(
-                "dropped {} partial tensor(s) from {}: it is {}",
-                before - map.len(),
-                e.name,
-                e.state
-            );
-        }
-        drop(map);
+        self.call(|a, _| a.peer_down(&e.name, e.state.as_str()));
         let mut lanes = lock(&self.lane_conns);
         lanes.retain(|(addr, generation, _), slot| {
             let gone = *addr == e.addr && *generation == e.generation;
@@ -412,41 +251,32 @@ impl TensorState {
         });
     }
 
-    /// Drops partial tensors that no stripe is filling and that made no progress for `stall`.
-    fn sweep(&self, stall: Duration) {
-        lock(&self.dropped).retain(|_, at| at.elapsed() < stall);
-        self.pool.sweep(pool::IDLE.min(stall));
-        let mut gone = Vec::new();
-        lock(&self.assemblies).retain(|k, a| {
-            let keep = a.active > 0 || a.last_progress.elapsed() < stall;
-            if !keep {
-                gone.push(k.clone());
-                tracing::warn!(
-                    "dropped a partial tensor from {} (run {}, edge {}): {} of {} stripes, none for {stall:?}",
-                    k.peer,
-                    k.run_id,
-                    k.edge_id,
-                    a.done,
-                    a.pieces.len()
-                );
-            }
-            keep
-        });
-        let now = Instant::now();
-        lock(&self.dropped).extend(gone.into_iter().map(|k| (k, now)));
+    /// Gives up stalled partial tensors as of `now`.
+    fn handle_timeout(&self, now: Instant) {
+        self.call(|a, _| a.handle_timeout(now));
     }
 
     #[cfg(test)]
     fn partial(&self) -> usize {
-        lock(&self.assemblies).len()
+        lock(&self.assembler).partial()
     }
 }
 
-/// Drops what a peer's departure leaves behind, and sweeps stalled tensors, until the node is
-/// gone.
+/// Drops what a peer's departure leaves behind, gives up stalled tensors when the assembler
+/// says, and sweeps idle buffers, until the node is gone.
 pub(crate) async fn watch(inner: Weak<Inner>, mut events: broadcast::Receiver<MemberEvent>) {
+    let Some(mut alarm) = inner.upgrade().map(|i| i.tensors.alarm.subscribe()) else {
+        return;
+    };
     let mut tick = tokio::time::interval(SWEEP_EVERY);
     loop {
+        let at = *alarm.borrow_and_update();
+        let due = async {
+            match at {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             e = events.recv() => match e {
                 Ok(e) if !e.state.is_live() => match inner.upgrade() {
@@ -456,14 +286,22 @@ pub(crate) async fn watch(inner: Weak<Inner>, mut events: broadcast::Receiver<Me
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => return,
             },
+            () = due => match inner.upgrade() {
+                Some(i) => i.tensors.handle_timeout(Instant::now()),
+                None => return,
+            },
+            changed = alarm.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
             _ = tick.tick() => match inner.upgrade() {
-                Some(i) => i.tensors.sweep(STALL),
+                Some(i) => i.tensors.pool.sweep(pool::IDLE),
                 None => return,
             },
         }
     }
 }
-
 /// Serves one tensor stream (a whole small tensor or one stripe) whose header was just read.
 pub(crate) async fn receive(
     inner: &Inner,
@@ -477,7 +315,7 @@ pub(crate) async fn receive(
         Ok(c) => c,
         Err(why) => {
             tracing::warn!("refused a tensor stripe from {from}: {why}");
-            refuse(send.as_mut(), &mut recv, &why).await;
+            refuse(send.as_mut(), &mut recv, &why.to_string()).await;
             return;
         }
     };
@@ -485,7 +323,7 @@ pub(crate) async fn receive(
     match read_stripe(&mut recv, piece, claim.len).await {
         Ok(piece) => claim.piece = piece,
         Err(why) => {
-            state.abandon(&claim, &why);
+            state.abandon(claim, &why);
             refuse(send.as_mut(), &mut recv, &why).await;
             return;
         }
@@ -493,7 +331,7 @@ pub(crate) async fn receive(
     let whole = match state.complete(claim) {
         Ok(w) => w,
         Err(why) => {
-            refuse(send.as_mut(), &mut recv, &why).await;
+            refuse(send.as_mut(), &mut recv, &why.to_string()).await;
             return;
         }
     };
@@ -667,7 +505,7 @@ impl Cluster {
         self.inner.tensors.bytes_received()
     }
 
-    /// How many connections a large tensor is striped over (VKML_TENSOR_LANES).
+    /// How many connections a large tensor is striped over (`ClusterConfig::tensor_lanes`).
     pub fn tensor_lanes(&self) -> usize {
         self.inner.tensors.lanes.load(Ordering::Relaxed)
     }

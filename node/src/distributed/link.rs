@@ -5,6 +5,7 @@
 use std::sync::{OnceLock, Weak};
 
 use bytes::Bytes;
+use tokio::runtime::Handle;
 use vkml_protocol::{Message, pb};
 
 use super::{DistError, Exec, wire};
@@ -15,14 +16,18 @@ pub struct Link {
     cluster: Cluster,
     me: String,
     local: OnceLock<Weak<Exec>>,
+    /// Sends start from threads outside the runtime too (a run's completion thread).
+    rt: Handle,
 }
 
 impl Link {
+    /// Call inside the tokio runtime.
     pub fn new(cluster: Cluster) -> Link {
         Link {
             me: cluster.name().to_string(),
             cluster,
             local: OnceLock::new(),
+            rt: Handle::current(),
         }
     }
 
@@ -58,6 +63,25 @@ impl Link {
                 .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// A machine's control message, carried out now: to this node itself at once (in order
+    /// with the machine's other actions), to another on a task of its own. A lost message is
+    /// only logged: membership or the run deadline settles what it was about.
+    pub fn post(&self, to: &str, m: Message) {
+        if to == self.me {
+            if let Some(exec) = self.local() {
+                exec.message_from(&self.me, m);
+            }
+            return;
+        }
+        let Some(exec) = self.local() else { return };
+        let to = to.to_string();
+        self.rt.spawn(async move {
+            if let Err(e) = exec.link.send_message(&to, &m).await {
+                tracing::debug!("cannot send {:?} to {to}: {e}", m.kind());
+            }
+        });
     }
 
     /// One message on a stream of its own.
@@ -97,57 +121,5 @@ impl Link {
         s.finish()
             .map_err(|e| DistError::Peer(format!("{to}: {e}")))?;
         Ok(())
-    }
-
-    /// Tells the submitter a run failed here.
-    pub fn report_failure(&self, submitter: &str, model: u64, run: u64, reason: &str) {
-        self.send_failure(submitter, model, run, reason, &self.me.clone(), false);
-    }
-
-    /// Tells the submitter this node does not hold the model a run asked for.
-    pub fn report_lost_model(&self, submitter: &str, model: u64, run: u64) {
-        let why = format!(
-            "{} does not hold model {model:016x} (it restarted?)",
-            self.me
-        );
-        self.send_failure(submitter, model, run, &why, &self.me.clone(), true);
-    }
-
-    /// Tells the submitter a run failed because of `culprit`.
-    pub fn report_failure_from(
-        &self,
-        submitter: &str,
-        model: u64,
-        run: u64,
-        reason: &str,
-        culprit: &str,
-    ) {
-        self.send_failure(submitter, model, run, reason, culprit, false);
-    }
-
-    fn send_failure(
-        &self,
-        submitter: &str,
-        model: u64,
-        run: u64,
-        reason: &str,
-        culprit: &str,
-        model_lost: bool,
-    ) {
-        let m = Message::RunFailed(pb::RunFailed {
-            model_id: model,
-            run_id: run,
-            reason: reason.to_string(),
-            culprit: culprit.to_string(),
-            model_lost,
-        });
-        let Some(exec) = self.local() else { return };
-        let submitter = submitter.to_string();
-        let rt = exec.rt().clone();
-        rt.spawn(async move {
-            if let Err(e) = exec.link.send_message(&submitter, &m).await {
-                tracing::debug!("cannot report a failed run to {submitter}: {e}");
-            }
-        });
     }
 }

@@ -1,9 +1,15 @@
 //! Cluster-wide execution: a model submitted to any node runs over the whole cluster, peer to
 //! peer, with no node coordinating a run.
 //!
-//! - [`submitter`]: the node a model was submitted to: plans it over a frozen snapshot of the
-//!   membership, sends each participant its [`fragment`] and the weights it needs, feeds runs
-//!   their inputs, collects their outputs, and re-plans once around a node that died;
+//! Every decision (which node gets which message, when a run is complete, failed, retried or
+//! late, which plans are unloaded, what a participant reserves, when early values are
+//! forgotten) is made by the state machines of `vkml_protocol::dist`; the modules here drive
+//! them: each holds its machine behind one lock, feeds it events, carries out its actions with
+//! the lock released, and wakes it when its `poll_timeout` is due (`alarm`).
+//!
+//! - [`submitter`]: the node a model was submitted to: plans it (`deploy`: over a frozen
+//!   snapshot of the membership), sends each participant its [`fragment`] and the weights it
+//!   needs, feeds runs their inputs and collects their outputs;
 //! - [`participant`]: every node's part in other nodes' models: checks and loads fragments,
 //!   runs them as values arrive;
 //! - [`placement`]: a plan from a specialised graph and a snapshot, and its description for
@@ -15,7 +21,9 @@
 //! the cluster's plan: its chunks wait on the same atomic counters, which values arriving from
 //! other nodes decrement exactly as finishing local chunks do. docs/CLUSTER.md tells the story.
 
+mod alarm;
 pub mod client;
+mod deploy;
 pub mod fragment;
 pub mod link;
 pub mod offline;
@@ -30,6 +38,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::runtime::Handle;
+use vkml_protocol::dist::run::RunError;
 use vkml_protocol::{MAX_TENSOR_PAYLOAD, Message, error_code, pb};
 
 use crate::cluster::{Cluster, ClusterError, IncomingStream, MemberState, transport};
@@ -55,22 +64,25 @@ pub enum DistError {
     Cluster(#[from] ClusterError),
     #[error(transparent)]
     Runtime(#[from] crate::Error),
-    #[error("node {node} failed: {reason}")]
-    NodeFailed { node: String, reason: String },
-    #[error("the run failed {0}")]
-    RunFailed(String),
+    /// A run or a submission failed, as the submitter's machine decided.
+    #[error(transparent)]
+    Run(#[from] RunError),
     #[error("no model with id {0:016x} is loaded on this node (unloaded, or the node restarted)")]
     NoModel(u64),
-    /// Internal: the plan needs input values, known only at a run.
-    #[error("the plan depends on input values")]
-    NeedsValues,
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn join_err(e: tokio::task::JoinError) -> DistError {
+    DistError::Protocol(format!("a task failed: {e}"))
 }
 
 /// A node's execution service: the fragments it runs and the models submitted to it.
 pub struct Exec {
     cluster: Cluster,
     link: Arc<Link>,
-    rt: Handle,
     pub participant: Arc<Participant>,
     pub submitter: Arc<Submitter>,
 }
@@ -97,11 +109,14 @@ impl Exec {
         let exec = Arc::new(Exec {
             cluster: cluster.clone(),
             link: link.clone(),
-            rt,
             participant,
             submitter,
         });
         link.attach(Arc::downgrade(&exec));
+        let p = Arc::downgrade(&exec.participant);
+        exec.participant.alarm().spawn(p, |p| p.handle_timeout());
+        let s = Arc::downgrade(&exec.submitter);
+        exec.submitter.alarm().spawn(s, |s| s.handle_timeout());
 
         let mut tensors = cluster.tensors();
         let e = exec.clone();
@@ -125,7 +140,7 @@ impl Exec {
                     Ok(ev) => match ev.state {
                         MemberState::Dead | MemberState::Left => {
                             e.participant.member_down(&ev.name);
-                            e.submitter.member_down(&ev.name, ev.state.as_str()).await;
+                            e.submitter.member_down(&ev.name, ev.state.as_str());
                         }
                         MemberState::Alive => e.submitter.member_up(&ev.name),
                         MemberState::Suspect => {}
@@ -137,21 +152,7 @@ impl Exec {
                 }
             }
         });
-        let e = Arc::downgrade(&exec);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(10)).await;
-                match e.upgrade() {
-                    Some(e) => e.participant.sweep(),
-                    None => return,
-                }
-            }
-        });
         exec
-    }
-
-    pub(crate) fn rt(&self) -> &Handle {
-        &self.rt
     }
 
     /// A tensor for one of our fragments' runs, or an output of one of our submitted runs.
@@ -216,7 +217,7 @@ impl Exec {
                 }
                 Message::Unload(u) if client => {
                     let s = send.as_mut().ok_or_else(one_way)?;
-                    self.submitter.unload(u.model_id).await?;
+                    self.submitter.unload(u.model_id)?;
                     transport::write_message(s, &Message::Unload(u)).await?;
                     Ok(())
                 }
@@ -226,15 +227,12 @@ impl Exec {
                         let (h, payload) = wire::read_tensor(&mut recv).await?;
                         inputs.push((h.edge_id as usize, wire::tensor(&h, payload)?));
                     }
-                    match self.participant.start_run(r.model_id, r.run_id, inputs) {
-                        Ok(()) => {}
-                        Err(DistError::NoModel(_)) => {
-                            self.link.report_lost_model(&peer, r.model_id, r.run_id)
-                        }
-                        Err(e) => {
-                            self.link
-                                .report_failure(&peer, r.model_id, r.run_id, &e.to_string())
-                        }
+                    // A refusal is reported to the submitter by the participant's machine.
+                    if let Err(e) = self
+                        .participant
+                        .start_run(&peer, r.model_id, r.run_id, inputs)
+                    {
+                        tracing::debug!("run {} from {peer} not started: {e}", r.run_id);
                     }
                     Ok(())
                 }

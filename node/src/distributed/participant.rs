@@ -1,54 +1,57 @@
-//! A node's part in other nodes' models: the fragments it holds, and the runs of them in
-//! flight.
+//! A node's part in other nodes' models: the driver of `vkml_protocol::dist::participant`,
+//! which keeps the loaded fragments with their reservations and the run table (values that
+//! arrive early, runs under way, runs given up).
 //!
-//! Loading checks a fragment before anything is allocated: the plan recomputed from the
-//! fragment's snapshot and cost graph must hash as the submitter's did, this node's devices
-//! must be the ones the snapshot lists, and the memory the plan charges here must fit next to
-//! what other loaded fragments reserved. A run starts when the submitter's Run arrives with
-//! the inputs this node reads; values from other nodes may arrive before it and wait.
+//! What stays here is what needs the graph and the devices: a fragment is checked before
+//! anything is allocated (the plan recomputed from its snapshot and cost graph must hash as
+//! the submitter's did, this node's devices must be the ones the snapshot lists, its ops must
+//! cost what the submitter computed), then built into an executable once the machine has
+//! reserved what the plan charges this node. Runs execute on blocking threads; their values
+//! reach them through the `RunLink` each registers.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::runtime::Handle;
-use vkml_planner::LinkCosts;
-use vkml_protocol::pb;
+use vkml_planner::{LinkCosts, Plan};
+use vkml_protocol::dist::Config;
+use vkml_protocol::dist::participant::{
+    self as core, Arrival, DeviceBudget, FragmentInfo, ParticipantAction,
+};
+use vkml_protocol::{Message, pb};
 
+use super::alarm::Alarm;
 use super::link::Link;
-use super::{DistError, fragment, wire};
+use super::{DistError, fragment, lock, wire};
 use crate::error::Error;
-use crate::exec::{Device, Executable, RemoteHooks, RunLink};
-use crate::graph::ValueId;
+use crate::exec::{Device, Executable, Kernels, RemoteHooks, RunLink};
+use crate::graph::{Graph, Specialized, ValueId};
 use crate::tensor::Tensor;
 use crate::tuning::Tuning;
 
-/// How long values for a run that has not started may wait, and how long an aborted run is
-/// remembered (so its stragglers are dropped, not kept).
-const EARLY_TTL: Duration = Duration::from_secs(60);
-
-struct Fragment {
-    exe: Arc<Executable>,
-    submitter: String,
-    /// Every node of the plan: the death of any one ends this fragment.
-    nodes: BTreeSet<String>,
-    /// (local device index, bytes) reserved.
-    reserved: Vec<(usize, u64)>,
-}
-
-enum RunEntry {
-    /// Values that arrived before the run's start.
-    Early(Vec<(ValueId, Tensor)>, Instant),
-    Running(RunLink),
-    Aborted(Instant),
-}
-
-#[derive(Default)]
+/// The machine, and the handles of the runs it has made ready, under one lock.
 struct State {
-    reserved: Vec<u64>,
-    fragments: BTreeMap<u64, Arc<Fragment>>,
-    runs: BTreeMap<(u64, u64), RunEntry>,
+    core: core::Participant<Arc<Executable>, Tensor>,
+    /// What `Deliver` and `AbortRun` act on: set when a run registers, gone when it returns.
+    links: BTreeMap<(u64, u64), RunLink>,
+}
+
+/// A fragment that passed its checks: the plan, and the graph and kernels to build it from.
+struct Checked {
+    plan: Plan,
+    graph: Arc<Graph>,
+    spec: Specialized,
+    kernels: Kernels,
+}
+
+/// An action to carry out once the lock is released.
+enum Todo {
+    Send { to: String, message: Message },
+    Deliver(RunLink, ValueId, Tensor),
+    Abort(RunLink, String),
+    Unloaded { model: u64, reason: String },
 }
 
 pub struct Participant {
@@ -59,12 +62,9 @@ pub struct Participant {
     link: Arc<Link>,
     rt: Handle,
     state: Mutex<State>,
+    alarm: Alarm,
     /// This node's plan settings: a fragment planned with others is refused.
     tuning: Tuning,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Participant {
@@ -76,9 +76,16 @@ impl Participant {
         rt: Handle,
         tuning: Tuning,
     ) -> Participant {
+        let budgets = inventory
+            .iter()
+            .map(|d| DeviceBudget {
+                name: d.name.clone(),
+                budget: d.memory_budget,
+            })
+            .collect();
         let state = State {
-            reserved: vec![0; devices.len()],
-            ..Default::default()
+            core: core::Participant::new(me.clone(), budgets, Config::default()),
+            links: BTreeMap::new(),
         };
         Participant {
             me,
@@ -87,6 +94,7 @@ impl Participant {
             link,
             rt,
             state: Mutex::new(state),
+            alarm: Alarm::default(),
             tuning,
         }
     }
@@ -95,12 +103,66 @@ impl Participant {
         &self.me
     }
 
+    pub(super) fn alarm(&self) -> &Alarm {
+        &self.alarm
+    }
+
     /// Checks and loads a fragment (blocking: builds pipelines and allocates device memory).
     pub fn load(
         &self,
         f: &pb::Fragment,
         weights: BTreeMap<ValueId, Tensor>,
     ) -> Result<(), DistError> {
+        let Checked {
+            plan,
+            graph,
+            spec,
+            kernels,
+        } = self.check(f, weights)?;
+        let reserve: Vec<(usize, u64)> = plan
+            .memory
+            .iter()
+            .filter(|(d, _)| d.node == self.me)
+            .map(|(d, &b)| (d.index, b))
+            .collect();
+        let ticket = self.call(|st, _| st.core.reserve(&reserve))?;
+        let info = FragmentInfo {
+            submitter: f.submitter.clone(),
+            nodes: plan.placement.iter().map(|d| d.node.clone()).collect(),
+        };
+        let built = Executable::with_plan(
+            graph,
+            spec,
+            self.devices.clone(),
+            plan,
+            kernels,
+            &self.me,
+            self.tuning.arm,
+        );
+        let exe = match built {
+            Ok(e) => e,
+            Err(e) => {
+                self.call(|st, _| st.core.load_failed(ticket));
+                return Err(e.into());
+            }
+        };
+        tracing::info!(
+            "loaded model {:016x} from {}: {} ops here",
+            f.model_id,
+            f.submitter,
+            exe.summary().ops_per_device.values().sum::<usize>()
+        );
+        let exe = Arc::new(exe);
+        self.call(|st, _| st.core.loaded(ticket, f.model_id, info, exe));
+        Ok(())
+    }
+
+    /// What the submitter sent, checked against what this node computes from it.
+    fn check(
+        &self,
+        f: &pb::Fragment,
+        weights: BTreeMap<ValueId, Tensor>,
+    ) -> Result<Checked, DistError> {
         let snapshot = fragment::snapshot_from_wire(
             f.snapshot
                 .as_ref()
@@ -168,234 +230,168 @@ impl Participant {
                 )));
             }
         }
-        let reserve: Vec<(usize, u64)> = plan
-            .memory
-            .iter()
-            .filter(|(d, _)| d.node == self.me)
-            .map(|(d, &b)| (d.index, b))
-            .collect();
-        {
-            let mut st = lock(&self.state);
-            for &(d, b) in &reserve {
-                let budget = self.inventory[d].memory_budget;
-                if st.reserved[d].saturating_add(b) > budget {
-                    return Err(DistError::Placement(format!(
-                        "{} has no room for its part: {} needs {b} bytes, {} of {budget} are \
-                         reserved by other models",
-                        self.me, self.inventory[d].name, st.reserved[d]
-                    )));
-                }
-            }
-            for &(d, b) in &reserve {
-                st.reserved[d] += b;
-            }
-        }
-        let nodes: BTreeSet<String> = plan.placement.iter().map(|d| d.node.clone()).collect();
-        let built = Executable::with_plan(
+        Ok(Checked {
+            plan,
             graph,
             spec,
-            self.devices.clone(),
-            plan,
             kernels,
-            &self.me,
-            self.tuning.arm,
-        );
-        let mut st = lock(&self.state);
-        let exe = match built {
-            Ok(e) => e,
-            Err(e) => {
-                for &(d, b) in &reserve {
-                    st.reserved[d] -= b;
-                }
-                return Err(e.into());
-            }
-        };
-        tracing::info!(
-            "loaded model {:016x} from {}: {} ops here",
-            f.model_id,
-            f.submitter,
-            exe.summary().ops_per_device.values().sum::<usize>()
-        );
-        let old = st.fragments.insert(
-            f.model_id,
-            Arc::new(Fragment {
-                exe: Arc::new(exe),
-                submitter: f.submitter.clone(),
-                nodes,
-                reserved: reserve,
-            }),
-        );
-        if let Some(old) = old {
-            release(&mut st, &old);
-        }
-        Ok(())
+        })
     }
 
-    /// Graph inputs (indices) this node's part of a model reads.
-    pub fn needed_inputs(&self, model: u64) -> Option<Vec<usize>> {
-        lock(&self.state)
-            .fragments
-            .get(&model)
-            .map(|f| f.exe.needed_inputs().to_vec())
-    }
-
-    /// Starts a run of a loaded fragment on a blocking thread. Failures are reported to the
-    /// submitter (or to `local_done` when this node is the submitter).
+    /// Starts run `run` of a loaded fragment on a blocking thread, as `from` (its submitter)
+    /// asked. A fragment not held here is reported to a remote submitter by the machine; the
+    /// error is for this node's own submitter.
     pub fn start_run(
         self: &Arc<Self>,
+        from: &str,
         model: u64,
         run: u64,
         inputs: Vec<(usize, Tensor)>,
     ) -> Result<(), DistError> {
-        let frag = lock(&self.state)
-            .fragments
-            .get(&model)
-            .cloned()
-            .ok_or(DistError::NoModel(model))?;
+        let (ticket, exe) = self.call(|st, _| {
+            let t = st.core.start_run(from, model, run)?;
+            let exe = st.core.fragment(model).cloned();
+            Ok::<_, core::ParticipantError>((t, exe))
+        })?;
+        let exe = exe.ok_or(DistError::NoModel(model))?;
         let me = Arc::clone(self);
         self.rt.spawn_blocking(move || {
             let hooks = Arc::new(Hooks {
-                link: me.link.clone(),
-                rt: me.rt.clone(),
+                participant: me.clone(),
                 model,
                 run,
-                submitter: frag.submitter.clone(),
+                submitter: ticket.submitter.clone(),
             });
-            let result = frag.exe.run_fragment(inputs, hooks, |link| {
-                let early = {
-                    let mut st = lock(&me.state);
-                    match st
-                        .runs
-                        .insert((model, run), RunEntry::Running(link.clone()))
-                    {
-                        Some(RunEntry::Early(v, _)) => v,
-                        Some(RunEntry::Aborted(t)) => {
-                            st.runs.insert((model, run), RunEntry::Aborted(t));
-                            link.abort(Error::Device("the run was abandoned".into()));
-                            Vec::new()
-                        }
-                        _ => Vec::new(),
-                    }
-                };
-                for (v, t) in early {
-                    link.deliver(v, t);
-                }
+            let result = exe.run_fragment(inputs, hooks, |link| {
+                me.call(|st, _| {
+                    st.links.insert((model, run), link);
+                    st.core.run_ready(&ticket);
+                });
             });
-            let aborted = {
-                let mut st = lock(&me.state);
-                matches!(st.runs.remove(&(model, run)), Some(RunEntry::Aborted(_)))
-            };
-            if let Err(e) = result
-                && !aborted
-            {
-                tracing::warn!("run {run} of model {model:016x} failed here: {e}");
-                me.link
-                    .report_failure(&frag.submitter, model, run, &e.to_string());
-            }
+            let result = result.map_err(|e| e.to_string());
+            me.call(|st, _| {
+                st.links.remove(&(model, run));
+                st.core.run_finished(&ticket, result);
+            });
         });
         Ok(())
     }
 
     /// A value another node produced for a run of ours.
     pub fn arrive(&self, model: u64, run: u64, value: ValueId, t: Tensor) {
-        let link = {
-            let mut st = lock(&self.state);
-            if !st.fragments.contains_key(&model) {
+        let arrival = self.call(|st, now| st.core.arrive(model, run, value as u64, t, now));
+        match arrival {
+            Arrival::UnknownModel => {
                 tracing::debug!("a value for unknown model {model:016x}; dropped");
-                return;
             }
-            match st
-                .runs
-                .entry((model, run))
-                .or_insert_with(|| RunEntry::Early(Vec::new(), Instant::now()))
-            {
-                RunEntry::Early(v, _) => {
-                    v.push((value, t));
-                    return;
-                }
-                RunEntry::Aborted(_) => return,
-                RunEntry::Running(link) => link.clone(),
-            }
-        };
-        link.deliver(value, t);
+            Arrival::Aborted => tracing::debug!("a value for abandoned run {run}; dropped"),
+            Arrival::Delivered | Arrival::Early => {}
+        }
     }
 
     /// The submitter gave the run up (another node failed): stop waiting.
     pub fn abort(&self, model: u64, run: u64, reason: &str) {
-        let old = lock(&self.state)
-            .runs
-            .insert((model, run), RunEntry::Aborted(Instant::now()));
-        if let Some(RunEntry::Running(link)) = old {
-            link.abort(Error::Device(format!("run abandoned: {reason}")));
-        }
+        self.call(|st, now| st.core.abort(model, run, reason, now));
     }
 
     /// Forgets a model; its runs in flight end with `why`.
     pub fn unload(&self, model: u64, why: &str) {
-        let mut st = lock(&self.state);
-        if let Some(f) = st.fragments.remove(&model) {
-            release(&mut st, &f);
-            abort_runs(&mut st, model, &format!("the model was unloaded: {why}"));
-            tracing::info!("unloaded model {model:016x}: {why}");
-        }
+        self.call(|st, now| st.core.unload(model, why, now));
     }
 
-    /// A member died or left: every fragment whose plan involves it is over (its submitter
-    /// re-plans without it), and its runs end now with an error naming it.
+    /// A member died or left: every fragment whose plan involves it is over.
     pub fn member_down(&self, node: &str) {
-        let mut st = lock(&self.state);
-        let doomed: Vec<u64> = st
-            .fragments
-            .iter()
-            .filter(|(_, f)| f.nodes.contains(node) || f.submitter == node)
-            .map(|(&m, _)| m)
-            .collect();
-        for m in doomed {
-            if let Some(f) = st.fragments.remove(&m) {
-                release(&mut st, &f);
-            }
-            abort_runs(&mut st, m, &format!("node {node} failed"));
-            tracing::warn!("dropped model {m:016x}: node {node} is gone");
-        }
+        self.call(|st, now| st.core.member_down(node, now));
     }
 
-    /// Forgets values that waited too long for their run, and old aborts.
-    pub fn sweep(&self) {
-        let mut st = lock(&self.state);
-        st.runs.retain(|_, e| match e {
-            RunEntry::Early(_, t) | RunEntry::Aborted(t) => t.elapsed() < EARLY_TTL,
-            RunEntry::Running(_) => true,
-        });
+    pub(super) fn handle_timeout(&self) {
+        self.call(|st, now| st.core.handle_timeout(now));
     }
 
     /// Models loaded here (load ids), for tests and status.
     pub fn loaded(&self) -> Vec<u64> {
-        lock(&self.state).fragments.keys().copied().collect()
+        lock(&self.state).core.loaded_models()
+    }
+
+    /// Calls the machine, then carries out what it asks, with the lock released.
+    fn call<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
+        let (r, todo, next) = {
+            let mut st = lock(&self.state);
+            let now = Instant::now();
+            let r = f(&mut st, now);
+            let todo = st.drain();
+            (r, todo, st.core.poll_timeout())
+        };
+        self.alarm.set(next);
+        for t in todo {
+            match t {
+                Todo::Send { to, message } => {
+                    if let Message::RunFailed(r) = &message {
+                        tracing::warn!(
+                            "run {} of model {:016x} failed: {}; telling {to}",
+                            r.run_id,
+                            r.model_id,
+                            r.reason
+                        );
+                    }
+                    self.link.post(&to, message);
+                }
+                Todo::Deliver(link, value, t) => {
+                    link.deliver(value, t);
+                }
+                Todo::Abort(link, reason) => link.abort(Error::Device(reason)),
+                Todo::Unloaded { model, reason } => {
+                    tracing::info!("unloaded model {model:016x}: {reason}");
+                }
+            }
+        }
+        r
     }
 }
 
-fn release(st: &mut State, f: &Fragment) {
-    for &(d, b) in &f.reserved {
-        st.reserved[d] = st.reserved[d].saturating_sub(b);
+impl State {
+    fn drain(&mut self) -> Vec<Todo> {
+        let mut todo = Vec::new();
+        while let Some(a) = self.core.poll_action() {
+            let t = match a {
+                ParticipantAction::Send { to, message } => Todo::Send { to, message },
+                ParticipantAction::Deliver {
+                    model,
+                    run,
+                    value,
+                    data,
+                } => match self.links.get(&(model, run)) {
+                    Some(l) => Todo::Deliver(l.clone(), value as ValueId, data),
+                    None => continue,
+                },
+                ParticipantAction::AbortRun { model, run, reason } => {
+                    match self.links.get(&(model, run)) {
+                        Some(l) => Todo::Abort(l.clone(), reason),
+                        None => continue,
+                    }
+                }
+                ParticipantAction::Unloaded { model, reason, .. } => {
+                    Todo::Unloaded { model, reason }
+                }
+            };
+            todo.push(t);
+        }
+        todo
     }
 }
 
-fn abort_runs(st: &mut State, model: u64, why: &str) {
-    for ((m, _), e) in st.runs.iter_mut() {
-        if *m != model {
-            continue;
+impl From<core::ParticipantError> for DistError {
+    fn from(e: core::ParticipantError) -> DistError {
+        match e {
+            core::ParticipantError::NoModel(m) => DistError::NoModel(m),
+            other => DistError::Placement(other.to_string()),
         }
-        if let RunEntry::Running(link) = e {
-            link.abort(Error::Device(why.to_string()));
-        }
-        *e = RunEntry::Aborted(Instant::now());
     }
 }
 
 /// Where a run's finished values go: other participants, and the submitter.
 struct Hooks {
-    link: Arc<Link>,
-    rt: Handle,
+    participant: Arc<Participant>,
     model: u64,
     run: u64,
     submitter: String,
@@ -405,15 +401,17 @@ impl RemoteHooks for Hooks {
     fn send(&self, value: ValueId, nodes: &[String], t: &Tensor) {
         for node in nodes {
             let h = wire::header(t, pb::TensorRole::Edge, self.model, self.run, value as u64);
-            let link = self.link.clone();
+            let p = self.participant.clone();
             let (node, payload, submitter) =
                 (node.clone(), t.bytes().clone(), self.submitter.clone());
             let (model, run) = (self.model, self.run);
-            self.rt.spawn(async move {
-                if let Err(e) = link.send_tensor(&node, h, payload).await {
-                    let why = format!("cannot send a value to {node}: {e}");
-                    tracing::warn!("{why}");
-                    link.report_failure_from(&submitter, model, run, &why, &node);
+            self.participant.rt.spawn(async move {
+                if let Err(e) = p.link.send_tensor(&node, h, payload).await {
+                    let why = e.to_string();
+                    p.call(|st, _| {
+                        st.core
+                            .value_send_failed(&submitter, model, run, &node, &why)
+                    });
                 }
             });
         }
@@ -427,10 +425,10 @@ impl RemoteHooks for Hooks {
             self.run,
             index as u64,
         );
-        let link = self.link.clone();
+        let link = self.participant.link.clone();
         let (payload, submitter) = (Bytes::clone(t.bytes()), self.submitter.clone());
         let (model, run) = (self.model, self.run);
-        self.rt.spawn(async move {
+        self.participant.rt.spawn(async move {
             if let Err(e) = link.send_tensor(&submitter, h, payload).await {
                 tracing::warn!(
                     "cannot send output {index} of run {run} (model {model:016x}) to {submitter}: {e}"

@@ -1,95 +1,106 @@
-//! The submitting node's side: models submitted to this node, planned over the cluster,
-//! deployed as fragments, and the runs it was asked for.
+//! The submitting node's side: the driver of `vkml_protocol::dist::submitter`, which decides
+//! deployments (one per deployment key), runs, failure attribution, the one retry and the
+//! deadline. This file carries the machine's actions out: planning ([`deploy`]), fragments
+//! and weights to their nodes, run starts, control messages, and the answers to clients.
 //!
-//! The submitter plans and hands out fragments, feeds each run's inputs to the nodes that read
-//! them and collects the outputs; it relays nothing in between (values cross straight from
-//! the node that makes them to the nodes that read them). When a node of a plan dies, the
-//! runs in flight on it fail with its name; each is retried once, on a new plan made without
-//! that node when the others have room.
+//! The submitter relays nothing between participants: values cross straight from the node
+//! that makes them to the nodes that read them, and outputs come back here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
+use vkml_protocol::dist::Config;
+use vkml_protocol::dist::run::{PlanError, RunError, RunOutput};
+use vkml_protocol::dist::submitter::{self as core, Action, PlanId, Prepared, RunId};
 use vkml_protocol::{Message, pb};
 
-use super::fragment::Skeleton;
+use super::alarm::Alarm;
+use super::deploy::{self, DeployKey, Made, Part, Unplanned};
 use super::link::Link;
 use super::participant::Participant;
-use super::placement::{describe, plan_for, static_types};
-use super::{DistError, wire};
+use super::placement::static_types;
+use super::{DistError, join_err, lock, wire};
 use crate::cluster::{Cluster, transport};
-use crate::graph::{Graph, SpecializeError, Specialized, ValueId};
-use crate::ops::ValueType;
+use crate::graph::{Graph, ValueId};
+use crate::model::ValueDef;
 use crate::tensor::Tensor;
-
-/// A run that has heard nothing for this long fails instead of hanging.
-const RUN_DEADLINE: Duration = Duration::from_secs(600);
-/// Plans kept per model (per input shapes).
-const MAX_DEPLOYMENTS: usize = 8;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Why a run failed: a node that died (the run may be retried without it), or anything else.
-#[derive(Debug, Clone)]
-enum Failure {
-    Node {
-        node: String,
-        reason: String,
-    },
-    /// A node of the plan no longer holds its part (it restarted): load the model again.
-    Lost {
-        node: String,
-    },
-    Other(String),
-}
 
 /// A model submitted to this node, under the id its client uses.
 pub struct ClusterModel {
     pub id: u64,
     pub name: String,
     graph: Arc<Graph>,
-    value_inputs: Mutex<BTreeSet<usize>>,
-    deployments: tokio::sync::Mutex<Vec<(DeployKey, Arc<Deployment>)>>,
-    /// Nodes that failed while this model used them: left out of its plans until they come
-    /// back (membership may not have declared them dead yet).
-    avoid: Mutex<BTreeSet<String>>,
 }
 
-#[derive(Clone, PartialEq, Eq)]
-struct DeployKey {
-    types: Vec<ValueType>,
-    values: Vec<(usize, Bytes)>,
+/// Progress of a load, for the client's progress bar.
+pub type Progress = mpsc::UnboundedSender<pb::LoadProgress>;
+
+/// Weight bytes a submission's load has sent, of how many (known once it is planned).
+#[derive(Default)]
+struct Sent {
+    done: AtomicU64,
+    total: OnceLock<u64>,
 }
 
-/// One plan of a model, live on its nodes under `load_id`.
-pub struct Deployment {
-    load_id: u64,
-    nodes: BTreeSet<String>,
-    /// Graph inputs (indices) each node reads.
-    needs: BTreeMap<String, Vec<usize>>,
-    /// Outputs known without running (constants, inputs passed through).
-    fixed_outputs: Vec<(usize, OutputSource)>,
-    n_outputs: usize,
-    pub placement: pb::Placement,
+struct Entry {
+    model: Arc<ClusterModel>,
+    /// Inputs whose values the model's plans depend on: part of every run's key.
+    value_inputs: BTreeSet<usize>,
 }
 
-#[derive(Clone)]
-enum OutputSource {
-    Const(Tensor),
-    Input(usize),
+type Answer<T> = oneshot::Sender<Result<T, RunError>>;
+
+/// A client's submission waiting for its first deployment.
+struct Submission {
+    answer: Answer<Option<pb::Placement>>,
+    sent: Arc<Sent>,
+    placement: Option<pb::Placement>,
 }
 
-struct Pending {
-    nodes: BTreeSet<String>,
-    outputs: Vec<Option<Tensor>>,
-    missing: usize,
-    tx: Option<oneshot::Sender<Result<Vec<Tensor>, Failure>>>,
+/// A deployment's parts not yet handed to their sends.
+struct Load {
+    parts: BTreeMap<String, Part>,
+    sent: Option<Arc<Sent>>,
+}
+
+/// The machine and what the driver keeps beside it, under one lock.
+struct State {
+    core: core::Submitter<DeployKey, Tensor>,
+    models: BTreeMap<u64, Entry>,
+    runs: BTreeMap<RunId, Answer<RunOutput<Tensor>>>,
+    submissions: BTreeMap<PlanId, Submission>,
+    loads: BTreeMap<u64, Load>,
+}
+
+/// An action to carry out once the lock is released.
+enum Todo {
+    Plan {
+        plan: PlanId,
+        model: Arc<ClusterModel>,
+        key: DeployKey,
+        avoid: BTreeSet<String>,
+    },
+    Load {
+        load_id: u64,
+        node: String,
+        // Boxed: a fragment is far larger than the other variants.
+        part: Option<Box<Part>>,
+        sent: Option<Arc<Sent>>,
+    },
+    Send {
+        to: String,
+        message: Message,
+    },
+    Start {
+        node: String,
+        load_id: u64,
+        run_id: u64,
+        inputs: Vec<(usize, Tensor)>,
+    },
 }
 
 pub struct Submitter {
@@ -97,31 +108,39 @@ pub struct Submitter {
     cluster: Cluster,
     link: Arc<Link>,
     participant: Arc<Participant>,
-    models: Mutex<BTreeMap<u64, Arc<ClusterModel>>>,
-    pending: Mutex<BTreeMap<(u64, u64), Pending>>,
-    next_run: AtomicU64,
+    state: Mutex<State>,
+    alarm: Alarm,
 }
-
-/// Progress of a load, for the client's progress bar.
-pub type Progress = mpsc::UnboundedSender<pb::LoadProgress>;
 
 impl Submitter {
     pub fn new(cluster: Cluster, link: Arc<Link>, participant: Arc<Participant>) -> Submitter {
+        let me = cluster.name().to_string();
+        let state = State {
+            core: core::Submitter::new(me.clone(), Config::default()),
+            models: BTreeMap::new(),
+            runs: BTreeMap::new(),
+            submissions: BTreeMap::new(),
+            loads: BTreeMap::new(),
+        };
         Submitter {
-            me: cluster.name().to_string(),
+            me,
             cluster,
             link,
             participant,
-            models: Mutex::new(BTreeMap::new()),
-            pending: Mutex::new(BTreeMap::new()),
-            next_run: AtomicU64::new(1),
+            state: Mutex::new(state),
+            alarm: Alarm::default(),
         }
     }
 
+    pub(super) fn alarm(&self) -> &Alarm {
+        &self.alarm
+    }
+
     pub fn model(&self, id: u64) -> Result<Arc<ClusterModel>, DistError> {
-        lock(&self.models)
+        lock(&self.state)
+            .models
             .get(&id)
-            .cloned()
+            .map(|e| e.model.clone())
             .ok_or(DistError::NoModel(id))
     }
 
@@ -144,347 +163,242 @@ impl Submitter {
             id: rand::random(),
             name,
             graph: Arc::new(graph),
-            value_inputs: Mutex::new(BTreeSet::new()),
-            deployments: tokio::sync::Mutex::new(Vec::new()),
-            avoid: Mutex::new(BTreeSet::new()),
         });
-        let mut placement = None;
-        if let Some(types) = static_types(&model.graph) {
-            let zeros: Vec<Tensor> = types
-                .iter()
-                .map(|t| Tensor::zeros(t.dtype, t.shape.clone()))
-                .collect();
-            match self.deployment(&model, &zeros, Some(&progress)).await {
-                Ok(d) => placement = Some(d.placement.clone()),
-                // The plan depends on input values (a shape fed as an input): made per run.
-                Err(DistError::NeedsValues) => {}
-                Err(e) => return Err(e),
+        let id = model.id;
+        let types = static_types(&model.graph);
+        let sent = Arc::new(Sent::default());
+        let (answer, rx) = oneshot::channel();
+        let pending = self.call(|st, _| {
+            let entry = Entry {
+                model: model.clone(),
+                value_inputs: BTreeSet::new(),
+            };
+            st.models.insert(id, entry);
+            st.core.add_model(id);
+            let Some(types) = types else {
+                return Ok(false);
+            };
+            let key = DeployKey {
+                types,
+                values: Vec::new(),
+            };
+            match st.core.prepare(id, key)? {
+                Prepared::Pending(plan) => {
+                    let s = Submission {
+                        answer,
+                        sent: sent.clone(),
+                        placement: None,
+                    };
+                    st.submissions.insert(plan, s);
+                    Ok(true)
+                }
+                Prepared::Live(_) => Ok(false),
             }
+        });
+        let placement = match pending {
+            Ok(true) => report_until(rx, &sent, &progress).await,
+            Ok(false) => Ok(None),
+            Err(e) => Err(DistError::Run(e)),
+        };
+        if placement.is_err() {
+            self.call(|st, _| {
+                let _ = st.core.remove_model(id);
+                st.models.remove(&id);
+            });
         }
-        lock(&self.models).insert(model.id, model.clone());
-        tracing::info!("model {} is live as {:016x}", model.name, model.id);
+        let placement = placement?;
+        tracing::info!("model {} is live as {id:016x}", model.name);
         Ok((model, placement))
     }
 
-    pub async fn unload(&self, id: u64) -> Result<(), DistError> {
-        let model = lock(&self.models)
-            .remove(&id)
-            .ok_or(DistError::NoModel(id))?;
-        let deps: Vec<Arc<Deployment>> = model
-            .deployments
-            .lock()
-            .await
-            .drain(..)
-            .map(|(_, d)| d)
-            .collect();
-        for d in deps {
-            self.retire(&d, None, "unloaded by its client").await;
-        }
-        Ok(())
+    /// The client unloads a model: its plans are retired everywhere.
+    pub fn unload(self: &Arc<Self>, id: u64) -> Result<(), DistError> {
+        self.call(|st, _| {
+            st.core.remove_model(id)?;
+            st.models.remove(&id);
+            Ok(())
+        })
     }
 
     pub fn inputs_outputs(model: &ClusterModel) -> (Vec<String>, Vec<String>) {
-        (
-            model
-                .graph
-                .inputs
-                .iter()
-                .map(|(_, d)| d.name.clone())
-                .collect(),
-            model
-                .graph
-                .outputs
-                .iter()
-                .map(|(_, d)| d.name.clone())
-                .collect(),
-        )
+        let names =
+            |l: &[(ValueId, ValueDef)]| l.iter().map(|(_, d)| d.name.clone()).collect::<Vec<_>>();
+        (names(&model.graph.inputs), names(&model.graph.outputs))
     }
 
-    /// Runs a model once. Returns the outputs, whether the run had to be retried on a new plan,
-    /// and that plan's placement.
+    /// Runs a model once. Returns the outputs, and whether the run had to be retried on a new
+    /// plan.
     pub async fn run(
         self: &Arc<Self>,
-        model: &Arc<ClusterModel>,
+        model: &ClusterModel,
         inputs: Vec<Tensor>,
     ) -> Result<(Vec<Tensor>, bool), DistError> {
-        let mut retried: Option<(String, String)> = None;
-        loop {
-            let dep = match self.deployment(model, &inputs, None).await {
-                Ok(d) => d,
-                Err(e) => {
-                    let lost: Vec<String> = lock(&model.avoid).iter().cloned().collect();
-                    return Err(match (retried, e) {
-                        (Some((node, reason)), e) => DistError::NodeFailed {
-                            node,
-                            reason: format!("{reason}; the run cannot be retried without it: {e}"),
-                        },
-                        // A plan that no longer fits because nodes were lost: say which.
-                        (None, DistError::Placement(why)) if !lost.is_empty() => {
-                            DistError::NodeFailed {
-                                node: lost.join(", "),
-                                reason: format!(
-                                    "it is gone and the remaining nodes have no room for the \
-                                     model: {why}"
-                                ),
-                            }
-                        }
-                        (None, e) => e,
-                    });
-                }
-            };
-            match self.run_once(&dep, &inputs).await {
-                Ok(out) => return Ok((out, retried.is_some())),
-                Err(Failure::Node { node, reason }) => {
-                    lock(&model.avoid).insert(node.clone());
-                    self.forget(model, &dep).await;
-                    self.retire(&dep, Some(&node), &format!("node {node} failed: {reason}"))
-                        .await;
-                    if let Some((first, first_reason)) = retried {
-                        return Err(DistError::NodeFailed {
-                            node,
-                            reason: format!(
-                                "{reason} (on the retry, after {first} failed: {first_reason})"
-                            ),
-                        });
-                    }
-                    tracing::warn!(
-                        "a run of {} lost node {node} ({reason}); retrying",
-                        model.name
-                    );
-                    retried = Some((node, reason));
-                }
-                Err(Failure::Lost { node }) => {
-                    self.forget(model, &dep).await;
-                    self.retire(&dep, None, &format!("node {node} lost its part"))
-                        .await;
-                    if let Some((first, reason)) = retried {
-                        return Err(DistError::NodeFailed {
-                            node,
-                            reason: format!(
-                                "it lost the model, on the retry after {first} failed: {reason}"
-                            ),
-                        });
-                    }
-                    tracing::info!("{node} no longer holds {}; loading it again", model.name);
-                    retried = Some((node, "it restarted and lost the model".into()));
-                }
-                Err(Failure::Other(reason)) => return Err(DistError::RunFailed(reason)),
-            }
-        }
-    }
-
-    /// The deployment for these inputs' types (and shape-deciding values): cached, or planned
-    /// and loaded now.
-    async fn deployment(
-        self: &Arc<Self>,
-        model: &Arc<ClusterModel>,
-        inputs: &[Tensor],
-        progress: Option<&Progress>,
-    ) -> Result<Arc<Deployment>, DistError> {
-        let types: Vec<ValueType> = inputs.iter().map(ValueType::of).collect();
-        // Serialised per model: two first runs must not deploy twice.
-        let mut deps = model.deployments.lock().await;
-        loop {
-            let wanted = lock(&model.value_inputs).clone();
-            let key = DeployKey {
-                types: types.clone(),
-                values: wanted
-                    .iter()
-                    .filter_map(|&i| inputs.get(i).map(|t| (i, t.bytes().clone())))
-                    .collect(),
-            };
-            if let Some((_, d)) = deps.iter().find(|(k, _)| *k == key) {
-                return Ok(d.clone());
-            }
-            let graph = model.graph.clone();
-            // Fused where a GPU may run the plan, as a session does.
-            let fuse = self.cluster.tuning().fusion
-                && self
-                    .cluster
-                    .snapshot()
-                    .devices()
-                    .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
-            let (types2, known): (Vec<ValueType>, Vec<Option<Tensor>>) = (
-                types.clone(),
-                (0..inputs.len())
-                    .map(|i| wanted.contains(&i).then(|| inputs[i].clone()))
-                    .collect(),
-            );
-            let spec = tokio::task::spawn_blocking(move || {
-                let known: Vec<Option<&Tensor>> = known.iter().map(Option::as_ref).collect();
-                graph.specialize_for(&types2, &known, fuse)
-            })
+        let (answer, rx) = oneshot::channel();
+        self.call(|st, _| {
+            let run = st.core.run(model.id, inputs)?;
+            st.runs.insert(run, answer);
+            Ok::<(), RunError>(())
+        })?;
+        let out = rx
             .await
-            .map_err(join_err)?;
-            match spec {
-                Ok(spec) => {
-                    let d = self.deploy(model, spec, progress).await?;
-                    deps.insert(0, (key, d.clone()));
-                    deps.truncate(MAX_DEPLOYMENTS);
-                    return Ok(d);
-                }
-                Err(SpecializeError::NeedsValues(more)) => {
-                    let mut set = lock(&model.value_inputs);
-                    let before = set.len();
-                    set.extend(more);
-                    if set.len() == before {
-                        return Err(DistError::Unsupported(
-                            "planning asked again for input values it already had".into(),
-                        ));
-                    }
-                    if progress.is_some() {
-                        // At submission the values are not known: plan at the first run.
-                        return Err(DistError::NeedsValues);
-                    }
-                }
-                Err(e) => return Err(DistError::Runtime(e.into())),
-            }
-        }
+            .map_err(|_| DistError::Protocol("the run was dropped".into()))??;
+        Ok((out.outputs, out.retried))
     }
 
-    /// Plans `spec` over the cluster as it is now and loads every node's fragment.
-    async fn deploy(
-        self: &Arc<Self>,
-        model: &Arc<ClusterModel>,
-        spec: Specialized,
-        progress: Option<&Progress>,
-    ) -> Result<Arc<Deployment>, DistError> {
-        let mut snapshot = self.cluster.snapshot();
-        for node in lock(&model.avoid).iter() {
-            snapshot.nodes.remove(node);
+    /// An output of one of our runs arrived (from another node, or from this one).
+    pub fn output_arrived(self: &Arc<Self>, model: u64, run: u64, index: usize, t: Tensor) {
+        self.call(|st, _| st.core.output(model, run, index, t));
+    }
+
+    /// A participant reports a run failed there (or this node's own abort comes back).
+    pub fn run_failed(self: &Arc<Self>, from: &str, r: &pb::RunFailed) {
+        self.call(|st, _| st.core.run_failed(from, r));
+    }
+
+    /// A member died or left.
+    pub fn member_down(self: &Arc<Self>, node: &str, state: &str) {
+        self.call(|st, now| st.core.member_down(node, state, now));
+    }
+
+    /// A member is (again) alive: models may use it again.
+    pub fn member_up(self: &Arc<Self>, node: &str) {
+        self.call(|st, _| st.core.member_up(node));
+    }
+
+    pub(super) fn handle_timeout(self: &Arc<Self>) {
+        self.call(|st, now| st.core.handle_timeout(now));
+    }
+
+    /// Calls the machine, then carries out what it asks, with the lock released.
+    fn call<R>(self: &Arc<Self>, f: impl FnOnce(&mut State, Instant) -> R) -> R {
+        let (r, todo, next) = {
+            let mut st = lock(&self.state);
+            let now = Instant::now();
+            let r = f(&mut st, now);
+            let todo = st.drain(now);
+            (r, todo, st.core.poll_timeout())
+        };
+        self.alarm.set(next);
+        for t in todo {
+            self.carry(t);
         }
-        let graph = model.graph.clone();
-        let tuning = self.cluster.tuning();
-        let (plan, skeleton, spec, snapshot) = tokio::task::spawn_blocking(move || {
-            let (plan, cost, spec) = plan_for(&graph, spec, &snapshot, &tuning)?;
-            let skeleton = Skeleton::new(&graph, &spec, &cost, &snapshot)?;
-            Ok::<_, DistError>((plan, skeleton, spec, snapshot))
-        })
-        .await
-        .map_err(join_err)??;
-        let graph = &model.graph;
-        let load_id: u64 = rand::random();
-        let nodes: BTreeSet<String> = plan.placement.iter().map(|d| d.node.clone()).collect();
-        let placement = describe(graph, &plan, &snapshot);
-        let mut frags = Vec::new();
-        let mut total = 0u64;
-        for node in &nodes {
-            let (mut f, w) = skeleton.fragment(graph, &spec, &plan, node, load_id, &self.me);
-            f.tuning_fingerprint = tuning.fingerprint();
-            f.plan_settings = tuning.plan_settings();
-            total += f.weight_bytes;
-            frags.push((node.clone(), f, w));
-        }
-        let sent = Arc::new(AtomicU64::new(0));
-        let reporter = progress.map(|p| {
-            let (p, sent) = (p.clone(), sent.clone());
-            tokio::spawn(async move {
-                loop {
-                    let done = sent.load(Ordering::Relaxed);
-                    let _ = p.send(pb::LoadProgress {
-                        stage: "streaming weights".into(),
-                        done_bytes: done,
-                        total_bytes: total,
-                    });
-                    if done >= total {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            })
-        });
-        let tasks: Vec<_> = frags
-            .into_iter()
-            .map(|(node, f, w)| {
+        r
+    }
+
+    fn carry(self: &Arc<Self>, t: Todo) {
+        match t {
+            Todo::Plan {
+                plan,
+                model,
+                key,
+                avoid,
+            } => {
                 let me = self.clone();
-                let sent = sent.clone();
-                tokio::spawn(async move {
-                    let r = me.load_on(&node, f, w, &sent).await;
-                    (node, r)
-                })
-            })
-            .collect();
-        let mut failed = None;
-        let mut loaded = Vec::new();
-        for t in tasks {
-            let (node, r) = t.await.map_err(join_err)?;
-            match r {
-                Ok(()) => loaded.push(node),
-                Err(e) => {
-                    failed.get_or_insert((node, e));
-                }
+                tokio::spawn(async move { me.plan(plan, model, key, avoid).await });
             }
-        }
-        if let Some(r) = reporter {
-            sent.store(total, Ordering::Relaxed);
-            let _ = r.await;
-        }
-        if let Some((node, e)) = failed {
-            for n in loaded {
-                self.send_unload(&n, load_id, "loading failed on another node")
-                    .await;
-            }
-            return Err(DistError::NodeFailed {
+            Todo::Load {
+                load_id,
                 node,
-                reason: format!("could not load its part of the model: {e}"),
-            });
-        }
-        let mut needs = BTreeMap::new();
-        for (p, &n) in spec.live.iter().enumerate() {
-            let node = &plan.placement[p].node;
-            for (i, (v, _)) in graph.inputs.iter().enumerate() {
-                if spec.node(graph, n).inputs.contains(&Some(*v)) && spec.consts[*v].is_none() {
-                    let list: &mut Vec<usize> = needs.entry(node.clone()).or_default();
-                    if !list.contains(&i) {
-                        list.push(i);
-                    }
+                part,
+                sent,
+            } => {
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let r = match part.map(|p| *p) {
+                        Some((f, w)) => me.load_on(&node, f, w, sent).await,
+                        None => Err(DistError::Protocol("the fragment is gone".into())),
+                    };
+                    let r = r.map_err(|e| e.to_string());
+                    me.call(|st, now| st.core.load_result(load_id, &node, r, now));
+                });
+            }
+            Todo::Send { to, message } => self.link.post(&to, message),
+            Todo::Start {
+                node,
+                load_id,
+                run_id,
+                inputs,
+            } if node == self.me => {
+                if let Err(e) = self
+                    .participant
+                    .start_run(&self.me, load_id, run_id, inputs)
+                {
+                    let me = self.me.clone();
+                    let why = e.to_string();
+                    self.call(|st, _| st.core.start_failed(load_id, run_id, &me, &why));
                 }
             }
-        }
-        let produced: BTreeSet<ValueId> = spec
-            .live
-            .iter()
-            .flat_map(|&n| spec.node(graph, n).outputs.iter().copied())
-            .collect();
-        let mut fixed_outputs = Vec::new();
-        for (i, (v, d)) in graph.outputs.iter().enumerate() {
-            if produced.contains(v) {
-                continue;
-            }
-            if let Some(t) = &spec.consts[*v] {
-                fixed_outputs.push((i, OutputSource::Const(t.clone())));
-            } else if let Some(j) = graph.inputs.iter().position(|(x, _)| x == v) {
-                fixed_outputs.push((i, OutputSource::Input(j)));
-            } else {
-                return Err(DistError::Unsupported(format!(
-                    "output '{}' is computed by nothing",
-                    d.name
-                )));
+            Todo::Start {
+                node,
+                load_id,
+                run_id,
+                inputs,
+            } => {
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let r = me.link.start_remote(&node, load_id, run_id, inputs).await;
+                    if let Err(e) = r {
+                        let why = e.to_string();
+                        me.call(|st, _| st.core.start_failed(load_id, run_id, &node, &why));
+                    }
+                });
             }
         }
-        tracing::info!(
-            "model {} planned as {load_id:016x} over {} node(s), plan {:016x}",
-            model.name,
-            nodes.len(),
-            plan.hash
-        );
-        Ok(Arc::new(Deployment {
-            load_id,
-            nodes,
-            needs,
-            fixed_outputs,
-            n_outputs: graph.outputs.len(),
-            placement,
-        }))
     }
 
+    /// Plans a deployment the machine asked for, and answers it.
+    async fn plan(
+        self: Arc<Self>,
+        plan: PlanId,
+        model: Arc<ClusterModel>,
+        key: DeployKey,
+        avoid: BTreeSet<String>,
+    ) {
+        let made = deploy::make(
+            &self.cluster,
+            &self.me,
+            &model.name,
+            &model.graph,
+            &key,
+            &avoid,
+        )
+        .await;
+        self.call(|st, _| match made {
+            Ok(made) => st.planned(plan, made),
+            Err(Unplanned::NeedsValues(more)) => {
+                let e = match st.models.get_mut(&model.id) {
+                    Some(e) => {
+                        let before = e.value_inputs.len();
+                        e.value_inputs.extend(more);
+                        if e.value_inputs.len() > before {
+                            PlanError::NeedsValues
+                        } else {
+                            let why = "planning asked again for input values it already had";
+                            PlanError::Other(DistError::Unsupported(why.into()).to_string())
+                        }
+                    }
+                    None => PlanError::Other(RunError::NoModel(model.id).to_string()),
+                };
+                st.core.plan_failed(plan, e);
+            }
+            Err(Unplanned::Failed(e)) => st.core.plan_failed(plan, e),
+        });
+    }
+
+    /// Sends `node` its fragment and weights (on this node: loads it here) and waits for its
+    /// answer.
     async fn load_on(
         &self,
         node: &str,
         f: pb::Fragment,
         weights: Vec<(ValueId, Tensor)>,
-        sent: &AtomicU64,
+        sent: Option<Arc<Sent>>,
     ) -> Result<(), DistError> {
+        let count = |n: u64| {
+            if let Some(s) = &sent {
+                s.done.fetch_add(n, Ordering::Relaxed);
+            }
+        };
         if node == self.me {
             let bytes = f.weight_bytes;
             let p = self.participant.clone();
@@ -492,7 +406,7 @@ impl Submitter {
             tokio::task::spawn_blocking(move || p.load(&f, map))
                 .await
                 .map_err(join_err)??;
-            sent.fetch_add(bytes, Ordering::Relaxed);
+            count(bytes);
             return Ok(());
         }
         let (mut send, mut recv) = self.cluster.open_bi(node).await?;
@@ -501,7 +415,7 @@ impl Submitter {
         for (v, t) in weights {
             let h = wire::header(&t, pb::TensorRole::Weight, model, 0, v as u64);
             wire::write_tensor(&mut send, h, t.bytes()).await?;
-            sent.fetch_add(t.bytes().len() as u64, Ordering::Relaxed);
+            count(t.bytes().len() as u64);
         }
         let _ = send.finish();
         match wire::expect_message(&mut recv).await? {
@@ -513,231 +427,139 @@ impl Submitter {
             ))),
         }
     }
+}
 
-    async fn send_unload(&self, node: &str, load_id: u64, why: &str) {
-        if node == self.me {
-            self.participant.unload(load_id, why);
-            return;
-        }
-        let m = Message::Unload(pb::Unload {
-            model_id: load_id,
-            reason: why.to_string(),
-        });
-        if let Err(e) = self.link.send_message(node, &m).await {
-            tracing::debug!("unload on {node}: {e}");
-        }
-    }
-
-    /// Unloads a deployment from its nodes (but `dead`), saying why.
-    async fn retire(&self, d: &Deployment, dead: Option<&str>, why: &str) {
-        for n in &d.nodes {
-            if Some(n.as_str()) != dead {
-                self.send_unload(n, d.load_id, why).await;
-            }
-        }
-    }
-
-    async fn forget(&self, model: &ClusterModel, d: &Arc<Deployment>) {
-        model
-            .deployments
-            .lock()
-            .await
-            .retain(|(_, x)| !Arc::ptr_eq(x, d));
-    }
-
-    async fn run_once(
-        self: &Arc<Self>,
-        d: &Arc<Deployment>,
-        inputs: &[Tensor],
-    ) -> Result<Vec<Tensor>, Failure> {
-        let run = self.next_run.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        let mut outputs = vec![None; d.n_outputs];
-        for (i, src) in &d.fixed_outputs {
-            outputs[*i] = Some(match src {
-                OutputSource::Const(t) => t.clone(),
-                OutputSource::Input(j) => inputs[*j].clone(),
-            });
-        }
-        let missing = outputs.iter().filter(|o| o.is_none()).count();
-        if missing == 0 {
-            return Ok(outputs.into_iter().flatten().collect());
-        }
-        lock(&self.pending).insert(
-            (d.load_id, run),
-            Pending {
-                nodes: d.nodes.clone(),
-                outputs,
-                missing,
-                tx: Some(tx),
-            },
-        );
-        for node in &d.nodes {
-            let ins: Vec<(usize, Tensor)> = d
-                .needs
-                .get(node)
-                .map(|l| l.iter().map(|&i| (i, inputs[i].clone())).collect())
-                .unwrap_or_default();
-            if *node == self.me {
-                if let Err(e) = self.participant.start_run(d.load_id, run, ins) {
-                    self.fail(d.load_id, run, Failure::Other(e.to_string()));
+impl State {
+    /// The machine's actions: the synchronous ones done here, the rest to carry out.
+    fn drain(&mut self, now: Instant) -> Vec<Todo> {
+        let mut todo = Vec::new();
+        while let Some(a) = self.core.poll_action() {
+            match a {
+                Action::Resolve { run, model } => {
+                    let none = BTreeSet::new();
+                    let values = self.models.get(&model).map_or(&none, |e| &e.value_inputs);
+                    let key = DeployKey::of(self.core.inputs(run).unwrap_or_default(), values);
+                    self.core.resolve(run, key, now);
                 }
-                continue;
-            }
-            let me = self.clone();
-            let (node, load_id) = (node.clone(), d.load_id);
-            tokio::spawn(async move {
-                if let Err(e) = me.link.start_remote(&node, load_id, run, ins).await {
-                    me.fail(
-                        load_id,
-                        run,
-                        Failure::Node {
-                            node: node.clone(),
-                            reason: format!("cannot start the run there: {e}"),
-                        },
-                    );
-                }
-            });
-        }
-        let result = match tokio::time::timeout(RUN_DEADLINE, rx).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(Failure::Other("the run was dropped".into())),
-            Err(_) => {
-                lock(&self.pending).remove(&(d.load_id, run));
-                Err(Failure::Other(format!(
-                    "no result within {} s",
-                    RUN_DEADLINE.as_secs()
-                )))
-            }
-        };
-        if let Err(f) = &result {
-            // Every other node stops waiting for this run.
-            let culprit = match f {
-                Failure::Node { node, .. } => Some(node.as_str()),
-                Failure::Lost { .. } | Failure::Other(_) => None,
-            };
-            let why = match f {
-                Failure::Node { node, reason } => format!("node {node}: {reason}"),
-                Failure::Lost { node } => format!("node {node} lost the model"),
-                Failure::Other(r) => r.clone(),
-            };
-            for n in &d.nodes {
-                if Some(n.as_str()) == culprit {
-                    continue;
-                }
-                if *n == self.me {
-                    self.participant.abort(d.load_id, run, &why);
-                } else {
-                    let m = Message::RunFailed(pb::RunFailed {
-                        model_id: d.load_id,
-                        run_id: run,
-                        reason: why.clone(),
-                        culprit: String::new(),
-                        model_lost: false,
-                    });
-                    let link = self.link.clone();
-                    let n = n.clone();
-                    tokio::spawn(async move {
-                        let _ = link.send_message(&n, &m).await;
-                    });
-                }
-            }
-        }
-        result
-    }
-
-    fn fail(&self, model: u64, run: u64, f: Failure) {
-        if let Some(mut p) = lock(&self.pending).remove(&(model, run))
-            && let Some(tx) = p.tx.take()
-        {
-            let _ = tx.send(Err(f));
-        }
-    }
-
-    /// An output of one of our runs arrived (from another node, or from this one).
-    pub fn output_arrived(&self, model: u64, run: u64, index: usize, t: Tensor) {
-        let mut pending = lock(&self.pending);
-        let Some(p) = pending.get_mut(&(model, run)) else {
-            return;
-        };
-        if index >= p.outputs.len() || p.outputs[index].is_some() {
-            return;
-        }
-        p.outputs[index] = Some(t);
-        p.missing -= 1;
-        if p.missing == 0 {
-            let mut p = pending.remove(&(model, run)).expect("present");
-            if let Some(tx) = p.tx.take() {
-                let _ = tx.send(Ok(p.outputs.into_iter().flatten().collect()));
-            }
-        }
-    }
-
-    /// A participant reports a run failed there. A culprit other than the reporter is a node
-    /// it could not reach: treated as that node's failure (the run may be retried without it).
-    pub fn run_failed(&self, from: &str, r: &pb::RunFailed) {
-        let culprit = if r.culprit.is_empty() {
-            from
-        } else {
-            &r.culprit
-        };
-        let f = if r.model_lost {
-            Failure::Lost {
-                node: from.to_string(),
-            }
-        } else if culprit != from {
-            Failure::Node {
-                node: culprit.to_string(),
-                reason: r.reason.clone(),
-            }
-        } else {
-            Failure::Other(format!("on node {culprit}: {}", r.reason))
-        };
-        self.fail(r.model_id, r.run_id, f);
-    }
-
-    /// A member died or left: the runs that involve it fail now, naming it; the deployments
-    /// that use it are retired (the next run plans again).
-    pub async fn member_down(self: &Arc<Self>, node: &str, state: &str) {
-        let doomed: Vec<(u64, u64)> = lock(&self.pending)
-            .iter()
-            .filter(|(_, p)| p.nodes.contains(node))
-            .map(|(&k, _)| k)
-            .collect();
-        for (m, r) in doomed {
-            self.fail(
-                m,
-                r,
-                Failure::Node {
-                    node: node.to_string(),
-                    reason: format!("the node is {state}"),
+                Action::Plan {
+                    plan,
+                    model,
+                    key,
+                    avoid,
+                } => match self.models.get(&model) {
+                    Some(e) => todo.push(Todo::Plan {
+                        plan,
+                        model: e.model.clone(),
+                        key,
+                        avoid,
+                    }),
+                    None => {
+                        let e = PlanError::Other(RunError::NoModel(model).to_string());
+                        self.core.plan_failed(plan, e);
+                    }
                 },
-            );
-        }
-        let models: Vec<Arc<ClusterModel>> = lock(&self.models).values().cloned().collect();
-        for model in models {
-            let gone: Vec<Arc<Deployment>> = {
-                let mut deps = model.deployments.lock().await;
-                let (gone, keep): (Vec<_>, Vec<_>) =
-                    deps.drain(..).partition(|(_, d)| d.nodes.contains(node));
-                *deps = keep;
-                gone.into_iter().map(|(_, d)| d).collect()
-            };
-            for d in gone {
-                self.retire(&d, Some(node), &format!("node {node} is {state}"))
-                    .await;
+                Action::SendFragment { load_id, node } => {
+                    let (part, sent) = self.take_part(load_id, &node);
+                    todo.push(Todo::Load {
+                        load_id,
+                        node,
+                        part: part.map(Box::new),
+                        sent,
+                    });
+                }
+                Action::Send { to, message } => todo.push(Todo::Send { to, message }),
+                Action::StartRun {
+                    node,
+                    load_id,
+                    run_id,
+                    inputs,
+                } => todo.push(Todo::Start {
+                    node,
+                    load_id,
+                    run_id,
+                    inputs,
+                }),
+                Action::Deployed { plan, .. } => self.submitted(plan, Ok(())),
+                Action::DeployFailed { plan, error, .. } => self.submitted(plan, Err(error)),
+                // Live without a plan: its runs plan with their values.
+                Action::Deferred { plan, .. } => self.submitted(plan, Ok(())),
+                Action::RunDone { run, result } => {
+                    if let Some(answer) = self.runs.remove(&run) {
+                        let _ = answer.send(result);
+                    }
+                }
             }
         }
+        todo
     }
 
-    /// A member is (again) alive: models may use it again.
-    pub fn member_up(&self, node: &str) {
-        for model in lock(&self.models).values() {
-            lock(&model.avoid).remove(node);
+    /// A deployment the machine asked for was made: it loads, if the machine still wants it.
+    fn planned(&mut self, plan: PlanId, made: Made) {
+        let Made {
+            plan: dp,
+            parts,
+            placement,
+        } = made;
+        let load_id = dp.load_id;
+        if !self.core.planned(plan, dp) {
+            return;
+        }
+        let total = parts.values().map(|(f, _)| f.weight_bytes).sum();
+        let sent = self.submissions.get_mut(&plan).map(|s| {
+            s.placement = Some(placement);
+            let _ = s.sent.total.set(total);
+            s.sent.clone()
+        });
+        self.loads.insert(load_id, Load { parts, sent });
+    }
+
+    /// One node's part of a deployment, taken for sending (the last one frees the entry).
+    fn take_part(&mut self, load_id: u64, node: &str) -> (Option<Part>, Option<Arc<Sent>>) {
+        let Some(load) = self.loads.get_mut(&load_id) else {
+            return (None, None);
+        };
+        let part = load.parts.remove(node);
+        let sent = load.sent.clone();
+        if load.parts.is_empty() {
+            self.loads.remove(&load_id);
+        }
+        (part, sent)
+    }
+
+    /// The submission waiting on `plan` gets its answer.
+    fn submitted(&mut self, plan: PlanId, r: Result<(), RunError>) {
+        if let Some(s) = self.submissions.remove(&plan) {
+            if let Some(&total) = s.sent.total.get() {
+                s.sent.done.store(total, Ordering::Relaxed);
+            }
+            let _ = s.answer.send(r.map(|()| s.placement));
         }
     }
 }
 
-fn join_err(e: tokio::task::JoinError) -> DistError {
-    DistError::Protocol(format!("a task failed: {e}"))
+/// Waits for a submission's answer, telling the client how many weight bytes went out.
+async fn report_until(
+    mut rx: oneshot::Receiver<Result<Option<pb::Placement>, RunError>>,
+    sent: &Sent,
+    progress: &Progress,
+) -> Result<Option<pb::Placement>, DistError> {
+    let report = || {
+        if let Some(&total) = sent.total.get() {
+            let _ = progress.send(pb::LoadProgress {
+                stage: "streaming weights".into(),
+                done_bytes: sent.done.load(Ordering::Relaxed).min(total),
+                total_bytes: total,
+            });
+        }
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let r = loop {
+        tokio::select! {
+            r = &mut rx => break r,
+            _ = tick.tick() => report(),
+        }
+    };
+    report();
+    let r = r.map_err(|_| DistError::Protocol("the submission was dropped".into()))?;
+    Ok(r?)
 }

@@ -1,13 +1,15 @@
 use std::path::Path;
 
 use vkml_planner::{LinkCosts, Snapshot};
+use vkml_protocol::dist::Config;
+use vkml_protocol::dist::submitter::{Action, Prepared, Submitter};
 
-use super::fragment;
+use super::{deploy, fragment};
 use crate::cluster::inventory::{to_planner, to_wire};
 use crate::exec::{Device, cost_graph, inventory};
 use crate::graph::Graph;
 use crate::ops::ValueType;
-use crate::tensor::DType;
+use crate::tensor::{DType, Tensor};
 
 fn mnist() -> (Graph, crate::graph::Specialized) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mnist_cnn/model.onnx");
@@ -16,6 +18,21 @@ fn mnist() -> (Graph, crate::graph::Specialized) {
         .specialize(&[ValueType::new(DType::F32, vec![1, 1, 28, 28])], &[])
         .unwrap();
     (graph, spec)
+}
+
+/// Two CPU nodes, a and b, neither of which can hold the whole model (about 200 KB charged)
+/// while both together can.
+fn two_nodes() -> Snapshot {
+    let mut snapshot = Snapshot::default();
+    for (name, cap) in [("a", 60_000u64), ("b", 180_000)] {
+        let devs = inventory(&[Device::Cpu], Some(cap))
+            .nodes
+            .into_values()
+            .next()
+            .unwrap();
+        snapshot.nodes.insert(name.into(), devs);
+    }
+    snapshot
 }
 
 /// What a node advertises (through the wire record) plans exactly as the single-node runtime
@@ -56,16 +73,7 @@ fn a_one_node_cluster_plans_as_the_single_node_runtime() {
 fn fragments_rebuild_the_graph_with_only_their_weights() {
     let (graph, spec) = mnist();
     let (cost, _) = cost_graph(&graph, &spec, &Default::default());
-    let mut snapshot = Snapshot::default();
-    // Neither node can hold the whole model (about 200 KB charged), both together can.
-    for (name, cap) in [("a", 60_000u64), ("b", 180_000)] {
-        let devs = inventory(&[Device::Cpu], Some(cap))
-            .nodes
-            .into_values()
-            .next()
-            .unwrap();
-        snapshot.nodes.insert(name.into(), devs);
-    }
+    let snapshot = two_nodes();
     let plan = vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).unwrap();
     assert!(
         plan.transfers.iter().any(|t| t.cross_host),
@@ -139,4 +147,71 @@ fn a_malformed_fragment_is_an_error_not_a_panic() {
     let mut bad = f;
     bad.nodes[0].onnx_node = bytes::Bytes::from_static(&[0xff, 0xff]);
     assert!(fragment::rebuild(&bad, Default::default()).is_err());
+}
+
+/// What the submitter's planning hands its machine is a plan the machine can deploy and run:
+/// every node of the split plan gets its fragment, a run sends each node exactly the graph
+/// inputs its ops read, and the output that comes back ends the run.
+#[test]
+fn a_split_plan_deploys_and_runs_through_the_submitter_machine() {
+    let (graph, spec) = mnist();
+    let (made, _) = deploy::cut(&graph, spec, &two_nodes(), 7, "a", &Default::default()).unwrap();
+    let nodes: Vec<String> = made.plan.nodes.iter().cloned().collect();
+    assert_eq!(nodes, ["a", "b"], "the caps split the model");
+    assert!(made.parts.keys().eq(made.plan.nodes.iter()));
+    assert!(made.plan.fixed_outputs.is_empty());
+    let readers: Vec<&String> = made.plan.needs.keys().collect();
+    assert!(!readers.is_empty() && made.plan.needs.values().all(|l| l == &[0]));
+
+    let now = std::time::Instant::now();
+    let mut s: Submitter<u32, Tensor> = Submitter::new("a".into(), Config::default());
+    let drain = |s: &mut Submitter<u32, Tensor>| std::iter::from_fn(|| s.poll_action()).collect();
+    s.add_model(1);
+    let Ok(Prepared::Pending(plan)) = s.prepare(1, 0) else {
+        panic!("a fresh model has no plan")
+    };
+    let _: Vec<_> = drain(&mut s);
+    assert!(s.planned(plan, made.plan.clone()));
+    let sends: Vec<_> = drain(&mut s);
+    let want: Vec<_> = nodes
+        .iter()
+        .map(|n| Action::SendFragment {
+            load_id: 7,
+            node: n.clone(),
+        })
+        .collect();
+    assert_eq!(sends, want);
+    for n in &nodes {
+        s.load_result(7, n, Ok(()), now);
+    }
+    let live: Vec<_> = drain(&mut s);
+    assert!(matches!(live[..], [Action::Deployed { load_id: 7, .. }]));
+
+    let image = Tensor::zeros(DType::F32, vec![1, 1, 28, 28]);
+    let run = s.run(1, vec![image.clone()]).unwrap();
+    let _: Vec<_> = drain(&mut s);
+    s.resolve(run, 0, now);
+    let mut wire_run = None;
+    for a in drain(&mut s) {
+        let Action::StartRun {
+            node,
+            load_id,
+            run_id,
+            inputs,
+        } = a
+        else {
+            panic!("{a:?}")
+        };
+        assert_eq!(load_id, 7);
+        wire_run = Some(run_id);
+        let reads = made.plan.needs.contains_key(&node);
+        assert_eq!(inputs.len(), usize::from(reads), "{node}");
+        assert!(inputs.iter().all(|(i, t)| *i == 0 && *t == image));
+    }
+    let out = Tensor::zeros(DType::F32, vec![1, 10]);
+    s.output(7, wire_run.unwrap(), 0, out.clone());
+    match &drain(&mut s)[..] {
+        [Action::RunDone { result: Ok(o), .. }] => assert_eq!(o.outputs, [out]),
+        other => panic!("{other:?}"),
+    }
 }

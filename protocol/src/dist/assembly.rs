@@ -83,25 +83,32 @@ pub enum StripeError {
     },
     #[error("its tensor was already dropped")]
     AlreadyDropped,
-    #[error(
-        "a stripe claims {total} bytes in {stripes} stripes ({dtype} {shape:?}), its tensor {was_total} bytes in {was_stripes} ({was_dtype} {was_shape:?})"
-    )]
-    Disagrees {
-        total: u64,
-        stripes: u32,
-        dtype: String,
-        shape: Vec<u64>,
-        was_total: u64,
-        was_stripes: usize,
-        was_dtype: String,
-        was_shape: Vec<u64>,
-    },
+    /// Boxed: the claims are large, and a refusal is rare while a `Result` of this error is
+    /// returned for every stripe.
+    #[error("{0}")]
+    Disagrees(Box<Disagreement>),
     #[error("stripe {index} of {stripes} arrived twice")]
     Twice { index: usize, stripes: u32 },
     #[error("{0}")]
     Alloc(String),
     #[error("its tensor was dropped while the stripe arrived")]
     DroppedMeanwhile,
+}
+
+/// A stripe's claims that contradict those of its tensor's first stripe.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a stripe claims {total} bytes in {stripes} stripes ({dtype} {shape:?}), its tensor {was_total} bytes in {was_stripes} ({was_dtype} {was_shape:?})"
+)]
+pub struct Disagreement {
+    pub total: u64,
+    pub stripes: u32,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    pub was_total: u64,
+    pub was_stripes: usize,
+    pub was_dtype: String,
+    pub was_shape: Vec<u64>,
 }
 
 /// A stripe accepted for reading: its piece of the buffer (to fill with exactly `len` bytes),
@@ -279,7 +286,7 @@ impl<P> Assembler<P> {
             || a.header.dtype != h.dtype
             || a.header.shape != h.shape
         {
-            return Err(StripeError::Disagrees {
+            return Err(StripeError::Disagrees(Box::new(Disagreement {
                 total: l.total,
                 stripes: l.stripes,
                 dtype: h.dtype.clone(),
@@ -288,7 +295,7 @@ impl<P> Assembler<P> {
                 was_stripes: a.pieces.len(),
                 was_dtype: a.header.dtype.clone(),
                 was_shape: a.header.shape.clone(),
-            });
+            })));
         }
         let piece = match std::mem::replace(&mut a.pieces[index], Piece::Reading) {
             Piece::Free(p) => p,

@@ -62,6 +62,10 @@ pub enum Action<K, V> {
         model: u64,
         load_id: u64,
     },
+    /// The deployment asked for by `plan` depends on input values its key lacks: none is
+    /// made now, the runs waiting for it resolve their key again, and a submission waiting on
+    /// it is live without a plan (its runs plan with their values).
+    Deferred { plan: PlanId, model: u64 },
     /// The deployment asked for by `plan` could not be made.
     DeployFailed {
         plan: PlanId,
@@ -221,14 +225,16 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         }
     }
 
-    /// The driver planned: the deployment starts loading.
-    pub fn planned(&mut self, plan: PlanId, dp: DeploymentPlan<V>) {
+    /// The driver planned: the deployment starts loading. Returns whether it did: false when
+    /// the plan is no longer wanted (answered before, or its slot failed), or was refused
+    /// (`DeployFailed`), so the driver can drop what it made for it at once.
+    pub fn planned(&mut self, plan: PlanId, dp: DeploymentPlan<V>) -> bool {
         let Some(slot) = self.slots.get(&plan) else {
-            return;
+            return false;
         };
         if slot.load_id.is_some() {
             // Answered twice: the first plan is loading already.
-            return;
+            return false;
         }
         let model = slot.model;
         let error = if !self.models.contains_key(&model) {
@@ -243,7 +249,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         };
         if let Some(error) = error {
             self.slot_failed(plan, error);
-            return;
+            return false;
         }
         let load_id = dp.load_id;
         let mut out = Vec::new();
@@ -253,6 +259,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             s.load_id = Some(load_id);
         }
         self.emit(load_id, out);
+        true
     }
 
     /// The driver could not plan. Runs waiting for the plan fail, or resolve their key again
@@ -260,6 +267,10 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
     pub fn plan_failed(&mut self, plan: PlanId, e: PlanError) {
         if e == PlanError::NeedsValues {
             if let Some(s) = self.slots.remove(&plan) {
+                self.actions.push_back(Action::Deferred {
+                    plan,
+                    model: s.model,
+                });
                 for run in s.waiters {
                     self.actions.push_back(Action::Resolve {
                         run,

@@ -236,6 +236,8 @@ impl SimNode {
             } => {
                 self.submission(w, plan, model, Ok(load_id));
             }
+            // The simulated planner never depends on input values.
+            Action::Deferred { .. } => {}
             Action::DeployFailed { plan, model, error } => {
                 w.note(&self.name, format!("deployment failed: {error}"));
                 self.submission(w, plan, model, Err(error));

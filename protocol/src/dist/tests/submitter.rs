@@ -88,7 +88,7 @@ fn asked(actions: &[A]) -> (PlanId, BTreeSet<String>) {
 
 /// Plans and loads `load_id` over `nodes` for `plan`; returns the actions once it is live.
 fn go_live(s: &mut S, plan_id: PlanId, load_id: u64, nodes: &[&str], now: Instant) -> Vec<A> {
-    s.planned(plan_id, plan(load_id, nodes));
+    assert!(s.planned(plan_id, plan(load_id, nodes)));
     let sends: Vec<A> = nodes
         .iter()
         .map(|n| Action::SendFragment {
@@ -242,6 +242,10 @@ fn runs_with_one_key_share_one_plan_and_resolve_again_when_it_needs_values() {
     assert_eq!(
         drain(&mut s),
         [
+            Action::Deferred {
+                plan: plan_id,
+                model: 7
+            },
             Action::Resolve { run: a, model: 7 },
             Action::Resolve { run: b, model: 7 }
         ]
@@ -594,7 +598,7 @@ fn removing_a_model_retires_its_plans_and_fails_its_waiting_runs() {
     drain(&mut s);
     s.resolve(run, 1, now);
     let (plan_id, _) = asked(&drain(&mut s));
-    s.planned(plan_id, plan(200, &["n1", "n2"]));
+    assert!(s.planned(plan_id, plan(200, &["n1", "n2"])));
     drain(&mut s);
     s.load_result(200, "n1", Ok(()), now);
     s.remove_model(7).unwrap();
@@ -625,4 +629,39 @@ fn removing_a_model_retires_its_plans_and_fails_its_waiting_runs() {
     assert!(matches!(acts[2], Action::DeployFailed { .. }));
     assert!(s.deployment(200).is_none());
     assert_eq!(s.run(7, vec![]), Err(RunError::NoModel(7)));
+}
+
+#[test]
+fn a_plan_answered_twice_or_for_a_removed_model_is_not_taken() {
+    let mut s = submitter();
+    let now = t0();
+    let p = match s.prepare(7, 0).unwrap() {
+        Prepared::Pending(p) => p,
+        other => panic!("{other:?}"),
+    };
+    drain(&mut s);
+    assert!(s.planned(p, plan(100, &["n1"])));
+    assert!(
+        !s.planned(p, plan(101, &["n1"])),
+        "the first plan is loading"
+    );
+    assert!(s.deployment(101).is_none());
+    drain(&mut s);
+    // A plan asked for, then the model removed while the driver planned.
+    let run = s.run(7, vec![1, 2]).unwrap();
+    drain(&mut s);
+    s.resolve(run, 1, now);
+    let (q, _) = asked(&drain(&mut s));
+    s.remove_model(7).unwrap();
+    drain(&mut s);
+    assert!(!s.planned(q, plan(200, &["n1"])));
+    assert_eq!(
+        drain(&mut s),
+        [Action::DeployFailed {
+            plan: q,
+            model: 7,
+            error: RunError::NoModel(7)
+        }]
+    );
+    assert!(s.deployment(200).is_none());
 }

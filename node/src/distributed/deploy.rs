@@ -1,0 +1,193 @@
+//! The submitter's planning, which the machine asks for (`Action::Plan`) and cannot do itself:
+//! specialise the graph for a deployment key, plan it over the cluster's snapshot without the
+//! nodes to avoid, and cut it into each node's fragment and weights.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use vkml_planner::{Plan, Snapshot};
+use vkml_protocol::dist::deployment::{DeploymentPlan, FixedOutput};
+use vkml_protocol::dist::run::PlanError;
+use vkml_protocol::pb;
+
+use super::DistError;
+use super::fragment::Skeleton;
+use super::placement::{describe, plan_for};
+use crate::cluster::Cluster;
+use crate::graph::{Graph, SpecializeError, Specialized, ValueId};
+use crate::ops::ValueType;
+use crate::tensor::Tensor;
+use crate::tuning::Tuning;
+
+/// What a deployment is made for: the input types, and the values of the inputs its plan
+/// depends on (a shape fed as an input), by input index.
+#[derive(Clone, PartialEq)]
+pub struct DeployKey {
+    pub types: Vec<ValueType>,
+    pub values: Vec<(usize, Tensor)>,
+}
+
+impl DeployKey {
+    /// The key of a run's inputs, given the inputs whose values plans of its model need.
+    pub fn of(inputs: &[Tensor], value_inputs: &BTreeSet<usize>) -> DeployKey {
+        DeployKey {
+            types: inputs.iter().map(ValueType::of).collect(),
+            values: value_inputs
+                .iter()
+                .filter_map(|&i| inputs.get(i).map(|t| (i, t.clone())))
+                .collect(),
+        }
+    }
+}
+
+/// One node's fragment and the weights that go with it.
+pub type Part = (pb::Fragment, Vec<(ValueId, Tensor)>);
+
+/// A deployment planned: what the machine decides with, and what the driver sends.
+pub struct Made {
+    pub plan: DeploymentPlan<Tensor>,
+    pub parts: BTreeMap<String, Part>,
+    pub placement: pb::Placement,
+}
+
+/// Why no deployment was made.
+pub enum Unplanned {
+    /// Specialising needs the values of these inputs.
+    NeedsValues(Vec<usize>),
+    Failed(PlanError),
+}
+
+fn failed(e: DistError) -> Unplanned {
+    Unplanned::Failed(match e {
+        DistError::Placement(s) => PlanError::Placement(s),
+        other => PlanError::Other(other.to_string()),
+    })
+}
+
+/// Plans `graph` for `key` over the cluster as it is now, without the nodes in `avoid`.
+pub async fn make(
+    cluster: &Cluster,
+    me: &str,
+    name: &str,
+    graph: &Arc<Graph>,
+    key: &DeployKey,
+    avoid: &BTreeSet<String>,
+) -> Result<Made, Unplanned> {
+    let mut snapshot = cluster.snapshot();
+    let tuning = cluster.tuning();
+    // Fused where a GPU may run the plan, as a session does.
+    let fuse = tuning.fusion
+        && snapshot
+            .devices()
+            .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
+    for node in avoid {
+        snapshot.nodes.remove(node);
+    }
+    let load_id: u64 = rand::random();
+    let (graph, key, me) = (graph.clone(), key.clone(), me.to_string());
+    let (made, hash) = tokio::task::spawn_blocking(move || {
+        let known: Vec<Option<&Tensor>> = (0..key.types.len())
+            .map(|i| key.values.iter().find(|(j, _)| *j == i).map(|(_, t)| t))
+            .collect();
+        let spec = match graph.specialize_for(&key.types, &known, fuse) {
+            Ok(spec) => spec,
+            Err(SpecializeError::NeedsValues(more)) => return Err(Unplanned::NeedsValues(more)),
+            Err(e) => return Err(failed(DistError::Runtime(e.into()))),
+        };
+        cut(&graph, spec, &snapshot, load_id, &me, &tuning).map_err(failed)
+    })
+    .await
+    .map_err(|e| failed(super::join_err(e)))??;
+    tracing::info!(
+        "model {name} planned as {load_id:016x} over {} node(s), plan {hash:016x}",
+        made.plan.nodes.len(),
+    );
+    Ok(made)
+}
+
+/// Plans a specialised graph with `tuning`'s plan settings and cuts it into fragments
+/// (blocking), each marked with those settings; with the plan's hash.
+pub(super) fn cut(
+    graph: &Graph,
+    spec: Specialized,
+    snapshot: &Snapshot,
+    load_id: u64,
+    me: &str,
+    tuning: &Tuning,
+) -> Result<(Made, u64), DistError> {
+    let (plan, cost, spec) = plan_for(graph, spec, snapshot, tuning)?;
+    let skeleton = Skeleton::new(graph, &spec, &cost, snapshot)?;
+    let (needs, fixed_outputs) = needs_and_fixed(graph, &spec, &plan)?;
+    let nodes: BTreeSet<String> = plan.placement.iter().map(|d| d.node.clone()).collect();
+    let parts = nodes
+        .iter()
+        .map(|n| {
+            let (mut fragment, weights) = skeleton.fragment(graph, &spec, &plan, n, load_id, me);
+            fragment.tuning_fingerprint = tuning.fingerprint();
+            fragment.plan_settings = tuning.plan_settings();
+            (n.clone(), (fragment, weights))
+        })
+        .collect();
+    let made = Made {
+        plan: DeploymentPlan {
+            load_id,
+            nodes,
+            needs,
+            fixed_outputs,
+            n_outputs: graph.outputs.len(),
+        },
+        parts,
+        placement: describe(graph, &plan, snapshot),
+    };
+    Ok((made, plan.hash))
+}
+
+/// The graph inputs each node reads, and the outputs known without running anything
+/// (constants, inputs passed through).
+#[allow(clippy::type_complexity)]
+fn needs_and_fixed(
+    graph: &Graph,
+    spec: &Specialized,
+    plan: &Plan,
+) -> Result<
+    (
+        BTreeMap<String, Vec<usize>>,
+        Vec<(usize, FixedOutput<Tensor>)>,
+    ),
+    DistError,
+> {
+    let mut needs: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (p, &n) in spec.live.iter().enumerate() {
+        let node = &plan.placement[p].node;
+        for (i, (v, _)) in graph.inputs.iter().enumerate() {
+            if spec.node(graph, n).inputs.contains(&Some(*v)) && spec.consts[*v].is_none() {
+                let list = needs.entry(node.clone()).or_default();
+                if !list.contains(&i) {
+                    list.push(i);
+                }
+            }
+        }
+    }
+    let produced: BTreeSet<ValueId> = spec
+        .live
+        .iter()
+        .flat_map(|&n| spec.node(graph, n).outputs.iter().copied())
+        .collect();
+    let mut fixed = Vec::new();
+    for (i, (v, d)) in graph.outputs.iter().enumerate() {
+        if produced.contains(v) {
+            continue;
+        }
+        if let Some(t) = &spec.consts[*v] {
+            fixed.push((i, FixedOutput::Const(t.clone())));
+        } else if let Some(j) = graph.inputs.iter().position(|(x, _)| x == v) {
+            fixed.push((i, FixedOutput::Input(j)));
+        } else {
+            return Err(DistError::Unsupported(format!(
+                "output '{}' is computed by nothing",
+                d.name
+            )));
+        }
+    }
+    Ok((needs, fixed))
+}
