@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::device::vulkan::{Vulkan, VulkanOptions};
 use crate::error::{Error, Result};
+pub use crate::exec::PlanSummary;
 use crate::exec::{Device, Executable, NodeTime};
 use crate::graph::{Graph, SpecializeError, Specialized};
 use crate::model::{Dim, ValueDef};
@@ -65,14 +66,6 @@ pub struct SessionOptions {
     pub profile: bool,
     /// How to plan and run (fusion, kernel choices, arming, Vulkan diagnostics).
     pub tuning: Tuning,
-}
-
-/// Where the ops of one plan ran: op count per device name, and the edges between devices.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlanSummary {
-    pub ops_per_device: BTreeMap<String, usize>,
-    pub transfers: usize,
-    pub chunks: usize,
 }
 
 /// The process's Vulkan instance opened with `options`, created on first use. Sessions with

@@ -11,9 +11,9 @@ mod train;
 
 use rayon::prelude::*;
 
-use super::conv::{FLOAT_DTYPES, Float};
 use super::util::{groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::numeric::float::{FLOAT_DTYPES, Float};
 use crate::tensor::{DType, Tensor};
 use vkml_shaders::batchnorm;
 

@@ -102,7 +102,7 @@ fn matvec<T: Dot + Send + Sync>(
             }
         }
     };
-    super::conv::par::for_each_chunk(&mut out, MATVEC_ROWS, MATVEC_ROWS * k, block);
+    crate::window::par::for_each_chunk(&mut out, MATVEC_ROWS, MATVEC_ROWS * k, block);
     out
 }
 

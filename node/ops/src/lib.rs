@@ -87,6 +87,7 @@ mod resize;
 mod scatter;
 mod select;
 mod shape_ops;
+mod simd;
 mod slice;
 mod softmax;
 mod splitk;
@@ -94,6 +95,7 @@ mod tile_expand;
 mod topk;
 mod transpose;
 mod via_f32;
+mod window;
 
 pub use attrs::{AttrValue, Attrs};
 pub use elementwise::fused;

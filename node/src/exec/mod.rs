@@ -22,7 +22,6 @@ use vkml_planner::{LinkCosts, Plan, PlanError};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Specialized, ValueId};
 use crate::ops::{GpuKernel, ValueType};
-use crate::session::PlanSummary;
 use crate::tensor::Tensor;
 use crate::tuning::Tuning;
 use gpu::{GpuContext, GpuLayout, GpuOps};
@@ -61,6 +60,14 @@ pub struct Executable {
     profile: profile::Profile,
     /// Whether a short single-GPU chunk may be queued ahead of its inputs (`Tuning::arm`).
     arm: bool,
+}
+
+/// Where the ops of one plan ran: op count per device name, and the edges between devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanSummary {
+    pub ops_per_device: BTreeMap<String, usize>,
+    pub transfers: usize,
+    pub chunks: usize,
 }
 
 fn plan_error(e: PlanError) -> Error {

@@ -3,8 +3,8 @@
 
 use super::tests::random_params;
 use crate::AttrValue;
-use crate::conv::gpu_tests::gpu_and_cpu;
 use crate::tensor::Tensor;
+use crate::testkit::gpu::gpu_and_cpu;
 use crate::testkit::{Rng, assert_within, node, tensor};
 
 fn check(opset: i64, spatial: bool, shape: &[usize], rng: &mut Rng) -> bool {

@@ -4,8 +4,8 @@
 //! calling thread (see par.rs).
 
 use super::ConvShape;
-use super::float::Float;
-use super::geometry::Axis;
+use crate::numeric::float::Float;
+use crate::window::geometry::Axis;
 
 /// Caps the im2col buffer (elements) of one task; larger outputs are done in row blocks.
 pub(super) const COL_CAP: usize = 1 << 20;
@@ -22,7 +22,7 @@ pub fn conv<T: Float>(s: &ConvShape, x: &[T], w: &[T], b: Option<&[T]>) -> Vec<T
     let axes = s.axes3();
     // One task per (batch, group): its output channels are one contiguous block of y. A single
     // large group (the usual case) is parallel inside its GEMM instead.
-    super::par::for_each_chunk(&mut y, ocg * p, ocg * p * k, |task, yb| {
+    crate::window::par::for_each_chunk(&mut y, ocg * p, ocg * p * k, |task, yb| {
         let (ni, g) = (task / s.group, task % s.group);
         let xg = &x[(ni * s.group + g) * xg_len..][..xg_len];
         let wg = &w[g * ocg * k..][..ocg * k];

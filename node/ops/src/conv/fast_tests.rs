@@ -5,10 +5,10 @@
 //! direct reference in tests.rs.
 
 use super::cpu::fill_row;
-use super::geometry::Axis;
 use super::tests::{Case, conv_values_f32, data, reference_check};
 use crate::tensor::Tensor;
 use crate::testkit::{Rng, ints};
+use crate::window::geometry::Axis;
 
 #[test]
 fn im2col_rows_match_the_definition() {

@@ -152,7 +152,7 @@ pub fn kernel(s: &ConvShape, has_bias: bool, half: bool, mode: SplitK) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conv::geometry::Axis;
+    use crate::window::geometry::Axis;
 
     fn axis(input: usize, kernel: usize) -> Axis {
         Axis {

@@ -3,28 +3,9 @@
 
 use super::tests::{Case, conv_op, data, tensors};
 use crate::tensor::Tensor;
+use crate::testkit::gpu::gpu_and_cpu;
 use crate::testkit::{Rng, assert_within};
 use crate::{InferInput, Op, ValueType};
-
-/// Runs `op` through the Vulkan test harness and on the CPU: (gpu outputs, cpu outputs), or
-/// `None` when GPU tests are skipped (`VKML_SKIP_VULKAN=1`).
-pub(crate) fn gpu_and_cpu(
-    op: &dyn Op,
-    inputs: &[Option<&Tensor>],
-) -> Option<(Vec<Tensor>, Vec<Tensor>)> {
-    let types: Vec<Option<ValueType>> = inputs.iter().map(|t| t.map(ValueType::of)).collect();
-    let infer_in: Vec<_> = types
-        .iter()
-        .map(|ty| ty.as_ref().map(|ty| InferInput { ty, value: None }))
-        .collect();
-    let out_types = op.infer(&infer_in).unwrap();
-    let cpu = op.run_cpu(inputs, &out_types).unwrap();
-    match crate::testkit::gpu::run_op(op, inputs, &out_types) {
-        Err(e) if e == "skipped" => None,
-        Err(e) => panic!("{op:?}: {e}"),
-        Ok(gpu) => Some((gpu, cpu)),
-    }
-}
 
 /// The shader of `op`'s first dispatch for these inputs.
 pub(crate) fn shader_of(op: &dyn Op, inputs: &[&Tensor]) -> crate::Kernel {

@@ -1,26 +1,20 @@
 //! Conv (opsets 1, 11, 22): N-D convolution with groups, strides, dilations and padding.
 //!
 //! CPU: im2col + GEMM per (batch, group), a direct loop for depthwise, and for small f32
-//! convolutions a direct AVX2 kernel (direct.rs). GPU: a tiled
+//! convolutions a direct AVX2 kernel (simd/direct.rs). GPU: a tiled
 //! implicit-GEMM shader (split along K into two passes when it has too few output tiles to
 //! fill the GPU, see gpu.rs), or a one-thread-per-output shader when a group has few output
 //! channels (depthwise and narrow grouped convolutions), both for 1-D to 3-D.
 //!
-//! The window geometry and the float element trait live here too and are shared with the
-//! pools and BatchNormalization.
+//! The window geometry (window/) and the float element trait (numeric/float.rs) are shared
+//! with ConvTranspose, the pools and BatchNormalization.
 
 mod cpu;
-mod direct;
-#[cfg(all(test, target_arch = "x86_64"))]
-mod direct_tests;
 #[cfg(test)]
 mod fast_tests;
-mod float;
-pub(super) mod geometry;
 mod gpu;
 #[cfg(test)]
 pub(crate) mod gpu_tests;
-pub(super) mod par;
 #[cfg(test)]
 mod splitk_tests;
 #[cfg(test)]
@@ -32,8 +26,8 @@ use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::splitk::SplitK;
 use crate::tensor::{DType, Tensor};
 
-pub(super) use float::{FLOAT_DTYPES, Float};
-use geometry::{Axis, WindowAttrs};
+pub(super) use crate::numeric::float::{FLOAT_DTYPES, Float};
+use crate::window::geometry::{Axis, WindowAttrs};
 
 pub fn register(r: &mut Registry) {
     // f16 / bf16 run through f32 on the CPU.

@@ -3,11 +3,12 @@
 //! shape rule splits, and slice counts forced as `VKML_CONV_SPLITK=N` would.
 
 use super::gpu::kernel;
-use super::gpu_tests::{gpu_and_cpu, shader_of};
+use super::gpu_tests::shader_of;
 use super::tests::{Case, conv_op, data};
 use super::{Conv, ConvShape, WindowAttrs};
 use crate::splitk::SplitK;
 use crate::tensor::{DType, Tensor};
+use crate::testkit::gpu::gpu_and_cpu;
 use crate::testkit::{Rng, assert_within};
 use crate::{Attrs, GpuKernel, InferInput, Op, OpError, ValueType};
 

@@ -23,17 +23,6 @@ pub struct Case {
     pub bias: bool,
 }
 
-/// The spec's SAME padding for one axis, for the reference: (begin, end).
-pub fn same_pads(input: usize, k: usize, s: usize, d: usize, upper: bool) -> (usize, usize) {
-    let out = input.div_ceil(s);
-    let total = ((out - 1) * s + (k - 1) * d + 1).saturating_sub(input);
-    if upper {
-        (total / 2, total - total / 2)
-    } else {
-        (total - total / 2, total / 2)
-    }
-}
-
 impl Case {
     pub fn random(rng: &mut Rng, rank: usize) -> Case {
         let auto_pad = match rng.range(0, 9) {
@@ -126,7 +115,7 @@ impl Case {
                 "VALID" => (0, 0),
                 ap => {
                     let (k, s, d) = (self.kernel[i], self.strides[i], self.dilations[i]);
-                    same_pads(self.input[i], k, s, d, ap == "SAME_UPPER")
+                    crate::testkit::same_pads(self.input[i], k, s, d, ap == "SAME_UPPER")
                 }
             })
             .collect()

@@ -11,8 +11,8 @@
 use std::borrow::Cow;
 
 use super::cpu::COL_CAP;
-use super::float::Float;
-use super::geometry::Axis;
+use crate::numeric::float::Float;
+use crate::window::geometry::Axis;
 
 /// Output rows at most this wide take this path: past that, one copy per row costs little
 /// next to the row itself.

@@ -7,7 +7,7 @@
 //! which write bools.
 
 use super::broadcast;
-use super::num::{INTS, Int, NUMERIC, Num, dispatch_int, dispatch_num};
+use crate::numeric::num::{INTS, Int, NUMERIC, Num, dispatch_int, dispatch_num};
 use crate::tensor::{DType, Element, Tensor, numel};
 use crate::util::{broadcast_shapes, broadcast_strides, expect_dtype, groups_1d, req};
 use crate::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};

@@ -12,8 +12,6 @@
 mod binary;
 mod broadcast;
 pub mod fused;
-mod num;
-mod real;
 mod select;
 mod unary;
 mod variadic;
@@ -33,8 +31,8 @@ use super::Registry;
 use binary::Binary;
 use unary::{Clip, OPS as UNARY_OPS, Unary};
 
+pub use crate::numeric::real::Real;
 pub use broadcast::collapse;
-pub use real::Real;
 
 const BINARY_OPS: [&str; 19] = [
     "Add",

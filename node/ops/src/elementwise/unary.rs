@@ -6,7 +6,7 @@
 
 use super::binary::view;
 use super::broadcast;
-use super::num::{FLOATS, INTS, Int, NUMERIC, Num, dispatch_int, dispatch_num, erf};
+use crate::numeric::num::{FLOATS, INTS, Int, NUMERIC, Num, dispatch_int, dispatch_num, erf};
 use crate::tensor::{DType, Tensor};
 use crate::util::{expect_dtype, groups_1d, req};
 use crate::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};

@@ -7,7 +7,7 @@
 
 use super::binary::{binary_dispatch, binary_params, variant_for, view};
 use super::broadcast;
-use super::num::{FLOATS, NUMERIC, Num, dispatch_num};
+use crate::numeric::num::{FLOATS, NUMERIC, Num, dispatch_num};
 use crate::tensor::{DType, Tensor};
 use crate::util::{broadcast_shapes, expect_dtype};
 use crate::{BufRef, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};

@@ -259,7 +259,7 @@ fn matmul_typed<T: MatElem>(
             T::gemm(m, k, n, one, &x, am, &y, bm, zero, c);
         };
         // Side by side only when there is enough work to pay for the hand-off to rayon.
-        let grain = super::conv::par::grain(offs.len(), m * k * n);
+        let grain = crate::window::par::grain(offs.len(), m * k * n);
         if let (Some(min), true) = (grain, m * k + k * n <= SMALL_GEMM) {
             offs.par_iter()
                 .zip(out.par_chunks_mut(m * n))

@@ -4,9 +4,9 @@
 use rayon::prelude::*;
 
 use super::PoolShape;
-use crate::conv::Float;
-use crate::conv::geometry::Axis;
-use crate::conv::par::{for_each_chunk, grain};
+use crate::numeric::float::Float;
+use crate::window::geometry::Axis;
+use crate::window::par::{for_each_chunk, grain};
 
 /// Calls `f(tap offset in the plane, column-major spatial offset)` for every tap of output
 /// (od, oh, ow)'s window that reads the input rather than padding.

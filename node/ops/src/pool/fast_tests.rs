@@ -4,8 +4,8 @@
 
 use super::PoolShape;
 use super::cpu::max_pool;
-use crate::conv::geometry::{AutoPad, WindowAttrs};
 use crate::testkit::Rng;
+use crate::window::geometry::{AutoPad, WindowAttrs};
 
 struct Window<'a> {
     input: &'a [usize],

@@ -3,8 +3,8 @@
 //! larger than a workgroup.
 
 use super::tests::Case;
-use crate::conv::gpu_tests::gpu_and_cpu;
 use crate::tensor::Tensor;
+use crate::testkit::gpu::gpu_and_cpu;
 use crate::testkit::{Rng, assert_within, node, tensor};
 
 /// Max is exact; averages within 1e-4 relative (the sums' orders may differ).

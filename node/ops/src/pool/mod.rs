@@ -13,18 +13,15 @@ mod fast_tests;
 mod gpu;
 #[cfg(test)]
 mod gpu_tests;
-mod pairs;
 #[cfg(test)]
 mod tests;
 
-pub(super) use pairs::max_pairs;
-
-use super::conv::geometry::{Axis, WindowAttrs};
-use super::conv::{FLOAT_DTYPES, Float};
 use super::util::req;
 use super::via_f32::ViaF32;
 use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::numeric::float::{FLOAT_DTYPES, Float};
 use crate::tensor::{DType, Tensor};
+use crate::window::geometry::{Axis, WindowAttrs};
 
 pub fn register(r: &mut Registry) {
     // f16 / bf16 run through f32 on the CPU; MaxPool's 8-bit integers too, exactly.

@@ -131,7 +131,7 @@ impl Case {
             }
             "VALID" => (((n - extent) / s).floor() as usize + 1, 0, 0),
             ap => {
-                let (pb, pe) = crate::conv::tests::same_pads(
+                let (pb, pe) = crate::testkit::same_pads(
                     self.input[i],
                     self.kernel[i],
                     self.strides[i],

@@ -283,6 +283,26 @@ pub fn gpu_same_bytes(op: &dyn Op, inputs: &[Option<&Tensor>], what: &str) -> bo
     }
 }
 
+/// Runs `op` through the Vulkan test harness and on the CPU: (gpu outputs, cpu outputs), or
+/// `None` when GPU tests are skipped (`VKML_SKIP_VULKAN=1`).
+pub(crate) fn gpu_and_cpu(
+    op: &dyn Op,
+    inputs: &[Option<&Tensor>],
+) -> Option<(Vec<Tensor>, Vec<Tensor>)> {
+    let types: Vec<Option<ValueType>> = inputs.iter().map(|t| t.map(ValueType::of)).collect();
+    let infer_in: Vec<_> = types
+        .iter()
+        .map(|ty| ty.as_ref().map(|ty| InferInput { ty, value: None }))
+        .collect();
+    let out_types = op.infer(&infer_in).unwrap();
+    let cpu = op.run_cpu(inputs, &out_types).unwrap();
+    match run_op(op, inputs, &out_types) {
+        Err(e) if e == "skipped" => None,
+        Err(e) => panic!("{op:?}: {e}"),
+        Ok(gpu) => Some((gpu, cpu)),
+    }
+}
+
 /// One kernel alone on fixed inputs, recorded once and timed as often as wanted: inputs,
 /// outputs and scratch sit in device memory as the executor places them. For reports that
 /// time a kernel without a model around it.

@@ -309,3 +309,14 @@ pub fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
 pub fn offset(shape: &[usize], idx: &[usize]) -> usize {
     shape.iter().zip(idx).fold(0, |acc, (&s, &i)| acc * s + i)
 }
+
+/// The spec's SAME padding for one axis, for the reference: (begin, end).
+pub fn same_pads(input: usize, k: usize, s: usize, d: usize, upper: bool) -> (usize, usize) {
+    let out = input.div_ceil(s);
+    let total = ((out - 1) * s + (k - 1) * d + 1).saturating_sub(input);
+    if upper {
+        (total / 2, total - total / 2)
+    } else {
+        (total - total / 2, total / 2)
+    }
+}

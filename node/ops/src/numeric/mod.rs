@@ -1,6 +1,20 @@
-//! Element values widened for reference kernels that serve many dtypes at once: floats of every
-//! width as f64, integers and bools as i64. A kernel computes once in the wide type and the
-//! result is narrowed back to the op's output dtype (integers wrap, as ONNX's do).
+//! The numeric traits every CPU kernel is written against, in one place:
+//! - [`num::Num`]: scalar arithmetic for every element type (elementwise ops), f16 and bf16
+//!   computing in f32 and rounding once per operation;
+//! - [`real::Real`]: the float math Softmax shares with the activations;
+//! - [`float::Float`]: the element types of Conv, the pools and BatchNormalization (f32, f64),
+//!   with their GEMM and the hooks to f32's SIMD kernels (`simd/`);
+//! - and here: element values widened for reference kernels that serve many dtypes at once
+//!   (floats of every width as f64, integers and bools as i64), computed once in the wide type
+//!   and narrowed back to the op's output dtype (integers wrap, as ONNX's do).
+//!
+//! f16 and bf16 reach the f32 kernels of Conv, MatMul, Gemm, the pools and BatchNormalization
+//! through `via_f32.rs` (widened once, computed in f32, rounded once).
+
+pub mod float;
+#[macro_use]
+pub mod num;
+pub mod real;
 
 use super::OpError;
 use crate::tensor::{DType, Tensor};

@@ -22,7 +22,7 @@
 
 use std::borrow::Cow;
 
-use super::geometry::Axis;
+use crate::window::geometry::Axis;
 
 /// Output channels (by channels) or columns (by columns) per vector.
 const LANES: usize = 8;

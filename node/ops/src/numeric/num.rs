@@ -203,7 +203,7 @@ macro_rules! dispatch_int {
     };
 }
 
-pub(super) use {dispatch_int, dispatch_num};
+pub(crate) use {dispatch_int, dispatch_num};
 
 /// The error function, to f64 precision: its Maclaurin series near 0 (every term of which is
 /// exact enough below |x| = 3, where the largest term is ~8e3 times the result), and the

@@ -6,8 +6,8 @@
 use std::cell::RefCell;
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
 
-use super::geometry::Axis;
 use crate::tensor::{DType, Element};
+use crate::window::geometry::Axis;
 
 pub trait Float:
     Element
@@ -159,7 +159,11 @@ macro_rules! float {
     };
 }
 
-float!(f32, super::direct::conv, crate::pool::max_pairs);
+float!(
+    f32,
+    crate::simd::direct::conv,
+    crate::simd::pairs::max_pairs
+);
 float!(f64);
 
 #[cfg(test)]

@@ -5,9 +5,9 @@
 //! the operator with batches and groups, against the reference in tests.rs.
 
 use super::direct::{Variant, applies, conv, conv_as};
-use super::geometry::Axis;
-use super::tests::{Case, data, reference_check};
+use crate::conv::tests::{Case, data, reference_check};
 use crate::testkit::Rng;
+use crate::window::geometry::Axis;
 
 /// (input, kernel, stride, dilation, pad_begin, pad_end) along one axis.
 type Spec = (usize, usize, usize, usize, usize, usize);
