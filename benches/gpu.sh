@@ -14,7 +14,7 @@ repeat() { case $1 in *10000*) echo 300 ;; *1000*) echo 1000 ;; *) echo 3000 ;; 
 # fixtures' paths are compiled into the binaries as /work/main/tests/..., hence the link.
 [ -e /work/main/tests/fixtures ] || { mkdir -p /work && ln -sfn "$PWD" /work/main; } 2>/dev/null
 printf 'check\tresult\n' > "$out/checks.tsv"
-for t in lib fixtures models; do
+for t in ops vulkan gate lib fixtures models; do
   [ -x ".gpu/$t" ] || continue
   timeout 300 ".gpu/$t" --test-threads 8 > "$out/check_$t.txt" 2>&1
   printf '%s\t%s\n' "$t" "$(grep -E '^test result' "$out/check_$t.txt" | tail -1)" | tee -a "$out/checks.tsv"
@@ -46,9 +46,9 @@ for round in 1 2; do
   done
 done
 # What a dispatch, a barrier and one run's round trip cost on this GPU, measured by the Vulkan
-# layer alone (device/vulkan/tests.rs, timing_report).
-if [ -x .gpu/lib ]; then
-  .gpu/lib --ignored --nocapture --test-threads 1 timing_report arm_report > "$out/timing.txt" 2>&1
+# layer alone (node/vulkan/benches/timing.rs: the dispatch, flag-chain and arming reports).
+if [ -x .gpu/bench-timing ]; then
+  .gpu/bench-timing > "$out/timing.txt" 2>&1
   grep -E 'dispatches|submit|armed|gated' "$out/timing.txt"
 fi
 for dev in vulkan cpu auto; do
@@ -113,9 +113,10 @@ if [ "${VKML_BENCH_BIG:-1}" = 1 ]; then
     done
   done
   # The tensor cores' ceilings through each Vulkan path, and each GEMM kernel alone on 4096^3
-  # (device/vulkan/coop_report.rs, ops/matmul/coop_tests.rs): tables of TFLOP/s.
-  if [ -x .gpu/lib ]; then
-    .gpu/lib --ignored --nocapture --test-threads 1 coop_report coop_gemm_report > "$out/kernels.txt" 2>&1
+  # (node/vulkan/benches/coop.rs, node/ops/benches/coop_gemm.rs): tables of TFLOP/s.
+  if [ -x .gpu/bench-coop ]; then
+    .gpu/bench-coop > "$out/kernels.txt" 2>&1
+    .gpu/bench-coop-gemm >> "$out/kernels.txt" 2>&1
     grep '^|' "$out/kernels.txt"
   fi
   for b in 1 8; do

@@ -34,3 +34,8 @@ pub use exec::NodeTime;
 pub use session::{DeviceSelection, Session, SessionOptions};
 pub use tensor::{DType, Tensor};
 pub use tuning::Tuning;
+
+/// The README's Rust examples, compiled (and type-checked) by `cargo test --doc`.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -6,6 +6,8 @@
 
 #![deny(unsafe_code)]
 
+pub mod kernel;
+
 use std::sync::OnceLock;
 use std::time::Duration;
 

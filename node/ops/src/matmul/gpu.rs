@@ -134,18 +134,6 @@ macro_rules! family_buffers {
 }
 
 impl GemmKernel {
-    #[cfg(test)]
-    pub(crate) fn kernel(self) -> crate::Kernel {
-        match self {
-            GemmKernel::Tiled => gemm::Variant::F32.kernel(),
-            GemmKernel::Big => gemm_big::Variant::Main.kernel(),
-            GemmKernel::Simple => gemm_simple::Variant::F16.kernel(),
-            GemmKernel::Coop(v) => v.kernel(),
-            GemmKernel::Coop2(v) => v.kernel(),
-            GemmKernel::CoopAny(v) => v.kernel(),
-        }
-    }
-
     /// One dispatch over A, B, C and Y.
     fn dispatch(self, b: [BufRef; 4], p: &GemmParams, groups: [u32; 3]) -> Dispatch {
         let [a, bb, c, y] = b;

@@ -2,22 +2,17 @@
 //! CPU reference kernel, on the GPU `vkml_testkit::test_gpu` picks.
 //!
 //! Without a Vulkan device `run_op` panics, unless `VKML_SKIP_VULKAN=1`, when it returns
-//! `Err("skipped")`.
-
-use std::time::Duration;
+//! `Err("skipped")`. The Vulkan side is `vkml_testkit::kernel`; a kernel is timed alone with
+//! its `KernelTimer` over [`kernel_run`].
 
 use bytes::Bytes;
-use vkml_testkit::{device_copy, test_gpu};
-use vkml_vulkan::{CommandList, Gpu, GpuBuffer, MemoryUse, Step, VulkanError};
+use vkml_testkit::kernel::{self, KernelDispatch, KernelRun, Slot};
+use vkml_testkit::test_gpu;
+use vkml_vulkan::Gpu;
 
 use super::{assert_close, f64s, infer_known};
 use crate::tensor::Tensor;
 use crate::{BufRef, GpuKernel, InferInput, Op, ValueType};
-
-/// Written over every output and scratch buffer before the kernel runs, so an element the
-/// kernel forgets to write reads back as NaN (floats) or -1 / 0xFF (integers, bools) rather
-/// than as a plausible zero.
-const POISON: u32 = 0xFFFF_FFFF;
 
 /// Runs `op`'s GPU kernel on `inputs` and returns its outputs, of the types `outputs`.
 ///
@@ -62,167 +57,43 @@ pub fn run_kernel_on(
     inputs: &[Option<&Tensor>],
     outputs: &[ValueType],
 ) -> Result<Vec<Tensor>, String> {
-    let e = |e: VulkanError| e.to_string();
-
-    let mut input_bufs: Vec<Option<GpuBuffer>> = Vec::new();
-    for (i, t) in inputs.iter().enumerate() {
-        input_bufs.push(match t {
-            Some(t) => {
-                let buf = gpu
-                    .create_buffer(
-                        t.bytes().len() as u64,
-                        MemoryUse::Upload,
-                        &format!("input {i}"),
-                    )
-                    .map_err(e)?;
-                buf.write(0, t.bytes()).map_err(e)?;
-                Some(buf)
-            }
-            None => None,
-        });
-    }
-    let (output_bufs, scratch_bufs) = output_and_scratch(gpu, kernel, outputs)?;
-    let readback_bufs = outputs
-        .iter()
-        .enumerate()
-        .map(|(i, o)| {
-            gpu.create_buffer(
-                o.bytes() as u64,
-                MemoryUse::Readback,
-                &format!("readback {i}"),
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(e)?;
-
-    let mut tables = Vec::new();
-    let mut steps = Vec::new();
-    for buf in output_bufs.iter().chain(&scratch_bufs) {
-        steps.push(Step::Fill {
-            dst: buf,
-            offset: 0,
-            bytes: buf.size(),
-            value: POISON,
-        });
-    }
-    steps.push(Step::Barrier);
-    let inputs_ref: Vec<Option<&GpuBuffer>> = input_bufs.iter().map(Option::as_ref).collect();
-    steps.extend(kernel_steps(
-        gpu,
-        kernel,
-        &inputs_ref,
-        &output_bufs,
-        &scratch_bufs,
-        &mut tables,
-    )?);
-    steps.push(Step::Barrier);
-    for (o, r) in output_bufs.iter().zip(&readback_bufs) {
-        steps.push(Step::Copy {
-            src: o,
-            src_offset: 0,
-            dst: r,
-            dst_offset: 0,
-            bytes: o.size(),
-        });
-    }
-
-    let list = gpu.record(&steps).map_err(e)?;
-    let value = gpu.submit(&list).map_err(e)?;
-    // Generous: lavapipe on a loaded CI machine is slow.
-    if !gpu.wait(value, Duration::from_secs(300)).map_err(e)? {
-        return Err("the GPU kernel did not finish within 300 s".into());
-    }
+    let bytes: Vec<Option<&[u8]>> = inputs.iter().map(|t| t.map(|t| &t.bytes()[..])).collect();
+    let sizes: Vec<u64> = outputs.iter().map(|o| o.bytes() as u64).collect();
+    let got = kernel::run(gpu, &kernel_run(kernel), &bytes, &sizes)?;
     outputs
         .iter()
-        .zip(&readback_bufs)
-        .map(|(ty, r)| {
-            let mut data = vec![0u8; ty.bytes()];
-            r.read(0, &mut data).map_err(e)?;
+        .zip(got)
+        .map(|(ty, data)| {
             Tensor::from_bytes(ty.dtype, ty.shape.clone(), Bytes::from(data))
                 .map_err(|x| x.to_string())
         })
         .collect()
 }
 
-/// The dispatches of `kernel` over the given buffers, with a barrier between each pair;
-/// tables are uploaded into `tables`, which must outlive the recorded list.
-fn kernel_steps<'a>(
-    gpu: &Gpu,
-    kernel: &GpuKernel,
-    inputs: &[Option<&GpuBuffer>],
-    outputs: &[GpuBuffer],
-    scratch: &[GpuBuffer],
-    tables: &mut Vec<GpuBuffer>,
-) -> Result<Vec<Step<'a>>, String> {
-    let e = |e: VulkanError| e.to_string();
-    let mut steps = Vec::new();
-    for (d, dispatch) in kernel.dispatches.iter().enumerate() {
-        if d > 0 {
-            steps.push(Step::Barrier);
-        }
-        let mut addrs = Vec::new();
-        for r in dispatch.buffers() {
-            let addr = match r {
-                BufRef::Input(i) => inputs
-                    .get(*i)
-                    .copied()
-                    .flatten()
-                    .ok_or_else(|| format!("dispatch {d} reads input {i}, which is absent"))?
-                    .address(),
-                BufRef::Output(i) => outputs
-                    .get(*i)
-                    .ok_or_else(|| format!("dispatch {d} writes output {i}, which does not exist"))?
-                    .address(),
-                BufRef::Scratch(i) => scratch
-                    .get(*i)
-                    .ok_or_else(|| format!("dispatch {d} uses scratch {i}, which does not exist"))?
-                    .address(),
-                BufRef::Table(words) => {
-                    let bytes: &[u8] = bytemuck::cast_slice(words);
-                    let t = gpu
-                        .create_buffer(
-                            bytes.len() as u64,
-                            MemoryUse::Upload,
-                            &format!("table of dispatch {d}"),
-                        )
-                        .map_err(e)?;
-                    t.write(0, bytes).map_err(e)?;
-                    let a = t.address();
-                    tables.push(t);
-                    a
-                }
-            };
-            addrs.push(addr);
-        }
-        steps.push(Step::Dispatch {
-            kernel: dispatch.kernel(),
-            addrs,
-            params: dispatch.params().to_vec(),
-            groups: dispatch.groups,
-        });
+/// An op's kernel in the test kit's terms.
+pub fn kernel_run(k: &GpuKernel) -> KernelRun {
+    KernelRun {
+        scratch: k.scratch.clone(),
+        dispatches: k
+            .dispatches
+            .iter()
+            .map(|d| KernelDispatch {
+                kernel: d.kernel(),
+                slots: d
+                    .buffers()
+                    .iter()
+                    .map(|b| match b {
+                        BufRef::Input(i) => Slot::Input(*i),
+                        BufRef::Output(i) => Slot::Output(*i),
+                        BufRef::Scratch(i) => Slot::Scratch(*i),
+                        BufRef::Table(t) => Slot::Table(t.clone()),
+                    })
+                    .collect(),
+                params: d.params().to_vec(),
+                groups: d.groups,
+            })
+            .collect(),
     }
-    Ok(steps)
-}
-
-/// Device buffers for `kernel`'s outputs (of the types `outputs`) and its scratch.
-fn output_and_scratch(
-    gpu: &Gpu,
-    kernel: &GpuKernel,
-    outputs: &[ValueType],
-) -> Result<(Vec<GpuBuffer>, Vec<GpuBuffer>), String> {
-    let sizes = outputs
-        .iter()
-        .map(|o| (o.bytes() as u64, "output"))
-        .chain(kernel.scratch.iter().map(|&b| (b, "scratch")));
-    let mut bufs = sizes
-        .enumerate()
-        .map(|(i, (bytes, what))| {
-            gpu.create_buffer(bytes, MemoryUse::Device, &format!("{what} {i}"))
-                .map_err(|e| e.to_string())
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let scratch = bufs.split_off(outputs.len());
-    Ok((bufs, scratch))
 }
 
 /// Runs `op` on the GPU and on the CPU, and compares: floats within `tol` relative (absolute
@@ -300,61 +171,6 @@ pub(crate) fn gpu_and_cpu(
         Err(e) if e == "skipped" => None,
         Err(e) => panic!("{op:?}: {e}"),
         Ok(gpu) => Some((gpu, cpu)),
-    }
-}
-
-/// One kernel alone on fixed inputs, recorded once and timed as often as wanted: inputs,
-/// outputs and scratch sit in device memory as the executor places them. For reports that
-/// time a kernel without a model around it.
-pub struct KernelTimer<'g> {
-    gpu: &'g Gpu,
-    list: CommandList,
-}
-
-impl<'g> KernelTimer<'g> {
-    pub fn new(
-        gpu: &'g Gpu,
-        kernel: &GpuKernel,
-        inputs: &[Option<&Tensor>],
-        outputs: &[ValueType],
-    ) -> Result<Self, String> {
-        let input_bufs = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                t.map(|t| device_copy(gpu, t.bytes(), &format!("input {i}")))
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let (output_bufs, scratch_bufs) = output_and_scratch(gpu, kernel, outputs)?;
-        let mut tables = Vec::new();
-        let inputs_ref: Vec<Option<&GpuBuffer>> = input_bufs.iter().map(Option::as_ref).collect();
-        let steps = kernel_steps(
-            gpu,
-            kernel,
-            &inputs_ref,
-            &output_bufs,
-            &scratch_bufs,
-            &mut tables,
-        )?;
-        // The list keeps every buffer its steps touch alive.
-        let list = gpu.record(&steps).map_err(|e| e.to_string())?;
-        Ok(KernelTimer { gpu, list })
-    }
-
-    /// Seconds each of `runs` submissions takes, submission to observed completion.
-    pub fn time(&self, runs: usize) -> Result<Vec<f64>, String> {
-        let e = |e: VulkanError| e.to_string();
-        (0..runs)
-            .map(|_| {
-                let t = std::time::Instant::now();
-                let v = self.gpu.submit(&self.list).map_err(e)?;
-                if !self.gpu.wait(v, Duration::from_secs(300)).map_err(e)? {
-                    return Err("the GPU kernel did not finish within 300 s".into());
-                }
-                Ok(t.elapsed().as_secs_f64())
-            })
-            .collect()
     }
 }
 
