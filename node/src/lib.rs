@@ -6,7 +6,8 @@
 //!   GPU kernel descriptions;
 //! - [`onnx`], [`io`]: reading model files (.onnx, external data) and tensor files (.npy, .pb);
 //! - [`graph`]: the IR: typed values, shape inference, constant folding;
-//! - [`device`]: the Vulkan GPUs (the `vkml-vulkan` crate, the only home of `unsafe`);
+//! - [`device`]: the Vulkan GPUs (the `vkml-vulkan` crate, the only home of `unsafe` but for
+//!   the model file's mapping, `onnx/mmap.rs`);
 //! - [`exec`]: plans turned into chunks, dependency counters and buffers;
 //! - [`session`]: the API: load once, run many times from many threads, with a [`Tuning`];
 //! - [`cluster`]: nodes joined into a cluster: membership, inventories, the peer protocol;

@@ -5,6 +5,8 @@
 //! without a coordinator: each recomputes the plan from the same snapshot and checks its hash.
 //! A single machine is the one-node snapshot of the same function.
 
+#![deny(unsafe_code)]
+
 mod chunks;
 mod cost;
 mod greedy;

@@ -7,6 +7,8 @@
 //! the time passed in; `sim` (tests, or the `sim` feature) runs them over a simulated
 //! network of several nodes.
 
+#![deny(unsafe_code)]
+
 pub mod dist;
 mod frame;
 mod message;

@@ -41,6 +41,8 @@
 //! let p = binary::Params { count: 3, ..Default::default() };
 //! ```
 
+#![deny(unsafe_code)]
+
 // The generated code names this crate by its path, as it would from any other crate.
 extern crate self as vkml_shaders;
 

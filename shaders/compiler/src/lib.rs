@@ -6,6 +6,8 @@
 //! A build script calls [`generate`]; tests and tools can call [`build`] for the compiled and
 //! reflected kernels without the Rust.
 
+#![deny(unsafe_code)]
+
 mod compile;
 mod emit;
 pub mod layout;
