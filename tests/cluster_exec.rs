@@ -74,7 +74,13 @@ fn edge_bytes(r: &Running) -> (u64, u64) {
 fn split_matches_single_node(test: &str, model_path: &Path, data: &Path) {
     let _serial = cluster_harness::serial();
     let caps = caps_for_three(model_path);
-    let r = start(test, &caps);
+    split_under_caps(test, model_path, data, &caps, 3);
+}
+
+/// Submits `model_path` to the second node of a cluster with these memory caps, which must
+/// use at least `nodes` nodes, and checks every data set against a single node and the reference.
+fn split_under_caps(test: &str, model_path: &Path, data: &Path, caps: &[u64], nodes: usize) {
+    let r = start(test, caps);
     let all: Vec<&Node> = r.nodes.iter().collect();
     let client = connect(&r.nodes[1], &r.key);
     let model = client
@@ -85,10 +91,9 @@ fn split_matches_single_node(test: &str, model_path: &Path, data: &Path) {
         .clone()
         .expect("static shapes are planned at load");
     let used: BTreeSet<&str> = placement.parts.iter().map(|p| p.node.as_str()).collect();
-    assert_eq!(
-        used.len(),
-        3,
-        "{test}: caps {caps:?} must split over three: {placement:?}"
+    assert!(
+        used.len() >= nodes,
+        "{test}: caps {caps:?} must split over {nodes} or more: {placement:?}"
     );
     let cut: u64 = placement.edges.iter().map(|e| e.bytes).sum();
     assert!(cut > 0, "{test}: a split plan has cut edges");
@@ -159,6 +164,18 @@ fn the_cnn_split_over_three_nodes_matches_a_single_node() {
 fn the_mlp_split_over_three_nodes_matches_a_single_node() {
     let m = common::fixture("mlp");
     split_matches_single_node("exec-mlp", &m.join("model.onnx"), &m);
+}
+
+/// Issue 19: SqueezeNet on three nodes each capped at 140% of its file. Its activations add up
+/// to more than its weights; charged as a sum they did not fit ("fits on no device"), while
+/// what a device holds at once is far less.
+#[test]
+fn squeezenet_fits_three_nodes_capped_at_140_percent_of_its_file() {
+    let _serial = cluster_harness::serial();
+    let m = common::fixture("squeezenet_1_1");
+    let file = std::fs::metadata(m.join("model.onnx")).unwrap().len();
+    let cap = file * 14 / 10;
+    split_under_caps("exec-squeezenet", &m.join("model.onnx"), &m, &[cap; 3], 2);
 }
 
 #[test]

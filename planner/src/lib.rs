@@ -20,6 +20,7 @@ mod whole;
 use std::collections::BTreeMap;
 
 pub use cost::LinkCosts;
+pub use memory::single_device as single_device_bytes;
 pub use types::*;
 
 /// Places every op of `graph` on a device of `snapshot`, splits the placement into chunks

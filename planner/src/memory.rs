@@ -1,12 +1,15 @@
 //! What a placement costs each device in memory, charged as the runtime spends it.
 //!
 //! Weights, graph inputs and values received from other devices stay for the model's (or the
-//! run's) whole life: they are resident. What an op computes is another matter, and depends on
-//! the device. A GPU assigns its intermediate buffers by lifetime (node/src/exec/arena.rs): two
-//! values whose lives do not overlap share bytes, so its footprint is the widest cut of the
-//! ops it runs, not the sum of their outputs. The CPU executor keeps every value of a run until
-//! the run ends, so there a computed value lives to the end. Charging a GPU the sum would
-//! refuse models that fit three times over (SqueezeNet: 33 MB charged against 11 MB used).
+//! run's) whole life: they are resident. A computed value lives from its op to its last reader
+//! (through the views that alias it; a graph output to the end): a GPU assigns its
+//! intermediate buffers by lifetime (node/src/exec/arena.rs), so two values whose lives do not
+//! overlap share bytes, and a CPU run drops a value after its last reader there
+//! (node/src/exec/release.rs). A device's footprint is then its widest cut, not the sum of
+//! its outputs: charging the sum refused models that fit three times over (SqueezeNet: 33 MB
+//! charged against 11 MB used). On a GPU each value takes whole units of the arena's
+//! alignment. The last reader is the last anywhere: a value read on another device is sent
+//! when its chunk finishes, which is no later than its reader there starts.
 //!
 //! The ledger answers "how much would this device need if this op went there" without
 //! changing anything, so greedy placement can ask it of every device, and records the answer
@@ -107,16 +110,12 @@ impl<'g> Ledger<'g> {
             }
         }
         if !op.view {
-            let end = self.graph.ops.len();
             for &v in &op.outputs {
-                let bytes = self.graph.values[v].bytes;
+                let mut bytes = self.graph.values[v].bytes;
                 if gpu {
-                    let units = bytes.div_ceil(GPU_ALIGN).max(1);
-                    c.live
-                        .push((o, self.last[v].max(o), units.saturating_mul(GPU_ALIGN)));
-                } else {
-                    c.live.push((o, end, bytes));
+                    bytes = bytes.div_ceil(GPU_ALIGN).max(1).saturating_mul(GPU_ALIGN);
                 }
+                c.live.push((o, self.last[v].max(o), bytes));
             }
         }
         c

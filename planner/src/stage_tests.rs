@@ -50,8 +50,7 @@ fn layered(rng: &mut Rng, n: usize) -> CostGraph {
 }
 
 /// Memory per device, recomputed the slow way: resident values once per device, and at every
-/// position the computed values alive there (a GPU frees a value after its last reader, through
-/// views; the CPU keeps it to the end).
+/// position the computed values alive there (until their last reader, through views).
 fn brute_memory(g: &CostGraph, s: &Snapshot, placement: &[DeviceRef]) -> BTreeMap<DeviceRef, u64> {
     let n = g.ops.len();
     let mut maker = vec![None; g.values.len()];
@@ -93,7 +92,7 @@ fn brute_memory(g: &CostGraph, s: &Snapshot, placement: &[DeviceRef]) -> BTreeMa
                     continue;
                 }
                 for &v in &op.outputs {
-                    let alive = !gpu || {
+                    let alive = {
                         // Read at t or later by anything sharing its bytes, or a graph output.
                         let shares = |x: usize| root[x] == v || x == v;
                         (0..g.values.len()).any(|x| {

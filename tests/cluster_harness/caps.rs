@@ -33,7 +33,8 @@ fn nodes_used(model: &Path, caps: &[u64]) -> Option<usize> {
 
 /// Memory caps (per node, for nodes n1, n2, n3 serving their CPU) under which the planner
 /// must use all three nodes: the smallest equal cap that fits; when one part is so large
-/// that equal caps leave a node idle, a smaller cap for the first or the second node.
+/// that equal caps leave a node idle, smaller caps for the first two nodes (the smallest pair
+/// that works, on a grid 10% apart).
 pub fn caps_for_three(model: &Path) -> Vec<u64> {
     let mut c = 1024u64;
     while nodes_used(model, &[c, c, c]).is_none() {
@@ -43,14 +44,19 @@ pub fn caps_for_three(model: &Path) -> Vec<u64> {
     if nodes_used(model, &[c, c, c]) == Some(3) {
         return vec![c, c, c];
     }
-    let mut small = 256u64;
-    while small < c {
-        for caps in [[small, c, c], [c, small, c]] {
-            if nodes_used(model, &caps) == Some(3) {
-                return caps.to_vec();
+    let mut grid = vec![256u64];
+    while *grid.last().unwrap() < c {
+        let g = *grid.last().unwrap();
+        grid.push(g * 11 / 10 + 1);
+    }
+    for (i, &a) in grid.iter().enumerate() {
+        for &b in &grid[..=i] {
+            for caps in [[a, b, c], [b, a, c], [a, c, b], [c, a, b]] {
+                if nodes_used(model, &caps) == Some(3) {
+                    return caps.to_vec();
+                }
             }
         }
-        small = small * 11 / 10 + 1;
     }
     panic!(
         "{}: no caps split the model over three nodes",

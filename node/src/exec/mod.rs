@@ -7,6 +7,7 @@ mod completion;
 mod gpu;
 mod plan;
 mod profile;
+mod release;
 mod run;
 mod topology;
 
@@ -48,6 +49,8 @@ pub struct Executable {
     plan: Plan,
     /// The plan's chunks as this node sees them: which are its own, what each waits for.
     topo: Topology,
+    /// When a run may drop each value it holds on the host.
+    release: release::Release,
     /// Per GPU device index (in `devices`): its layout and the ops it runs.
     layouts: BTreeMap<usize, GpuShare>,
     /// Idle execution contexts; a run takes one, or makes one when all are busy.
@@ -186,12 +189,14 @@ impl Executable {
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
+        let release = release::Release::new(&graph, &spec, &plan, &topo, &devices);
         let exe = Executable {
             graph,
             spec,
             devices,
             plan,
             topo,
+            release,
             layouts,
             pool: Mutex::new(Vec::new()),
             summary,

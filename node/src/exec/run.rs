@@ -13,13 +13,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use crossbeam::queue::SegQueue;
 
 use super::gpu::{GpuContext, dev_err};
+use super::release::Slots;
 use super::{Device, Executable, completion};
 use crate::device::vulkan::Gpu;
 use crate::error::{Error, Result};
@@ -47,7 +48,7 @@ impl RunLink {
         let Some(state) = self.0.upgrade() else {
             return false;
         };
-        if v >= state.host.len() || state.host[v].set(t).is_err() {
+        if v >= state.host.len() || !state.host.set(v, t) {
             return false;
         }
         let mut stack = Vec::new();
@@ -78,8 +79,9 @@ pub(super) struct RunState {
     hooks: Option<Arc<dyn RemoteHooks>>,
     /// GPU chunks submitted and not finished: after a failure the run may end at zero.
     ctx: BTreeMap<usize, GpuContext>,
-    /// Every value of the graph produced or received on the host during this run, set once.
-    host: Vec<OnceLock<Tensor>>,
+    /// Every value of the graph produced or received on the host during this run, set once
+    /// and dropped after its last reader here.
+    host: Slots,
     counters: Vec<AtomicUsize>,
     in_flight: AtomicUsize,
     /// Local chunks not finished yet; the run is over at zero.
@@ -92,8 +94,8 @@ pub(super) struct RunState {
 }
 
 impl RunState {
-    fn value(&self, v: ValueId) -> Option<&Tensor> {
-        self.host[v].get().or(self.exe.spec.consts[v].as_ref())
+    fn value(&self, v: ValueId) -> Option<Tensor> {
+        self.host.get(v).or_else(|| self.exe.spec.consts[v].clone())
     }
 
     fn fail(&self, e: Error) {
@@ -132,7 +134,10 @@ impl RunState {
         let topo = &self.exe.topo;
         for (v, nodes) in topo.sends.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
             match self.value(*v) {
-                Some(t) => hooks.send(*v, nodes, t),
+                Some(t) => {
+                    hooks.send(*v, nodes, &t);
+                    self.host.read(*v);
+                }
                 None => self.fail(Error::Device(format!(
                     "value '{}' was not produced by its chunk",
                     self.exe.graph.value_names[*v]
@@ -142,7 +147,7 @@ impl RunState {
         for &i in topo.outputs_after.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
             let v = self.exe.graph.outputs[i].0;
             match self.value(v) {
-                Some(t) => hooks.output(i, t),
+                Some(t) => hooks.output(i, &t),
                 None => self.fail(Error::Device(format!(
                     "output '{}' was not produced by its chunk",
                     self.exe.graph.outputs[i].1.name
@@ -201,21 +206,22 @@ impl RunState {
     fn read_exports(&self, c: usize, d: usize, copy: usize) -> Result<()> {
         for (v, t) in read_exports(&self.exe, &self.ctx[&d], d, c, copy)? {
             // Set once: each value has one producing chunk per run.
-            let _ = self.host[v].set(t);
+            self.host.set(v, t);
         }
         Ok(())
     }
 
     fn run_cpu_chunk(&self, c: usize) -> Result<()> {
         let exe = &self.exe;
-        // One argument list for the chunk, refilled per node: no allocation per node.
-        let mut args: Vec<Option<&Tensor>> = Vec::new();
+        // The node's inputs, held for its call (refilled per node).
+        let mut held: Vec<Option<Tensor>> = Vec::new();
         let mut times = Vec::new();
         let profiling = exe.profile.is_on();
         for &p in &exe.plan.chunks[c].ops {
             let node = exe.spec.node(&exe.graph, exe.spec.live[p]);
-            args.clear();
-            args.extend(node.inputs.iter().map(|v| v.and_then(|v| self.value(v))));
+            held.clear();
+            held.extend(node.inputs.iter().map(|v| v.and_then(|v| self.value(v))));
+            let args: Vec<Option<&Tensor>> = held.iter().map(Option::as_ref).collect();
             let start = profiling.then(Instant::now);
             let outs = node
                 .op
@@ -229,7 +235,12 @@ impl RunState {
                 times.push((p, start.elapsed().as_nanos() as u64));
             }
             for (&o, t) in node.outputs.iter().zip(outs) {
-                let _ = self.host[o].set(t);
+                self.host.set(o, t);
+            }
+            drop(args);
+            held.clear();
+            for &v in exe.release.after(p) {
+                self.host.read(v);
             }
         }
         if profiling {
@@ -241,11 +252,11 @@ impl RunState {
 
 /// Writes the given imports (value, offset in the import buffer) of a GPU context, taking each
 /// value from `value`.
-fn write_imports<'a>(
+fn write_imports<'a, T: std::borrow::Borrow<Tensor>>(
     exe: &Executable,
     gctx: &GpuContext,
     imports: impl Iterator<Item = &'a (ValueId, u64)>,
-    value: impl Fn(ValueId) -> Option<&'a Tensor>,
+    value: impl Fn(ValueId) -> Option<T>,
 ) -> Result<()> {
     for &(v, off) in imports {
         let t = value(v).ok_or_else(|| {
@@ -254,7 +265,9 @@ fn write_imports<'a>(
                 exe.graph.value_names[v]
             ))
         })?;
-        gctx.import.write(off, t.bytes()).map_err(dev_err)?;
+        gctx.import
+            .write(off, t.borrow().bytes())
+            .map_err(dev_err)?;
     }
     Ok(())
 }
@@ -376,11 +389,9 @@ pub(super) fn run(
     }
     let chunks = &exe.plan.chunks;
     let topo = &exe.topo;
-    let host: Vec<OnceLock<Tensor>> = (0..exe.graph.value_names.len())
-        .map(|_| OnceLock::new())
-        .collect();
+    let host = Slots::new(&exe.release);
     for (v, t) in inputs {
-        let _ = host[v].set(t);
+        host.set(v, t);
     }
     let fragment = hooks.is_some();
     let state = Arc::new(RunState {
@@ -471,9 +482,9 @@ pub(super) fn run(
         .outputs
         .iter()
         .map(|(v, def)| {
-            state.host[*v]
-                .get()
-                .cloned()
+            state
+                .host
+                .get(*v)
                 .or_else(|| exe.spec.consts[*v].clone())
                 .ok_or_else(|| Error::Device(format!("output '{}' was not produced", def.name)))
         })
