@@ -26,7 +26,7 @@ pub fn const_input<'a>(inputs: &[Option<InferInput<'a>>], i: usize) -> Result<&'
 /// Normalises a possibly negative axis for a tensor of `rank`.
 pub fn axis(a: i64, rank: usize) -> Result<usize, OpError> {
     let r = rank as i64;
-    if a < -r || a >= r.max(1) {
+    if a < -r || a >= r {
         return Err(OpError::invalid(format!(
             "axis {a} is out of range for rank {rank}"
         )));
@@ -109,6 +109,17 @@ pub fn types_of<'a>(inputs: &[Option<super::InferInput<'a>>]) -> Vec<Option<&'a 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A scalar has no axis: Split and Slice of one indexed its shape at 0 (a fuzzer's find).
+    #[test]
+    fn axes_are_in_range_and_a_scalar_has_none() {
+        assert_eq!(axis(-1, 3).unwrap(), 2);
+        assert_eq!(axis(2, 3).unwrap(), 2);
+        assert!(axis(3, 3).is_err());
+        assert!(axis(-4, 3).is_err());
+        assert!(axis(0, 0).is_err());
+        assert!(axis(-1, 0).is_err());
+    }
 
     #[test]
     fn broadcasting_follows_numpy() {
