@@ -16,6 +16,7 @@
 // The one exception, with its reasons, is the model file's memory mapping (onnx/mmap.rs).
 #![deny(unsafe_code)]
 
+pub mod cache;
 pub mod cluster;
 pub mod device;
 pub mod distributed;
