@@ -25,6 +25,7 @@ pub mod exec;
 pub mod graph;
 pub mod io;
 pub mod onnx;
+pub mod priority;
 pub mod session;
 pub mod tuning;
 
