@@ -77,7 +77,7 @@ impl ClusterClient {
         let name = path
             .file_name()
             .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
-        let loaded = self.rt.block_on(async {
+        let loaded = self.rt.block_on(self.naming(async {
             let (mut send, mut recv) = self
                 .client
                 .conn
@@ -115,7 +115,7 @@ impl ClusterClient {
                     }
                 }
             }
-        })?;
+        }))?;
         Ok(RemoteModel {
             cluster: self.clone(),
             id: loaded.model_id,
@@ -165,6 +165,22 @@ impl ClusterClient {
         Ok((outs.into_values().collect(), r.retried))
     }
 
+    /// `work`'s error, or, when the connection to the node is gone, what became of the node
+    /// (naming it) instead of a bare "connection lost".
+    async fn naming<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, DistError>>,
+    ) -> Result<T, DistError> {
+        let r = work.await;
+        match (r, self.client.lost()) {
+            (Err(e @ (DistError::Remote(_) | DistError::Run(_) | DistError::Runtime(_))), _) => {
+                Err(e)
+            }
+            (Err(e), Some(lost)) => Err(DistError::Peer(format!("{lost} ({e})"))),
+            (r, _) => r,
+        }
+    }
+
     pub fn close(self: Arc<Self>) {
         if let Ok(c) = Arc::try_unwrap(self) {
             let ClusterClient { rt, client } = c;
@@ -203,10 +219,10 @@ impl RemoteModel {
                     .ok_or_else(|| input_err(format!("missing input '{n}'")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let (outs, retried) = self
-            .cluster
-            .rt
-            .block_on(self.cluster.run_async(self.id, ordered))?;
+        let (outs, retried) = self.cluster.rt.block_on(
+            self.cluster
+                .naming(self.cluster.run_async(self.id, ordered)),
+        )?;
         Ok(RunOutput {
             outputs: self.outputs.iter().cloned().zip(outs).collect(),
             retried,
@@ -217,9 +233,10 @@ impl RemoteModel {
     /// waiting for the answer.)
     pub fn unload(mut self) -> Result<(), DistError> {
         self.unloaded = true;
-        self.cluster
+        let cluster = self.cluster.clone();
+        cluster
             .rt
-            .block_on(unload(self.cluster.clone(), self.id))
+            .block_on(cluster.naming(unload(cluster.clone(), self.id)))
     }
 }
 

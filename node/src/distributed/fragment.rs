@@ -121,9 +121,10 @@ impl Skeleton {
             outputs: graph.outputs.iter().map(|(v, _)| *v as u64).collect(),
             weight_count: weights.len() as u64,
             weight_bytes: weights.iter().map(|(_, t)| t.bytes().len() as u64).sum(),
-            // Set by the submitter, which knows its settings.
+            // Set by the submitter, which knows its settings and the nodes' lives.
             tuning_fingerprint: 0,
             plan_settings: String::new(),
+            lives: Vec::new(),
         };
         (f, weights)
     }

@@ -100,6 +100,9 @@ impl Link {
     }
 
     /// Starts run `run` of fragment `model` on `to`, with the graph inputs it reads.
+    /// Resolves once `to` has acknowledged every byte: a start it refused (its end stopped
+    /// the stream) or never got (the connection died) is an error, which fails the run
+    /// naming `to`, instead of a run that waits for a part nobody started.
     pub async fn start_remote(
         &self,
         to: &str,
@@ -120,6 +123,12 @@ impl Link {
         }
         s.finish()
             .map_err(|e| DistError::Peer(format!("{to}: {e}")))?;
-        Ok(())
+        match s.stopped().await {
+            Ok(None) => Ok(()),
+            Ok(Some(code)) => Err(DistError::Peer(format!(
+                "{to} refused the run (stream stopped with code {code})"
+            ))),
+            Err(e) => Err(DistError::Peer(format!("{to}: {e}"))),
+        }
     }
 }

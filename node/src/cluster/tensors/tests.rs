@@ -262,6 +262,7 @@ fn config(name: &str, join: Vec<String>) -> ClusterConfig {
         tuning: Default::default(),
         tensor_lanes: super::default_lanes(),
         faults: None,
+        lease_grace: crate::cluster::DEFAULT_LEASE_GRACE,
     }
 }
 
