@@ -99,6 +99,23 @@ impl Link {
         Ok(())
     }
 
+    /// An `Unload` to `to`, resolving once `to` answered that it is done (an error when it
+    /// could not be reached, refused the stream, or the connection was lost).
+    pub async fn send_acked(&self, to: &str, m: &Message) -> Result<(), DistError> {
+        let (mut s, mut r) = self.cluster.open_bi(to).await?;
+        transport::write_message(&mut s, m).await?;
+        s.finish()
+            .map_err(|e| DistError::Peer(format!("{to}: {e}")))?;
+        match wire::expect_message(&mut r).await? {
+            ack if ack.kind() == m.kind() => Ok(()),
+            other => Err(DistError::Protocol(format!(
+                "{to} answered {:?} to {:?}",
+                other.kind(),
+                m.kind()
+            ))),
+        }
+    }
+
     /// Starts run `run` of fragment `model` on `to`, with the graph inputs it reads.
     /// Resolves once `to` has acknowledged every byte: a start it refused (its end stopped
     /// the stream) or never got (the connection died) is an error, which fails the run

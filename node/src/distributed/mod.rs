@@ -36,10 +36,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::runtime::Handle;
 use vkml_protocol::dist::run::RunError;
-use vkml_protocol::{MAX_TENSOR_PAYLOAD, Message, error_code, pb};
+use vkml_protocol::{Message, error_code, pb};
 
 use crate::cluster::{
     Cluster, ClusterError, DroppedTensor, ExecStatus, IncomingStream, MemberEvent, MemberState,
@@ -262,7 +262,8 @@ impl Exec {
                     Ok(())
                 }
                 Message::Run(r) => {
-                    let mut inputs = Vec::with_capacity(r.tensors as usize);
+                    // Not sized from `r.tensors`: a peer's claim, not yet backed by bytes.
+                    let mut inputs = Vec::new();
                     for _ in 0..r.tensors {
                         let (h, payload) = wire::read_tensor(&mut recv).await?;
                         inputs.push((h.edge_id as usize, wire::tensor(&h, payload)?));
@@ -284,7 +285,13 @@ impl Exec {
                     self.serve_fragment(*f, s, &mut recv).await
                 }
                 m @ (Message::RunFailed(_) | Message::Unload(_)) if !client => {
+                    // An unload on a stream with a way back is answered once it is done
+                    // here: its sender sends it again until then (link.rs, `send_acked`).
+                    let ack = matches!(m, Message::Unload(_)).then(|| m.clone());
                     self.message_from(&peer, m);
+                    if let (Some(s), Some(ack)) = (send.as_mut(), ack) {
+                        transport::write_message(s, &ack).await?;
+                    }
                     Ok(())
                 }
                 other => Err(DistError::Protocol(format!(
@@ -340,21 +347,11 @@ impl Exec {
         recv: &mut quinn::RecvStream,
         owner: Option<Owner>,
     ) -> Result<(), DistError> {
-        if m.model_bytes > MAX_TENSOR_PAYLOAD {
-            return Err(DistError::Protocol(format!(
-                "a model of {} bytes is over the limit",
-                m.model_bytes
-            )));
-        }
-        let mut buf = BytesMut::zeroed(m.model_bytes as usize);
-        recv.read_exact(&mut buf)
-            .await
-            .map_err(|e| DistError::Peer(format!("the model's bytes: {e}")))?;
+        let buf = wire::read_announced(recv, m.model_bytes, "model").await?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let submitter = self.submitter.clone();
         let name = m.name.clone();
-        let mut task =
-            tokio::spawn(async move { submitter.submit(name, buf.freeze(), tx, owner).await });
+        let mut task = tokio::spawn(async move { submitter.submit(name, buf, tx, owner).await });
         let outcome = loop {
             tokio::select! {
                 Some(p) = rx.recv() => {

@@ -28,6 +28,10 @@ use crate::graph::{Graph, ValueId};
 use crate::model::ValueDef;
 use crate::tensor::Tensor;
 
+/// How long an `Unload` may take to be acknowledged before it counts as lost and is sent
+/// again (a live peer answers in milliseconds).
+const UNLOAD_ACK: Duration = Duration::from_secs(5);
+
 /// A model submitted to this node, under the id its client uses.
 pub struct ClusterModel {
     pub id: u64,
@@ -398,6 +402,32 @@ impl Submitter {
                         Err(e) => Err(format!("loading failed: {e}")),
                     };
                     me.call(|st, now| st.core.load_result(load_id, &node, r, now));
+                });
+            }
+            Todo::Send {
+                to,
+                message: Message::Unload(u),
+            } if to != self.me => {
+                // Acknowledged, and reported: an unload lost to a partition is sent again.
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let m = Message::Unload(u);
+                    let sent = tokio::time::timeout(UNLOAD_ACK, me.link.send_acked(&to, &m)).await;
+                    let Message::Unload(u) = m else { return };
+                    match sent {
+                        Ok(Ok(())) => me.call(|st, _| st.core.unload_delivered(&to, u.model_id)),
+                        Ok(Err(e)) => {
+                            tracing::debug!(
+                                "unload of {:016x} not delivered to {to}: {e}",
+                                u.model_id
+                            );
+                            me.call(|st, now| {
+                                st.core.unload_failed(&to, u.model_id, &u.reason, now)
+                            })
+                        }
+                        Err(_) => me
+                            .call(|st, now| st.core.unload_failed(&to, u.model_id, &u.reason, now)),
+                    }
                 });
             }
             Todo::Send { to, message } => self.link.post(&to, message),

@@ -24,6 +24,7 @@ pub mod deployment;
 pub mod participant;
 pub mod run;
 pub mod submitter;
+pub mod unloads;
 
 #[cfg(test)]
 mod tests;
@@ -58,6 +59,9 @@ pub struct Config {
     /// A node that failed while a model used it, without membership declaring it down, is
     /// left out of the model's plans for this long (or until it comes back).
     pub avoid_for: Duration,
+    /// An `Unload` a node did not acknowledge is sent again this long after
+    /// ([`unloads`]).
+    pub unload_retry: Duration,
 }
 
 impl Default for Config {
@@ -70,6 +74,7 @@ impl Default for Config {
             max_deployments: 8,
             lease_grace: Duration::from_secs(5),
             avoid_for: Duration::from_secs(10),
+            unload_retry: Duration::from_secs(1),
         }
     }
 }

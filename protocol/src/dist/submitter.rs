@@ -16,7 +16,8 @@
 //! A model may be leased to an owner (the client connection that loaded it): once the
 //! owner is gone, the model is unloaded after [`Config::lease_grace`]. Unloads a node could
 //! not be sent because it was down are sent again if it comes back (falsely declared dead,
-//! it kept its parts).
+//! it kept its parts), and an unload the driver could not deliver to a live node is sent
+//! again (`unload_failed`, [`super::unloads`]).
 //!
 //! `K` is the driver's deployment key, `V` its value (a tensor: cloned per node that reads
 //! it, so it should be cheap to clone).
@@ -28,6 +29,7 @@ use crate::{Message, pb};
 
 use super::deployment::{DeployOut, Deployment, DeploymentPlan, LoadState, Settled};
 use super::run::{Attempt, Begun, Failure, Next, PlanError, Run, RunError, RunOutput, Verdict};
+use super::unloads::Resends;
 use super::{Config, after, secs};
 
 /// A client's run, as the submitter knows it (not the run id on the wire: each attempt has
@@ -147,6 +149,8 @@ pub struct Submitter<K, V> {
     next_plan: u64,
     /// Unloads not sent to a node because it was down: sent if it comes back.
     owed: BTreeMap<String, VecDeque<(u64, String)>>,
+    /// Unloads a live node did not acknowledge, to be sent again.
+    resends: Resends,
     actions: VecDeque<Action<K, V>>,
 }
 
@@ -164,6 +168,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             next_run: 1,
             next_plan: 1,
             owed: BTreeMap::new(),
+            resends: Resends::default(),
             actions: VecDeque::new(),
         }
     }
@@ -486,6 +491,9 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
     /// with that life or an older one are retired (a loading one fails), then the attempts
     /// in flight on it fail, naming it.
     pub fn member_down(&mut self, node: &str, generation: u64, state: &str, now: Instant) {
+        for (load_id, reason) in self.resends.take_node(node) {
+            self.owe(node, load_id, reason);
+        }
         let using: Vec<u64> = self
             .deployments
             .iter()
@@ -581,7 +589,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         self.attempts.clear();
     }
 
-    /// The earliest run deadline, load deadline or lease expiry.
+    /// The earliest run deadline, load deadline, lease expiry or unload to send again.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let runs = self
             .runs
@@ -593,12 +601,16 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             .filter(|d| d.state() == LoadState::Loading)
             .filter_map(|d| after(d.since(), self.config.load_deadline));
         let leases = self.models.values().filter_map(|m| m.unload_at);
-        runs.chain(loads).chain(leases).min()
+        let resends = self.resends.poll_timeout();
+        runs.chain(loads).chain(leases).chain(resends).min()
     }
 
     /// Fails the attempts and the loads past their deadline, and unloads the models whose
     /// owner has been gone for the grace period.
     pub fn handle_timeout(&mut self, now: Instant) {
+        for (to, load_id, reason) in self.resends.due(now) {
+            self.actions.push_back(unload(&to, load_id, reason));
+        }
         let late: Vec<(u64, u64)> = self
             .runs
             .values()
@@ -907,23 +919,37 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         let Some(d) = self.deployments.get_mut(&load_id) else {
             return;
         };
-        if let Some(dead) = dead
-            && d.state() != LoadState::Retired
-        {
-            let owed = self.owed.entry(dead.to_string()).or_default();
-            if owed.len() == MAX_OWED {
-                owed.pop_front();
-            }
-            owed.push_back((load_id, why.to_string()));
-        }
+        let owe = dead.filter(|_| d.state() != LoadState::Retired);
         let loading = d.state() == LoadState::Loading;
         let mut out = Vec::new();
         d.retire(dead, why, &mut out);
+        if let Some(dead) = owe {
+            self.owe(dead, load_id, why.to_string());
+        }
         self.emit(load_id, out);
         // A loading one stays until it settles, to unload what did load.
         if !loading {
             self.deployments.remove(&load_id);
         }
+    }
+
+    fn owe(&mut self, node: &str, load_id: u64, why: String) {
+        let owed = self.owed.entry(node.to_string()).or_default();
+        if owed.len() == MAX_OWED {
+            owed.pop_front();
+        }
+        owed.push_back((load_id, why));
+    }
+
+    /// The driver could not deliver the `Unload` of `load_id` to `to` (not acknowledged: cut
+    /// off, a connection lost): it is sent again after [`Config::unload_retry`].
+    pub fn unload_failed(&mut self, to: &str, load_id: u64, reason: &str, now: Instant) {
+        self.resends.failed(to, load_id, reason, now, &self.config);
+    }
+
+    /// `to` acknowledged the `Unload` of `load_id`.
+    pub fn unload_delivered(&mut self, to: &str, load_id: u64) {
+        self.resends.delivered(to, load_id);
     }
 
     /// Retires a live deployment that no model caches and no attempt uses (a plan evicted

@@ -714,3 +714,65 @@ fn a_plan_answered_twice_or_for_a_removed_model_is_not_taken() {
     );
     assert!(s.deployment(200).is_none());
 }
+
+#[test]
+fn an_unload_a_live_node_did_not_get_is_sent_again_until_it_does() {
+    // A one-sided partition: n2 stays alive in membership but misses the unload of a
+    // retired plan; before, it kept its part and its reservation for good.
+    let mut s = submitter();
+    let now = t0();
+    let p = match s.prepare(7, 0, now).unwrap() {
+        Prepared::Pending(p) => p,
+        other => panic!("{other:?}"),
+    };
+    drain(&mut s);
+    go_live(&mut s, p, 100, &["n1", "n2"], now);
+    s.remove_model(7).unwrap();
+    let why = "unloaded by its client";
+    assert_eq!(
+        drain(&mut s),
+        [unload("n1", 100, why), unload("n2", 100, why)]
+    );
+    s.unload_delivered("n1", 100);
+    s.unload_failed("n2", 100, why, now);
+    let retry = Config::default().unload_retry;
+    assert_eq!(s.poll_timeout(), Some(now + retry));
+    s.handle_timeout(now + retry - ms(1));
+    assert_eq!(drain(&mut s), []);
+    s.handle_timeout(now + retry);
+    assert_eq!(drain(&mut s), [unload("n2", 100, why)]);
+    // In flight: nothing due until it is answered.
+    assert_eq!(s.poll_timeout(), None);
+    s.unload_failed("n2", 100, why, now + retry);
+    s.handle_timeout(now + retry * 2);
+    assert_eq!(drain(&mut s), [unload("n2", 100, why)]);
+    s.unload_delivered("n2", 100);
+    assert_eq!(s.poll_timeout(), None);
+    s.handle_timeout(now + retry * 10);
+    assert_eq!(drain(&mut s), []);
+}
+
+#[test]
+fn an_unload_is_given_up_after_its_tries_and_owed_to_a_node_declared_down() {
+    let mut s = submitter();
+    let now = t0();
+    let retry = Config::default().unload_retry;
+    let why = "gone";
+    let mut t = now;
+    for _ in 1..crate::dist::unloads::UNLOAD_TRIES {
+        s.unload_failed("n2", 100, why, t);
+        t += retry;
+        s.handle_timeout(t);
+        assert_eq!(drain(&mut s), [unload("n2", 100, why)]);
+    }
+    s.unload_failed("n2", 100, why, t);
+    assert_eq!(s.poll_timeout(), None, "given up");
+    // Declared down while pending: owed, and sent when it comes back.
+    s.unload_failed("n3", 200, why, t);
+    s.member_down("n3", 0, "dead", t);
+    assert_eq!(s.poll_timeout(), None);
+    s.handle_timeout(t + retry);
+    assert_eq!(drain(&mut s), []);
+    s.member_up("n3", 5, t + retry);
+    assert_eq!(drain(&mut s), [unload("n3", 200, why)]);
+}
