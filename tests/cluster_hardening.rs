@@ -300,9 +300,10 @@ fn ints_attr(name: &str, values: &[i64]) -> Vec<u8> {
     a
 }
 
-/// x [1,1,4,4] -> MaxPool with a pad of i64::MAX -> y: its kernel panicked ("capacity
-/// overflow") when this test was written; whether it panics or refuses, the run must fail
-/// naming the node and the op.
+/// x [1,1,4,4] -> MaxPool 'pool' (2x2) -> y [1,1,3,3]. No op is known to panic on purpose (the
+/// MaxPool with a pad of i64::MAX this test used panicked at planning once overflow checks
+/// caught it): the nodes are told to panic in 'pool' (VKML_FAULTS `panic_op`), in the run,
+/// where an op's panic used to kill the tokio worker and leave the run hanging.
 fn panicking_model() -> Vec<u8> {
     let mut node = Vec::new();
     bytes_field(1, b"x", &mut node);
@@ -310,12 +311,11 @@ fn panicking_model() -> Vec<u8> {
     bytes_field(3, b"pool", &mut node);
     bytes_field(4, b"MaxPool", &mut node);
     bytes_field(5, &ints_attr("kernel_shape", &[2, 2]), &mut node);
-    bytes_field(5, &ints_attr("pads", &[0, 0, i64::MAX, 0]), &mut node);
     let mut graph = Vec::new();
     bytes_field(1, &node, &mut graph);
     bytes_field(2, b"g", &mut graph);
     bytes_field(11, &value_info("x", &[1, 1, 4, 4]), &mut graph);
-    bytes_field(12, &value_info("y", &[]), &mut graph);
+    bytes_field(12, &value_info("y", &[1, 1, 3, 3]), &mut graph);
     let mut opset = Vec::new();
     bytes_field(1, b"", &mut opset);
     int_field(2, 17, &mut opset);
@@ -330,7 +330,13 @@ fn panicking_model() -> Vec<u8> {
 fn an_op_that_panics_on_a_participant_fails_the_run_naming_the_node_and_the_op() {
     // Issue 18 (c): before, the worker thread died with the panic and the run hung.
     let _serial = cluster_harness::serial();
-    let r = start("hard-panic", &[1 << 30, 1 << 30], &[], &[]);
+    let panics = "panic_op = \"pool\"\n";
+    let r = start(
+        "hard-panic",
+        &[1 << 30, 1 << 30],
+        &[(0, panics), (1, panics)],
+        &[],
+    );
     let path = r.cluster.dir.join("panics.onnx");
     std::fs::write(&path, panicking_model()).unwrap();
     // Submitted to n2; the planner puts the one op on a node of its choice.

@@ -301,6 +301,14 @@ impl Cluster {
     }
 
     /// The distributed machines' settings (`ClusterConfig::lease_grace` among them).
+    /// The op fault injection makes panic in runs here (docs/CLUSTER.md, "Fault injection").
+    pub fn panic_op(&self) -> Option<String> {
+        self.inner
+            .faults
+            .as_ref()
+            .and_then(|f| f.panic_op().map(str::to_string))
+    }
+
     pub fn dist_config(&self) -> vkml_protocol::dist::Config {
         self.inner.dist.clone()
     }

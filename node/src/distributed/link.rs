@@ -31,6 +31,11 @@ impl Link {
         }
     }
 
+    /// The op fault injection makes panic here (tests).
+    pub(super) fn panic_op(&self) -> Option<String> {
+        self.cluster.panic_op()
+    }
+
     pub(super) fn attach(&self, exec: Weak<Exec>) {
         let _ = self.local.set(exec);
     }

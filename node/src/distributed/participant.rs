@@ -65,6 +65,8 @@ pub struct Participant {
     alarm: Alarm,
     /// This node's plan settings: a fragment planned with others is refused.
     tuning: Tuning,
+    /// Fault injection: runs of a part holding the op of this node name panic.
+    panic_op: Option<String>,
 }
 
 impl Participant {
@@ -92,6 +94,7 @@ impl Participant {
             me,
             devices,
             inventory,
+            panic_op: link.panic_op(),
             link,
             rt,
             state: Mutex::new(state),
@@ -268,7 +271,14 @@ impl Participant {
             });
             // A panic in an op must not take the run (and its peers) down with the thread:
             // it fails the run, naming this node, like any error.
+            let injected = me
+                .panic_op
+                .as_ref()
+                .and_then(|name| exe.local_ops(&me.me).into_iter().find(|(n, _)| n == name));
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if let Some((name, op)) = &injected {
+                    panic!("node '{name}' ({op}): a panic injected by VKML_FAULTS");
+                }
                 exe.run_fragment(inputs, hooks, |link| {
                     me.call(|st, now| {
                         st.links.insert((model, run), link);
