@@ -122,9 +122,11 @@ impl Link {
     }
 
     /// Starts run `run` of fragment `model` on `to`, with the graph inputs it reads.
-    /// Resolves once `to` has acknowledged every byte: a start it refused (its end stopped
-    /// the stream) or never got (the connection died) is an error, which fails the run
-    /// naming `to`, instead of a run that waits for a part nobody started.
+    /// Resolves once `to` answered that the run started: a start it refused, dropped (a
+    /// partition) or never got (the connection died) is an error, which fails the run naming
+    /// `to`, instead of a run that waits for a part nobody started. The answer is the
+    /// application's, not the transport's acknowledgement of the bytes: those can all be
+    /// acknowledged before the receiver drops the stream.
     pub async fn start_remote(
         &self,
         to: &str,
@@ -132,7 +134,7 @@ impl Link {
         run: u64,
         inputs: Vec<(usize, Tensor)>,
     ) -> Result<(), DistError> {
-        let mut s = self.cluster.open_uni(to).await?;
+        let (mut s, mut r) = self.cluster.open_bi(to).await?;
         let m = Message::Run(pb::Run {
             model_id: model,
             run_id: run,
@@ -145,12 +147,13 @@ impl Link {
         }
         s.finish()
             .map_err(|e| DistError::Peer(format!("{to}: {e}")))?;
-        match s.stopped().await {
-            Ok(None) => Ok(()),
-            Ok(Some(code)) => Err(DistError::Peer(format!(
-                "{to} refused the run (stream stopped with code {code})"
+        match wire::expect_message(&mut r).await {
+            Ok(Message::Run(_)) => Ok(()),
+            Ok(other) => Err(DistError::Protocol(format!(
+                "{to} answered {:?} to a run",
+                other.kind()
             ))),
-            Err(e) => Err(DistError::Peer(format!("{to}: {e}"))),
+            Err(e) => Err(DistError::Peer(format!("{to} did not start the run: {e}"))),
         }
     }
 }

@@ -268,16 +268,19 @@ impl Exec {
                         let (h, payload) = wire::read_tensor(&mut recv).await?;
                         inputs.push((h.edge_id as usize, wire::tensor(&h, payload)?));
                     }
-                    // A refusal is reported to the submitter by the participant's machine.
-                    if let Err(e) = self
-                        .participant
-                        .start_run(&peer, r.model_id, r.run_id, inputs)
-                    {
-                        tracing::debug!("run {} from {peer} not started: {e}", r.run_id);
+                    // A refusal is reported to the submitter by the participant's machine too.
+                    let (model_id, run_id) = (r.model_id, r.run_id);
+                    let started = self.participant.start_run(&peer, model_id, run_id, inputs);
+                    if let Err(e) = &started {
+                        tracing::debug!("run {run_id} from {peer} not started: {e}");
                     }
-                    // Read to the stream's end: a stream dropped before it is stops it, which
-                    // its sender (waiting for it to be acknowledged) takes for a refusal.
-                    let _ = recv.read_to_end(0).await;
+                    // On a stream with a way back the sender waits for this answer: a start
+                    // dropped on the way (a partition) is then an error there, not a run
+                    // that waits for a part nobody started.
+                    if let Some(s) = send.as_mut() {
+                        started?;
+                        transport::write_message(s, &Message::Run(r)).await?;
+                    }
                     Ok(())
                 }
                 Message::Fragment(f) => {
