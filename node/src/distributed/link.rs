@@ -12,6 +12,12 @@ use super::{DistError, Exec, wire};
 use crate::cluster::{Cluster, transport};
 use crate::tensor::Tensor;
 
+/// Sends of a message that must be answered, before it is given up.
+const ANSWER_TRIES: u32 = 60;
+/// How long an answer may take before the message counts as lost (a live peer answers in
+/// milliseconds).
+const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub struct Link {
     cluster: Cluster,
     me: String,
@@ -89,6 +95,25 @@ impl Link {
         });
     }
 
+    /// A control message to another node, sent again every second until it answers (at
+    /// most [`ANSWER_TRIES`] times; by then a node still unreachable has been declared dead,
+    /// and the verdict settles what the message was about).
+    pub fn post_until_answered(&self, to: &str, m: Message) {
+        let Some(exec) = self.local() else { return };
+        let to = to.to_string();
+        self.rt.spawn(async move {
+            for _ in 0..ANSWER_TRIES {
+                let sent = tokio::time::timeout(ANSWER_WAIT, exec.link.send_acked(&to, &m)).await;
+                match sent {
+                    Ok(Ok(())) => return,
+                    Ok(Err(e)) => tracing::debug!("{:?} to {to} not answered: {e}", m.kind()),
+                    Err(_) => tracing::debug!("{:?} to {to} not answered in time", m.kind()),
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        });
+    }
+
     /// One message on a stream of its own.
     pub async fn send_message(&self, to: &str, m: &Message) -> Result<(), DistError> {
         if to == self.me {
@@ -104,8 +129,8 @@ impl Link {
         Ok(())
     }
 
-    /// An `Unload` to `to`, resolving once `to` answered that it is done (an error when it
-    /// could not be reached, refused the stream, or the connection was lost).
+    /// An `Unload` or a `RunFailed` to `to`, resolving once `to` answered that it is done (an
+    /// error when it could not be reached, refused the stream, or the connection was lost).
     pub async fn send_acked(&self, to: &str, m: &Message) -> Result<(), DistError> {
         let (mut s, mut r) = self.cluster.open_bi(to).await?;
         transport::write_message(&mut s, m).await?;

@@ -288,9 +288,9 @@ impl Exec {
                     self.serve_fragment(*f, s, &mut recv).await
                 }
                 m @ (Message::RunFailed(_) | Message::Unload(_)) if !client => {
-                    // An unload on a stream with a way back is answered once it is done
+                    // On a stream with a way back the message is answered once it is done
                     // here: its sender sends it again until then (link.rs, `send_acked`).
-                    let ack = matches!(m, Message::Unload(_)).then(|| m.clone());
+                    let ack = Some(m.clone());
                     self.message_from(&peer, m);
                     if let (Some(s), Some(ack)) = (send.as_mut(), ack) {
                         transport::write_message(s, &ack).await?;

@@ -390,7 +390,15 @@ impl Participant {
                             r.reason
                         );
                     }
-                    self.link.post(&to, message);
+                    match message {
+                        // A report the submitter never gets leaves its run waiting for the
+                        // deadline when no other node of the plan can pass it on (a plan of
+                        // one node cut off from its submitter): sent until answered.
+                        m @ Message::RunFailed(_) if to != self.me => {
+                            self.link.post_until_answered(&to, m)
+                        }
+                        m => self.link.post(&to, m),
+                    }
                 }
                 Todo::Deliver(link, value, t) => {
                     link.deliver(value, t);
