@@ -68,6 +68,7 @@ async fn quic_tensor(payload: Bytes, reps: usize) -> (Vec<f64>, usize) {
         tuning: Default::default(),
         tensor_lanes: lanes(),
         faults: None,
+        lease_grace: vkml::cluster::DEFAULT_LEASE_GRACE,
     };
     let a = Cluster::start(config("sender", vec![])).await.unwrap();
     let b = Cluster::start(config("receiver", vec![a.addr().to_string()]))

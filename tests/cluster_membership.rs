@@ -258,3 +258,99 @@ fn lossy_slow_duplicating_links_do_not_kill_anyone() {
         }
     }
 }
+
+/// `vkml-node` started with `--name name`: it must refuse at once.
+fn refused_name(c: &Cluster, name: &str) -> String {
+    let port = free_port().to_string();
+    let out = std::process::Command::new(BIN)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--device", "cpu"])
+        .arg("--name")
+        .arg(name)
+        .arg("--cluster-key")
+        .arg(&c.key)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{name:?} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn names_that_cannot_be_a_node_s_are_refused_at_start() {
+    let c = Cluster::new("bad-names");
+    // A newline would forge lines in every other node's log.
+    let e = refused_name(
+        &c,
+        "n1\nINFO member n2 at 127.0.0.1:7002 (generation 1) is dead",
+    );
+    assert!(
+        e.contains("--name: node name") && e.contains("'\\n'"),
+        "{e}"
+    );
+    // 5,000 characters never fit a gossip packet: it could never join.
+    let e = refused_name(&c, &"x".repeat(5000));
+    assert!(
+        e.contains("(5000 characters) is 5000 bytes long; at most 63"),
+        "{e}"
+    );
+    let e = refused_name(&c, "");
+    assert!(e.contains("cannot be empty"), "{e}");
+}
+
+/// A second node named like a running one: it stops with an error naming the first's
+/// address, and the first, with everyone's view of it, is unchanged.
+fn a_taken_name_is_refused(through_the_owner: bool) {
+    let _g = serial();
+    let c = Cluster::new("dup-name");
+    let a = c.start("n1", &[]);
+    let b = c.start("n2", &[&a]);
+    converged(
+        &[&a, &b],
+        Instant::now() - Duration::from_secs(60),
+        PATIENCE,
+    )
+    .unwrap_or_else(|| panic!("{}", logs(&[&a, &b])));
+    // Joining through n1 itself, or through n2 (gossip then tells it of n1).
+    let seed = if through_the_owner { &a } else { &b };
+    let mut dup = c.start("n1", &[seed]);
+    let status = dup.wait_exit(PATIENCE);
+    let log = dup.log();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "the second n1 runs on:\n{log}"
+    );
+    assert!(
+        log.contains("node names must be unique") && log.contains("another --name"),
+        "{log}"
+    );
+    assert!(
+        log.contains(&a.addr),
+        "names where the first n1 runs:\n{log}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    for n in [&a, &b] {
+        let s = status_of(n, &c);
+        let n1 = s["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "n1")
+            .unwrap()
+            .clone();
+        assert_eq!(n1["addr"], a.addr.as_str(), "{}: {s}", n.name);
+        assert_eq!(n1["state"], "alive");
+    }
+}
+
+fn status_of(n: &Node, c: &Cluster) -> serde_json::Value {
+    status(n, &c.key)
+}
+
+#[test]
+fn a_second_node_with_a_taken_name_is_refused_by_its_owner() {
+    a_taken_name_is_refused(true);
+}
+
+#[test]
+fn a_second_node_with_a_taken_name_learned_by_gossip_stops() {
+    a_taken_name_is_refused(false);
+}

@@ -20,6 +20,7 @@ fn config(name: &str, join: Vec<String>) -> ClusterConfig {
         tuning: Default::default(),
         tensor_lanes: vkml::cluster::tensors::default_lanes(),
         faults: None,
+        lease_grace: vkml::cluster::DEFAULT_LEASE_GRACE,
     }
 }
 

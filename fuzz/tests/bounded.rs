@@ -47,3 +47,9 @@ fn campaign(target: Target, cases: u64, seed_roots: Vec<PathBuf>) {
 fn tensor_files_never_crash_a_reader() {
     campaign(Target::Tensors, 5000, Vec::new());
 }
+
+#[test]
+fn frames_from_a_client_holding_the_key_never_crash_a_node() {
+    // About a minute on two loaded cores.
+    campaign(Target::Frames, 25_000, Vec::new());
+}

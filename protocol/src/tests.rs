@@ -115,6 +115,7 @@ fn truncated_stream_is_reported_at_finish() {
 fn encoder_refuses_a_body_over_its_cap() {
     let m = Message::Refused(pb::Refused {
         reason: "x".repeat(5000),
+        ..Default::default()
     });
     assert!(matches!(
         m.encode(),

@@ -68,6 +68,38 @@ impl Cluster {
         spawn(cmd, name, port)
     }
 
+    /// Starts `name` on a free port with extra flags, a fault plan (VKML_FAULTS) and
+    /// environment variables.
+    pub fn start_opts(
+        &self,
+        name: &str,
+        seeds: &[&Node],
+        extra: &[String],
+        faults: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Node {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--listen", &addr, "--name", name, "--device", "cpu"])
+            .arg("--cluster-key")
+            .arg(&self.key)
+            .args(extra)
+            .env("RUST_LOG", "info");
+        for s in seeds {
+            cmd.args(["--join", &s.addr]);
+        }
+        if let Some(f) = faults {
+            let path = self.dir.join(format!("{name}-faults.toml"));
+            std::fs::write(&path, f).unwrap();
+            cmd.env("VKML_FAULTS", path);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        spawn(cmd, name, port)
+    }
+
     pub fn start_with(
         &self,
         name: &str,
@@ -251,6 +283,20 @@ impl Node {
         }
         let _ = c.kill();
         let _ = c.wait();
+        None
+    }
+
+    /// Waits (bounded) for the process to exit on its own.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let end = Instant::now() + limit;
+        let c = self.child.as_mut()?;
+        while Instant::now() < end {
+            if let Ok(Some(s)) = c.try_wait() {
+                self.child = None;
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         None
     }
 

@@ -20,8 +20,9 @@ const NOT_OURS: &[&str] = &[
     "VKML_NODE_BIN",
 ];
 
-/// A node's own variables (docs/CLUSTER.md): read by [`tensor_lanes`] and [`faults`].
-const CLUSTER: &[&str] = &["VKML_FAULTS", "VKML_TENSOR_LANES"];
+/// A node's own variables (docs/CLUSTER.md): read by [`tensor_lanes`], [`faults`] and
+/// [`lease_grace`].
+const CLUSTER: &[&str] = &["VKML_FAULTS", "VKML_TENSOR_LANES", "VKML_LEASE_GRACE"];
 
 /// The tuning the environment asks for. Values that are not understood, and `VKML_*` names
 /// nothing reads (a typo would otherwise change nothing, silently), are warned about.
@@ -64,6 +65,24 @@ pub fn tensor_lanes() -> usize {
                     "VKML_TENSOR_LANES={v:?} is not a number from 1 to {MAX_LANES}; ignored"
                 );
                 default_lanes()
+            }
+        },
+    }
+}
+
+/// How long a model outlives the client connection that loaded it: `VKML_LEASE_GRACE`
+/// seconds (0 to 3600, fractions allowed), else 5.
+pub fn lease_grace() -> std::time::Duration {
+    let default = vkml::cluster::DEFAULT_LEASE_GRACE;
+    match std::env::var("VKML_LEASE_GRACE") {
+        Err(_) => default,
+        Ok(v) => match v.trim().parse::<f64>() {
+            Ok(s) if (0.0..=3600.0).contains(&s) => std::time::Duration::from_secs_f64(s),
+            _ => {
+                tracing::warn!(
+                    "VKML_LEASE_GRACE={v:?} is not a number of seconds from 0 to 3600; ignored"
+                );
+                default
             }
         },
     }

@@ -83,6 +83,8 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 
 pub fn run_node(args: NodeArgs) -> Result<()> {
     let settings = config::Settings::resolve(args)?;
+    // Before the devices are opened (seconds on a GPU machine): a bad name fails at once.
+    vkml::cluster::names::check(&settings.name).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
     let secret = match (&settings.cluster_key, settings.insecure) {
         (Some(path), _) => Secret::read(path)?,
         (None, true) => {
@@ -116,16 +118,37 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
         tuning,
         tensor_lanes: env::tensor_lanes(),
         faults: env::faults()?,
+        lease_grace: env::lease_grace(),
     };
-    runtime()?.block_on(async move {
+    let rt = runtime()?;
+    let result = rt.block_on(async move {
         let cluster = Cluster::start(cfg).await?;
-        let _exec = vkml::distributed::Exec::start(cluster.clone(), devices, inventory);
-        wait_for_signal().await?;
-        tracing::info!("signal received: leaving the cluster");
+        let exec = vkml::distributed::Exec::start(cluster.clone(), devices, inventory);
+        let fatal = tokio::select! {
+            r = wait_for_signal() => {
+                r?;
+                None
+            }
+            why = cluster.fatal() => Some(why),
+        };
+        tracing::info!("leaving the cluster");
+        // Runs fail (their clients told why) and runs of others' models here stop waiting,
+        // before the node goes: a run thread blocked on a value would otherwise keep the
+        // process alive.
+        exec.shutdown();
         cluster.leave().await;
-        Ok::<(), anyhow::Error>(())
-    })
+        match fatal {
+            Some(why) => Err(anyhow::anyhow!(why)),
+            None => Ok(()),
+        }
+    });
+    // Bounded: a run thread still busy in a kernel is not waited for.
+    rt.shutdown_timeout(SHUTDOWN_WAIT);
+    result
 }
+
+/// How long a stopping node waits for its run threads after leaving the cluster.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn wait_for_signal() -> Result<()> {
     use tokio::signal::unix::{SignalKind, signal};

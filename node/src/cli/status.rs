@@ -35,6 +35,31 @@ struct JsonStatus {
     /// Bytes of intermediate values the answering node sent to / received from other nodes.
     edge_bytes_sent: u64,
     edge_bytes_received: u64,
+    /// Models submitted to the answering node: who loaded them, what they reserve where.
+    models: Vec<JsonModel>,
+    /// Parts of models (any node's) the answering node holds, with what they reserve here.
+    fragments: Vec<JsonFragment>,
+}
+
+#[derive(Serialize)]
+struct JsonModel {
+    /// The id its client uses, in hex.
+    model_id: String,
+    name: String,
+    /// The client connection it is leased to.
+    owner: String,
+    /// Bytes its plans reserve, by node.
+    reserved: std::collections::BTreeMap<String, u64>,
+    /// Its owner is gone: it is unloaded in this many milliseconds (absent while leased).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unload_in_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct JsonFragment {
+    load_id: String,
+    submitter: String,
+    reserved_bytes: u64,
 }
 
 #[derive(Serialize)]
@@ -74,6 +99,26 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
         tensor_bytes_received: r.tensor_bytes_received,
         edge_bytes_sent: r.edge_bytes_sent,
         edge_bytes_received: r.edge_bytes_received,
+        models: r
+            .models
+            .into_iter()
+            .map(|m| JsonModel {
+                model_id: format!("{:016x}", m.model_id),
+                name: m.name,
+                owner: m.owner,
+                reserved: m.reserved.into_iter().map(|b| (b.node, b.bytes)).collect(),
+                unload_in_ms: (m.unload_in_ms > 0).then_some(m.unload_in_ms),
+            })
+            .collect(),
+        fragments: r
+            .fragments
+            .into_iter()
+            .map(|f| JsonFragment {
+                load_id: format!("{:016x}", f.load_id),
+                submitter: f.submitter,
+                reserved_bytes: f.reserved_bytes,
+            })
+            .collect(),
         members: r
             .members
             .into_iter()
@@ -104,8 +149,34 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
     }
 }
 
+/// Rows as columns padded to their widest cell (the last one not padded).
+fn columns(rows: Vec<Vec<String>>) -> String {
+    let n = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..n)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 < n {
+                line.push_str(&format!("{cell:w$}  ", w = widths[c]));
+            } else {
+                line.push_str(cell);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
 fn table(s: &JsonStatus) -> String {
-    let mut rows = vec![[
+    let mut rows = vec![vec![
         "NAME".to_string(),
         "STATE".into(),
         "ADDRESS".into(),
@@ -118,23 +189,47 @@ fn table(s: &JsonStatus) -> String {
             .map(|d| format!("{} {} ({} MiB)", d.name, d.vendor, d.memory_budget >> 20))
             .collect::<Vec<_>>()
             .join(", ");
-        rows.push([m.name.clone(), m.state.into(), m.addr.clone(), devs]);
+        rows.push(vec![m.name.clone(), m.state.into(), m.addr.clone(), devs]);
     }
-    let widths: Vec<usize> = (0..3)
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for r in rows {
-        out.push_str(&format!(
-            "{:w0$}  {:w1$}  {:w2$}  {}\n",
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2]
-        ));
+    let mut out = columns(rows);
+    if !s.models.is_empty() {
+        let mut rows = vec![vec![
+            "MODEL".to_string(),
+            "NAME".into(),
+            "OWNER".into(),
+            "RESERVED".into(),
+        ]];
+        for m in &s.models {
+            let owner = match m.unload_in_ms {
+                Some(ms) => format!("{} (gone: unloaded in {:.1} s)", m.owner, ms as f64 / 1e3),
+                None => m.owner.clone(),
+            };
+            let reserved = m
+                .reserved
+                .iter()
+                .map(|(node, &b)| format!("{node} {}", mib(b)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            rows.push(vec![m.model_id.clone(), m.name.clone(), owner, reserved]);
+        }
+        out.push_str(&format!("\nmodels submitted to {}:\n", s.node));
+        out.push_str(&columns(rows));
+    }
+    if !s.fragments.is_empty() {
+        let mut rows = vec![vec![
+            "PLAN".to_string(),
+            "SUBMITTER".into(),
+            "RESERVED HERE".into(),
+        ]];
+        for f in &s.fragments {
+            rows.push(vec![
+                f.load_id.clone(),
+                f.submitter.clone(),
+                mib(f.reserved_bytes),
+            ]);
+        }
+        out.push_str(&format!("\nparts of models held by {}:\n", s.node));
+        out.push_str(&columns(rows));
     }
     out
 }

@@ -16,6 +16,9 @@ use super::transport;
 pub struct Client {
     pub endpoint: Endpoint,
     pub conn: Connection,
+    /// The node's name, as its welcome said, and its address: errors name them.
+    pub node: String,
+    pub addr: SocketAddr,
 }
 
 impl Client {
@@ -31,10 +34,41 @@ impl Client {
         } else {
             (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
         };
-        let endpoint = transport::endpoint(&tls, bind, false)?;
+        let mut endpoint = transport::endpoint(&tls, bind, false)?;
+        let mut cfg = tls.client_config(addr.ip().is_loopback())?;
+        cfg.transport_config(transport::tool_transport_config(addr.ip().is_loopback()));
+        endpoint.set_default_client_config(cfg);
         let hello = vkml_protocol::hello("vkml-client", pb::Role::Client, 0);
-        let (conn, _) = transport::connect(&endpoint, addr, hello).await?;
-        Ok(Client { endpoint, conn })
+        let (conn, peer) = transport::connect(&endpoint, addr, hello).await?;
+        Ok(Client {
+            endpoint,
+            conn,
+            node: peer.name,
+            addr,
+        })
+    }
+
+    /// What became of the connection, naming the node, once it is closed: why a request on
+    /// it failed.
+    pub fn lost(&self) -> Option<String> {
+        let why = self.conn.close_reason()?;
+        let what = match &why {
+            quinn::ConnectionError::TimedOut => format!(
+                "stopped answering (nothing for {} s: it died, or the network to it failed)",
+                transport::TOOL_IDLE.as_secs()
+            ),
+            quinn::ConnectionError::ApplicationClosed(c) if c.reason.as_ref() == b"leaving" => {
+                "left the cluster (it was stopped)".to_string()
+            }
+            quinn::ConnectionError::ApplicationClosed(c) => format!(
+                "closed the connection ({})",
+                String::from_utf8_lossy(&c.reason)
+            ),
+            quinn::ConnectionError::Reset => "reset the connection (it restarted?)".to_string(),
+            quinn::ConnectionError::LocallyClosed => return None,
+            other => format!("is unreachable: {other}"),
+        };
+        Some(format!("node {} at {} {what}", self.node, self.addr))
     }
 
     /// One request, one reply.

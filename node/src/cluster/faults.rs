@@ -14,6 +14,10 @@
 //! delay_ms = 30        # added to every datagram and stream opened to it
 //! partition = [[3.0, 8.0]]  # seconds after start: cut both ways
 //! ```
+//!
+//! and, at the top, `panic_op = "name"`: a run of this node's part of a model panics when
+//! that part holds the op of that node name (a participant's panic must fail the run, not
+//! hang it; no op is known to panic on purpose).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -31,6 +35,9 @@ pub struct FaultConfig {
     pub seed: u64,
     #[serde(default, rename = "rule")]
     pub rules: Vec<FaultRule>,
+    /// The name of an ONNX node whose runs panic on this node.
+    #[serde(default)]
+    pub panic_op: Option<String>,
 }
 
 impl FaultConfig {
@@ -84,6 +91,11 @@ impl Faults {
             .rules
             .iter()
             .filter(move |r| r.peer == "*" || r.peer == peer)
+    }
+
+    /// The ONNX node whose runs are to panic here, if any.
+    pub fn panic_op(&self) -> Option<&str> {
+        self.config.panic_op.as_deref()
     }
 
     /// Whether `peer` is cut off now.

@@ -9,7 +9,8 @@
 //! - [`view`]: the membership table every API reads;
 //! - [`service`]: accepting connections and answering requests (status, inventory, leave);
 //! - [`tensors`]: whole tensors between members, large ones striped over several connections;
-//! - [`client`]: a tool's connection (`vkml-node status`).
+//! - [`client`]: a tool's connection (`vkml-node status`);
+//! - [`names`]: what a node may be called.
 //!
 //! docs/CLUSTER.md explains the choices.
 
@@ -17,6 +18,7 @@ pub mod client;
 pub mod faults;
 pub mod inventory;
 pub mod membership;
+pub mod names;
 pub mod secret;
 pub mod service;
 pub mod tensors;
@@ -33,7 +35,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use prost::Message as _;
 use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use vkml_planner::Snapshot;
 use vkml_protocol::{Message, datagram, error_code, pb};
 
@@ -42,7 +44,7 @@ use crate::tuning::Tuning;
 pub use faults::Faults;
 pub use membership::NodeId;
 pub use secret::Secret;
-pub use tensors::ArrivedTensor;
+pub use tensors::{ArrivedTensor, DroppedTensor};
 pub use view::{MemberEvent, MemberInfo, MemberState};
 
 pub use faults::FaultConfig;
@@ -71,6 +73,9 @@ pub enum ClusterError {
     NoSuchMember(String),
     #[error("member '{0}' is cut off by fault injection")]
     Partitioned(String),
+    /// Another live node has this node's name.
+    #[error("{0}")]
+    DuplicateName(String),
 }
 
 /// How to start a node.
@@ -90,7 +95,25 @@ pub struct ClusterConfig {
     pub tensor_lanes: usize,
     /// Injected drops, delays and partitions, for tests (docs/CLUSTER.md, "Faults").
     pub faults: Option<FaultConfig>,
+    /// How long a model outlives the client connection that loaded it.
+    pub lease_grace: Duration,
 }
+
+/// How long a node asks a member whether it is alive before letting a newcomer take its name.
+const NAME_PROBE: Duration = Duration::from_millis(1500);
+
+/// How long a model outlives the client connection that loaded it, unless configured.
+pub const DEFAULT_LEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// What the execution layer adds to a status reply: the models submitted to this node and
+/// the fragments it holds.
+#[derive(Debug, Default, Clone)]
+pub struct ExecStatus {
+    pub models: Vec<pb::ModelStatus>,
+    pub fragments: Vec<pb::FragmentStatus>,
+}
+
+type StatusSource = Arc<dyn Fn() -> ExecStatus + Send + Sync>;
 
 /// A stream a peer opened with a message this layer does not handle itself (plan fragments,
 /// tensors...): for the execution layer, through [`Cluster::incoming`].
@@ -98,6 +121,9 @@ pub struct IncomingStream {
     pub peer: String,
     /// Opened by a tool (`vkml-node submit`, the client API), not by a cluster member.
     pub client: bool,
+    /// The connection it came on: a client's models are leased to it (its id), and
+    /// unloaded once it closes.
+    pub conn: Connection,
     pub first: Message,
     pub send: Option<SendStream>,
     pub recv: RecvStream,
@@ -133,6 +159,13 @@ pub(crate) struct Inner {
     tensors: tensors::TensorState,
     exec_stats: ExecStats,
     tuning: Tuning,
+    /// The distributed machines' settings.
+    dist: vkml_protocol::dist::Config,
+    /// This node's life: changes when it learns it was declared dead and renews.
+    life: watch::Sender<u64>,
+    /// Why this node must stop (another node has its name), once it must.
+    fatal: watch::Sender<Option<String>>,
+    status_source: Mutex<Option<StatusSource>>,
 }
 
 /// Counters the execution layer keeps and `status` reports.
@@ -151,6 +184,7 @@ impl Cluster {
     /// Binds the endpoint, starts gossip, and starts joining through the seeds (in the
     /// background: a seed that is not up yet is retried every second).
     pub async fn start(cfg: ClusterConfig) -> Result<Cluster, ClusterError> {
+        names::check(&cfg.name).map_err(ClusterError::Config)?;
         if !(1..=tensors::MAX_LANES).contains(&cfg.tensor_lanes) {
             return Err(ClusterError::Config(format!(
                 "{} tensor lanes: give 1 to {}",
@@ -207,6 +241,13 @@ impl Cluster {
             tensors: tensors::TensorState::new(cfg.tensor_lanes),
             exec_stats: ExecStats::default(),
             tuning: cfg.tuning,
+            dist: vkml_protocol::dist::Config {
+                lease_grace: cfg.lease_grace,
+                ..Default::default()
+            },
+            life: watch::channel(generation).0,
+            fatal: watch::channel(None).0,
+            status_source: Mutex::new(None),
         });
         inner.store_inventory(inventory.clone());
         tokio::spawn(membership::run(
@@ -257,6 +298,41 @@ impl Cluster {
 
     pub fn exec_stats(&self) -> &ExecStats {
         &self.inner.exec_stats
+    }
+
+    /// The distributed machines' settings (`ClusterConfig::lease_grace` among them).
+    /// The op fault injection makes panic in runs here (docs/CLUSTER.md, "Fault injection").
+    pub fn panic_op(&self) -> Option<String> {
+        self.inner
+            .faults
+            .as_ref()
+            .and_then(|f| f.panic_op().map(str::to_string))
+    }
+
+    pub fn dist_config(&self) -> vkml_protocol::dist::Config {
+        self.inner.dist.clone()
+    }
+
+    /// This node's life (membership generation), which changes when it learns it had been
+    /// declared dead and rejoins: every other node then dropped its part of this node's
+    /// plans.
+    pub fn life(&self) -> watch::Receiver<u64> {
+        self.inner.life.subscribe()
+    }
+
+    /// Resolves, with the reason, when this node must stop: another live node has its name
+    /// and started first.
+    pub async fn fatal(&self) -> String {
+        let mut rx = self.inner.fatal.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(v) => v.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// What the execution layer adds to `status` replies.
+    pub fn set_status_source(&self, f: impl Fn() -> ExecStatus + Send + Sync + 'static) {
+        *lock(&self.inner.status_source) = Some(Arc::new(f));
     }
 
     /// Membership changes from now on.
@@ -398,9 +474,73 @@ impl Inner {
     fn set_generation(&self, generation: u64) {
         self.generation.store(generation, Ordering::Relaxed);
         lock(&self.inventory).generation = generation;
+        self.life.send_replace(generation);
+    }
+
+    /// This node must stop: another live node has its name.
+    pub(crate) fn fail(&self, why: String) {
+        tracing::error!("{why}");
+        self.fatal.send_if_modified(|v| {
+            let first = v.is_none();
+            if first {
+                *v = Some(why);
+            }
+            first
+        });
+    }
+
+    /// Whether another node answers to the name a member's hello claims: a live member of
+    /// that name at another address, of an older life, that answers now. A newcomer with a
+    /// taken name is refused, so that it does not replace the other in this node's table (a
+    /// node restarted elsewhere is not refused: its former life no longer answers).
+    pub(crate) async fn name_taken(
+        self: &Arc<Self>,
+        h: &pb::Hello,
+        from: SocketAddr,
+    ) -> Option<String> {
+        if h.role() != pb::Role::Member || h.name == self.name {
+            return None;
+        }
+        let m = self.read_view().live(&h.name)?;
+        if m.addr == from || h.generation <= m.generation {
+            return None;
+        }
+        let probe = tokio::time::timeout(NAME_PROBE, self.connection_to(&h.name)).await;
+        matches!(probe, Ok(Ok(_))).then(|| {
+            format!(
+                "a node named {:?} runs at {} and started earlier: node names must be unique",
+                h.name, m.addr
+            )
+        })
+    }
+
+    pub(crate) fn exec_status(&self) -> ExecStatus {
+        let f = lock(&self.status_source).clone();
+        f.map(|f| f()).unwrap_or_default()
     }
 
     fn member_up(self: &Arc<Self>, id: &NodeId) {
+        if let Err(e) = names::check(&id.name) {
+            tracing::warn!(
+                "gossip names a member at {} that cannot be one: {e}",
+                id.addr
+            );
+            return;
+        }
+        if id.name == self.name && id.addr != self.addr {
+            // Gossip says another node has our name: ask it (the hello decides who yields).
+            let inner = self.clone();
+            let addr = id.addr;
+            tokio::spawn(async move {
+                if let Err(e) = inner.dial(addr).await {
+                    tracing::debug!(
+                        "checking the other node named {} at {addr}: {e}",
+                        inner.name
+                    );
+                }
+            });
+            return;
+        }
         let events = self.write_view().up(id);
         let fresh = !events.is_empty();
         self.publish(events);
@@ -510,7 +650,13 @@ impl Inner {
             pb::Role::Member,
             self.generation.load(Ordering::Relaxed),
         );
-        let (conn, peer) = transport::connect(&self.endpoint, addr, hello).await?;
+        let (conn, peer) = match transport::connect(&self.endpoint, addr, hello).await {
+            Err(ClusterError::DuplicateName(why)) => {
+                self.fail(why.clone());
+                return Err(ClusterError::DuplicateName(why));
+            }
+            r => r?,
+        };
         tokio::spawn(service::serve(self.clone(), conn.clone(), peer));
         Ok(conn)
     }

@@ -11,7 +11,7 @@ use vkml_protocol::{Message, datagram, error_code, pb};
 use super::faults::Verdict;
 use super::membership::Input;
 use super::transport::{self, PeerHello};
-use super::{IncomingStream, Inner, lock};
+use super::{ClusterError, IncomingStream, Inner, lock};
 
 /// How long a peer may take to send the first frame of a stream it opened.
 const FIRST_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,8 +30,11 @@ pub(crate) async fn accept_loop(inner: Arc<Inner>) {
                 }
             };
             let generation = inner.generation.load(std::sync::atomic::Ordering::Relaxed);
-            match transport::accept_hello(&conn, &inner.name, generation).await {
+            let i = inner.clone();
+            let taken = |h: pb::Hello| async move { i.name_taken(&h, remote).await };
+            match transport::accept_hello_checked(&conn, &inner.name, generation, taken).await {
                 Ok(peer) => serve(inner, conn, peer).await,
+                Err(ClusterError::DuplicateName(why)) => inner.fail(why),
                 Err(e) => tracing::warn!("dropped a connection from {remote}: {e}"),
             }
         });
@@ -50,13 +53,15 @@ pub(crate) async fn serve(inner: Arc<Inner>, conn: Connection, peer: PeerHello) 
             },
             s = conn.accept_bi() => match s {
                 Ok((send, recv)) => {
-                    tokio::spawn(on_stream(inner.clone(), peer.clone(), Some(send), recv));
+                    let c = conn.clone();
+                    tokio::spawn(on_stream(inner.clone(), peer.clone(), c, Some(send), recv));
                 }
                 Err(_) => break,
             },
             s = conn.accept_uni() => match s {
                 Ok(recv) => {
-                    tokio::spawn(on_stream(inner.clone(), peer.clone(), None, recv));
+                    let c = conn.clone();
+                    tokio::spawn(on_stream(inner.clone(), peer.clone(), c, None, recv));
                 }
                 Err(_) => break,
             },
@@ -82,6 +87,7 @@ fn on_datagram(inner: &Inner, from: &str, d: bytes::Bytes) {
 async fn on_stream(
     inner: Arc<Inner>,
     peer: PeerHello,
+    conn: Connection,
     mut send: Option<SendStream>,
     mut recv: RecvStream,
 ) {
@@ -137,6 +143,7 @@ async fn on_stream(
                         .send(IncomingStream {
                             peer: peer.name.clone(),
                             client: !member,
+                            conn,
                             first: other,
                             send,
                             recv,
@@ -165,7 +172,10 @@ async fn reply_error(send: Option<&mut SendStream>, code: u32, message: &str) {
 
 pub(crate) fn status_reply(inner: &Inner) -> pb::StatusReply {
     use std::sync::atomic::Ordering::Relaxed;
+    let exec = inner.exec_status();
     pb::StatusReply {
+        models: exec.models,
+        fragments: exec.fragments,
         node: inner.name.clone(),
         edge_bytes_sent: inner.exec_stats.edge_bytes_sent.load(Relaxed),
         edge_bytes_received: inner.exec_stats.edge_bytes_received.load(Relaxed),

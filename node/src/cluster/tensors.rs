@@ -92,6 +92,18 @@ pub fn default_lanes() -> usize {
         .min(4)
 }
 
+/// A partial tensor given up (a stripe failed, it stalled, its sender went down): whoever
+/// waited for it will not get it.
+#[derive(Debug, Clone)]
+pub struct DroppedTensor {
+    pub from: String,
+    pub model_id: u64,
+    pub run_id: u64,
+    pub edge_id: u64,
+    pub role: pb::TensorRole,
+    pub why: String,
+}
+
 /// The node's tensor traffic: counters, the taker, partial tensors, lanes.
 pub(crate) struct TensorState {
     lanes: AtomicUsize,
@@ -99,6 +111,8 @@ pub(crate) struct TensorState {
     received: AtomicU64,
     next_transfer: AtomicU64,
     taker: Mutex<Option<mpsc::Sender<ArrivedTensor>>>,
+    /// Who is told of partial tensors given up.
+    drops: Mutex<Option<mpsc::UnboundedSender<DroppedTensor>>>,
     /// Partial tensors, from every peer, and those given up recently.
     assembler: Mutex<Assembler<BytesMut>>,
     /// When the assembler next wants `handle_timeout` ([`watch`] waits for it).
@@ -119,6 +133,7 @@ impl TensorState {
             received: AtomicU64::new(0),
             next_transfer: AtomicU64::new(1),
             taker: Mutex::new(None),
+            drops: Mutex::new(None),
             assembler: Mutex::new(Assembler::new(Config {
                 stall: STALL,
                 ..Config::default()
@@ -175,6 +190,16 @@ impl TensorState {
                 key.run_id,
                 key.edge_id
             );
+            if let Some(tx) = lock(&self.drops).as_ref() {
+                let _ = tx.send(DroppedTensor {
+                    role: pb::TensorRole::try_from(key.role).unwrap_or(pb::TensorRole::Edge),
+                    from: key.peer,
+                    model_id: key.model_id,
+                    run_id: key.run_id,
+                    edge_id: key.edge_id,
+                    why,
+                });
+            }
         }
         r
     }
@@ -237,7 +262,7 @@ impl TensorState {
 
     /// Drops the partial tensors from `peer` (it went down) and its lanes.
     fn peer_down(&self, e: &MemberEvent) {
-        self.call(|a, _| a.peer_down(&e.name, e.state.as_str()));
+        self.call(|a, now| a.peer_down(&e.name, e.state.as_str(), now));
         let mut lanes = lock(&self.lane_conns);
         lanes.retain(|(addr, generation, _), slot| {
             let gone = *addr == e.addr && *generation == e.generation;
@@ -492,6 +517,13 @@ impl Cluster {
     pub fn tensors(&self) -> mpsc::Receiver<ArrivedTensor> {
         let (tx, rx) = mpsc::channel(CHANNEL);
         *lock(&self.inner.tensors.taker) = Some(tx);
+        rx
+    }
+
+    /// Partial tensors given up from now on, and why. Call once.
+    pub fn dropped_tensors(&self) -> mpsc::UnboundedReceiver<DroppedTensor> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *lock(&self.inner.tensors.drops) = Some(tx);
         rx
     }
 

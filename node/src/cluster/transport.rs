@@ -38,6 +38,24 @@ const MAX_MTU: u16 = 6400;
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn transport_config(loopback: bool) -> Arc<quinn::TransportConfig> {
+    Arc::new(settings(
+        loopback,
+        Duration::from_secs(2),
+        Duration::from_secs(10),
+    ))
+}
+
+/// A tool's connection to a node (`submit`, the client API): keep-alives every second and
+/// a 4 s idle timeout, so a client whose node died is told within 4 s instead of 10, and the
+/// node sees a vanished client as soon (its models are leased to the connection).
+pub fn tool_transport_config(loopback: bool) -> Arc<quinn::TransportConfig> {
+    Arc::new(settings(loopback, Duration::from_secs(1), TOOL_IDLE))
+}
+
+/// How long a tool's connection may hear nothing from its node before it is given up.
+pub const TOOL_IDLE: Duration = Duration::from_secs(4);
+
+fn settings(loopback: bool, keep_alive: Duration, idle: Duration) -> quinn::TransportConfig {
     let mut mtu = quinn::MtuDiscoveryConfig::default();
     mtu.upper_bound(MAX_MTU);
     let mut t = quinn::TransportConfig::default();
@@ -48,16 +66,16 @@ pub fn transport_config(loopback: bool) -> Arc<quinn::TransportConfig> {
         .max_concurrent_uni_streams(VarInt::from_u32(1024))
         .datagram_receive_buffer_size(Some(MIB as usize))
         .datagram_send_buffer_size(MIB as usize)
-        .keep_alive_interval(Some(Duration::from_secs(2)))
+        .keep_alive_interval(Some(keep_alive))
         .max_idle_timeout(Some(
-            quinn::IdleTimeout::try_from(Duration::from_secs(10)).expect("10 s is a valid timeout"),
+            quinn::IdleTimeout::try_from(idle).expect("seconds are a valid timeout"),
         ))
         .mtu_discovery_config(Some(mtu));
     if loopback {
         // Loopback's MTU is 64 KiB: no discovery needed, and nothing to fall back to.
         t.initial_mtu(MAX_MTU).min_mtu(MAX_MTU);
     }
-    Arc::new(t)
+    t
 }
 
 /// A UDP socket with large buffers, bound to `addr`.
@@ -181,6 +199,12 @@ pub async fn connect(
             )),
             Some(Message::Refused(r)) => {
                 conn.close(VarInt::from_u32(error_code::VERSION), b"refused");
+                if r.duplicate_name {
+                    return Err(ClusterError::DuplicateName(format!(
+                        "{addr} refused us: {}; give this node another --name",
+                        r.reason
+                    )));
+                }
                 Err(ClusterError::Refused(format!(
                     "{addr} refused us: {}",
                     r.reason
@@ -200,11 +224,33 @@ pub async fn connect(
 
 /// The acceptor's half of the hello: reads the Hello on the first stream, answers Welcome or
 /// Refused. Nothing else on the connection is read before this succeeds.
+///
+/// A hello whose name cannot be a node's is refused (it would be printed in our logs). A
+/// member hello with our own name from another life than ours is another node with our
+/// name: the younger of the two (the larger generation: started later) must give up. When
+/// that is the peer, it is refused saying so (`duplicate_name`); when it is us, the error
+/// is [`ClusterError::DuplicateName`] and the peer is refused plainly.
 pub async fn accept_hello(
     conn: &Connection,
     me: &str,
     generation: u64,
 ) -> Result<PeerHello, ClusterError> {
+    accept_hello_checked(conn, me, generation, |_| async { None }).await
+}
+
+/// [`accept_hello`], where `taken` says whether another live member already has the hello's
+/// name (a newcomer must not take it over in this node's table): the newcomer is then
+/// refused, saying so.
+pub async fn accept_hello_checked<F, Fut>(
+    conn: &Connection,
+    me: &str,
+    generation: u64,
+    taken: F,
+) -> Result<PeerHello, ClusterError>
+where
+    F: FnOnce(pb::Hello) -> Fut,
+    Fut: std::future::Future<Output = Option<String>>,
+{
     let work = async {
         let (mut send, mut recv) = conn
             .accept_bi()
@@ -214,6 +260,37 @@ pub async fn accept_hello(
             conn.close(VarInt::from_u32(error_code::NO_HELLO), b"expected a hello");
             return Err(ClusterError::Protocol("first frame was not a hello".into()));
         };
+        let remote = conn.remote_address();
+        let refusal = if let Err(e) = super::names::check(&h.name) {
+            Some((e, false, None))
+        } else if h.role() == pb::Role::Member && h.name == me && h.generation != generation {
+            if h.generation > generation {
+                let why = format!(
+                    "the node named {me:?} there started earlier: node names must be unique"
+                );
+                Some((why, true, None))
+            } else {
+                let ours = ClusterError::DuplicateName(format!(
+                    "another node named {me:?} runs at {remote} and started earlier: node \
+                     names must be unique; give this node another --name"
+                ));
+                let why = format!("this node is named {me:?} too, and started later: it stops");
+                Some((why, false, Some(ours)))
+            }
+        } else {
+            taken(h.clone()).await.map(|why| (why, true, None))
+        };
+        if let Some((reason, duplicate_name, ours)) = refusal {
+            let r = pb::Refused {
+                reason: reason.clone(),
+                duplicate_name,
+            };
+            write_message(&mut send, &Message::Refused(r)).await?;
+            let _ = send.finish();
+            let _ = tokio::time::timeout(Duration::from_secs(2), conn.closed()).await;
+            conn.close(VarInt::from_u32(error_code::VERSION), b"refused");
+            return Err(ours.unwrap_or(ClusterError::Refused(reason)));
+        }
         match vkml_protocol::negotiate(&h) {
             Ok(version) => {
                 let w = pb::Welcome {
@@ -236,6 +313,7 @@ pub async fn accept_hello(
                     &mut send,
                     &Message::Refused(pb::Refused {
                         reason: reason.clone(),
+                        duplicate_name: false,
                     }),
                 )
                 .await?;

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use vkml_protocol::{Message, pb};
@@ -27,14 +28,26 @@ use crate::cluster::{Secret, transport};
 use crate::tensor::Tensor;
 
 /// A connection to one node of a cluster, usable from any number of threads.
+///
+/// Dropping the last handle without [`close`](ClusterClient::close) closes the connection at
+/// once, as a killed client's would: the node unloads the models loaded through it after its
+/// lease grace, and a model still held fails its runs. `close` lets the models still held
+/// finish first: the connection then closes when the last of them goes.
 pub struct ClusterClient {
+    conn: Arc<Connected>,
+    /// Cleared by `close`.
+    abrupt: AtomicBool,
+}
+
+/// The connection and its runtime, shared by the client and its models.
+struct Connected {
     rt: tokio::runtime::Runtime,
     client: Client,
 }
 
 /// A model live on the cluster under `id`.
 pub struct RemoteModel {
-    cluster: Arc<ClusterClient>,
+    cluster: Arc<Connected>,
     pub id: u64,
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
@@ -58,12 +71,50 @@ impl ClusterClient {
             .build()
             .map_err(|e| DistError::Peer(format!("cannot start the async runtime: {e}")))?;
         let client = rt.block_on(Client::connect(addr, secret))?;
-        Ok(Arc::new(ClusterClient { rt, client }))
+        Ok(Arc::new(ClusterClient {
+            conn: Arc::new(Connected { rt, client }),
+            abrupt: AtomicBool::new(true),
+        }))
     }
 
     /// Sends the model file to the node, which plans it over the cluster and streams each
     /// node its part. `progress` sees the stages and byte counts as they go.
     pub fn load(
+        &self,
+        path: &Path,
+        progress: impl FnMut(&pb::LoadProgress),
+    ) -> Result<RemoteModel, DistError> {
+        self.conn.load(path, progress)
+    }
+
+    /// Closes the connection once no model loaded through it is held (at once when none
+    /// is), waiting up to 2 s for the node to hear of it.
+    pub fn close(self: Arc<Self>) {
+        if let Ok(c) = Arc::try_unwrap(self) {
+            c.abrupt.store(false, Ordering::Relaxed);
+            let conn = Arc::clone(&c.conn);
+            drop(c);
+            // Else models hold it: it closes when the last of them is dropped.
+            if let Ok(conn) = Arc::try_unwrap(conn) {
+                conn.close();
+            }
+        }
+    }
+}
+
+impl Drop for ClusterClient {
+    fn drop(&mut self) {
+        if self.abrupt.load(Ordering::Relaxed) {
+            self.conn
+                .client
+                .conn
+                .close(0u32.into(), b"the client let go of its connection");
+        }
+    }
+}
+
+impl Connected {
+    fn load(
         self: &Arc<Self>,
         path: &Path,
         mut progress: impl FnMut(&pb::LoadProgress),
@@ -77,7 +128,7 @@ impl ClusterClient {
         let name = path
             .file_name()
             .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
-        let loaded = self.rt.block_on(async {
+        let loaded = self.rt.block_on(self.naming(async {
             let (mut send, mut recv) = self
                 .client
                 .conn
@@ -115,7 +166,7 @@ impl ClusterClient {
                     }
                 }
             }
-        })?;
+        }))?;
         Ok(RemoteModel {
             cluster: self.clone(),
             id: loaded.model_id,
@@ -165,13 +216,28 @@ impl ClusterClient {
         Ok((outs.into_values().collect(), r.retried))
     }
 
-    pub fn close(self: Arc<Self>) {
-        if let Ok(c) = Arc::try_unwrap(self) {
-            let ClusterClient { rt, client } = c;
-            rt.block_on(async {
-                let _ = tokio::time::timeout(Duration::from_secs(2), client.close()).await;
-            });
+    /// `work`'s error, or, when the connection to the node is gone, what became of the node
+    /// (naming it) instead of a bare "connection lost".
+    async fn naming<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, DistError>>,
+    ) -> Result<T, DistError> {
+        let r = work.await;
+        match (r, self.client.lost()) {
+            (Err(e @ (DistError::Remote(_) | DistError::Run(_) | DistError::Runtime(_))), _) => {
+                Err(e)
+            }
+            (Err(e), Some(lost)) => Err(DistError::Peer(format!("{lost} ({e})"))),
+            (r, _) => r,
         }
+    }
+
+    /// Closes the connection, waiting up to 2 s for the node to hear of it.
+    fn close(self) {
+        let Connected { rt, client } = self;
+        rt.block_on(async {
+            let _ = tokio::time::timeout(Duration::from_secs(2), client.close()).await;
+        });
     }
 }
 
@@ -203,10 +269,10 @@ impl RemoteModel {
                     .ok_or_else(|| input_err(format!("missing input '{n}'")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let (outs, retried) = self
-            .cluster
-            .rt
-            .block_on(self.cluster.run_async(self.id, ordered))?;
+        let (outs, retried) = self.cluster.rt.block_on(
+            self.cluster
+                .naming(self.cluster.run_async(self.id, ordered)),
+        )?;
         Ok(RunOutput {
             outputs: self.outputs.iter().cloned().zip(outs).collect(),
             retried,
@@ -217,19 +283,23 @@ impl RemoteModel {
     /// waiting for the answer.)
     pub fn unload(mut self) -> Result<(), DistError> {
         self.unloaded = true;
-        self.cluster
+        let cluster = self.cluster.clone();
+        cluster
             .rt
-            .block_on(unload(self.cluster.clone(), self.id))
+            .block_on(cluster.naming(unload(cluster.client.conn.clone(), self.id)))
     }
 }
 
 impl Drop for RemoteModel {
     fn drop(&mut self) {
         if !self.unloaded {
-            // Not block_on: a drop may happen inside someone's async context.
-            let (cluster, id) = (self.cluster.clone(), self.id);
+            // Not block_on: a drop may happen inside someone's async context. The task holds
+            // the connection, not the client: the last client reference dropped inside its
+            // own runtime would panic. Should the client go first, its connection closing
+            // ends the model's lease instead.
+            let (conn, id) = (self.cluster.client.conn.clone(), self.id);
             self.cluster.rt.spawn(async move {
-                if let Err(e) = unload(cluster, id).await {
+                if let Err(e) = unload(conn, id).await {
                     tracing::debug!("unloading model {id:016x} on drop: {e}");
                 }
             });
@@ -237,10 +307,8 @@ impl Drop for RemoteModel {
     }
 }
 
-async fn unload(cluster: Arc<ClusterClient>, id: u64) -> Result<(), DistError> {
-    let (mut send, mut recv) = cluster
-        .client
-        .conn
+async fn unload(conn: quinn::Connection, id: u64) -> Result<(), DistError> {
+    let (mut send, mut recv) = conn
         .open_bi()
         .await
         .map_err(|e| DistError::Peer(e.to_string()))?;

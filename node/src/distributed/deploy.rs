@@ -84,8 +84,16 @@ pub async fn make(
         snapshot.nodes.remove(node);
     }
     let load_id: u64 = rand::random();
+    let me_name = me;
     let (graph, key, me) = (graph.clone(), key.clone(), me.to_string());
-    let (made, hash) = tokio::task::spawn_blocking(move || {
+    // The life of each node now: a verdict on an older life must not end this plan, and a
+    // newer life means its part is gone.
+    let lives: BTreeMap<String, u64> = cluster
+        .members()
+        .into_iter()
+        .map(|m| (m.name, m.generation))
+        .collect();
+    let (mut made, hash) = tokio::task::spawn_blocking(move || {
         let known: Vec<Option<&Tensor>> = (0..key.types.len())
             .map(|i| key.values.iter().find(|(j, _)| *j == i).map(|(_, t)| t))
             .collect();
@@ -98,6 +106,25 @@ pub async fn make(
     })
     .await
     .map_err(|e| failed(super::join_err(e)))??;
+    let mut wanted: BTreeSet<&str> = made.plan.nodes.iter().map(String::as_str).collect();
+    wanted.insert(me_name);
+    made.plan.lives = lives
+        .iter()
+        .filter(|(n, _)| wanted.contains(n.as_str()))
+        .map(|(n, &g)| (n.clone(), g))
+        .collect();
+    let wire: Vec<pb::NodeLife> = made
+        .plan
+        .lives
+        .iter()
+        .map(|(node, &generation)| pb::NodeLife {
+            node: node.clone(),
+            generation,
+        })
+        .collect();
+    for (fragment, _) in made.parts.values_mut() {
+        fragment.lives = wire.clone();
+    }
     tracing::info!(
         "model {name} planned as {load_id:016x} over {} node(s), plan {hash:016x}",
         made.plan.nodes.len(),
@@ -128,6 +155,10 @@ pub(super) fn cut(
             (n.clone(), (fragment, weights))
         })
         .collect();
+    let mut reserves: BTreeMap<String, u64> = BTreeMap::new();
+    for (d, &bytes) in &plan.memory {
+        *reserves.entry(d.node.clone()).or_insert(0) += bytes;
+    }
     let made = Made {
         plan: DeploymentPlan {
             load_id,
@@ -135,6 +166,8 @@ pub(super) fn cut(
             needs,
             fixed_outputs,
             n_outputs: graph.outputs.len(),
+            lives: BTreeMap::new(),
+            reserves,
         },
         parts,
         placement: describe(graph, &plan, snapshot),

@@ -121,9 +121,10 @@ impl Skeleton {
             outputs: graph.outputs.iter().map(|(v, _)| *v as u64).collect(),
             weight_count: weights.len() as u64,
             weight_bytes: weights.iter().map(|(_, t)| t.bytes().len() as u64).sum(),
-            // Set by the submitter, which knows its settings.
+            // Set by the submitter, which knows its settings and the nodes' lives.
             tuning_fingerprint: 0,
             plan_settings: String::new(),
+            lives: Vec::new(),
         };
         (f, weights)
     }
@@ -233,6 +234,34 @@ pub fn cost_from_wire(c: &pb::PlanGraph) -> Result<CostGraph, DistError> {
     Ok(CostGraph { ops, values })
 }
 
+/// A value's declared type, refused when its size overflows or passes what any tensor may be.
+fn checked_type(
+    v: usize,
+    dtype: crate::tensor::DType,
+    shape: &[u64],
+) -> Result<ValueType, DistError> {
+    let dims: Vec<usize> = shape
+        .iter()
+        .map(|&d| usize::try_from(d).ok())
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            bad(&format!(
+                "value {v} has a dimension too large for this machine"
+            ))
+        })?;
+    let bytes = dims
+        .iter()
+        .try_fold(dtype.size() as u64, |acc, &d| acc.checked_mul(d as u64))
+        .filter(|&b| b <= vkml_protocol::MAX_TENSOR_PAYLOAD);
+    if bytes.is_none() {
+        return Err(bad(&format!(
+            "value {v} of shape {shape:?} is over the {}-byte limit on a tensor",
+            vkml_protocol::MAX_TENSOR_PAYLOAD
+        )));
+    }
+    Ok(ValueType::new(dtype, dims))
+}
+
 fn bad(what: &str) -> DistError {
     DistError::Protocol(format!("malformed fragment: {what}"))
 }
@@ -254,14 +283,11 @@ pub fn rebuild(
             .ok_or_else(|| bad(&format!("value id {v} out of range")))
     };
     let mut types: Vec<Option<ValueType>> = Vec::with_capacity(n);
-    for t in &f.types {
+    for (v, t) in f.types.iter().enumerate() {
         types.push(if t.dtype.is_empty() {
             None
         } else {
-            Some(ValueType::new(
-                dtype_from_name(&t.dtype)?,
-                t.shape.iter().map(|&d| d as usize).collect(),
-            ))
+            Some(checked_type(v, dtype_from_name(&t.dtype)?, &t.shape)?)
         });
     }
     let mut nodes = Vec::with_capacity(f.nodes.len());
@@ -279,7 +305,7 @@ pub fn rebuild(
         .map_err(|e| {
             DistError::Unsupported(format!("node '{}' ({}): {e}", def.name, def.op_type))
         })?;
-        let inputs = fnode
+        let inputs: Vec<Option<ValueId>> = fnode
             .inputs
             .iter()
             .map(|&v| {
@@ -290,11 +316,24 @@ pub fn rebuild(
                 }
             })
             .collect::<Result<_, _>>()?;
-        let outputs = fnode
+        let outputs: Vec<ValueId> = fnode
             .outputs
             .iter()
             .map(|&v| value(v))
             .collect::<Result<_, _>>()?;
+        // The planner types every value an op reads or writes; a fragment that does not
+        // (mutated, or from a buggy peer) is refused here rather than panicking in the plan.
+        if let Some(v) = inputs
+            .iter()
+            .flatten()
+            .chain(&outputs)
+            .find(|&&v| types[v].is_none())
+        {
+            return Err(bad(&format!(
+                "value {v} of node '{}' ({}) has no type",
+                def.name, def.op_type
+            )));
+        }
         nodes.push(Node {
             name: def.name,
             op_type: def.op_type,

@@ -12,6 +12,12 @@ use super::{DistError, Exec, wire};
 use crate::cluster::{Cluster, transport};
 use crate::tensor::Tensor;
 
+/// Sends of a message that must be answered, before it is given up.
+const ANSWER_TRIES: u32 = 60;
+/// How long an answer may take before the message counts as lost (a live peer answers in
+/// milliseconds).
+const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub struct Link {
     cluster: Cluster,
     me: String,
@@ -29,6 +35,11 @@ impl Link {
             local: OnceLock::new(),
             rt: Handle::current(),
         }
+    }
+
+    /// The op fault injection makes panic here (tests).
+    pub(super) fn panic_op(&self) -> Option<String> {
+        self.cluster.panic_op()
     }
 
     pub(super) fn attach(&self, exec: Weak<Exec>) {
@@ -84,6 +95,25 @@ impl Link {
         });
     }
 
+    /// A control message to another node, sent again every second until it answers (at
+    /// most [`ANSWER_TRIES`] times; by then a node still unreachable has been declared dead,
+    /// and the verdict settles what the message was about).
+    pub fn post_until_answered(&self, to: &str, m: Message) {
+        let Some(exec) = self.local() else { return };
+        let to = to.to_string();
+        self.rt.spawn(async move {
+            for _ in 0..ANSWER_TRIES {
+                let sent = tokio::time::timeout(ANSWER_WAIT, exec.link.send_acked(&to, &m)).await;
+                match sent {
+                    Ok(Ok(())) => return,
+                    Ok(Err(e)) => tracing::debug!("{:?} to {to} not answered: {e}", m.kind()),
+                    Err(_) => tracing::debug!("{:?} to {to} not answered in time", m.kind()),
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        });
+    }
+
     /// One message on a stream of its own.
     pub async fn send_message(&self, to: &str, m: &Message) -> Result<(), DistError> {
         if to == self.me {
@@ -99,7 +129,29 @@ impl Link {
         Ok(())
     }
 
+    /// An `Unload` or a `RunFailed` to `to`, resolving once `to` answered that it is done (an
+    /// error when it could not be reached, refused the stream, or the connection was lost).
+    pub async fn send_acked(&self, to: &str, m: &Message) -> Result<(), DistError> {
+        let (mut s, mut r) = self.cluster.open_bi(to).await?;
+        transport::write_message(&mut s, m).await?;
+        s.finish()
+            .map_err(|e| DistError::Peer(format!("{to}: {e}")))?;
+        match wire::expect_message(&mut r).await? {
+            ack if ack.kind() == m.kind() => Ok(()),
+            other => Err(DistError::Protocol(format!(
+                "{to} answered {:?} to {:?}",
+                other.kind(),
+                m.kind()
+            ))),
+        }
+    }
+
     /// Starts run `run` of fragment `model` on `to`, with the graph inputs it reads.
+    /// Resolves once `to` answered that the run started: a start it refused, dropped (a
+    /// partition) or never got (the connection died) is an error, which fails the run naming
+    /// `to`, instead of a run that waits for a part nobody started. The answer is the
+    /// application's, not the transport's acknowledgement of the bytes: those can all be
+    /// acknowledged before the receiver drops the stream.
     pub async fn start_remote(
         &self,
         to: &str,
@@ -107,7 +159,7 @@ impl Link {
         run: u64,
         inputs: Vec<(usize, Tensor)>,
     ) -> Result<(), DistError> {
-        let mut s = self.cluster.open_uni(to).await?;
+        let (mut s, mut r) = self.cluster.open_bi(to).await?;
         let m = Message::Run(pb::Run {
             model_id: model,
             run_id: run,
@@ -120,6 +172,13 @@ impl Link {
         }
         s.finish()
             .map_err(|e| DistError::Peer(format!("{to}: {e}")))?;
-        Ok(())
+        match wire::expect_message(&mut r).await {
+            Ok(Message::Run(_)) => Ok(()),
+            Ok(other) => Err(DistError::Protocol(format!(
+                "{to} answered {:?} to a run",
+                other.kind()
+            ))),
+            Err(e) => Err(DistError::Peer(format!("{to} did not start the run: {e}"))),
+        }
     }
 }

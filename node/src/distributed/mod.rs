@@ -36,17 +36,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::runtime::Handle;
 use vkml_protocol::dist::run::RunError;
-use vkml_protocol::{MAX_TENSOR_PAYLOAD, Message, error_code, pb};
+use vkml_protocol::{Message, error_code, pb};
 
-use crate::cluster::{Cluster, ClusterError, IncomingStream, MemberState, transport};
+use crate::cluster::{
+    Cluster, ClusterError, DroppedTensor, ExecStatus, IncomingStream, MemberEvent, MemberState,
+    transport,
+};
 use crate::exec::Device;
 use crate::graph::ValueId;
 use link::Link;
 use participant::Participant;
-use submitter::Submitter;
+use submitter::{Owner, Submitter};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DistError {
@@ -100,6 +103,7 @@ impl Exec {
             link.clone(),
             rt.clone(),
             cluster.tuning(),
+            cluster.dist_config(),
         ));
         let submitter = Arc::new(Submitter::new(
             cluster.clone(),
@@ -132,27 +136,60 @@ impl Exec {
                 tokio::spawn(e.clone().serve(s));
             }
         });
-        let mut events = cluster.subscribe();
+        let mut drops = cluster.dropped_tensors();
         let e = exec.clone();
         tokio::spawn(async move {
-            loop {
-                match events.recv().await {
-                    Ok(ev) => match ev.state {
-                        MemberState::Dead | MemberState::Left => {
-                            e.participant.member_down(&ev.name);
-                            e.submitter.member_down(&ev.name, ev.state.as_str());
-                        }
-                        MemberState::Alive => e.submitter.member_up(&ev.name),
-                        MemberState::Suspect => {}
-                    },
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!("missed {n} membership events");
-                    }
-                    Err(_) => return,
-                }
+            while let Some(d) = drops.recv().await {
+                e.tensor_lost(&d);
             }
         });
+        tokio::spawn(watch_members(exec.clone(), cluster.subscribe()));
+        let mut life = cluster.life();
+        let e = exec.clone();
+        tokio::spawn(async move {
+            while life.changed().await.is_ok() {
+                tracing::warn!(
+                    "this node was declared dead: dropping the plans the others retired"
+                );
+                e.participant.rejoined();
+                e.submitter.rejoined();
+            }
+        });
+        let weak = Arc::downgrade(&exec);
+        cluster.set_status_source(move || match weak.upgrade() {
+            Some(e) => ExecStatus {
+                models: e.submitter.status(),
+                fragments: e.participant.status(),
+            },
+            None => ExecStatus::default(),
+        });
         exec
+    }
+
+    /// The node is stopping: the runs submitted here fail with a reason their clients can
+    /// read, and the runs of other nodes' models here are aborted, so no thread waits on a
+    /// value that will never come.
+    pub fn shutdown(&self) {
+        let why = format!("node {} is stopping", self.cluster.name());
+        self.submitter.shutdown(&why);
+        self.participant.abort_all(&why);
+    }
+
+    /// A tensor given up before it was whole: whoever waited for it is told.
+    fn tensor_lost(&self, d: &DroppedTensor) {
+        match d.role {
+            pb::TensorRole::Edge => self
+                .participant
+                .value_lost(d.model_id, d.run_id, &d.from, &d.why),
+            pb::TensorRole::Output => self.submitter.output_lost(
+                d.model_id,
+                d.run_id,
+                d.edge_id as usize,
+                &d.from,
+                &d.why,
+            ),
+            _ => {}
+        }
     }
 
     /// A tensor for one of our fragments' runs, or an output of one of our submitted runs.
@@ -187,9 +224,10 @@ impl Exec {
     pub(crate) fn message_from(&self, from: &str, m: Message) {
         match m {
             Message::RunFailed(r) => {
-                // To the submitter of that run, or to a participant being told to give up.
+                // To the submitter of that run, or to a participant: told to give up, or
+                // told of a peer's failure (which it passes on to the submitter).
                 self.submitter.run_failed(from, &r);
-                self.participant.abort(r.model_id, r.run_id, &r.reason);
+                self.participant.run_failed(from, &r);
             }
             Message::Unload(u) => self.participant.unload(u.model_id, &u.reason),
             other => tracing::debug!("unexpected {:?} from {from}", other.kind()),
@@ -200,6 +238,7 @@ impl Exec {
         let IncomingStream {
             peer,
             client,
+            conn,
             first,
             send,
             mut recv,
@@ -209,7 +248,8 @@ impl Exec {
             match first {
                 Message::Submit(m) => {
                     let s = send.as_mut().ok_or_else(one_way)?;
-                    self.serve_submit(m, s, &mut recv).await
+                    let owner = client.then(|| self.lease_to(&conn));
+                    self.serve_submit(m, s, &mut recv, owner).await
                 }
                 Message::Run(r) if client => {
                     let s = send.as_mut().ok_or_else(one_way)?;
@@ -222,17 +262,24 @@ impl Exec {
                     Ok(())
                 }
                 Message::Run(r) => {
-                    let mut inputs = Vec::with_capacity(r.tensors as usize);
+                    // Not sized from `r.tensors`: a peer's claim, not yet backed by bytes.
+                    let mut inputs = Vec::new();
                     for _ in 0..r.tensors {
                         let (h, payload) = wire::read_tensor(&mut recv).await?;
                         inputs.push((h.edge_id as usize, wire::tensor(&h, payload)?));
                     }
-                    // A refusal is reported to the submitter by the participant's machine.
-                    if let Err(e) = self
-                        .participant
-                        .start_run(&peer, r.model_id, r.run_id, inputs)
-                    {
-                        tracing::debug!("run {} from {peer} not started: {e}", r.run_id);
+                    // A refusal is reported to the submitter by the participant's machine too.
+                    let (model_id, run_id) = (r.model_id, r.run_id);
+                    let started = self.participant.start_run(&peer, model_id, run_id, inputs);
+                    if let Err(e) = &started {
+                        tracing::debug!("run {run_id} from {peer} not started: {e}");
+                    }
+                    // On a stream with a way back the sender waits for this answer: a start
+                    // dropped on the way (a partition) is then an error there, not a run
+                    // that waits for a part nobody started.
+                    if let Some(s) = send.as_mut() {
+                        started?;
+                        transport::write_message(s, &Message::Run(r)).await?;
                     }
                     Ok(())
                 }
@@ -241,7 +288,13 @@ impl Exec {
                     self.serve_fragment(*f, s, &mut recv).await
                 }
                 m @ (Message::RunFailed(_) | Message::Unload(_)) if !client => {
+                    // On a stream with a way back the message is answered once it is done
+                    // here: its sender sends it again until then (link.rs, `send_acked`).
+                    let ack = Some(m.clone());
                     self.message_from(&peer, m);
+                    if let (Some(s), Some(ack)) = (send.as_mut(), ack) {
+                        transport::write_message(s, &ack).await?;
+                    }
                     Ok(())
                 }
                 other => Err(DistError::Protocol(format!(
@@ -268,26 +321,40 @@ impl Exec {
         }
     }
 
+    /// The owner a client connection's models are leased to: when the connection closes,
+    /// they are unloaded after the grace period.
+    fn lease_to(self: &Arc<Self>, conn: &quinn::Connection) -> Owner {
+        let id = conn.stable_id() as u64;
+        let owner = Owner {
+            id,
+            name: format!("client at {}", conn.remote_address()),
+        };
+        let (conn, me) = (conn.clone(), Arc::downgrade(self));
+        tokio::spawn(async move {
+            let why = conn.closed().await;
+            if let Some(e) = me.upgrade() {
+                tracing::info!(
+                    "{} is gone ({why}): its models will be unloaded",
+                    owner_name(&conn)
+                );
+                e.submitter.owner_gone(id);
+            }
+        });
+        owner
+    }
+
     async fn serve_submit(
         self: &Arc<Self>,
         m: pb::Submit,
         send: &mut quinn::SendStream,
         recv: &mut quinn::RecvStream,
+        owner: Option<Owner>,
     ) -> Result<(), DistError> {
-        if m.model_bytes > MAX_TENSOR_PAYLOAD {
-            return Err(DistError::Protocol(format!(
-                "a model of {} bytes is over the limit",
-                m.model_bytes
-            )));
-        }
-        let mut buf = BytesMut::zeroed(m.model_bytes as usize);
-        recv.read_exact(&mut buf)
-            .await
-            .map_err(|e| DistError::Peer(format!("the model's bytes: {e}")))?;
+        let buf = wire::read_announced(recv, m.model_bytes, "model").await?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let submitter = self.submitter.clone();
         let name = m.name.clone();
-        let mut task = tokio::spawn(async move { submitter.submit(name, buf.freeze(), tx).await });
+        let mut task = tokio::spawn(async move { submitter.submit(name, buf, tx, owner).await });
         let outcome = loop {
             tokio::select! {
                 Some(p) = rx.recv() => {
@@ -378,6 +445,34 @@ impl Exec {
         };
         transport::write_message(send, &Message::LoadAck(ack)).await?;
         Ok(())
+    }
+}
+
+fn owner_name(conn: &quinn::Connection) -> String {
+    format!("client at {}", conn.remote_address())
+}
+
+/// Feeds membership changes to the machines until the node is gone.
+async fn watch_members(e: Arc<Exec>, mut events: tokio::sync::broadcast::Receiver<MemberEvent>) {
+    loop {
+        match events.recv().await {
+            Ok(ev) => match ev.state {
+                MemberState::Dead | MemberState::Left => {
+                    e.participant.member_down(&ev.name, ev.generation);
+                    e.submitter
+                        .member_down(&ev.name, ev.generation, ev.state.as_str());
+                }
+                MemberState::Alive => {
+                    e.participant.member_up(&ev.name, ev.generation);
+                    e.submitter.member_up(&ev.name, ev.generation);
+                }
+                MemberState::Suspect => {}
+            },
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!("missed {n} membership events");
+            }
+            Err(_) => return,
+        }
     }
 }
 

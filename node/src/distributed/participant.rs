@@ -18,7 +18,7 @@ use tokio::runtime::Handle;
 use vkml_planner::{LinkCosts, Plan};
 use vkml_protocol::dist::Config;
 use vkml_protocol::dist::participant::{
-    self as core, Arrival, DeviceBudget, FragmentInfo, ParticipantAction,
+    self as core, Arrival, DeviceBudget, FragmentInfo, ParticipantAction, RunTicket,
 };
 use vkml_protocol::{Message, pb};
 
@@ -65,6 +65,8 @@ pub struct Participant {
     alarm: Alarm,
     /// This node's plan settings: a fragment planned with others is refused.
     tuning: Tuning,
+    /// Fault injection: runs of a part holding the op of this node name panic.
+    panic_op: Option<String>,
 }
 
 impl Participant {
@@ -75,6 +77,7 @@ impl Participant {
         link: Arc<Link>,
         rt: Handle,
         tuning: Tuning,
+        config: Config,
     ) -> Participant {
         let budgets = inventory
             .iter()
@@ -84,13 +87,14 @@ impl Participant {
             })
             .collect();
         let state = State {
-            core: core::Participant::new(me.clone(), budgets, Config::default()),
+            core: core::Participant::new(me.clone(), budgets, config),
             links: BTreeMap::new(),
         };
         Participant {
             me,
             devices,
             inventory,
+            panic_op: link.panic_op(),
             link,
             rt,
             state: Mutex::new(state),
@@ -129,6 +133,11 @@ impl Participant {
         let info = FragmentInfo {
             submitter: f.submitter.clone(),
             nodes: plan.placement.iter().map(|d| d.node.clone()).collect(),
+            lives: f
+                .lives
+                .iter()
+                .map(|l| (l.node.clone(), l.generation))
+                .collect(),
         };
         let built = Executable::with_plan(
             graph,
@@ -258,20 +267,32 @@ impl Participant {
         self.rt.spawn_blocking(move || {
             let hooks = Arc::new(Hooks {
                 participant: me.clone(),
-                model,
-                run,
-                submitter: ticket.submitter.clone(),
+                ticket: ticket.clone(),
             });
-            let result = exe.run_fragment(inputs, hooks, |link| {
-                me.call(|st, _| {
-                    st.links.insert((model, run), link);
-                    st.core.run_ready(&ticket);
-                });
-            });
-            let result = result.map_err(|e| e.to_string());
-            me.call(|st, _| {
+            // A panic in an op must not take the run (and its peers) down with the thread:
+            // it fails the run, naming this node, like any error.
+            let injected = me
+                .panic_op
+                .as_ref()
+                .and_then(|name| exe.local_ops(&me.me).into_iter().find(|(n, _)| n == name));
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if let Some((name, op)) = &injected {
+                    panic!("node '{name}' ({op}): a panic injected by VKML_FAULTS");
+                }
+                exe.run_fragment(inputs, hooks, |link| {
+                    me.call(|st, now| {
+                        st.links.insert((model, run), link);
+                        st.core.run_ready(&ticket, now);
+                    });
+                })
+            }));
+            let result = match result {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(panic) => Err(format!("the run panicked: {}", panic_text(&*panic))),
+            };
+            me.call(|st, now| {
                 st.links.remove(&(model, run));
-                st.core.run_finished(&ticket, result);
+                st.core.run_finished(&ticket, result, now);
             });
         });
         Ok(())
@@ -289,9 +310,10 @@ impl Participant {
         }
     }
 
-    /// The submitter gave the run up (another node failed): stop waiting.
-    pub fn abort(&self, model: u64, run: u64, reason: &str) {
-        self.call(|st, now| st.core.abort(model, run, reason, now));
+    /// A `RunFailed` from `from`: the submitter gave the run up, or a peer reports its
+    /// failure (passed on to the submitter by the machine).
+    pub fn run_failed(&self, from: &str, r: &pb::RunFailed) {
+        self.call(|st, now| st.core.run_failed(from, r, now));
     }
 
     /// Forgets a model; its runs in flight end with `why`.
@@ -299,9 +321,43 @@ impl Participant {
         self.call(|st, now| st.core.unload(model, why, now));
     }
 
-    /// A member died or left: every fragment whose plan involves it is over.
-    pub fn member_down(&self, node: &str) {
-        self.call(|st, now| st.core.member_down(node, now));
+    /// Life `generation` of a member died or left: every fragment made with it is over.
+    pub fn member_down(&self, node: &str, generation: u64) {
+        self.call(|st, now| st.core.member_down(node, generation, now));
+    }
+
+    /// Life `generation` of a member is up: fragments made with an older life are over.
+    pub fn member_up(&self, node: &str, generation: u64) {
+        self.call(|st, now| st.core.member_up(node, generation, now));
+    }
+
+    /// This node learned it had been declared dead: its shared fragments are dropped.
+    pub fn rejoined(&self) {
+        self.call(|st, now| st.core.rejoined(now));
+    }
+
+    /// A value for run `run` of `model` from `from` was given up before it was whole.
+    pub fn value_lost(&self, model: u64, run: u64, from: &str, why: &str) {
+        self.call(|st, now| st.core.value_lost(model, run, from, why, now));
+    }
+
+    /// The node is stopping: every run aborts.
+    pub fn abort_all(&self, why: &str) {
+        self.call(|st, now| st.core.abort_all(why, now));
+    }
+
+    /// The fragments held here, for `status`.
+    pub fn status(&self) -> Vec<pb::FragmentStatus> {
+        lock(&self.state)
+            .core
+            .status()
+            .into_iter()
+            .map(|f| pb::FragmentStatus {
+                load_id: f.model,
+                submitter: f.submitter,
+                reserved_bytes: f.reserved,
+            })
+            .collect()
     }
 
     pub(super) fn handle_timeout(&self) {
@@ -334,7 +390,15 @@ impl Participant {
                             r.reason
                         );
                     }
-                    self.link.post(&to, message);
+                    match message {
+                        // A report the submitter never gets leaves its run waiting for the
+                        // deadline when no other node of the plan can pass it on (a plan of
+                        // one node cut off from its submitter): sent until answered.
+                        m @ Message::RunFailed(_) if to != self.me => {
+                            self.link.post_until_answered(&to, m)
+                        }
+                        m => self.link.post(&to, m),
+                    }
                 }
                 Todo::Deliver(link, value, t) => {
                     link.deliver(value, t);
@@ -389,51 +453,54 @@ impl From<core::ParticipantError> for DistError {
     }
 }
 
+/// A panic's message, when it has one.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 /// Where a run's finished values go: other participants, and the submitter.
 struct Hooks {
     participant: Arc<Participant>,
-    model: u64,
-    run: u64,
-    submitter: String,
+    ticket: RunTicket,
+}
+
+impl Hooks {
+    /// Sends one value; a failure fails the run everywhere (the machine decides whom to
+    /// name).
+    fn send_to(&self, to: &str, what: String, h: pb::TensorHeader, payload: Bytes) {
+        let p = self.participant.clone();
+        let (to, t) = (to.to_string(), self.ticket.clone());
+        self.participant.rt.spawn(async move {
+            if let Err(e) = p.link.send_tensor(&to, h, payload).await {
+                let why = e.to_string();
+                tracing::warn!(
+                    "cannot send {what} of run {} (model {:016x}) to {to}: {why}",
+                    t.run,
+                    t.model
+                );
+                p.call(|st, now| st.core.value_send_failed(&t, &to, &what, &why, now));
+            }
+        });
+    }
 }
 
 impl RemoteHooks for Hooks {
     fn send(&self, value: ValueId, nodes: &[String], t: &Tensor) {
+        let (model, run) = (self.ticket.model, self.ticket.run);
         for node in nodes {
-            let h = wire::header(t, pb::TensorRole::Edge, self.model, self.run, value as u64);
-            let p = self.participant.clone();
-            let (node, payload, submitter) =
-                (node.clone(), t.bytes().clone(), self.submitter.clone());
-            let (model, run) = (self.model, self.run);
-            self.participant.rt.spawn(async move {
-                if let Err(e) = p.link.send_tensor(&node, h, payload).await {
-                    let why = e.to_string();
-                    p.call(|st, _| {
-                        st.core
-                            .value_send_failed(&submitter, model, run, &node, &why)
-                    });
-                }
-            });
+            let h = wire::header(t, pb::TensorRole::Edge, model, run, value as u64);
+            self.send_to(node, format!("value {value}"), h, t.bytes().clone());
         }
     }
 
     fn output(&self, index: usize, t: &Tensor) {
-        let h = wire::header(
-            t,
-            pb::TensorRole::Output,
-            self.model,
-            self.run,
-            index as u64,
-        );
-        let link = self.participant.link.clone();
-        let (payload, submitter) = (Bytes::clone(t.bytes()), self.submitter.clone());
-        let (model, run) = (self.model, self.run);
-        self.participant.rt.spawn(async move {
-            if let Err(e) = link.send_tensor(&submitter, h, payload).await {
-                tracing::warn!(
-                    "cannot send output {index} of run {run} (model {model:016x}) to {submitter}: {e}"
-                );
-            }
-        });
+        let (model, run) = (self.ticket.model, self.ticket.run);
+        let h = wire::header(t, pb::TensorRole::Output, model, run, index as u64);
+        let to = self.ticket.submitter.clone();
+        self.send_to(&to, format!("output {index}"), h, Bytes::clone(t.bytes()));
     }
 }

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
-use vkml_protocol::dist::Config;
 use vkml_protocol::dist::run::{PlanError, RunError, RunOutput};
 use vkml_protocol::dist::submitter::{self as core, Action, PlanId, Prepared, RunId};
 use vkml_protocol::{Message, pb};
@@ -28,6 +27,10 @@ use crate::cluster::{Cluster, transport};
 use crate::graph::{Graph, ValueId};
 use crate::model::ValueDef;
 use crate::tensor::Tensor;
+
+/// How long an `Unload` may take to be acknowledged before it counts as lost and is sent
+/// again (a live peer answers in milliseconds).
+const UNLOAD_ACK: Duration = Duration::from_secs(5);
 
 /// A model submitted to this node, under the id its client uses.
 pub struct ClusterModel {
@@ -50,6 +53,15 @@ struct Entry {
     model: Arc<ClusterModel>,
     /// Inputs whose values the model's plans depend on: part of every run's key.
     value_inputs: BTreeSet<usize>,
+    /// Who loaded it (the client connection it is leased to), for `status`.
+    owner: String,
+}
+
+/// The client connection a model is leased to: its id, and how `status` names it.
+#[derive(Debug, Clone)]
+pub struct Owner {
+    pub id: u64,
+    pub name: String,
 }
 
 type Answer<T> = oneshot::Sender<Result<T, RunError>>;
@@ -116,7 +128,7 @@ impl Submitter {
     pub fn new(cluster: Cluster, link: Arc<Link>, participant: Arc<Participant>) -> Submitter {
         let me = cluster.name().to_string();
         let state = State {
-            core: core::Submitter::new(me.clone(), Config::default()),
+            core: core::Submitter::new(me.clone(), cluster.dist_config()),
             models: BTreeMap::new(),
             runs: BTreeMap::new(),
             submissions: BTreeMap::new(),
@@ -145,12 +157,14 @@ impl Submitter {
     }
 
     /// Loads a model file's bytes: plans it now when its input shapes are fixed (so a model
-    /// that does not fit fails here), otherwise at its first run.
+    /// that does not fit fails here), otherwise at its first run. A model with an `owner`
+    /// is unloaded once the owner is gone (`owner_gone`).
     pub async fn submit(
         self: &Arc<Self>,
         name: String,
         data: Bytes,
         progress: Progress,
+        owner: Option<Owner>,
     ) -> Result<(Arc<ClusterModel>, Option<pb::Placement>), DistError> {
         let graph = tokio::task::spawn_blocking(move || -> Result<Graph, DistError> {
             let model = crate::onnx::load_from_bytes(data, None)
@@ -168,13 +182,19 @@ impl Submitter {
         let types = static_types(&model.graph);
         let sent = Arc::new(Sent::default());
         let (answer, rx) = oneshot::channel();
-        let pending = self.call(|st, _| {
+        let pending = self.call(|st, now| {
             let entry = Entry {
                 model: model.clone(),
                 value_inputs: BTreeSet::new(),
+                owner: owner
+                    .as_ref()
+                    .map_or_else(|| "none".into(), |o| o.name.clone()),
             };
             st.models.insert(id, entry);
             st.core.add_model(id);
+            if let Some(o) = &owner {
+                st.core.lease(id, o.id)?;
+            }
             let Some(types) = types else {
                 return Ok(false);
             };
@@ -182,7 +202,7 @@ impl Submitter {
                 types,
                 values: Vec::new(),
             };
-            match st.core.prepare(id, key)? {
+            match st.core.prepare(id, key, now)? {
                 Prepared::Pending(plan) => {
                     let s = Submission {
                         answer,
@@ -250,19 +270,77 @@ impl Submitter {
         self.call(|st, _| st.core.output(model, run, index, t));
     }
 
-    /// A participant reports a run failed there (or this node's own abort comes back).
+    /// An output of one of our runs was given up before it was whole.
+    pub fn output_lost(
+        self: &Arc<Self>,
+        model: u64,
+        run: u64,
+        index: usize,
+        from: &str,
+        why: &str,
+    ) {
+        self.call(|st, now| st.core.output_lost(model, run, index, from, why, now));
+    }
+
+    /// A participant reports a run failed there (directly or through another participant),
+    /// or this node's own abort comes back.
     pub fn run_failed(self: &Arc<Self>, from: &str, r: &pb::RunFailed) {
-        self.call(|st, _| st.core.run_failed(from, r));
+        self.call(|st, now| st.core.run_failed(from, r, now));
     }
 
-    /// A member died or left.
-    pub fn member_down(self: &Arc<Self>, node: &str, state: &str) {
-        self.call(|st, now| st.core.member_down(node, state, now));
+    /// Life `generation` of a member died or left.
+    pub fn member_down(self: &Arc<Self>, node: &str, generation: u64, state: &str) {
+        self.call(|st, now| st.core.member_down(node, generation, state, now));
     }
 
-    /// A member is (again) alive: models may use it again.
-    pub fn member_up(self: &Arc<Self>, node: &str) {
-        self.call(|st, _| st.core.member_up(node));
+    /// Life `generation` of a member is (again) alive: models may use it again, and plans
+    /// made with an older life of it are retired.
+    pub fn member_up(self: &Arc<Self>, node: &str, generation: u64) {
+        self.call(|st, now| st.core.member_up(node, generation, now));
+    }
+
+    /// This node learned it had been declared dead: its shared plans are retired and their
+    /// runs retried.
+    pub fn rejoined(self: &Arc<Self>) {
+        self.call(|st, now| st.core.rejoined(now));
+    }
+
+    /// A client connection closed: the models leased to it are unloaded after the grace.
+    pub fn owner_gone(self: &Arc<Self>, owner: u64) {
+        self.call(|st, now| st.core.owner_gone(owner, now));
+    }
+
+    /// The node is stopping: every run fails with `why`.
+    pub fn shutdown(self: &Arc<Self>, why: &str) {
+        self.call(|st, _| st.core.shutdown(why));
+    }
+
+    /// The models submitted here, for `status`.
+    pub fn status(&self) -> Vec<pb::ModelStatus> {
+        let st = lock(&self.state);
+        let now = Instant::now();
+        st.models
+            .iter()
+            .map(|(&id, e)| {
+                let unload_in = st
+                    .core
+                    .lease_of(id)
+                    .and_then(|(_, at)| at)
+                    .map(|t| t.saturating_duration_since(now).as_millis().max(1) as u64);
+                pb::ModelStatus {
+                    model_id: id,
+                    name: e.model.name.clone(),
+                    owner: e.owner.clone(),
+                    reserved: st
+                        .core
+                        .reserved(id)
+                        .into_iter()
+                        .map(|(node, bytes)| pb::NodeBytes { node, bytes })
+                        .collect(),
+                    unload_in_ms: unload_in.unwrap_or(0),
+                }
+            })
+            .collect()
     }
 
     pub(super) fn handle_timeout(self: &Arc<Self>) {
@@ -294,7 +372,14 @@ impl Submitter {
                 avoid,
             } => {
                 let me = self.clone();
-                tokio::spawn(async move { me.plan(plan, model, key, avoid).await });
+                let planning = tokio::spawn(self.clone().plan(plan, model, key, avoid));
+                // A planning task that panicked must still answer, or its runs would wait.
+                tokio::spawn(async move {
+                    if let Err(e) = planning.await {
+                        let e = PlanError::Other(format!("planning failed: {e}"));
+                        me.call(|st, _| st.core.plan_failed(plan, e));
+                    }
+                });
             }
             Todo::Load {
                 load_id,
@@ -303,13 +388,46 @@ impl Submitter {
                 sent,
             } => {
                 let me = self.clone();
-                tokio::spawn(async move {
-                    let r = match part.map(|p| *p) {
-                        Some((f, w)) => me.load_on(&node, f, w, sent).await,
+                let to = node.clone();
+                let loading = tokio::spawn(async move {
+                    match part.map(|p| *p) {
+                        Some((f, w)) => me.load_on(&to, f, w, sent).await,
                         None => Err(DistError::Protocol("the fragment is gone".into())),
+                    }
+                });
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let r = match loading.await {
+                        Ok(r) => r.map_err(|e| e.to_string()),
+                        Err(e) => Err(format!("loading failed: {e}")),
                     };
-                    let r = r.map_err(|e| e.to_string());
                     me.call(|st, now| st.core.load_result(load_id, &node, r, now));
+                });
+            }
+            Todo::Send {
+                to,
+                message: Message::Unload(u),
+            } if to != self.me => {
+                // Acknowledged, and reported: an unload lost to a partition is sent again.
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let m = Message::Unload(u);
+                    let sent = tokio::time::timeout(UNLOAD_ACK, me.link.send_acked(&to, &m)).await;
+                    let Message::Unload(u) = m else { return };
+                    match sent {
+                        Ok(Ok(())) => me.call(|st, _| st.core.unload_delivered(&to, u.model_id)),
+                        Ok(Err(e)) => {
+                            tracing::debug!(
+                                "unload of {:016x} not delivered to {to}: {e}",
+                                u.model_id
+                            );
+                            me.call(|st, now| {
+                                st.core.unload_failed(&to, u.model_id, &u.reason, now)
+                            })
+                        }
+                        Err(_) => me
+                            .call(|st, now| st.core.unload_failed(&to, u.model_id, &u.reason, now)),
+                    }
                 });
             }
             Todo::Send { to, message } => self.link.post(&to, message),
@@ -325,7 +443,7 @@ impl Submitter {
                 {
                     let me = self.me.clone();
                     let why = e.to_string();
-                    self.call(|st, _| st.core.start_failed(load_id, run_id, &me, &why));
+                    self.call(|st, now| st.core.start_failed(load_id, run_id, &me, &why, now));
                 }
             }
             Todo::Start {
@@ -339,7 +457,7 @@ impl Submitter {
                     let r = me.link.start_remote(&node, load_id, run_id, inputs).await;
                     if let Err(e) = r {
                         let why = e.to_string();
-                        me.call(|st, _| st.core.start_failed(load_id, run_id, &node, &why));
+                        me.call(|st, now| st.core.start_failed(load_id, run_id, &node, &why, now));
                     }
                 });
             }
@@ -363,8 +481,8 @@ impl Submitter {
             &avoid,
         )
         .await;
-        self.call(|st, _| match made {
-            Ok(made) => st.planned(plan, made),
+        self.call(|st, now| match made {
+            Ok(made) => st.planned(plan, made, now),
             Err(Unplanned::NeedsValues(more)) => {
                 let e = match st.models.get_mut(&model.id) {
                     Some(e) => {
@@ -488,20 +606,25 @@ impl State {
                         let _ = answer.send(result);
                     }
                 }
+                Action::Removed { model, why } => {
+                    if let Some(e) = self.models.remove(&model) {
+                        tracing::info!("model {} ({model:016x}) {why}", e.model.name);
+                    }
+                }
             }
         }
         todo
     }
 
     /// A deployment the machine asked for was made: it loads, if the machine still wants it.
-    fn planned(&mut self, plan: PlanId, made: Made) {
+    fn planned(&mut self, plan: PlanId, made: Made, now: Instant) {
         let Made {
             plan: dp,
             parts,
             placement,
         } = made;
         let load_id = dp.load_id;
-        if !self.core.planned(plan, dp) {
+        if !self.core.planned(plan, dp, now) {
             return;
         }
         let total = parts.values().map(|(f, _)| f.weight_bytes).sum();

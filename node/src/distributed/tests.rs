@@ -170,11 +170,11 @@ fn a_split_plan_deploys_and_runs_through_the_submitter_machine() {
     let mut s: Submitter<u32, Tensor> = Submitter::new("a".into(), Config::default());
     let drain = |s: &mut Submitter<u32, Tensor>| std::iter::from_fn(|| s.poll_action()).collect();
     s.add_model(1);
-    let Ok(Prepared::Pending(plan)) = s.prepare(1, 0) else {
+    let Ok(Prepared::Pending(plan)) = s.prepare(1, 0, now) else {
         panic!("a fresh model has no plan")
     };
     let _: Vec<_> = drain(&mut s);
-    assert!(s.planned(plan, made.plan.clone()));
+    assert!(s.planned(plan, made.plan.clone(), now));
     let sends: Vec<_> = drain(&mut s);
     let want: Vec<_> = nodes
         .iter()

@@ -3,7 +3,7 @@
 
 use bytes::{Bytes, BytesMut};
 use quinn::{RecvStream, SendStream};
-use vkml_protocol::{Message, pb};
+use vkml_protocol::{MAX_TENSOR_PAYLOAD, Message, pb};
 
 use super::DistError;
 use crate::cluster::transport;
@@ -63,12 +63,34 @@ pub async fn write_tensor(
 
 /// The payload that follows a tensor header on `recv`.
 pub async fn read_payload(recv: &mut RecvStream, h: &pb::TensorHeader) -> Result<Bytes, DistError> {
-    let n = usize::try_from(h.payload_bytes)
-        .map_err(|_| DistError::Protocol("tensor payload too large for this machine".into()))?;
-    let mut buf = BytesMut::zeroed(n);
-    recv.read_exact(&mut buf)
-        .await
-        .map_err(|e| DistError::Peer(format!("tensor payload: {e}")))?;
+    read_announced(recv, h.payload_bytes, "tensor payload").await
+}
+
+/// Bytes a peer announced before sending them, capped at [`MAX_TENSOR_PAYLOAD`]. The buffer
+/// grows with the bytes that actually arrive, never from the announced length alone: a header
+/// claiming 200 GB costs nothing until 200 GB come.
+pub async fn read_announced(recv: &mut RecvStream, n: u64, what: &str) -> Result<Bytes, DistError> {
+    // What is allocated ahead of the bytes; past it the buffer at most doubles as bytes come.
+    const AHEAD: usize = 1 << 20;
+    if n > MAX_TENSOR_PAYLOAD {
+        return Err(DistError::Protocol(format!(
+            "a {what} of {n} bytes is over the {MAX_TENSOR_PAYLOAD}-byte limit"
+        )));
+    }
+    let n = usize::try_from(n).map_err(|_| {
+        DistError::Protocol(format!(
+            "a {what} of {n} bytes is too large for this machine"
+        ))
+    })?;
+    let mut buf = BytesMut::with_capacity(n.min(AHEAD));
+    while buf.len() < n {
+        let want = (n - buf.len()).min(buf.len().max(AHEAD));
+        let start = buf.len();
+        buf.resize(start + want, 0);
+        recv.read_exact(&mut buf[start..])
+            .await
+            .map_err(|e| DistError::Peer(format!("{what}: {e}")))?;
+    }
     Ok(buf.freeze())
 }
 

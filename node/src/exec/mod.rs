@@ -223,6 +223,20 @@ impl Executable {
         })
     }
 
+    /// The ops this node runs of the plan: (node name, op type).
+    pub fn local_ops(&self, local: &str) -> Vec<(String, String)> {
+        self.spec
+            .live
+            .iter()
+            .enumerate()
+            .filter(|&(p, _)| self.plan.placement[p].node == local)
+            .map(|(_, &i)| {
+                let n = self.spec.node(&self.graph, i);
+                (n.name.clone(), n.op_type.clone())
+            })
+            .collect()
+    }
+
     pub fn summary(&self) -> &PlanSummary {
         &self.summary
     }

@@ -223,13 +223,19 @@ impl RunState {
             held.extend(node.inputs.iter().map(|v| v.and_then(|v| self.value(v))));
             let args: Vec<Option<&Tensor>> = held.iter().map(Option::as_ref).collect();
             let start = profiling.then(Instant::now);
-            let outs = node
-                .op
-                .run_cpu(&args, &exe.cpu_out_types[p])
-                .map_err(|e| Error::Node {
+            // An op that panics fails the run naming it, like an op's error, instead of
+            // unwinding through the run (on a cluster node, a tokio worker's thread).
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                node.op
+                    .run_cpu(&args, &exe.cpu_out_types[p])
+                    .map_err(|e| e.to_string())
+            }));
+            let outs = ran
+                .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_text(&*panic))))
+                .map_err(|message| Error::Node {
                     node: node.name.clone(),
                     op_type: node.op_type.clone(),
-                    message: e.to_string(),
+                    message,
                 })?;
             if let Some(start) = start {
                 times.push((p, start.elapsed().as_nanos() as u64));
@@ -248,6 +254,15 @@ impl RunState {
         }
         Ok(())
     }
+}
+
+/// A panic's message, when it has one.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "without a message".into())
 }
 
 /// Writes the given imports (value, offset in the import buffer) of a GPU context, taking each

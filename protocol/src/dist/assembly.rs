@@ -376,9 +376,10 @@ impl<P> Assembler<P> {
         claim.piece
     }
 
-    /// Drops the partial tensors from `peer` (it went down). Unlike a stall, this does not
-    /// refuse the peer's late stripes: a peer that is really down sends none.
-    pub fn peer_down(&mut self, peer: &str, state: &str) {
+    /// Drops the partial tensors from `peer` (it went down). Their late stripes are refused,
+    /// as after a stall: a peer declared dead falsely may still send some, which would start
+    /// a tensor that can never complete.
+    pub fn peer_down(&mut self, peer: &str, state: &str, now: Instant) {
         let gone: Vec<TensorKey> = self
             .assemblies
             .keys()
@@ -387,6 +388,7 @@ impl<P> Assembler<P> {
             .collect();
         for key in gone {
             let a = self.assemblies.remove(&key).expect("listed above");
+            self.dropped.insert(key.clone(), now);
             self.actions.push_back(AssemblyAction::Dropped {
                 key,
                 why: format!("{peer} is {state}"),

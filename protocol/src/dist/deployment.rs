@@ -7,6 +7,9 @@
 //! did when it awaited its load tasks in that order.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use super::{died, returned};
 
 /// A plan as the driver made it (planning needs the graph and the planner, outside this
 /// crate), reduced to what the machines decide with.
@@ -20,6 +23,11 @@ pub struct DeploymentPlan<V> {
     /// Outputs known without running (constants, inputs passed through).
     pub fixed_outputs: Vec<(usize, FixedOutput<V>)>,
     pub n_outputs: usize,
+    /// The life (membership generation) of each node when the plan was made; absent or 0:
+    /// unknown, which any verdict on that node matches.
+    pub lives: BTreeMap<String, u64>,
+    /// Bytes the plan reserves on each node (for `status`).
+    pub reserves: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +62,8 @@ pub enum DeployOut {
 pub struct Deployment<V> {
     plan: DeploymentPlan<V>,
     state: LoadState,
+    /// When loading began.
+    since: Instant,
     /// Per node: None while its load is in flight.
     acks: BTreeMap<String, Option<Result<(), String>>>,
     /// Retired while loading: (the dead node, why), applied when the load settles, since an
@@ -63,7 +73,7 @@ pub struct Deployment<V> {
 
 impl<V> Deployment<V> {
     /// A deployment about to load: `SendFragment` for each node, in name order.
-    pub fn start(plan: DeploymentPlan<V>, out: &mut Vec<DeployOut>) -> Deployment<V> {
+    pub fn start(plan: DeploymentPlan<V>, now: Instant, out: &mut Vec<DeployOut>) -> Deployment<V> {
         let acks = plan.nodes.iter().map(|n| (n.clone(), None)).collect();
         out.extend(
             plan.nodes
@@ -73,6 +83,7 @@ impl<V> Deployment<V> {
         Deployment {
             plan,
             state: LoadState::Loading,
+            since: now,
             acks,
             retire_pending: None,
         }
@@ -86,8 +97,36 @@ impl<V> Deployment<V> {
         self.state
     }
 
-    pub fn uses(&self, node: &str) -> bool {
-        self.plan.nodes.contains(node)
+    /// Whether a verdict that life `generation` of `node` is down (0: any life) concerns
+    /// this deployment.
+    pub fn uses(&self, node: &str, generation: u64) -> bool {
+        self.plan.nodes.contains(node) && died(self.life(node), generation)
+    }
+
+    /// Whether life `generation` of `node` coming up makes this deployment stale: it was
+    /// made with an older life, whose part is gone.
+    pub fn stale(&self, node: &str, generation: u64) -> bool {
+        self.plan.nodes.contains(node) && returned(self.life(node), generation)
+    }
+
+    fn life(&self, node: &str) -> u64 {
+        self.plan.lives.get(node).copied().unwrap_or(0)
+    }
+
+    /// When loading began.
+    pub fn since(&self) -> Instant {
+        self.since
+    }
+
+    /// Loading took too long: the nodes that have not answered count as failed.
+    pub fn load_timed_out(&mut self, why: &str, out: &mut Vec<DeployOut>) -> Option<Settled> {
+        if self.state != LoadState::Loading {
+            return None;
+        }
+        for slot in self.acks.values_mut().filter(|a| a.is_none()) {
+            *slot = Some(Err(why.to_string()));
+        }
+        self.settle(out)
     }
 
     /// A node answered its load (`LoadAck`, or the driver's error for a stream that broke).

@@ -4,9 +4,26 @@
 //! A run's entry goes through three states. Values from other nodes may arrive before the
 //! submitter's `Run` (different streams from different nodes): they wait as `Early`. Once the
 //! run's executable can take values (`run_ready`), the entry is `Running` and values go
-//! straight to it. A run given up (by the submitter, an unload, a dead node) is `Aborted`
-//! and remembered for [`Config::early_ttl`](super::Config::early_ttl), so that values still
-//! on their way are dropped instead of starting an `Early` entry that nothing would consume.
+//! straight to it. A run given up (by the submitter, a peer's report, an unload, a dead
+//! node, its own failure) is `Aborted` and remembered for
+//! [`Config::early_ttl`](super::Config::early_ttl), also once its executable returned, so
+//! that values still on their way are dropped instead of starting an `Early` entry that
+//! nothing would consume.
+//!
+//! Every run here ends: its executable returns (done or failed), or it is aborted by the
+//! events of any peer: the submitter giving it up, another participant's report of a failure
+//! (a kernel error, a value or an output that could not be sent, a value whose stripes were
+//! given up), a verdict on a node of its plan, an unload, this node learning it had been
+//! declared dead, or, as a last resort, [`Config::run_deadline`](super::Config::run_deadline)
+//! after it started. A failure seen here is sent to the run's submitter and to every other
+//! node of its plan, and a node that hears of it from a peer other than the submitter passes
+//! it on to the submitter once: a submitter the reporter cannot reach (a one-sided partition,
+//! a false verdict) still learns of it through the others.
+//!
+//! Verdicts are about one life of a node (its membership generation). A fragment records the
+//! life of every node of its plan and of its submitter: a death ends the fragments made with
+//! that life or an older one, and a newer life coming up ends those made with an older one
+//! (that node lost its part when it restarted).
 //!
 //! The machine holds each fragment's payload `F` (the driver's executable) and each value `V`
 //! only while it waits; it never runs anything.
@@ -16,7 +33,7 @@ use std::time::Instant;
 
 use crate::{Message, pb};
 
-use super::{Config, after};
+use super::{Config, after, died, returned, secs};
 
 /// One local device as loading sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,14 +100,50 @@ pub struct RunTicket {
     pub model: u64,
     pub run: u64,
     pub submitter: String,
+    /// Every node of the plan: told when the run fails here.
+    pub nodes: BTreeSet<String>,
 }
 
 /// A loaded fragment's facts (the payload aside).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FragmentInfo {
     pub submitter: String,
     /// Every node of the plan: the death of any one ends this fragment.
     pub nodes: BTreeSet<String>,
+    /// The life (membership generation) of each node of the plan and of the submitter when
+    /// the plan was made. Absent or 0: unknown, which any verdict on that node matches.
+    pub lives: BTreeMap<String, u64>,
+}
+
+impl FragmentInfo {
+    fn involves(&self, node: &str) -> bool {
+        self.nodes.contains(node) || self.submitter == node
+    }
+
+    fn life(&self, node: &str) -> u64 {
+        self.lives.get(node).copied().unwrap_or(0)
+    }
+
+    /// Whether a verdict that life `generation` of `node` is down ends this fragment (0:
+    /// any life).
+    pub fn ended_by_death(&self, node: &str, generation: u64) -> bool {
+        self.involves(node) && died(self.life(node), generation)
+    }
+
+    /// Whether life `generation` of `node` coming up ends this fragment: it was planned with
+    /// an older life, whose part is gone.
+    pub fn ended_by_return(&self, node: &str, generation: u64) -> bool {
+        self.involves(node) && returned(self.life(node), generation)
+    }
+}
+
+/// What the driver shows of a loaded fragment (`status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FragmentStatus {
+    pub model: u64,
+    pub submitter: String,
+    /// Bytes reserved on this node's devices, all together.
+    pub reserved: u64,
 }
 
 struct Fragment<F> {
@@ -101,7 +154,9 @@ struct Fragment<F> {
 
 enum Entry<V> {
     Early(Vec<(u64, V)>, Instant),
-    Running,
+    /// Since when: the run is given up [`Config::run_deadline`] later, by which time its
+    /// submitter has failed it (its attempt started earlier).
+    Running(Instant),
     Aborted(Instant),
 }
 
@@ -199,6 +254,18 @@ impl<F, V> Participant<F, V> {
         self.fragments.keys().copied().collect()
     }
 
+    /// Every fragment held here with what it reserves, for `status`.
+    pub fn status(&self) -> Vec<FragmentStatus> {
+        self.fragments
+            .iter()
+            .map(|(&model, f)| FragmentStatus {
+                model,
+                submitter: f.info.submitter.clone(),
+                reserved: f.reserved.iter().map(|&(_, b)| b).sum(),
+            })
+            .collect()
+    }
+
     /// Bytes reserved per local device.
     pub fn reserved(&self) -> &[u64] {
         &self.reserved
@@ -224,6 +291,7 @@ impl<F, V> Participant<F, V> {
                 model,
                 run,
                 submitter: f.info.submitter.clone(),
+                nodes: f.info.nodes.clone(),
             }),
             None => {
                 if from != self.me {
@@ -231,7 +299,8 @@ impl<F, V> Participant<F, V> {
                         "{} does not hold model {model:016x} (it restarted?)",
                         self.me
                     );
-                    self.report(from, model, run, reason, self.me.clone(), true);
+                    let m = failure(model, run, reason, &self.me, Blame::Lost);
+                    self.send(from, m);
                 }
                 Err(ParticipantError::NoModel(model))
             }
@@ -240,9 +309,9 @@ impl<F, V> Participant<F, V> {
 
     /// The run's executable can take values now: the early ones are delivered. A run aborted
     /// in between stays aborted and is stopped at once.
-    pub fn run_ready(&mut self, t: &RunTicket) {
+    pub fn run_ready(&mut self, t: &RunTicket, now: Instant) {
         let key = (t.model, t.run);
-        match self.runs.insert(key, Entry::Running) {
+        match self.runs.insert(key, Entry::Running(now)) {
             Some(Entry::Early(values, _)) => {
                 for (value, data) in values {
                     self.actions.push_back(ParticipantAction::Deliver {
@@ -261,18 +330,28 @@ impl<F, V> Participant<F, V> {
                     reason: "the run was abandoned".into(),
                 });
             }
-            Some(Entry::Running) | None => {}
+            Some(Entry::Running(_)) | None => {}
         }
     }
 
-    /// The run's executable returned. Its entry goes; an error is reported to the submitter,
-    /// unless the run had been aborted here (the submitter knows already).
-    pub fn run_finished(&mut self, t: &RunTicket, result: Result<(), String>) {
-        let aborted = matches!(self.runs.remove(&(t.model, t.run)), Some(Entry::Aborted(_)));
-        if let Err(reason) = result
-            && !aborted
-        {
-            self.report(&t.submitter, t.model, t.run, reason, self.me.clone(), false);
+    /// The run's executable returned. A run that completed is forgotten; one that failed
+    /// here is reported to its submitter and to the other nodes of its plan, unless it had
+    /// been aborted here (its end was known already). A failed or aborted run is
+    /// remembered as aborted, so its stragglers are dropped.
+    pub fn run_finished(&mut self, t: &RunTicket, result: Result<(), String>, now: Instant) {
+        let key = (t.model, t.run);
+        let aborted = matches!(self.runs.get(&key), Some(Entry::Aborted(_)));
+        match result {
+            Ok(()) if !aborted => {
+                self.runs.remove(&key);
+            }
+            Ok(()) => {}
+            Err(reason) if !aborted => {
+                let m = failure(t.model, t.run, reason, &self.me, Blame::Error);
+                self.runs.insert(key, Entry::Aborted(now));
+                self.tell(t, &m);
+            }
+            Err(_) => {}
         }
     }
 
@@ -291,7 +370,7 @@ impl<F, V> Participant<F, V> {
                 Arrival::Early
             }
             Entry::Aborted(_) => Arrival::Aborted,
-            Entry::Running => {
+            Entry::Running(_) => {
                 self.actions.push_back(ParticipantAction::Deliver {
                     model,
                     run,
@@ -303,15 +382,23 @@ impl<F, V> Participant<F, V> {
         }
     }
 
-    /// The submitter gave the run up (another node failed): stop waiting. Remembered even for
-    /// a model not loaded here, so its stragglers are dropped.
-    pub fn abort(&mut self, model: u64, run: u64, reason: &str, now: Instant) {
-        if let Some(Entry::Running) = self.runs.insert((model, run), Entry::Aborted(now)) {
-            self.actions.push_back(ParticipantAction::AbortRun {
-                model,
-                run,
-                reason: format!("run abandoned: {reason}"),
-            });
+    /// A `RunFailed` from `from`: the submitter giving the run up, or another participant's
+    /// report. The run stops waiting here; a report from a peer other than the submitter is
+    /// passed on to the submitter the first time this node hears of the run's end (the
+    /// reporter may not reach it). Remembered even for a model not loaded here, so its
+    /// stragglers are dropped.
+    pub fn run_failed(&mut self, from: &str, r: &pb::RunFailed, now: Instant) {
+        let first = self.abort(r.model_id, r.run_id, &r.reason, now);
+        let Some(f) = self.fragments.get(&r.model_id) else {
+            return;
+        };
+        let submitter = f.info.submitter.clone();
+        if first && from != submitter && submitter != self.me {
+            let mut m = r.clone();
+            if m.culprit.is_empty() {
+                m.culprit = from.to_string();
+            }
+            self.send(&submitter, m);
         }
     }
 
@@ -323,58 +410,161 @@ impl<F, V> Participant<F, V> {
         }
     }
 
-    /// A member died or left: every fragment whose plan involves it, or whose submitter it
-    /// is, is over (its submitter re-plans without it), and its runs end now.
-    pub fn member_down(&mut self, node: &str, now: Instant) {
-        let doomed: Vec<u64> = self
-            .fragments
-            .iter()
-            .filter(|(_, f)| f.info.nodes.contains(node) || f.info.submitter == node)
-            .map(|(&m, _)| m)
-            .collect();
-        for m in doomed {
-            let f = self.fragments.remove(&m).expect("listed above");
-            self.drop_fragment(m, f, format!("node {node} is gone"));
-            self.abort_runs(m, &format!("node {node} failed"), now);
+    /// Life `generation` of a member died or left (0: whichever life): every fragment made
+    /// with that life or an older one, as a node of its plan or as its submitter, is over
+    /// (its submitter re-plans without it), and its runs end now.
+    pub fn member_down(&mut self, node: &str, generation: u64, now: Instant) {
+        self.end_fragments(
+            |i| i.ended_by_death(node, generation),
+            &format!("node {node} is gone"),
+            &format!("node {node} failed"),
+            now,
+        );
+    }
+
+    /// Life `generation` of a member is up: fragments made with an older life of it are over
+    /// (it restarted, or renewed after being declared dead, and holds no part of them).
+    pub fn member_up(&mut self, node: &str, generation: u64, now: Instant) {
+        self.end_fragments(
+            |i| i.ended_by_return(node, generation),
+            &format!("node {node} restarted"),
+            &format!("node {node} restarted"),
+            now,
+        );
+    }
+
+    /// This node learned it had been declared dead (and rejoined under a new life): every
+    /// other node has dropped its part of the plans made with it, and every submitter
+    /// retired them, so the fragments it holds of plans that involve another node are
+    /// dropped with their reservations and runs. Plans of this node alone stay.
+    pub fn rejoined(&mut self, now: Instant) {
+        let me = self.me.clone();
+        self.end_fragments(
+            |i| i.submitter != me || i.nodes.iter().any(|n| *n != me),
+            "this node was declared dead: the other nodes retired its plans",
+            "this node was declared dead",
+            now,
+        );
+    }
+
+    /// The node is stopping: every run in flight is aborted, so none waits on a value that
+    /// will never come.
+    pub fn abort_all(&mut self, why: &str, now: Instant) {
+        let running: Vec<(u64, u64)> = self.runs.keys().copied().collect();
+        for (model, run) in running {
+            self.abort(model, run, why, now);
         }
     }
 
-    /// A value of run `run` could not be sent to `to`: the submitter is told, naming `to`
-    /// (it may retry without it).
+    /// A value of run `t` could not be sent to `to` (`what` says which: "output 0", "value
+    /// 12"): the run fails everywhere, naming the node that could not be reached: `to`, or
+    /// this node when `to` is the run's submitter (it cannot reach this node's results).
+    /// Nothing is reported for a run that had ended here otherwise (aborted: its end is
+    /// known).
     pub fn value_send_failed(
         &mut self,
-        submitter: &str,
-        model: u64,
-        run: u64,
+        t: &RunTicket,
         to: &str,
+        what: &str,
         why: &str,
+        now: Instant,
     ) {
-        let reason = format!("cannot send a value to {to}: {why}");
-        self.report(submitter, model, run, reason, to.to_string(), false);
+        let key = (t.model, t.run);
+        if matches!(self.runs.get(&key), Some(Entry::Aborted(_))) {
+            return;
+        }
+        let culprit = if to == t.submitter { &self.me } else { to };
+        let reason = format!("cannot send {what} to {to}: {why}");
+        let m = failure(t.model, t.run, reason, culprit, Blame::Unreachable);
+        if let Some(Entry::Running(_)) = self.runs.insert(key, Entry::Aborted(now)) {
+            self.actions.push_back(ParticipantAction::AbortRun {
+                model: t.model,
+                run: t.run,
+                reason: m.reason.clone(),
+            });
+        }
+        self.tell(t, &m);
     }
 
-    /// When the next early or aborted entry expires.
+    /// A value `from` was sending for run `run` of `model` will never arrive (its partial
+    /// tensor was given up: a stripe broke, or it stalled): the run fails everywhere,
+    /// naming `from` (this node when `from` is the submitter). Ignored for a model not held
+    /// here, and for a run that ended here already.
+    pub fn value_lost(&mut self, model: u64, run: u64, from: &str, why: &str, now: Instant) {
+        let Some(f) = self.fragments.get(&model) else {
+            return;
+        };
+        let t = RunTicket {
+            model,
+            run,
+            submitter: f.info.submitter.clone(),
+            nodes: f.info.nodes.clone(),
+        };
+        if !self.abort(model, run, why, now) {
+            return;
+        }
+        let reason = format!("a value from {from} was lost: {why}");
+        // As for a send: the submitter does not blame itself for its link to this node.
+        let culprit = if from == t.submitter { &self.me } else { from };
+        let m = failure(model, run, reason, culprit, Blame::Unreachable);
+        self.tell(&t, &m);
+    }
+
+    /// When the next early or aborted entry expires, or the next run passes its deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.runs
             .values()
             .filter_map(|e| match e {
                 Entry::Early(_, t) | Entry::Aborted(t) => after(*t, self.config.early_ttl),
-                Entry::Running => None,
+                Entry::Running(t) => after(*t, self.config.run_deadline),
             })
             .min()
     }
 
-    /// Forgets values that waited too long for their run, and old aborts.
+    /// Forgets values that waited too long for their run, and old aborts; gives up runs past
+    /// their deadline.
     pub fn handle_timeout(&mut self, now: Instant) {
         let ttl = self.config.early_ttl;
+        let deadline = self.config.run_deadline;
+        let late: Vec<(u64, u64)> = self
+            .runs
+            .iter()
+            .filter(|(_, e)| {
+                matches!(e, Entry::Running(t) if now.saturating_duration_since(*t) >= deadline)
+            })
+            .map(|(&k, _)| k)
+            .collect();
+        let why = format!("no result within {}", secs(deadline));
+        for (model, run) in late {
+            self.abort(model, run, &why, now);
+        }
         self.runs.retain(|_, e| match e {
             Entry::Early(_, t) | Entry::Aborted(t) => now.saturating_duration_since(*t) < ttl,
-            Entry::Running => true,
+            Entry::Running(_) => true,
         });
     }
 
     pub fn poll_action(&mut self) -> Option<ParticipantAction<V>> {
         self.actions.pop_front()
+    }
+
+    /// Marks the run aborted (stopping it if it runs); whether it was not already.
+    fn abort(&mut self, model: u64, run: u64, reason: &str, now: Instant) -> bool {
+        match self.runs.insert((model, run), Entry::Aborted(now)) {
+            Some(Entry::Running(_)) => {
+                self.actions.push_back(ParticipantAction::AbortRun {
+                    model,
+                    run,
+                    reason: format!("run abandoned: {reason}"),
+                });
+                true
+            }
+            Some(Entry::Aborted(at)) => {
+                self.runs.insert((model, run), Entry::Aborted(at));
+                false
+            }
+            Some(Entry::Early(..)) | None => true,
+        }
     }
 
     fn release(&mut self, charges: &[(usize, u64)]) {
@@ -394,9 +584,30 @@ impl<F, V> Participant<F, V> {
         });
     }
 
+    /// Drops the fragments `doomed` picks (`why`) and ends their runs (`runs_why`).
+    fn end_fragments(
+        &mut self,
+        doomed: impl Fn(&FragmentInfo) -> bool,
+        why: &str,
+        runs_why: &str,
+        now: Instant,
+    ) {
+        let gone: Vec<u64> = self
+            .fragments
+            .iter()
+            .filter(|(_, f)| doomed(&f.info))
+            .map(|(&m, _)| m)
+            .collect();
+        for m in gone {
+            let f = self.fragments.remove(&m).expect("listed above");
+            self.drop_fragment(m, f, why.to_string());
+            self.abort_runs(m, runs_why, now);
+        }
+    }
+
     fn abort_runs(&mut self, model: u64, why: &str, now: Instant) {
         for (&(m, run), e) in self.runs.range_mut((model, 0)..=(model, u64::MAX)) {
-            if let Entry::Running = e {
+            if let Entry::Running(_) = e {
                 self.actions.push_back(ParticipantAction::AbortRun {
                     model: m,
                     run,
@@ -407,25 +618,47 @@ impl<F, V> Participant<F, V> {
         }
     }
 
-    fn report(
-        &mut self,
-        to: &str,
-        model: u64,
-        run: u64,
-        reason: String,
-        culprit: String,
-        lost: bool,
-    ) {
-        let message = Message::RunFailed(pb::RunFailed {
-            model_id: model,
-            run_id: run,
-            reason,
-            culprit,
-            model_lost: lost,
-        });
+    /// A failure of run `t` seen here: to its submitter, and to every other node of its plan
+    /// (each passes it on to the submitter if this node cannot reach it).
+    fn tell(&mut self, t: &RunTicket, m: &pb::RunFailed) {
+        self.send(&t.submitter, m.clone());
+        let others: Vec<String> = t
+            .nodes
+            .iter()
+            .filter(|n| **n != self.me && **n != t.submitter && **n != m.culprit)
+            .cloned()
+            .collect();
+        for n in others {
+            self.send(&n, m.clone());
+        }
+    }
+
+    fn send(&mut self, to: &str, m: pb::RunFailed) {
         self.actions.push_back(ParticipantAction::Send {
             to: to.to_string(),
-            message,
+            message: Message::RunFailed(m),
         });
+    }
+}
+
+/// How a failure is attributed to its culprit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blame {
+    /// Its own work failed: final.
+    Error,
+    /// It could not be reached: the run may be retried without it.
+    Unreachable,
+    /// It does not hold the model (it restarted): load it again.
+    Lost,
+}
+
+fn failure(model: u64, run: u64, reason: String, culprit: &str, blame: Blame) -> pb::RunFailed {
+    pb::RunFailed {
+        model_id: model,
+        run_id: run,
+        reason,
+        culprit: culprit.to_string(),
+        model_lost: blame == Blame::Lost,
+        unreachable: blame == Blame::Unreachable,
     }
 }

@@ -4,17 +4,19 @@
 //!
 //! An attempt sends each node of the plan the graph inputs it reads, fills the outputs known
 //! without running, and completes when every other output has arrived (by index; a second
-//! copy of one is ignored). Its failure is attributed as the node's submitter always did:
-//! a report naming a culprit other than its sender is that node's failure (the sender could
-//! not reach it), a report saying the model is gone means "load it again", anything else is
-//! a plain failure, which is final.
+//! copy of one is ignored). Its failure is attributed from the report's own words: a node
+//! that could not be reached (`unreachable`) may be left out of a retry, a node that lost its
+//! part (`model_lost`: it restarted) means "load it again", and a node whose own work failed
+//! is a plain failure, which is final. The report names the culprit whoever sends it: a
+//! participant's report may reach the submitter through another participant.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use crate::pb;
 
 use super::deployment::{DeploymentPlan, FixedOutput};
+use super::{died, returned};
 
 /// Why an attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,15 +26,18 @@ pub enum Failure {
         node: String,
         reason: String,
     },
-    /// A node of the plan no longer holds its part (it restarted): load the model again.
+    /// A node of the plan no longer holds its part (it restarted, or renewed after being
+    /// declared dead): load the model again, with it.
     Lost {
         node: String,
+        reason: String,
     },
     Other(String),
 }
 
 impl Failure {
-    /// A participant's `RunFailed`, as the submitter reads it.
+    /// A `RunFailed` from `from` (the culprit itself, or a peer passing its report on), as
+    /// the submitter reads it.
     pub fn attribute(from: &str, r: &pb::RunFailed) -> Failure {
         let culprit = if r.culprit.is_empty() {
             from
@@ -41,9 +46,10 @@ impl Failure {
         };
         if r.model_lost {
             Failure::Lost {
-                node: from.to_string(),
+                node: culprit.to_string(),
+                reason: "it restarted and lost the model".into(),
             }
-        } else if culprit != from {
+        } else if r.unreachable {
             Failure::Node {
                 node: culprit.to_string(),
                 reason: r.reason.clone(),
@@ -65,7 +71,7 @@ impl Failure {
     pub fn why(&self) -> String {
         match self {
             Failure::Node { node, reason } => format!("node {node}: {reason}"),
-            Failure::Lost { node } => format!("node {node} lost the model"),
+            Failure::Lost { node, reason } => format!("node {node}: {reason}"),
             Failure::Other(r) => r.clone(),
         }
     }
@@ -123,9 +129,32 @@ pub(super) struct Attempt<V> {
     pub load_id: u64,
     pub run_id: u64,
     pub nodes: BTreeSet<String>,
+    /// The life of each node when the plan was made.
+    pub lives: BTreeMap<String, u64>,
     outputs: Vec<Option<V>>,
     missing: usize,
     pub deadline: Option<Instant>,
+}
+
+impl<V> Attempt<V> {
+    /// Whether output `index` is still awaited.
+    pub fn missing(&self, index: usize) -> bool {
+        matches!(self.outputs.get(index), Some(None))
+    }
+
+    /// Whether a verdict that life `generation` of `node` is down concerns this attempt.
+    pub fn ended_by_death(&self, node: &str, generation: u64) -> bool {
+        self.nodes.contains(node) && died(life(&self.lives, node), generation)
+    }
+
+    /// Whether life `generation` of `node` coming up means its part of this attempt is gone.
+    pub fn ended_by_return(&self, node: &str, generation: u64) -> bool {
+        self.nodes.contains(node) && returned(life(&self.lives, node), generation)
+    }
+}
+
+fn life(lives: &BTreeMap<String, u64>, node: &str) -> u64 {
+    lives.get(node).copied().unwrap_or(0)
 }
 
 /// How an attempt began.
@@ -151,8 +180,8 @@ pub(super) struct Verdict {
     pub aborts: Vec<(String, pb::RunFailed)>,
     /// Left out of the model's plans until it comes back.
     pub avoid: Option<String>,
-    /// The plan is forgotten and unloaded from its nodes but the dead one: (dead, why).
-    pub retire: Option<(Option<String>, String)>,
+    /// The plan is forgotten and unloaded from all its nodes, saying why.
+    pub retire: Option<String>,
     pub next: Next,
 }
 
@@ -220,6 +249,7 @@ impl<V: Clone> Run<V> {
             load_id: plan.load_id,
             run_id,
             nodes: plan.nodes.clone(),
+            lives: plan.lives.clone(),
             outputs,
             missing,
             deadline,
@@ -257,13 +287,16 @@ impl<V: Clone> Run<V> {
                     reason: why.clone(),
                     culprit: String::new(),
                     model_lost: false,
+                    unreachable: false,
                 };
                 (n.clone(), m)
             })
             .collect();
         let (avoid, retire, next) = match f {
             Failure::Node { node, reason } => {
-                let retire = (Some(node.clone()), format!("node {node} failed: {reason}"));
+                // Unloaded from the culprit too: it may only have been unreachable for a
+                // while. (A node seen dead had its plans retired by the verdict already.)
+                let retire = format!("node {node} failed: {reason}");
                 let next = match &self.retried {
                     Some((first, first_reason)) => Next::Done(RunError::NodeFailed {
                         node: node.clone(),
@@ -278,17 +311,17 @@ impl<V: Clone> Run<V> {
                 };
                 (Some(node), Some(retire), next)
             }
-            Failure::Lost { node } => {
-                let retire = (None, format!("node {node} lost its part"));
+            Failure::Lost { node, reason } => {
+                let retire = format!("node {node} lost its part");
                 let next = match &self.retried {
-                    Some((first, reason)) => Next::Done(RunError::NodeFailed {
+                    Some((first, first_reason)) => Next::Done(RunError::NodeFailed {
                         node,
                         reason: format!(
-                            "it lost the model, on the retry after {first} failed: {reason}"
+                            "{reason}, on the retry after {first} failed: {first_reason}"
                         ),
                     }),
                     None => {
-                        self.retried = Some((node, "it restarted and lost the model".into()));
+                        self.retried = Some((node, reason));
                         Next::Retry
                     }
                 };

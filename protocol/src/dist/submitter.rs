@@ -8,6 +8,17 @@
 //! deploy twice. Everything else is decided here: which nodes get which message, when a run
 //! is complete, failed, or retried, and which plans are unloaded.
 //!
+//! Every run ends: with its outputs, with a failure (a participant's report, reaching here
+//! directly or through another participant; an output given up; a verdict on a node of its
+//! plan; a newer life of such a node; this node learning it had been declared dead; its
+//! model unloaded), retried once, or at the deadline. A loading plan has a deadline too.
+//!
+//! A model may be leased to an owner (the client connection that loaded it): once the
+//! owner is gone, the model is unloaded after [`Config::lease_grace`]. Unloads a node could
+//! not be sent because it was down are sent again if it comes back (falsely declared dead,
+//! it kept its parts), and an unload the driver could not deliver to a live node is sent
+//! again (`unload_failed`, [`super::unloads`]).
+//!
 //! `K` is the driver's deployment key, `V` its value (a tensor: cloned per node that reads
 //! it, so it should be cheap to clone).
 
@@ -17,7 +28,8 @@ use std::time::Instant;
 use crate::{Message, pb};
 
 use super::deployment::{DeployOut, Deployment, DeploymentPlan, LoadState, Settled};
-use super::run::{Begun, Failure, Next, PlanError, Run, RunError, RunOutput, Verdict};
+use super::run::{Attempt, Begun, Failure, Next, PlanError, Run, RunError, RunOutput, Verdict};
+use super::unloads::Resends;
 use super::{Config, after, secs};
 
 /// A client's run, as the submitter knows it (not the run id on the wire: each attempt has
@@ -77,6 +89,8 @@ pub enum Action<K, V> {
         run: RunId,
         result: Result<RunOutput<V>, RunError>,
     },
+    /// The machine removed a model on its own (its owner went away): the driver forgets it.
+    Removed { model: u64, why: String },
 }
 
 /// What `prepare` found.
@@ -90,10 +104,27 @@ pub enum Prepared {
 struct Model<K> {
     /// Live deployments by key, most recent first.
     cache: Vec<(K, u64)>,
-    /// Nodes that failed while this model used them: left out of its plans until they come
-    /// back (membership may not have declared them dead yet).
-    avoid: BTreeSet<String>,
+    /// Nodes that failed while this model used them, and when: left out of its plans until
+    /// they come back, or for [`Config::avoid_for`] (membership may not have declared them
+    /// dead yet, or they were only unreachable for a while).
+    avoid: BTreeMap<String, Instant>,
+    /// The owner the model is leased to, and when it is unloaded once the owner is gone.
+    owner: Option<u64>,
+    unload_at: Option<Instant>,
 }
+
+impl<K> Model<K> {
+    fn avoid(&self, now: Instant, avoid_for: std::time::Duration) -> BTreeSet<String> {
+        self.avoid
+            .iter()
+            .filter(|&(_, &t)| now.saturating_duration_since(t) < avoid_for)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+}
+
+/// Unloads kept for a node that was down when its plan was retired, at most this many.
+const MAX_OWED: usize = 256;
 
 /// A deployment being planned (no load id yet) or loaded, and the runs waiting for it.
 struct Slot<K> {
@@ -116,6 +147,10 @@ pub struct Submitter<K, V> {
     next_wire_run: u64,
     next_run: u64,
     next_plan: u64,
+    /// Unloads not sent to a node because it was down: sent if it comes back.
+    owed: BTreeMap<String, VecDeque<(u64, String)>>,
+    /// Unloads a live node did not acknowledge, to be sent again.
+    resends: Resends,
     actions: VecDeque<Action<K, V>>,
 }
 
@@ -132,6 +167,8 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             next_wire_run: 1,
             next_run: 1,
             next_plan: 1,
+            owed: BTreeMap::new(),
+            resends: Resends::default(),
             actions: VecDeque::new(),
         }
     }
@@ -139,20 +176,79 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
     pub fn add_model(&mut self, model: u64) {
         self.models.entry(model).or_insert_with(|| Model {
             cache: Vec::new(),
-            avoid: BTreeSet::new(),
+            avoid: BTreeMap::new(),
+            owner: None,
+            unload_at: None,
         });
+    }
+
+    /// Leases a model to `owner`: it is unloaded once the owner is gone (`owner_gone`).
+    pub fn lease(&mut self, model: u64, owner: u64) -> Result<(), RunError> {
+        let m = self
+            .models
+            .get_mut(&model)
+            .ok_or(RunError::NoModel(model))?;
+        m.owner = Some(owner);
+        Ok(())
+    }
+
+    /// The owner's connection is gone: its models are unloaded after the grace period.
+    pub fn owner_gone(&mut self, owner: u64, now: Instant) {
+        let at = after(now, self.config.lease_grace);
+        for m in self.models.values_mut().filter(|m| m.owner == Some(owner)) {
+            if m.unload_at.is_none() {
+                m.unload_at = at.or(Some(now));
+            }
+        }
+    }
+
+    /// A model's owner, and when it will be unloaded if its owner is gone.
+    pub fn lease_of(&self, model: u64) -> Option<(Option<u64>, Option<Instant>)> {
+        self.models.get(&model).map(|m| (m.owner, m.unload_at))
+    }
+
+    /// Bytes a model's cached plans reserve, per node (for `status`).
+    pub fn reserved(&self, model: u64) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        let Some(m) = self.models.get(&model) else {
+            return out;
+        };
+        for (_, load_id) in &m.cache {
+            if let Some(d) = self.deployments.get(load_id) {
+                for (node, &b) in &d.plan().reserves {
+                    *out.entry(node.clone()).or_insert(0) += b;
+                }
+            }
+        }
+        out
     }
 
     pub fn has_model(&self, model: u64) -> bool {
         self.models.contains_key(&model)
     }
 
-    /// The client unloads a model: its cached deployments are retired everywhere. Runs
-    /// waiting for a deployment fail; runs in flight go on with theirs.
+    /// The client unloads a model: its deployments are retired everywhere, and its runs, in
+    /// flight or waiting for a deployment, fail (their parts are being unloaded).
     pub fn remove_model(&mut self, model: u64) -> Result<(), RunError> {
+        self.drop_model(model, "unloaded by its client")
+    }
+
+    fn drop_model(&mut self, model: u64, why: &str) -> Result<(), RunError> {
         let m = self.models.remove(&model).ok_or(RunError::NoModel(model))?;
+        let in_flight: Vec<(u64, u64)> = self
+            .attempts
+            .iter()
+            .filter(|&(_, run)| self.runs.get(run).is_some_and(|r| r.model == model))
+            .map(|(&k, _)| k)
+            .collect();
+        for (load_id, run_id) in in_flight {
+            if let Some(run) = self.attempts.remove(&(load_id, run_id)) {
+                self.abort_attempt(run, &format!("the model was {why}"));
+                self.finish(run, Err(RunError::NoModel(model)));
+            }
+        }
         for (_, load_id) in m.cache {
-            self.retire(load_id, None, "unloaded by its client");
+            self.retire(load_id, None, why);
         }
         let waiting: Vec<RunId> = self
             .slots
@@ -170,19 +266,29 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             .filter_map(|s| s.load_id)
             .collect();
         for load_id in loading {
-            self.retire(load_id, None, "unloaded by its client");
+            self.retire(load_id, None, why);
+        }
+        // Plans used only by the runs failed above.
+        let orphans: Vec<u64> = self
+            .deployments
+            .iter()
+            .filter(|(_, d)| d.state() == LoadState::Live)
+            .map(|(&l, _)| l)
+            .collect();
+        for load_id in orphans {
+            self.collect(load_id);
         }
         Ok(())
     }
 
     /// Makes sure a deployment exists for `key` (a submission whose input types are fixed
     /// plans at once, so a model that does not fit fails then).
-    pub fn prepare(&mut self, model: u64, key: K) -> Result<Prepared, RunError> {
+    pub fn prepare(&mut self, model: u64, key: K, now: Instant) -> Result<Prepared, RunError> {
         let m = self.models.get(&model).ok_or(RunError::NoModel(model))?;
         if let Some(&(_, load_id)) = m.cache.iter().find(|(k, _)| *k == key) {
             return Ok(Prepared::Live(load_id));
         }
-        Ok(Prepared::Pending(self.slot_for(model, key)))
+        Ok(Prepared::Pending(self.slot_for(model, key, now)))
     }
 
     /// A client's run of `model` on `inputs`; it ends with `Action::RunDone`.
@@ -219,7 +325,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             self.begin(run, load_id, now);
             return;
         }
-        let plan = self.slot_for(model, key);
+        let plan = self.slot_for(model, key, now);
         if let Some(s) = self.slots.get_mut(&plan) {
             s.waiters.push(run);
         }
@@ -228,7 +334,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
     /// The driver planned: the deployment starts loading. Returns whether it did: false when
     /// the plan is no longer wanted (answered before, or its slot failed), or was refused
     /// (`DeployFailed`), so the driver can drop what it made for it at once.
-    pub fn planned(&mut self, plan: PlanId, dp: DeploymentPlan<V>) -> bool {
+    pub fn planned(&mut self, plan: PlanId, dp: DeploymentPlan<V>, now: Instant) -> bool {
         let Some(slot) = self.slots.get(&plan) else {
             return false;
         };
@@ -253,7 +359,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         }
         let load_id = dp.load_id;
         let mut out = Vec::new();
-        let d = Deployment::start(dp, &mut out);
+        let d = Deployment::start(dp, now, &mut out);
         self.deployments.insert(load_id, d);
         if let Some(s) = self.slots.get_mut(&plan) {
             s.load_id = Some(load_id);
@@ -325,15 +431,51 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         }
     }
 
-    /// A `RunFailed` from `from` (a participant's report, or this node's own abort coming
-    /// back: it matches no attempt any more and changes nothing).
-    pub fn run_failed(&mut self, from: &str, r: &pb::RunFailed) {
-        self.fail(r.model_id, r.run_id, Failure::attribute(from, r));
+    /// A `RunFailed` from `from` (a participant's report, passed on by another participant
+    /// or not, or this node's own abort coming back: it matches no attempt any more and
+    /// changes nothing).
+    pub fn run_failed(&mut self, from: &str, r: &pb::RunFailed, now: Instant) {
+        self.fail(r.model_id, r.run_id, Failure::attribute(from, r), now);
+    }
+
+    /// Output `index` of an attempt will never arrive from `from` (its partial tensor was
+    /// given up): the attempt fails naming `from`, unless that output is in already.
+    pub fn output_lost(
+        &mut self,
+        load_id: u64,
+        run_id: u64,
+        index: usize,
+        from: &str,
+        why: &str,
+        now: Instant,
+    ) {
+        let Some(run) = self.attempts.get(&(load_id, run_id)) else {
+            return;
+        };
+        let missing = self
+            .runs
+            .get(run)
+            .and_then(|r| r.attempt.as_ref())
+            .is_some_and(|a| a.missing(index));
+        if missing {
+            let f = Failure::Node {
+                node: from.to_string(),
+                reason: format!("output {index} from it was lost: {why}"),
+            };
+            self.fail(load_id, run_id, f, now);
+        }
     }
 
     /// An attempt could not be started on `node`: a remote node is the culprit (the run may
     /// be retried without it); this node's own refusal is a plain failure.
-    pub fn start_failed(&mut self, load_id: u64, run_id: u64, node: &str, reason: &str) {
+    pub fn start_failed(
+        &mut self,
+        load_id: u64,
+        run_id: u64,
+        node: &str,
+        reason: &str,
+        now: Instant,
+    ) {
         let f = if node == self.me {
             Failure::Other(reason.to_string())
         } else {
@@ -342,16 +484,20 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
                 reason: format!("cannot start the run there: {reason}"),
             }
         };
-        self.fail(load_id, run_id, f);
+        self.fail(load_id, run_id, f, now);
     }
 
-    /// A member died or left: the deployments that use it are retired (a loading one fails),
-    /// then the attempts in flight on it fail, naming it.
-    pub fn member_down(&mut self, node: &str, state: &str, now: Instant) {
+    /// Life `generation` of a member died or left (0: whichever life): the deployments made
+    /// with that life or an older one are retired (a loading one fails), then the attempts
+    /// in flight on it fail, naming it.
+    pub fn member_down(&mut self, node: &str, generation: u64, state: &str, now: Instant) {
+        for (load_id, reason) in self.resends.take_node(node) {
+            self.owe(node, load_id, reason);
+        }
         let using: Vec<u64> = self
             .deployments
             .iter()
-            .filter(|(_, d)| d.uses(node))
+            .filter(|(_, d)| d.uses(node, generation))
             .map(|(&l, _)| l)
             .collect();
         for load_id in using {
@@ -367,43 +513,104 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
                 self.retire(load_id, Some(node), &format!("node {node} is {state}"));
             }
         }
-        let doomed: Vec<(u64, u64)> = self
-            .attempts
-            .iter()
-            .filter(|(_, run)| {
-                self.runs
-                    .get(run)
-                    .and_then(|r| r.attempt.as_ref())
-                    .is_some_and(|a| a.nodes.contains(node))
-            })
-            .map(|(&k, _)| k)
-            .collect();
+        let doomed = self.attempts_where(|a| a.ended_by_death(node, generation));
         for (load_id, run_id) in doomed {
             let f = Failure::Node {
                 node: node.to_string(),
                 reason: format!("the node is {state}"),
             };
-            self.fail(load_id, run_id, f);
+            self.fail(load_id, run_id, f, now);
         }
     }
 
-    /// A member is (again) alive: models may use it again.
-    pub fn member_up(&mut self, node: &str) {
+    /// Life `generation` of a member is (again) alive: models may use it again; plans made
+    /// with an older life of it are retired and their attempts retried (that life's part
+    /// is gone); unloads it missed while down are sent.
+    pub fn member_up(&mut self, node: &str, generation: u64, now: Instant) {
         for m in self.models.values_mut() {
             m.avoid.remove(node);
         }
+        if let Some(owed) = self.owed.remove(node) {
+            for (load_id, reason) in owed {
+                self.actions.push_back(unload(node, load_id, reason));
+            }
+        }
+        let stale: Vec<u64> = self
+            .deployments
+            .iter()
+            .filter(|(_, d)| d.stale(node, generation))
+            .map(|(&l, _)| l)
+            .collect();
+        for load_id in stale {
+            self.retire(load_id, None, &format!("node {node} restarted"));
+        }
+        let doomed = self.attempts_where(|a| a.ended_by_return(node, generation));
+        for (load_id, run_id) in doomed {
+            let f = Failure::Lost {
+                node: node.to_string(),
+                reason: "it restarted".into(),
+            };
+            self.fail(load_id, run_id, f, now);
+        }
     }
 
-    /// The earliest run deadline.
+    /// This node learned it had been declared dead (it rejoined under a new life): every
+    /// other node dropped its part of this node's plans and aborted their runs. The plans
+    /// that use another node are retired, and the attempts in flight on them retried.
+    pub fn rejoined(&mut self, now: Instant) {
+        let me = self.me.clone();
+        let shared: Vec<u64> = self
+            .deployments
+            .iter()
+            .filter(|(_, d)| d.plan().nodes.iter().any(|n| *n != me))
+            .map(|(&l, _)| l)
+            .collect();
+        let why = format!("node {me} was declared dead");
+        for load_id in shared {
+            self.retire(load_id, None, &why);
+        }
+        let doomed = self.attempts_where(|a| a.nodes.iter().any(|n| *n != me));
+        for (load_id, run_id) in doomed {
+            let f = Failure::Lost {
+                node: me.clone(),
+                reason: "it was declared dead and the other nodes dropped its runs".into(),
+            };
+            self.fail(load_id, run_id, f, now);
+        }
+    }
+
+    /// The node is stopping: every run fails with `why`, and nothing new starts.
+    pub fn shutdown(&mut self, why: &str) {
+        let runs: Vec<RunId> = self.runs.keys().copied().collect();
+        for run in runs {
+            self.abort_attempt(run, why);
+            self.finish(run, Err(RunError::RunFailed(why.to_string())));
+        }
+        self.attempts.clear();
+    }
+
+    /// The earliest run deadline, load deadline, lease expiry or unload to send again.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.runs
+        let runs = self
+            .runs
             .values()
-            .filter_map(|r| r.attempt.as_ref()?.deadline)
-            .min()
+            .filter_map(|r| r.attempt.as_ref()?.deadline);
+        let loads = self
+            .deployments
+            .values()
+            .filter(|d| d.state() == LoadState::Loading)
+            .filter_map(|d| after(d.since(), self.config.load_deadline));
+        let leases = self.models.values().filter_map(|m| m.unload_at);
+        let resends = self.resends.poll_timeout();
+        runs.chain(loads).chain(leases).chain(resends).min()
     }
 
-    /// Fails the attempts past their deadline.
+    /// Fails the attempts and the loads past their deadline, and unloads the models whose
+    /// owner has been gone for the grace period.
     pub fn handle_timeout(&mut self, now: Instant) {
+        for (to, load_id, reason) in self.resends.due(now) {
+            self.actions.push_back(unload(&to, load_id, reason));
+        }
         let late: Vec<(u64, u64)> = self
             .runs
             .values()
@@ -413,11 +620,40 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             .collect();
         let within = secs(self.config.run_deadline);
         for (load_id, run_id) in late {
-            self.fail(
-                load_id,
-                run_id,
-                Failure::Other(format!("no result within {within}")),
-            );
+            let f = Failure::Other(format!("no result within {within}"));
+            self.fail(load_id, run_id, f, now);
+        }
+        let slow: Vec<u64> = self
+            .deployments
+            .iter()
+            .filter(|(_, d)| d.state() == LoadState::Loading)
+            .filter(|(_, d)| after(d.since(), self.config.load_deadline).is_some_and(|t| t <= now))
+            .map(|(&l, _)| l)
+            .collect();
+        let why = format!("no answer within {}", secs(self.config.load_deadline));
+        for load_id in slow {
+            let d = self.deployments.get_mut(&load_id).expect("listed above");
+            let mut out = Vec::new();
+            let settled = d.load_timed_out(&why, &mut out);
+            self.emit(load_id, out);
+            if let Some(s) = settled {
+                self.settled(load_id, s, now);
+            }
+        }
+        let expired: Vec<u64> = self
+            .models
+            .iter()
+            .filter(|(_, m)| m.unload_at.is_some_and(|t| t <= now))
+            .map(|(&id, _)| id)
+            .collect();
+        for model in expired {
+            let why = "unloaded: its client went away".to_string();
+            if self
+                .drop_model(model, "unloaded after its client went away")
+                .is_ok()
+            {
+                self.actions.push_back(Action::Removed { model, why });
+            }
         }
     }
 
@@ -425,9 +661,10 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         self.actions.pop_front()
     }
 
-    /// Nodes the model's plans leave out.
-    pub fn avoided(&self, model: u64) -> Option<&BTreeSet<String>> {
-        self.models.get(&model).map(|m| &m.avoid)
+    /// Nodes the model's plans leave out now.
+    pub fn avoided(&self, model: u64, now: Instant) -> Option<BTreeSet<String>> {
+        let avoid_for = self.config.avoid_for;
+        self.models.get(&model).map(|m| m.avoid(now, avoid_for))
     }
 
     /// Cached deployments of a model (load ids, most recent first).
@@ -449,7 +686,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
 
     /// The slot making a deployment of `model` for `key`: the existing one, or a new one
     /// with a `Plan` asked of the driver.
-    fn slot_for(&mut self, model: u64, key: K) -> PlanId {
+    fn slot_for(&mut self, model: u64, key: K, now: Instant) -> PlanId {
         if let Some((&id, _)) = self
             .slots
             .iter()
@@ -459,10 +696,11 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         }
         let id = PlanId(self.next_plan);
         self.next_plan += 1;
+        let avoid_for = self.config.avoid_for;
         let avoid = self
             .models
             .get(&model)
-            .map(|m| m.avoid.clone())
+            .map(|m| m.avoid(now, avoid_for))
             .unwrap_or_default();
         self.slots.insert(
             id,
@@ -491,10 +729,10 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             model: s.model,
             error: error.clone(),
         });
-        let avoid = self
+        let avoid: BTreeSet<String> = self
             .models
             .get(&s.model)
-            .map(|m| m.avoid.clone())
+            .map(|m| m.avoid.keys().cloned().collect())
             .unwrap_or_default();
         for run in s.waiters {
             if let Some(r) = self.runs.get(&run) {
@@ -584,7 +822,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
 
     /// An attempt failed: the others are told, the plan may be retired, and the run retried
     /// or ended.
-    fn fail(&mut self, load_id: u64, run_id: u64, f: Failure) {
+    fn fail(&mut self, load_id: u64, run_id: u64, f: Failure, now: Instant) {
         let Some(run) = self.attempts.remove(&(load_id, run_id)) else {
             return;
         };
@@ -592,6 +830,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             return;
         };
         let model = r.model;
+        let again = f.clone();
         let Some(Verdict {
             load_id,
             aborts,
@@ -602,6 +841,16 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         else {
             return;
         };
+        // The other attempts on a plan being retired lose their parts with it: they fail
+        // the same way (each retried once), rather than wait for a deadline.
+        let others: Vec<(u64, u64)> = match retire {
+            Some(_) => self
+                .attempts
+                .range((load_id, 0)..=(load_id, u64::MAX))
+                .map(|(&k, _)| k)
+                .collect(),
+            None => Vec::new(),
+        };
         for (to, m) in aborts {
             self.actions.push_back(Action::Send {
                 to,
@@ -609,11 +858,14 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             });
         }
         if let (Some(node), Some(m)) = (avoid, self.models.get_mut(&model)) {
-            m.avoid.insert(node);
+            m.avoid.insert(node, now);
         }
         match retire {
-            Some((dead, why)) => self.retire(load_id, dead.as_deref(), &why),
+            Some(why) => self.retire(load_id, None, &why),
             None => self.collect(load_id),
+        }
+        for (l, r) in others {
+            self.fail(l, r, again.clone(), now);
         }
         match next {
             Next::Done(e) => self.finish(run, Err(e)),
@@ -624,7 +876,42 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         }
     }
 
-    /// Forgets a deployment and unloads it from its nodes but `dead`.
+    /// Tells every node of the run's attempt in flight to give it up.
+    fn abort_attempt(&mut self, run: RunId, why: &str) {
+        let Some(a) = self.runs.get_mut(&run).and_then(|r| r.attempt.take()) else {
+            return;
+        };
+        self.attempts.remove(&(a.load_id, a.run_id));
+        for node in a.nodes {
+            let m = pb::RunFailed {
+                model_id: a.load_id,
+                run_id: a.run_id,
+                reason: why.to_string(),
+                ..Default::default()
+            };
+            self.actions.push_back(Action::Send {
+                to: node,
+                message: Message::RunFailed(m),
+            });
+        }
+    }
+
+    /// The attempts in flight that `pick` selects.
+    fn attempts_where(&self, pick: impl Fn(&Attempt<V>) -> bool) -> Vec<(u64, u64)> {
+        self.attempts
+            .iter()
+            .filter(|(_, run)| {
+                self.runs
+                    .get(run)
+                    .and_then(|r| r.attempt.as_ref())
+                    .is_some_and(&pick)
+            })
+            .map(|(&k, _)| k)
+            .collect()
+    }
+
+    /// Forgets a deployment and unloads it from its nodes but `dead`, which is sent its
+    /// unload if it comes back (declared dead falsely, it kept its part).
     fn retire(&mut self, load_id: u64, dead: Option<&str>, why: &str) {
         for m in self.models.values_mut() {
             m.cache.retain(|&(_, l)| l != load_id);
@@ -632,9 +919,13 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         let Some(d) = self.deployments.get_mut(&load_id) else {
             return;
         };
+        let owe = dead.filter(|_| d.state() != LoadState::Retired);
         let loading = d.state() == LoadState::Loading;
         let mut out = Vec::new();
         d.retire(dead, why, &mut out);
+        if let Some(dead) = owe {
+            self.owe(dead, load_id, why.to_string());
+        }
         self.emit(load_id, out);
         // A loading one stays until it settles, to unload what did load.
         if !loading {
@@ -642,8 +933,27 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         }
     }
 
-    /// Stops tracking a live deployment that no model caches and no attempt uses. It stays
-    /// loaded on its nodes: a plan evicted from a full cache was never unloaded.
+    fn owe(&mut self, node: &str, load_id: u64, why: String) {
+        let owed = self.owed.entry(node.to_string()).or_default();
+        if owed.len() == MAX_OWED {
+            owed.pop_front();
+        }
+        owed.push_back((load_id, why));
+    }
+
+    /// The driver could not deliver the `Unload` of `load_id` to `to` (not acknowledged: cut
+    /// off, a connection lost): it is sent again after [`Config::unload_retry`].
+    pub fn unload_failed(&mut self, to: &str, load_id: u64, reason: &str, now: Instant) {
+        self.resends.failed(to, load_id, reason, now, &self.config);
+    }
+
+    /// `to` acknowledged the `Unload` of `load_id`.
+    pub fn unload_delivered(&mut self, to: &str, load_id: u64) {
+        self.resends.delivered(to, load_id);
+    }
+
+    /// Retires a live deployment that no model caches and no attempt uses (a plan evicted
+    /// from a full cache, once its last run ended).
     fn collect(&mut self, load_id: u64) {
         let cached = self
             .models
@@ -659,7 +969,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             .get(&load_id)
             .is_some_and(|d| d.state() == LoadState::Live);
         if live && !cached && !used {
-            self.deployments.remove(&load_id);
+            self.retire(load_id, None, "evicted from its model's plan cache");
         }
     }
 
@@ -678,14 +988,18 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         for o in out {
             self.actions.push_back(match o {
                 DeployOut::SendFragment { node } => Action::SendFragment { load_id, node },
-                DeployOut::Unload { node, reason } => Action::Send {
-                    to: node,
-                    message: Message::Unload(pb::Unload {
-                        model_id: load_id,
-                        reason,
-                    }),
-                },
+                DeployOut::Unload { node, reason } => unload(&node, load_id, reason),
             });
         }
+    }
+}
+
+fn unload<K, V>(to: &str, load_id: u64, reason: String) -> Action<K, V> {
+    Action::Send {
+        to: to.to_string(),
+        message: Message::Unload(pb::Unload {
+            model_id: load_id,
+            reason,
+        }),
     }
 }

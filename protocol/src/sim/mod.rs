@@ -14,9 +14,11 @@
 //! output 2 the constant 42, both known without running. So a run's outputs say which nodes
 //! computed them.
 //!
-//! Links are fire-and-forget: a receiver's refusal of a stripe is counted, not answered.
-//! Sends to a node the sender's membership believes dead fail at once, as a send to a node
-//! that is not a live member does.
+//! Control messages, fragments and run starts are fire-and-forget. Values are acknowledged
+//! stripe by stripe, as the node's tensor streams are: a refused stripe, or one whose
+//! acknowledgement does not come within `SimConfig::ack_timeout`, fails its send. Sends to a
+//! node the sender's membership believes dead fail at once, as a send to a node that is not a
+//! live member does.
 //!
 //! Compiled for this crate's tests, and for others with the `sim` feature.
 
@@ -26,6 +28,7 @@ mod node;
 mod props;
 #[cfg(test)]
 mod tests;
+mod values;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -51,7 +54,9 @@ pub enum NodeFault {
         start: Duration,
         end: Duration,
     },
-    /// `observer` believes `node` dead in [start, end) while it is not (a false verdict).
+    /// `observer` declares `node` dead at `start` while it is not (a false verdict); at
+    /// `end`, `node` learns it (as SWIM's gossip tells it) and renews its life, which every
+    /// other node then sees come up.
     FalseDeath {
         observer: String,
         node: String,
@@ -81,14 +86,20 @@ pub struct SimConfig {
     pub link: LinkFaults,
     pub rules: Vec<Rule>,
     pub faults: Vec<NodeFault>,
-    /// From a death (or a return) to every other node's membership saying so.
+    /// From a death to every other node's membership saying so.
     pub detect: Duration,
+    /// From a node's new life (a restart, or a renewal after a false verdict) to every other
+    /// node seeing it: the new life announces itself and gossip spreads it within a few
+    /// rounds, long before an old life's death is declared.
+    pub announce: Duration,
     /// A fragment's computation.
     pub exec_time: Duration,
     /// Building a fragment's executable.
     pub load_time: Duration,
     /// Stripes per value (each 8 bytes: the value, once per stripe).
     pub stripes: u32,
+    /// A stripe not acknowledged within this fails its send (QUIC's idle timeout).
+    pub ack_timeout: Duration,
     /// Each node's one device.
     pub budget: u64,
     /// What each plan charges each of its nodes.
@@ -110,9 +121,11 @@ impl SimConfig {
             rules: Vec::new(),
             faults: Vec::new(),
             detect: Duration::from_millis(1500),
+            announce: Duration::from_millis(200),
             exec_time: Duration::from_millis(5),
             load_time: Duration::from_millis(20),
             stripes: 3,
+            ack_timeout: Duration::from_secs(10),
             budget: 1000,
             charge: 100,
             plan_width: usize::MAX,
@@ -167,6 +180,10 @@ pub(crate) struct World {
     rng: Rng,
     queue: Queue,
     seq: u64,
+    /// Messages sent, and those delivered once (the copies the network makes of a message
+    /// share its id: the first to arrive is the message, the others copies).
+    messages: u64,
+    delivered: BTreeSet<u64>,
     alive: BTreeMap<String, u64>,
     /// Every plan made: load id to the chain of nodes.
     plans: BTreeMap<u64, Vec<String>>,
@@ -253,6 +270,8 @@ impl World {
             self.stats.lost += 1;
             return;
         }
+        self.messages += 1;
+        let id = self.messages;
         for _ in 0..copies {
             let d = link.delay + extra + self.rng.upto(link.jitter);
             let ev = Ev::Deliver {
@@ -260,6 +279,8 @@ impl World {
                 to: to.to_string(),
                 generation,
                 msg: msg.clone(),
+                id,
+                copy: false,
             };
             self.after(d, ev);
         }
@@ -282,6 +303,8 @@ impl Sim {
             rng: Rng::new(cfg.seed),
             queue: Queue::new(),
             seq: 0,
+            messages: 0,
+            delivered: BTreeSet::new(),
             alive: cfg.nodes.iter().map(|n| (n.clone(), 1)).collect(),
             plans: BTreeMap::new(),
             submissions: BTreeMap::new(),
@@ -335,6 +358,29 @@ impl Sim {
         self.w.push(self.w.epoch + at, ev);
     }
 
+    /// `observer`'s membership sees `node` (its current life) alive again at `at`, whatever
+    /// it believed.
+    pub fn alive_again(&mut self, at: Duration, observer: &str, node: &str) {
+        let generation = self.nodes[node].generation;
+        let ev = Ev::Verdict {
+            observer: observer.to_string(),
+            node: node.to_string(),
+            generation,
+            down: false,
+        };
+        self.w.push(self.w.epoch + at, ev);
+    }
+
+    /// The client that submitted `model` to `node` goes away at `at` (its connection
+    /// closes): the model is leased to it.
+    pub fn disconnect(&mut self, at: Duration, node: &str, model: u64) {
+        let ev = Ev::Disconnect {
+            node: node.to_string(),
+            owner: model,
+        };
+        self.w.push(self.w.epoch + at, ev);
+    }
+
     /// Runs every event and timer up to `t` (simulated, since the start).
     pub fn run_until(&mut self, t: Duration) {
         let end = self.w.epoch + t;
@@ -382,6 +428,14 @@ impl Sim {
             Ev::Revive { node } => return self.revive(&node),
             _ => {}
         }
+        if let Ev::Rejoin { node } = &ev {
+            let node = node.clone();
+            if let Some(end) = self.w.stalled(&node, self.w.now) {
+                self.w.push(end, ev);
+                return;
+            }
+            return self.rejoin(&node);
+        }
         let name = match &ev {
             Ev::ClientRun { client } => self.w.clients[*client].node.clone(),
             ev => target(ev).to_string(),
@@ -390,6 +444,10 @@ impl Sim {
         if let Some(end) = self.w.stalled(&name, self.w.now) {
             self.w.push(end, ev);
             return;
+        }
+        let mut ev = ev;
+        if let Ev::Deliver { id, copy, .. } = &mut ev {
+            *copy = !self.w.delivered.insert(*id);
         }
         let Some(n) = self.nodes.get_mut(&name).filter(|n| n.alive) else {
             if let Ev::ClientRun { client } = ev {
@@ -408,39 +466,55 @@ impl Sim {
         n.alive = false;
         self.w.alive.remove(node);
         self.w.note(node, "dies".into());
-        let detect = self.w.cfg.detect;
+        let generation = n.generation;
+        self.verdicts(node, generation, true);
+    }
+
+    /// Every other node's membership says so about life `generation` of `node`: a death
+    /// `detect` from now, a new life `announce` from now.
+    fn verdicts(&mut self, node: &str, generation: u64, down: bool) {
+        let detect = if down {
+            self.w.cfg.detect
+        } else {
+            self.w.cfg.announce
+        };
         for observer in self.w.cfg.nodes.clone() {
             if observer != node {
                 let ev = Ev::Verdict {
                     observer,
                     node: node.to_string(),
-                    down: true,
+                    generation,
+                    down,
                 };
                 self.w.after(detect, ev);
             }
         }
     }
 
+    /// `node` learns it was declared dead: a new life, which the others see come up.
+    fn rejoin(&mut self, node: &str) {
+        let Some(n) = self.nodes.get_mut(node).filter(|n| n.alive) else {
+            return;
+        };
+        n.rejoin(&mut self.w);
+        let generation = n.generation;
+        self.w.alive.insert(node.to_string(), generation);
+        self.verdicts(node, generation, false);
+    }
+
     fn revive(&mut self, node: &str) {
         let generation = self.nodes.get(node).map_or(1, |n| n.generation + 1);
         let mut n = SimNode::new(node, generation, &self.w.cfg);
-        for (other, alive) in n.view.iter_mut() {
-            *alive = other == node || self.w.alive.contains_key(other);
+        for (other, life) in n.view.iter_mut() {
+            match self.w.alive.get(other) {
+                Some(&g) => life.generation = g,
+                None => life.alive = other == node,
+            }
         }
         self.nodes.insert(node.to_string(), n);
         self.w.alive.insert(node.to_string(), generation);
         self.w.note(node, "comes back, empty".into());
-        let detect = self.w.cfg.detect;
-        for observer in self.w.cfg.nodes.clone() {
-            if observer != node {
-                let ev = Ev::Verdict {
-                    observer,
-                    node: node.to_string(),
-                    down: false,
-                };
-                self.w.after(detect, ev);
-            }
-        }
+        self.verdicts(node, generation, false);
     }
 
     // ---- what tests look at ----
@@ -504,10 +578,20 @@ impl Sim {
         self.nodes[node].submitter.runs_in_flight()
     }
 
-    /// The nodes `node`'s submitter leaves out of `model`'s plans.
+    /// The nodes `node`'s submitter leaves out of `model`'s plans now.
     pub fn avoided(&self, node: &str, model: u64) -> BTreeSet<String> {
         let s = &self.nodes[node].submitter;
-        s.avoided(model).cloned().unwrap_or_default()
+        s.avoided(model, self.w.now).unwrap_or_default()
+    }
+
+    /// Whether `node`'s submitter still has `model`.
+    pub fn has_model(&self, node: &str, model: u64) -> bool {
+        self.nodes[node].submitter.has_model(model)
+    }
+
+    /// The life `node` is in.
+    pub fn generation(&self, node: &str) -> u64 {
+        self.nodes[node].generation
     }
 
     pub fn stats(&self) -> &Stats {
@@ -528,8 +612,10 @@ fn target(ev: &Ev) -> &str {
         | Ev::LoadDone { node, .. }
         | Ev::Submit { node, .. }
         | Ev::ClientUnload { node, .. }
+        | Ev::Disconnect { node, .. }
         | Ev::Die { node }
-        | Ev::Revive { node } => node,
+        | Ev::Revive { node }
+        | Ev::Rejoin { node } => node,
         Ev::Verdict { observer, .. } => observer,
         Ev::ClientRun { .. } => "",
     }
@@ -546,18 +632,15 @@ fn schedule_fault(w: &mut World, f: NodeFault) {
             start,
             end,
         } => {
+            let generation = w.alive.get(&node).copied().unwrap_or(1);
             let down = Ev::Verdict {
-                observer: observer.clone(),
+                observer,
                 node: node.clone(),
+                generation,
                 down: true,
             };
             w.push(e + start, down);
-            let up = Ev::Verdict {
-                observer,
-                node,
-                down: false,
-            };
-            w.push(e + end, up);
+            w.push(e + end, Ev::Rejoin { node });
         }
         NodeFault::Stall { .. } | NodeFault::FailRuns { .. } | NodeFault::FailLoads { .. } => {}
     }

@@ -42,10 +42,11 @@ impl Rng {
 /// What travels between simulated nodes.
 #[derive(Debug, Clone)]
 pub enum Wire {
-    /// A fragment: the plan's chain of nodes (the simulated executable) and who submitted it.
+    /// A fragment: the plan's chain of nodes (the simulated executable), who submitted it
+    /// and the lives of the nodes.
     Fragment {
         load_id: u64,
-        submitter: String,
+        info: crate::dist::participant::FragmentInfo,
         order: Vec<String>,
     },
     LoadAck {
@@ -59,10 +60,19 @@ pub enum Wire {
     },
     /// `Unload` or `RunFailed`.
     Control(Message),
-    /// One stripe of a value (an edge or an output), its bytes inline.
+    /// One stripe of a value (an edge or an output), its bytes inline; `transfer` is the
+    /// sender's handle for the acknowledgement (a stream of its own, on a real node).
     Stripe {
         header: pb::TensorHeader,
         bytes: Vec<u8>,
+        transfer: u64,
+    },
+    /// The receiver got a `Run` (its stream's data acknowledged).
+    RunAck { load_id: u64, run_id: u64 },
+    /// The receiver's answer to one stripe: read in full, or refused with the reason.
+    StripeAck {
+        transfer: u64,
+        result: Result<(), String>,
     },
 }
 
@@ -73,6 +83,7 @@ pub enum MsgKind {
     Run,
     Control,
     Stripe,
+    Ack,
 }
 
 impl Wire {
@@ -82,6 +93,7 @@ impl Wire {
             Wire::Run { .. } => MsgKind::Run,
             Wire::Control(_) => MsgKind::Control,
             Wire::Stripe { .. } => MsgKind::Stripe,
+            Wire::StripeAck { .. } | Wire::RunAck { .. } => MsgKind::Ack,
         }
     }
 
@@ -122,6 +134,7 @@ impl Default for LinkFaults {
                 MsgKind::Run,
                 MsgKind::Control,
                 MsgKind::Stripe,
+                MsgKind::Ack,
             ],
         }
     }
@@ -201,6 +214,12 @@ pub enum Ev {
         /// gets it (its connection is gone).
         generation: u64,
         msg: Wire,
+        /// The message's id: every copy of it has the same.
+        id: u64,
+        /// Set on delivery: a copy the network made of a message delivered already. Nobody
+        /// waits for its answer (a real node's stream data is never duplicated: copies only
+        /// exercise the receiver's checks).
+        copy: bool,
     },
     /// A participant's executable finished computing its value.
     ExecDone {
@@ -215,7 +234,7 @@ pub enum Ev {
         generation: u64,
         load_id: u64,
         submitter: String,
-        order: Vec<String>,
+        info: Box<(crate::dist::participant::FragmentInfo, Vec<String>)>,
         ticket: crate::dist::participant::LoadTicket,
     },
     Submit {
@@ -229,17 +248,28 @@ pub enum Ev {
         node: String,
         model: u64,
     },
+    /// The client connection that owns `owner`'s models is gone.
+    Disconnect {
+        node: String,
+        owner: u64,
+    },
     Die {
         node: String,
     },
     Revive {
         node: String,
     },
-    /// `observer`'s membership says `node` is down (or up again).
+    /// `observer`'s membership says life `generation` of `node` is down (or up).
     Verdict {
         observer: String,
         node: String,
+        generation: u64,
         down: bool,
+    },
+    /// `node` learns it was declared dead: it renews its life, and the others see the new
+    /// one come up.
+    Rejoin {
+        node: String,
     },
 }
 

@@ -1,16 +1,18 @@
 //! One simulated node: its three machines and the driver around them, which is what the
 //! node's tokio code does with each action, with the network replaced by the world's queue.
+//! Values between nodes (stripes, their acknowledgements, reassembly): `values.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use super::net::{Ev, Wire};
+use super::values::Pending;
 use super::{NodeFault, SimConfig, Submission, World};
-use crate::dist::assembly::{Assembler, AssemblyAction, Layout};
+use crate::dist::assembly::{Assembler, AssemblyAction};
 use crate::dist::deployment::{DeploymentPlan, FixedOutput};
 use crate::dist::participant::{
-    Arrival, DeviceBudget, FragmentInfo, LoadTicket, Participant, ParticipantAction,
-    ParticipantError, RunTicket,
+    DeviceBudget, FragmentInfo, LoadTicket, Participant, ParticipantAction, ParticipantError,
+    RunTicket,
 };
 use crate::dist::run::PlanError;
 use crate::dist::submitter::{Action, PlanId, Prepared, RunId, Submitter};
@@ -19,39 +21,51 @@ use crate::{Message, pb};
 /// The simulated executable of one node: its place in the plan's chain.
 #[derive(Debug, Clone)]
 pub(crate) struct SimFragment {
-    order: Vec<String>,
-    pos: usize,
+    pub order: Vec<String>,
+    pub pos: usize,
 }
 
 /// What a run's computation reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Slot {
+pub(crate) enum Slot {
     Input(usize),
     Edge(u64),
 }
 
 /// A run's executable in flight (the node's `RunLink`).
-struct Exec {
-    ticket: RunTicket,
-    frag: SimFragment,
-    got: BTreeMap<Slot, i64>,
-    scheduled: bool,
-    aborted: Option<String>,
+pub(crate) struct Exec {
+    pub ticket: RunTicket,
+    pub frag: SimFragment,
+    pub got: BTreeMap<Slot, i64>,
+    pub scheduled: bool,
+    pub aborted: Option<String>,
+}
+
+/// What this node's membership believes of a node: the life it knows, and whether alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Life {
+    pub generation: u64,
+    pub alive: bool,
 }
 
 pub(crate) struct SimNode {
     pub name: String,
     pub generation: u64,
     pub alive: bool,
-    /// Who this node's membership believes alive.
-    pub view: BTreeMap<String, bool>,
+    /// Who this node's membership believes alive, in which life.
+    pub view: BTreeMap<String, Life>,
     pub submitter: Submitter<(), i64>,
     pub participant: Participant<SimFragment, i64>,
     pub assembler: Assembler<Vec<u8>>,
-    execs: BTreeMap<(u64, u64), Exec>,
+    pub execs: BTreeMap<(u64, u64), Exec>,
     /// Runs that already ran here: a duplicated `Run` must not run them twice.
-    ran: BTreeSet<(u64, u64)>,
-    next_transfer: u64,
+    pub ran: BTreeSet<(u64, u64)>,
+    pub next_transfer: u64,
+    /// Values sent and not yet acknowledged, by transfer.
+    pub sends: BTreeMap<u64, Pending>,
+    /// Run starts sent and not yet acknowledged: (load id, run id, node) to when.
+    pub starts: BTreeMap<(u64, u64, String), Instant>,
+    pub ack_timeout: std::time::Duration,
     clients: BTreeMap<RunId, usize>,
 }
 
@@ -61,23 +75,37 @@ impl SimNode {
             name: "sim:0".into(),
             budget: cfg.budget,
         };
+        let life = Life {
+            generation: 1,
+            alive: true,
+        };
         SimNode {
             name: name.to_string(),
             generation,
             alive: true,
-            view: cfg.nodes.iter().map(|n| (n.clone(), true)).collect(),
+            view: cfg.nodes.iter().map(|n| (n.clone(), life)).collect(),
             submitter: Submitter::new(name.to_string(), cfg.core.clone()),
             participant: Participant::new(name.to_string(), vec![device], cfg.core.clone()),
             assembler: Assembler::new(cfg.core.clone()),
             execs: BTreeMap::new(),
             ran: BTreeSet::new(),
             next_transfer: 1,
+            sends: BTreeMap::new(),
+            starts: BTreeMap::new(),
+            ack_timeout: cfg.ack_timeout,
             clients: BTreeMap::new(),
         }
     }
 
-    fn believes_alive(&self, node: &str) -> bool {
-        node == self.name || self.view.get(node).copied().unwrap_or(false)
+    pub fn believes_alive(&self, node: &str) -> bool {
+        node == self.name || self.view.get(node).is_some_and(|l| l.alive)
+    }
+
+    fn life_of(&self, node: &str) -> u64 {
+        if node == self.name {
+            return self.generation;
+        }
+        self.view.get(node).map_or(0, |l| l.generation)
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -85,6 +113,7 @@ impl SimNode {
             self.submitter.poll_timeout(),
             self.participant.poll_timeout(),
             self.assembler.poll_timeout(),
+            self.sends_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -95,6 +124,7 @@ impl SimNode {
         self.submitter.handle_timeout(w.now);
         self.participant.handle_timeout(w.now);
         self.assembler.handle_timeout(w.now);
+        self.sends_handle_timeout(w);
         self.pump(w);
     }
 
@@ -104,13 +134,14 @@ impl SimNode {
                 from,
                 generation,
                 msg,
+                copy,
                 ..
             } => {
                 if generation != self.generation {
                     w.stats.lost += 1;
                     return;
                 }
-                self.receive(w, &from, msg);
+                self.receive(w, &from, msg, copy);
             }
             Ev::ExecDone {
                 generation,
@@ -122,40 +153,88 @@ impl SimNode {
                 generation,
                 load_id,
                 submitter,
-                order,
+                info,
                 ticket,
                 ..
             } if generation == self.generation => {
-                self.load_done(w, load_id, &submitter, order, ticket);
+                self.load_done(w, load_id, &submitter, *info, ticket);
             }
             Ev::Submit { model, .. } => self.submit(w, model),
             Ev::ClientRun { client } => self.client_run(w, client),
             Ev::ClientUnload { model, .. } => {
                 let _ = self.submitter.remove_model(model);
             }
-            Ev::Verdict { node, down, .. } => return self.verdict(w, &node, down),
+            Ev::Disconnect { owner, .. } => self.submitter.owner_gone(owner, w.now),
+            Ev::Verdict {
+                node,
+                generation,
+                down,
+                ..
+            } => return self.verdict(w, &node, generation, down),
             _ => {}
         }
         self.pump(w);
     }
 
-    /// `observer`'s membership changed its mind about `node`.
-    pub fn verdict(&mut self, w: &mut World, node: &str, down: bool) {
-        self.view.insert(node.to_string(), !down);
+    /// This node's membership changed its mind about life `generation` of `node`. News
+    /// about an older life than the one it knows changes nothing, as in the node's view.
+    pub fn verdict(&mut self, w: &mut World, node: &str, generation: u64, down: bool) {
+        let known = self.view.get(node).copied();
+        let now = w.now;
         if down {
+            if known.is_some_and(|l| l.generation > generation || !l.alive) {
+                return;
+            }
+            self.view.insert(
+                node.to_string(),
+                Life {
+                    generation,
+                    alive: false,
+                },
+            );
             w.note(&self.name, format!("sees {node} dead"));
-            self.participant.member_down(node, w.now);
-            self.submitter.member_down(node, "dead", w.now);
-            self.assembler.peer_down(node, "dead");
+            self.participant.member_down(node, generation, now);
+            self.submitter.member_down(node, generation, "dead", now);
+            self.assembler.peer_down(node, "dead", now);
+            self.peer_down(w, node);
         } else {
-            w.note(&self.name, format!("sees {node} alive"));
-            self.submitter.member_up(node);
+            if known.is_some_and(|l| {
+                l.generation > generation || (l.generation == generation && l.alive)
+            }) {
+                return;
+            }
+            self.view.insert(
+                node.to_string(),
+                Life {
+                    generation,
+                    alive: true,
+                },
+            );
+            w.note(&self.name, format!("sees {node} alive (life {generation})"));
+            self.participant.member_up(node, generation, now);
+            self.submitter.member_up(node, generation, now);
         }
         self.pump(w);
     }
 
+    /// This node learns it had been declared dead: it renews its life and drops what the
+    /// others gave up.
+    pub fn rejoin(&mut self, w: &mut World) {
+        self.generation += 1;
+        w.note(
+            &self.name,
+            format!(
+                "learns it was declared dead; rejoins as life {}",
+                self.generation
+            ),
+        );
+        self.participant.rejoined(w.now);
+        self.submitter.rejoined(w.now);
+        self.pump(w);
+    }
+
     /// Carries out every machine's actions until none is left (one may cause another).
-    fn pump(&mut self, w: &mut World) {
+    pub fn pump(&mut self, w: &mut World) {
         loop {
             let mut busy = false;
             while let Some(a) = self.submitter.poll_action() {
@@ -174,6 +253,7 @@ impl SimNode {
                     &self.name,
                     format!("drops a partial tensor from {}: {why}", key.peer),
                 );
+                self.value_lost(w, &key, &why);
             }
             if !busy {
                 return;
@@ -188,17 +268,23 @@ impl SimNode {
             Action::Plan { plan, avoid, .. } => self.plan(w, plan, &avoid),
             Action::SendFragment { load_id, node } => {
                 let order = w.plans[&load_id].clone();
+                let mut lives: BTreeMap<String, u64> =
+                    order.iter().map(|n| (n.clone(), self.life_of(n))).collect();
+                lives.insert(self.name.clone(), self.generation);
+                let info = FragmentInfo {
+                    submitter: self.name.clone(),
+                    nodes: order.iter().cloned().collect(),
+                    lives,
+                };
                 if node == self.name {
-                    let me = self.name.clone();
-                    self.fragment(w, load_id, &me, order);
+                    self.fragment(w, load_id, info, order);
                 } else if !self.believes_alive(&node) {
                     let e = format!("peer: {node} is not a live member");
                     self.submitter.load_result(load_id, &node, Err(e), now);
                 } else {
-                    let submitter = self.name.clone();
                     let m = Wire::Fragment {
                         load_id,
-                        submitter,
+                        info,
                         order,
                     };
                     w.send(&self.name, &node, m);
@@ -214,19 +300,19 @@ impl SimNode {
                 if node == self.name {
                     let me = self.name.clone();
                     if let Err(e) = self.start(w, &me, load_id, run_id, inputs) {
-                        self.submitter
-                            .start_failed(load_id, run_id, &me, &e.to_string());
+                        let e = e.to_string();
+                        self.submitter.start_failed(load_id, run_id, &me, &e, now);
                     }
                 } else if !self.believes_alive(&node) {
                     let e = format!("{node} is not a live member");
-                    self.submitter.start_failed(load_id, run_id, &node, &e);
+                    self.submitter.start_failed(load_id, run_id, &node, &e, now);
                 } else {
                     let m = Wire::Run {
                         load_id,
                         run_id,
                         inputs,
                     };
-                    w.send(&self.name, &node, m);
+                    self.start_remote(w, &node, m);
                 }
             }
             Action::Deployed {
@@ -251,6 +337,9 @@ impl SimNode {
                     w.note(&self.name, format!("client run {client} ends: {what}"));
                     w.clients[client].outcome = Some((w.since(), result));
                 }
+            }
+            Action::Removed { model, why } => {
+                w.note(&self.name, format!("model {model} {why}"));
             }
         }
     }
@@ -278,7 +367,7 @@ impl SimNode {
                 if !e.scheduled {
                     let e = self.execs.remove(&(model, run)).expect("found above");
                     self.ran.insert((model, run));
-                    self.participant.run_finished(&e.ticket, Err(reason));
+                    self.participant.run_finished(&e.ticket, Err(reason), w.now);
                 }
             }
             ParticipantAction::Unloaded { model, reason, .. } => {
@@ -311,7 +400,9 @@ impl SimNode {
 
     fn submit(&mut self, w: &mut World, model: u64) {
         self.submitter.add_model(model);
-        let (plan, result) = match self.submitter.prepare(model, ()) {
+        // Each submission is its own client: the owner is the model.
+        let _ = self.submitter.lease(model, model);
+        let (plan, result) = match self.submitter.prepare(model, (), w.now) {
             Ok(Prepared::Live(l)) => (None, Some(Ok(l))),
             Ok(Prepared::Pending(p)) => (Some(p), None),
             Err(e) => (None, Some(Err(e))),
@@ -361,23 +452,27 @@ impl SimNode {
             .push(1);
         w.plans.insert(load_id, nodes.clone());
         w.note(&self.name, format!("plans {load_id:016x} over {nodes:?}"));
+        let lives = nodes.iter().map(|n| (n.clone(), self.life_of(n))).collect();
+        let reserves = nodes.iter().map(|n| (n.clone(), w.cfg.charge)).collect();
         let dp = DeploymentPlan {
             load_id,
             nodes: nodes.into_iter().collect(),
             needs,
             fixed_outputs: vec![(1, FixedOutput::Input(0)), (2, FixedOutput::Const(42))],
             n_outputs: 3,
+            lives,
+            reserves,
         };
-        self.submitter.planned(plan, dp);
+        self.submitter.planned(plan, dp, w.now);
     }
 
-    fn receive(&mut self, w: &mut World, from: &str, msg: Wire) {
+    fn receive(&mut self, w: &mut World, from: &str, msg: Wire, copy: bool) {
         match msg {
             Wire::Fragment {
                 load_id,
-                submitter,
+                info,
                 order,
-            } => self.fragment(w, load_id, &submitter, order),
+            } => self.fragment(w, load_id, info, order),
             Wire::LoadAck { load_id, result } => {
                 self.submitter.load_result(load_id, from, result, w.now);
             }
@@ -386,24 +481,37 @@ impl SimNode {
                 run_id,
                 inputs,
             } => {
+                if !copy {
+                    w.send(&self.name, from, Wire::RunAck { load_id, run_id });
+                }
                 let _ = self.start(w, from, load_id, run_id, inputs);
             }
+            Wire::RunAck { load_id, run_id } => self.run_acked(from, load_id, run_id),
             Wire::Control(m) => self.control(w, from, m),
-            Wire::Stripe { header, bytes } => self.stripe(w, from, &header, &bytes),
+            Wire::Stripe {
+                header,
+                bytes,
+                transfer,
+            } => {
+                let answer = (!copy).then_some(transfer);
+                self.stripe(w, from, &header, &bytes, answer);
+            }
+            Wire::StripeAck { transfer, result } => self.acked(w, transfer, result),
         }
     }
 
     /// A fragment to load: its memory is reserved now, its executable is built later.
-    fn fragment(&mut self, w: &mut World, load_id: u64, submitter: &str, order: Vec<String>) {
+    fn fragment(&mut self, w: &mut World, load_id: u64, info: FragmentInfo, order: Vec<String>) {
+        let submitter = info.submitter.clone();
         match self.participant.reserve(&[(0, w.cfg.charge)]) {
-            Err(e) => self.ack(w, submitter, load_id, Err(e.to_string())),
+            Err(e) => self.ack(w, &submitter, load_id, Err(e.to_string())),
             Ok(ticket) => {
                 let ev = Ev::LoadDone {
                     node: self.name.clone(),
                     generation: self.generation,
                     load_id,
-                    submitter: submitter.to_string(),
-                    order,
+                    submitter,
+                    info: Box::new((info, order)),
                     ticket,
                 };
                 w.after(w.cfg.load_time, ev);
@@ -416,9 +524,10 @@ impl SimNode {
         w: &mut World,
         load_id: u64,
         submitter: &str,
-        order: Vec<String>,
+        info: (FragmentInfo, Vec<String>),
         ticket: LoadTicket,
     ) {
+        let (info, order) = info;
         let failing = w.cfg.faults.iter().any(|f| match f {
             NodeFault::FailLoads { node, start, end } => {
                 *node == self.name && w.in_window(*start, *end)
@@ -430,10 +539,6 @@ impl SimNode {
             self.participant.load_failed(ticket);
             let e = format!("cannot build the executable on {}", self.name);
             return self.ack(w, submitter, load_id, Err(e));
-        };
-        let info = FragmentInfo {
-            submitter: submitter.to_string(),
-            nodes: order.iter().cloned().collect(),
         };
         let frag = SimFragment { order, pos };
         self.participant.loaded(ticket, load_id, info, frag);
@@ -480,13 +585,13 @@ impl SimNode {
             aborted: None,
         };
         self.execs.insert(key, exec);
-        self.participant.run_ready(&ticket);
+        self.participant.run_ready(&ticket, w.now);
         self.maybe_schedule(w, key);
         Ok(())
     }
 
     /// Computes once every value the node's part reads is in.
-    fn maybe_schedule(&mut self, w: &mut World, key: (u64, u64)) {
+    pub fn maybe_schedule(&mut self, w: &mut World, key: (u64, u64)) {
         let Some(e) = self.execs.get_mut(&key) else {
             return;
         };
@@ -518,8 +623,9 @@ impl SimNode {
             return;
         };
         self.ran.insert((load_id, run_id));
+        let now = w.now;
         if let Some(reason) = e.aborted {
-            return self.participant.run_finished(&e.ticket, Err(reason));
+            return self.participant.run_finished(&e.ticket, Err(reason), now);
         }
         let failing = w.cfg.faults.iter().any(|f| match f {
             NodeFault::FailRuns { node, start, end } => {
@@ -529,7 +635,7 @@ impl SimNode {
         });
         if failing {
             let why = format!("a kernel failed on {}", self.name);
-            return self.participant.run_finished(&e.ticket, Err(why));
+            return self.participant.run_finished(&e.ticket, Err(why), now);
         }
         let value = e.got.values().sum::<i64>() + w.id_of(&self.name);
         let (k, order) = (e.frag.pos, &e.frag.order);
@@ -540,129 +646,10 @@ impl SimNode {
             let to = e.ticket.submitter.clone();
             self.send_value(w, &e.ticket, pb::TensorRole::Output, 0, value, &to);
         }
-        self.participant.run_finished(&e.ticket, Ok(()));
+        self.participant.run_finished(&e.ticket, Ok(()), now);
     }
 
-    /// A value out, as `cfg.stripes` stripes of 8 bytes (each the value).
-    fn send_value(
-        &mut self,
-        w: &mut World,
-        t: &RunTicket,
-        role: pb::TensorRole,
-        edge: u64,
-        value: i64,
-        to: &str,
-    ) {
-        if to == self.name {
-            // In process, as the node's link does for itself.
-            return self.route(w, to, role, t.model, t.run, edge, value);
-        }
-        if !self.believes_alive(to) {
-            let why = format!("{to} is not a live member");
-            if role == pb::TensorRole::Edge {
-                self.participant
-                    .value_send_failed(&t.submitter, t.model, t.run, to, &why);
-            } else {
-                w.note(&self.name, format!("cannot send an output to {to}: {why}"));
-            }
-            return;
-        }
-        let stripes = w.cfg.stripes.max(1);
-        let total = 8 * u64::from(stripes);
-        let transfer = self.next_transfer;
-        self.next_transfer += 1;
-        for i in 0..stripes {
-            let mut h = pb::TensorHeader {
-                run_id: t.run,
-                edge_id: edge,
-                dtype: "int64".into(),
-                shape: vec![u64::from(stripes)],
-                payload_bytes: 8,
-                model_id: t.model,
-                role: role as i32,
-                ..Default::default()
-            };
-            if stripes > 1 {
-                h.stripe_offset = 8 * u64::from(i);
-                h.total_bytes = total;
-                h.stripes = stripes;
-                h.transfer = transfer;
-            }
-            let bytes = value.to_le_bytes().to_vec();
-            w.send(&self.name, to, Wire::Stripe { header: h, bytes });
-        }
-    }
-
-    fn stripe(&mut self, w: &mut World, from: &str, h: &pb::TensorHeader, bytes: &[u8]) {
-        let now = w.now;
-        let alloc = |l: &Layout| {
-            Ok((0..l.stripes)
-                .map(|i| Vec::with_capacity(l.len_of(i) as usize))
-                .collect())
-        };
-        let mut claim = match self.assembler.claim(from, h, now, alloc) {
-            Ok(c) => c,
-            Err(e) => {
-                w.note(&self.name, format!("refuses a stripe from {from}: {e}"));
-                w.stats.refused.push(e.to_string());
-                return;
-            }
-        };
-        if bytes.len() != claim.len {
-            self.assembler.abandon(claim, "the stream ended early", now);
-            return;
-        }
-        claim.piece.extend_from_slice(bytes);
-        let whole = match self.assembler.complete(claim, now) {
-            Ok(Some(whole)) => whole,
-            Ok(None) => return,
-            Err(e) => return w.stats.refused.push(e.to_string()),
-        };
-        let data = whole.pieces.concat();
-        let copies: Vec<&[u8]> = data.chunks(8).collect();
-        let Some(first) = copies.first().filter(|c| c.len() == 8) else {
-            return;
-        };
-        assert!(
-            copies.iter().all(|c| c == first),
-            "a value reassembled wrong"
-        );
-        let value = i64::from_le_bytes((*first).try_into().expect("8 bytes"));
-        let h = &whole.header;
-        self.route(w, from, h.role(), h.model_id, h.run_id, h.edge_id, value);
-    }
-
-    /// A whole value arrived: an edge for a run here, or an output of a run submitted here.
-    #[allow(clippy::too_many_arguments)]
-    fn route(
-        &mut self,
-        w: &mut World,
-        from: &str,
-        role: pb::TensorRole,
-        model: u64,
-        run: u64,
-        edge: u64,
-        value: i64,
-    ) {
-        match role {
-            pb::TensorRole::Edge => match self.participant.arrive(model, run, edge, value, w.now) {
-                Arrival::Delivered => {}
-                Arrival::Early => w.stats.early += 1,
-                Arrival::Aborted => {
-                    w.stats.stragglers += 1;
-                    w.note(
-                        &self.name,
-                        format!("drops a straggler of run {run} from {from}"),
-                    );
-                }
-                Arrival::UnknownModel => w.stats.unknown_model += 1,
-            },
-            pb::TensorRole::Output => self.submitter.output(model, run, edge as usize, value),
-            _ => {}
-        }
-    }
-
-    fn send_control(&mut self, w: &mut World, to: &str, m: Message) {
+    pub fn send_control(&mut self, w: &mut World, to: &str, m: Message) {
         if to == self.name {
             let me = self.name.clone();
             self.control(w, &me, m);
@@ -677,10 +664,10 @@ impl SimNode {
     fn control(&mut self, w: &mut World, from: &str, m: Message) {
         match m {
             Message::RunFailed(r) => {
-                // To the submitter of that run, or to a participant being told to give up.
-                self.submitter.run_failed(from, &r);
-                self.participant
-                    .abort(r.model_id, r.run_id, &r.reason, w.now);
+                // To the submitter of that run, or to a participant: given up, or a peer's
+                // report to pass on.
+                self.submitter.run_failed(from, &r, w.now);
+                self.participant.run_failed(from, &r, w.now);
             }
             Message::Unload(u) => self.participant.unload(u.model_id, &u.reason, w.now),
             _ => {}

@@ -16,6 +16,7 @@ fn fast(seed: u64) -> SimConfig {
     c.core.run_deadline = ms(2000);
     c.core.early_ttl = ms(1000);
     c.core.stall = ms(500);
+    c.ack_timeout = ms(1800);
     c.link.jitter = ms(5);
     c
 }
@@ -84,7 +85,8 @@ fn reordering_and_duplicates_never_change_an_answer() {
                 "seed {seed}: run {h} failed\n{}",
                 sim.log()
             );
-            assert!(!sim.outcome(h).unwrap().as_ref().unwrap().retried);
+            let o = sim.outcome(h).unwrap().as_ref().unwrap();
+            assert!(!o.retried, "seed {seed}: run {h} retried\n{}", sim.log());
         }
         sim.unload(ms(1000), "n1", 7);
         sim.unload(ms(1000), "n2", 8);
@@ -94,8 +96,8 @@ fn reordering_and_duplicates_never_change_an_answer() {
 }
 
 #[test]
-fn lost_stripes_end_in_the_deadline_never_in_a_wrong_answer() {
-    let mut failed = 0;
+fn lost_stripes_end_the_run_naming_a_node_never_in_a_wrong_answer() {
+    let mut bit = 0;
     for seed in 0..200 {
         let mut c = fast(seed);
         c.link.drop = 0.05;
@@ -107,23 +109,23 @@ fn lost_stripes_end_in_the_deadline_never_in_a_wrong_answer() {
         let hs = runs(&mut sim, &mut rng, 6, 300, false);
         sim.run_until(ms(3000));
         for h in hs {
-            if check_ok(&sim, seed, h) {
-                continue;
-            }
-            failed += 1;
-            let e = sim.outcome(h).unwrap().as_ref().unwrap_err();
-            assert_eq!(
-                e.to_string(),
-                "the run failed no result within 2 s",
-                "seed {seed}"
-            );
             // The attempt began when the run came, or when the plan went live (20-35 ms).
             let began = sim.client(h).at.max(ms(40));
-            let ended = sim.ended_at(h).unwrap();
+            let ended = sim.ended_at(h);
+            if check_ok(&sim, seed, h) {
+                bit += usize::from(sim.outcome(h).unwrap().as_ref().unwrap().retried);
+                continue;
+            }
+            bit += 1;
+            let e = sim.outcome(h).unwrap().as_ref().unwrap_err().to_string();
+            // A lost stripe is a value given up (its tensor stalls) or a send that fails:
+            // each attempt fails naming the node, before its deadline.
+            assert!(e.starts_with("node n"), "seed {seed}: {e}\n{}", sim.log());
+            let ended = ended.unwrap();
             assert!(
-                ended <= began + ms(2000),
-                "seed {seed}: {:?} {ended:?}",
-                sim.client(h).at
+                ended < began + ms(4000),
+                "seed {seed}: {ended:?} {e}\n{}",
+                sim.log()
             );
         }
         sim.unload(ms(3000), "n1", 7);
@@ -132,7 +134,7 @@ fn lost_stripes_end_in_the_deadline_never_in_a_wrong_answer() {
         check_clean(&sim, seed, &NODES);
     }
     // The faults did bite.
-    assert!(failed > 50, "{failed}");
+    assert!(bit > 50, "{bit}");
 }
 
 #[test]

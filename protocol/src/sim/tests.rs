@@ -19,6 +19,7 @@ fn fast(seed: u64) -> SimConfig {
     c.core.run_deadline = ms(2000);
     c.core.early_ttl = ms(1000);
     c.core.stall = ms(500);
+    c.ack_timeout = ms(1800);
     c
 }
 
@@ -247,7 +248,7 @@ fn duplicate_stripes_are_refused_and_the_run_completes() {
 }
 
 #[test]
-fn a_late_stripe_is_refused_after_its_tensor_stalled_and_the_deadline_fails_the_run() {
+fn a_stalled_output_fails_the_attempt_at_once_naming_its_sender() {
     let mut c = fast(9);
     // Stripe 1 of the output from n3 arrives 750 ms late: after the 500 ms stall.
     c.rules.push(
@@ -260,42 +261,52 @@ fn a_late_stripe_is_refused_after_its_tensor_stalled_and_the_deadline_fails_the_
     let h = sim.run(ms(100), "n1", 7, [5, 1000]);
     sim.run_until(ms(5000));
     assert_eq!(sim.stats().partial_dropped, ["none for 500ms"]);
-    assert_eq!(sim.stats().refused, ["its tensor was already dropped"]);
-    assert_eq!(
-        *err(&sim, h),
-        RunError::RunFailed("no result within 2 s".into())
+    // Given up 500 ms after its last stripe, the output fails the attempt naming n3 (not
+    // the deadline), and the retry without n3 succeeds.
+    let o = correct(&sim, h);
+    assert!(o.retried);
+    assert_eq!(sim.plan(o.load_id).unwrap(), ["n1", "n2"]);
+    assert!(sim.ended_at(h).unwrap() < ms(700), "{:?}", sim.ended_at(h));
+    assert!(
+        sim.log()
+            .contains("node n3 failed: output 0 from it was lost: none for 500ms")
     );
-    assert_eq!(sim.ended_at(h), Some(ms(2100)));
+    // The late stripe is refused, and its sender told why.
+    assert_eq!(sim.stats().refused, ["its tensor was already dropped"]);
+    assert!(
+        sim.log()
+            .contains("n3: cannot send output 0 to n1: refused: its tensor was already dropped")
+    );
+    // The failed plan was unloaded from n3 too: it was only slow.
+    assert!(sim.loaded("n3").is_empty());
+    assert_eq!(sim.reserved("n3"), 0);
 }
 
 #[test]
-fn a_lost_result_without_any_death_fails_at_the_deadline() {
+fn a_lost_result_without_any_death_fails_the_attempt_naming_its_sender() {
     let mut c = fast(10);
     c.rules.push(
         Rule::new(Effect::Drop, ms(0), ms(10_000))
             .between("n3", "n1")
             .stripe(2),
     );
+    c.min_nodes = 3;
     let mut sim = Sim::new(c);
     sim.submit(ms(0), "n1", 7);
     let h = sim.run(ms(100), "n1", 7, [5, 1000]);
-    sim.run_until(ms(2099));
-    assert!(sim.outcome(h).is_none());
-    // The partial output was dropped 500 ms after its last stripe.
+    sim.run_until(ms(5000));
+    // The partial output was dropped 500 ms after its last stripe, and the attempt failed
+    // then, naming n3; with no room without it, the run fails saying so.
     assert_eq!(sim.stats().partial_dropped.len(), 1);
     assert_eq!(sim.partial("n1"), 0);
-    sim.run_until(ms(2100));
+    assert!(sim.ended_at(h).unwrap() < ms(700));
     assert_eq!(
         err(&sim, h).to_string(),
-        "the run failed no result within 2 s"
+        "node n3 failed: output 0 from it was lost: none for 500ms; the run cannot be retried \
+         without it: placement: 2 node(s) can take the model, it needs 3"
     );
-    // No retry and no node blamed: the plan stays loaded.
-    assert!(sim.avoided("n1", 7).is_empty());
-    for n in NODES {
-        assert_eq!(sim.reserved(n), 100);
-    }
-    sim.unload(ms(2200), "n1", 7);
-    sim.run_until(ms(4000));
+    sim.unload(ms(5000), "n1", 7);
+    sim.run_until(ms(7000));
     clean(&sim, &NODES);
 }
 
@@ -333,8 +344,16 @@ fn early_values_whose_run_never_starts_are_forgotten_after_the_ttl() {
     // The value arrived at about 107 ms; it is forgotten 1 s later.
     sim.run_until(ms(1200));
     assert_eq!(sim.entries("n2"), 0);
+    // The lost Run was never acknowledged: its start failed 1.8 s after it was sent, naming
+    // n2, and the run was retried without n2 (not left to its deadline).
     sim.run_until(ms(3000));
-    assert!(matches!(err(&sim, h), RunError::RunFailed(_)));
+    let o = correct(&sim, h);
+    assert!(o.retried);
+    assert_eq!(sim.plan(o.load_id).unwrap(), ["n1", "n3"]);
+    assert!(
+        sim.log()
+            .contains("n1: cannot start run 1 on n2: no acknowledgement within 1.8s")
+    );
 }
 
 #[test]
@@ -374,9 +393,9 @@ fn stragglers_for_an_aborted_run_are_dropped() {
 }
 
 #[test]
-fn stragglers_after_an_aborted_run_returned_wait_as_early_values() {
-    // Today's behaviour, pinned: the run's end removes its Aborted entry, so a value that
-    // arrives after it starts an Early entry, held for the TTL.
+fn stragglers_after_an_aborted_run_returned_are_dropped() {
+    // The run's end keeps its Aborted entry (for the TTL), so a value that arrives after it
+    // is a straggler, not an early value nothing would take.
     let mut c = fast(14);
     c.core.run_deadline = ms(1000);
     c.rules.push(
@@ -389,10 +408,10 @@ fn stragglers_after_an_aborted_run_returned_wait_as_early_values() {
     let h = sim.run(ms(100), "n1", 7, [5, 1000]);
     sim.run_until(ms(1700));
     assert!(sim.outcome(h).unwrap().is_err());
-    assert_eq!(sim.stats().stragglers, 0);
-    assert_eq!(sim.stats().early, 1);
+    assert_eq!(sim.stats().stragglers, 1);
+    assert_eq!(sim.stats().early, 0);
     assert_eq!(sim.entries("n2"), 1);
-    sim.run_until(ms(2700));
+    sim.run_until(ms(3000));
     assert_eq!(sim.entries("n2"), 0);
 }
 
@@ -427,28 +446,32 @@ fn a_restarted_node_that_lost_its_part_is_loaded_again() {
     });
     let mut sim = Sim::new(c);
     sim.submit(ms(0), "n1", 7);
-    // Before anyone saw n3 die: its new self answers that it holds no such model.
+    // Before anyone saw n3 restart: its new self answers that it holds no such model.
     let h = sim.run(ms(400), "n1", 7, [5, 1000]);
-    sim.run_until(ms(1000));
+    sim.run_until(ms(450));
     let o = correct(&sim, h).clone();
     assert!(o.retried);
     assert_eq!(sim.plan(o.load_id).unwrap(), NODES);
-    // Then the death is seen (the new plan is retired) and the return: the next run plans
-    // over all three again.
-    let h2 = sim.run(ms(4000), "n1", 7, [1, 2]);
-    sim.run_until(ms(5000));
-    let o2 = correct(&sim, h2);
-    assert!(!o2.retried);
+    // At 500 ms everyone sees n3's new life: the retry's plan, made with its old life, is
+    // retired everywhere, n3 included (it cannot be told which life loaded it).
+    sim.run_until(ms(600));
+    for n in NODES {
+        assert!(sim.loaded(n).is_empty(), "{n}\n{}", sim.log());
+    }
+    // A run now plans with n3's new life; the old life's death, declared at 1.7 s, is news
+    // about a life long gone and retires nothing: the next run uses the same plan.
+    let h2 = sim.run(ms(1000), "n1", 7, [1, 2]);
+    let h3 = sim.run(ms(2000), "n1", 7, [3, 4]);
+    sim.run_until(ms(3000));
+    let (o2, o3) = (correct(&sim, h2).clone(), correct(&sim, h3).clone());
+    assert!(!o2.retried && !o3.retried);
+    assert_eq!(o3.load_id, o2.load_id);
     assert_eq!(sim.plan(o2.load_id).unwrap(), NODES);
-    // As today (issue 18): the late verdict on n3's former self retired the retry's plan
-    // everywhere but on n3, whose new self keeps it and its reservation.
-    assert_eq!(sim.loaded("n3"), {
-        let mut v = vec![o.load_id, o2.load_id];
-        v.sort();
-        v
-    });
-    assert_eq!(sim.reserved("n3"), 200);
-    assert_eq!(sim.loaded("n2"), [o2.load_id]);
+    // Nothing leaked: every node holds the live plan alone.
+    for n in NODES {
+        assert_eq!(sim.loaded(n), [o2.load_id], "{n}\n{}", sim.log());
+        assert_eq!(sim.reserved(n), 100);
+    }
 }
 
 #[test]
@@ -492,43 +515,133 @@ fn a_kernel_failure_fails_the_run_without_a_retry() {
 }
 
 #[test]
-fn a_one_sided_partition_loses_the_result_until_the_deadline() {
-    // Issue 18 (a), as today: nothing fails the run before its deadline.
+fn a_one_sided_partition_fails_the_run_through_another_node() {
+    // Issue 18 (a): n3 cannot reach the submitter n1 (its output, and its report of that,
+    // are lost) while everyone else can, and nobody dies. n3 tells n2 too, which passes the
+    // failure on to n1: the attempt fails naming n3, long before its deadline, and the
+    // retry without n3 succeeds.
     let mut c = fast(19);
+    c.core.run_deadline = ms(10_000);
     c.rules
-        .push(Rule::new(Effect::Drop, ms(100), ms(400)).between("n3", "n1"));
+        .push(Rule::new(Effect::Drop, ms(100), ms(20_000)).between("n3", "n1"));
     let mut sim = Sim::new(c);
     sim.submit(ms(0), "n1", 7);
     let h = sim.run(ms(100), "n1", 7, [5, 1000]);
     sim.run_until(ms(5000));
-    assert_eq!(sim.ended_at(h), Some(ms(2100)));
-    assert!(matches!(err(&sim, h), RunError::RunFailed(_)));
+    let o = correct(&sim, h);
+    assert!(o.retried);
+    assert_eq!(sim.plan(o.load_id).unwrap(), ["n1", "n2"]);
+    // n3's send timed out 1.8 s after it sent its output (about 120 ms in).
+    let ended = sim.ended_at(h).unwrap();
+    assert!(ended > ms(1900) && ended < ms(2100), "{ended:?}");
+    let log = sim.log();
+    assert!(
+        log.contains("n3: cannot send output 0 to n1: no acknowledgement within 1.8s"),
+        "{log}"
+    );
+    assert!(sim.avoided("n1", 7).contains("n3"));
+    // Left out for a while only: it was never declared dead.
+    sim.run_until(ms(13_000));
+    assert!(sim.avoided("n1", 7).is_empty());
 }
 
 #[test]
-fn a_false_death_verdict_leaves_the_run_to_the_deadline() {
-    // Issue 18 (b), as today: n3 believes the submitter dead, drops its part and cannot
-    // report back; the submitter, which never saw anyone die, waits for the deadline.
+fn a_false_death_verdict_on_the_submitter_ends_its_runs_when_it_rejoins() {
+    // Issue 18 (b): n3 declares the submitter n1 dead, drops its part and cannot report
+    // back. When n1 learns it was declared dead (SWIM's gossip tells it) it renews its life,
+    // fails its runs that involve other nodes, and retries them: nothing waits for the
+    // deadline, and no node keeps a plan everyone else retired.
     let mut c = fast(20);
+    c.core.run_deadline = ms(10_000);
+    // n1's new life is news within a gossip round, faster than the retry's plan loads (on a
+    // real node, seconds of weights; 20 ms here).
+    c.announce = ms(10);
     c.faults.push(NodeFault::FalseDeath {
         observer: "n3".into(),
         node: "n1".into(),
         start: ms(50),
-        end: ms(3000),
+        end: ms(1000),
     });
     let mut sim = Sim::new(c);
     sim.submit(ms(0), "n1", 7);
     let h = sim.run(ms(100), "n1", 7, [5, 1000]);
-    sim.run_until(ms(5000));
-    assert_eq!(sim.ended_at(h), Some(ms(2100)));
-    assert!(matches!(err(&sim, h), RunError::RunFailed(_)));
+    sim.run_until(ms(900));
+    assert!(
+        sim.outcome(h).is_none(),
+        "nothing can tell n1 before it learns"
+    );
     assert!(sim.loaded("n3").is_empty());
+    sim.run_until(ms(2000));
+    let o = correct(&sim, h);
+    assert!(o.retried);
+    assert!(sim.ended_at(h).unwrap() < ms(1300), "{:?}", sim.ended_at(h));
+    assert_eq!(sim.generation("n1"), 2);
+    assert!(sim.log().contains("n2: unloads"), "{}", sim.log());
+    assert!(sim.log().contains("node n1 was declared dead"));
+    // Every node holds the retry's plan alone.
+    for n in NODES {
+        assert_eq!(sim.loaded(n), [o.load_id], "{n}\n{}", sim.log());
+        assert_eq!(sim.reserved(n), 100);
+    }
 }
 
 #[test]
-fn unloading_a_model_mid_run_leaves_the_run_to_the_deadline() {
-    // As today: the participants abort the run silently (it was aborted there), and the
-    // submitter's run waits for its deadline.
+fn a_participant_declared_dead_falsely_drops_the_plans_everyone_else_retired() {
+    // Issue 18 (reservations): n3 is frozen (SIGSTOP) long enough to be declared dead; the
+    // submitter retires its plan, and cannot tell n3. When n3 runs again it learns it was
+    // declared dead, and drops its part and its reservation.
+    let mut c = fast(23);
+    c.faults.push(NodeFault::Stall {
+        node: "n3".into(),
+        start: ms(100),
+        end: ms(3000),
+    });
+    c.faults.push(NodeFault::FalseDeath {
+        observer: "n1".into(),
+        node: "n3".into(),
+        start: ms(1600),
+        end: ms(3000),
+    });
+    let mut sim = Sim::new(c);
+    sim.submit(ms(0), "n1", 7);
+    sim.run_until(ms(2000));
+    assert_eq!(sim.reserved("n1"), 0);
+    assert_eq!(sim.reserved("n2"), 0);
+    assert_eq!(sim.reserved("n3"), 100, "frozen, it still holds its part");
+    sim.run_until(ms(3500));
+    assert_eq!(sim.reserved("n3"), 0, "{}", sim.log());
+    assert!(sim.loaded("n3").is_empty());
+    // The model plans over all three again.
+    let h = sim.run(ms(4000), "n1", 7, [5, 1000]);
+    sim.run_until(ms(5000));
+    let o = correct(&sim, h);
+    assert_eq!(sim.plan(o.load_id).unwrap(), NODES);
+}
+
+#[test]
+fn a_node_that_kept_a_retired_plan_is_told_again_when_it_comes_back() {
+    // A node seen dead misses the unload of the plans retired meanwhile; if it comes back
+    // holding them (it never learned it was declared dead: the verdict was one node's), the
+    // unload it missed is sent when it is seen alive again.
+    let mut c = fast(24);
+    c.faults.push(NodeFault::FalseDeath {
+        observer: "n1".into(),
+        node: "n3".into(),
+        start: ms(100),
+        end: ms(100_000),
+    });
+    let mut sim = Sim::new(c);
+    sim.submit(ms(0), "n1", 7);
+    sim.run_until(ms(200));
+    assert_eq!(sim.reserved("n3"), 100);
+    sim.alive_again(ms(300), "n1", "n3");
+    sim.run_until(ms(400));
+    assert_eq!(sim.reserved("n3"), 0, "{}", sim.log());
+    assert!(sim.log().contains("n3: unloads"));
+}
+
+#[test]
+fn unloading_a_model_mid_run_fails_the_run_at_once() {
     let mut c = fast(21);
     c.exec_time = ms(100);
     let mut sim = Sim::new(c);
@@ -536,15 +649,15 @@ fn unloading_a_model_mid_run_leaves_the_run_to_the_deadline() {
     let h = sim.run(ms(100), "n1", 7, [5, 1000]);
     sim.unload(ms(150), "n1", 7);
     sim.run_until(ms(5000));
-    assert_eq!(sim.ended_at(h), Some(ms(2100)));
+    assert_eq!(sim.ended_at(h), Some(ms(150)));
+    assert_eq!(*err(&sim, h), RunError::NoModel(7));
     clean(&sim, &NODES);
 }
 
 #[test]
-fn a_lost_fragment_leaves_the_load_and_its_runs_waiting() {
-    // As today: no deadline covers loading, so a fragment (or its ack) lost without a death
-    // keeps the submission, and every run waiting for that plan, waiting.
+fn a_lost_fragment_fails_the_load_at_its_deadline() {
     let mut c = fast(22);
+    c.core.load_deadline = ms(3000);
     c.rules.push(
         Rule::new(Effect::Drop, ms(0), ms(10))
             .between("n1", "n2")
@@ -553,8 +666,38 @@ fn a_lost_fragment_leaves_the_load_and_its_runs_waiting() {
     let mut sim = Sim::new(c);
     sim.submit(ms(0), "n1", 7);
     let h = sim.run(ms(100), "n1", 7, [5, 1000]);
-    sim.run_until(ms(60_000));
+    sim.run_until(ms(2999));
     assert!(sim.submission(7).is_none());
-    assert!(sim.outcome(h).is_none());
-    assert_eq!(sim.runs_in_flight("n1"), 1);
+    sim.run_until(ms(3000));
+    let want = "node n2 failed: could not load its part of the model: no answer within 3 s";
+    let e = sim.submission(7).unwrap().as_ref().unwrap_err();
+    assert_eq!(e.to_string(), want);
+    assert_eq!(err(&sim, h).to_string(), want);
+    assert_eq!(sim.runs_in_flight("n1"), 0);
+    sim.run_until(ms(4000));
+    clean(&sim, &NODES);
+}
+
+#[test]
+fn a_model_whose_client_went_away_is_unloaded_everywhere_after_the_grace() {
+    let mut c = fast(25);
+    c.core.lease_grace = ms(1000);
+    let mut sim = Sim::new(c);
+    sim.submit(ms(0), "n1", 7);
+    sim.submit(ms(0), "n1", 8);
+    let h = sim.run(ms(100), "n1", 7, [5, 1000]);
+    sim.disconnect(ms(500), "n1", 7);
+    sim.run_until(ms(1499));
+    correct(&sim, h);
+    assert!(sim.has_model("n1", 7));
+    sim.run_until(ms(1600));
+    assert!(!sim.has_model("n1", 7));
+    // Model 8's client is still there: its plan stays.
+    assert!(sim.has_model("n1", 8));
+    for n in NODES {
+        assert_eq!(sim.reserved(n), 100, "{n}");
+    }
+    let late = sim.run(ms(1700), "n1", 7, [1, 2]);
+    sim.run_until(ms(1800));
+    assert_eq!(*err(&sim, late), RunError::NoModel(7));
 }

@@ -262,6 +262,7 @@ fn config(name: &str, join: Vec<String>) -> ClusterConfig {
         tuning: Default::default(),
         tensor_lanes: super::default_lanes(),
         faults: None,
+        lease_grace: crate::cluster::DEFAULT_LEASE_GRACE,
     }
 }
 
@@ -435,6 +436,7 @@ async fn sending_to_a_partitioned_or_departed_peer_fails_naming_it() {
             partition: vec![[4.0, 3600.0]],
             ..Default::default()
         }],
+        ..Default::default()
     };
     let nodes = cluster(&["sender", "cut-off", "gone-soon"], vec![Some(cut)]).await;
     let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
@@ -485,6 +487,7 @@ async fn a_peer_going_down_during_a_send_fails_it_at_once() {
             delay_ms: 3000,
             ..Default::default()
         }],
+        ..Default::default()
     };
     let nodes = cluster(&["sender", "slow"], vec![Some(delay)]).await;
     let (a, b) = (nodes[0].clone(), &nodes[1]);

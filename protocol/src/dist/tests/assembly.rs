@@ -238,7 +238,7 @@ fn a_peer_going_down_drops_its_partial_tensors_only() {
     let now = t0();
     let _c = a.claim("p", &stripe(0, 3, 10, 4), now, alloc).unwrap();
     let _d = a.claim("q", &stripe(0, 3, 10, 4), now, alloc).unwrap();
-    a.peer_down("p", "dead");
+    a.peer_down("p", "dead", now);
     assert_eq!(a.partial(), 1);
     match a.poll_action() {
         Some(AssemblyAction::Dropped { key, why, .. }) => {
@@ -246,7 +246,8 @@ fn a_peer_going_down_drops_its_partial_tensors_only() {
         }
         other => panic!("{other:?}"),
     }
-    // As today, its stripes are not refused afterwards (a node falsely declared dead
-    // starts a new tensor that can never complete; it stalls).
-    assert!(a.claim("p", &stripe(3, 3, 10, 4), now, alloc).is_ok());
+    // Its late stripes are refused (a node declared dead falsely still sends some: they
+    // would start a tensor that can never complete), so its send fails and says so.
+    let late = a.claim("p", &stripe(3, 3, 10, 4), now, alloc);
+    assert_eq!(late.unwrap_err(), StripeError::AlreadyDropped);
 }

@@ -2,6 +2,7 @@
 //! (Several nodes together: crate::sim.)
 
 mod assembly;
+mod ends;
 mod participant;
 mod submitter;
 

@@ -1,4 +1,4 @@
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{ms, t0};
 use crate::dist::Config;
@@ -29,6 +29,30 @@ fn info(submitter: &str, nodes: &[&str]) -> FragmentInfo {
     FragmentInfo {
         submitter: submitter.into(),
         nodes: nodes.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>(),
+        lives: BTreeMap::new(),
+    }
+}
+
+/// A fragment of model `model` made with life 5 of every node.
+fn load_lives(p: &mut P, model: u64, submitter: &str, nodes: &[&str]) {
+    let mut i = info(submitter, nodes);
+    i.lives = nodes
+        .iter()
+        .chain([&submitter])
+        .map(|n| (n.to_string(), 5))
+        .collect();
+    let t = p.reserve(&[(0, 10)]).unwrap();
+    p.loaded(t, model, i, "exe");
+}
+
+/// The submitter's abort (or a peer's report) as it arrives.
+fn run_failed(model: u64, run: u64, reason: &str, culprit: &str) -> pb::RunFailed {
+    pb::RunFailed {
+        model_id: model,
+        run_id: run,
+        reason: reason.into(),
+        culprit: culprit.into(),
+        ..Default::default()
     }
 }
 
@@ -49,6 +73,28 @@ fn failed(
     culprit: &str,
     lost: bool,
 ) -> ParticipantAction<i64> {
+    sent(to, model, run, reason, culprit, lost, false)
+}
+
+fn unreachable(
+    to: &str,
+    model: u64,
+    run: u64,
+    reason: &str,
+    culprit: &str,
+) -> ParticipantAction<i64> {
+    sent(to, model, run, reason, culprit, false, true)
+}
+
+fn sent(
+    to: &str,
+    model: u64,
+    run: u64,
+    reason: &str,
+    culprit: &str,
+    lost: bool,
+    unreachable: bool,
+) -> ParticipantAction<i64> {
     ParticipantAction::Send {
         to: to.into(),
         message: Message::RunFailed(pb::RunFailed {
@@ -57,6 +103,7 @@ fn failed(
             reason: reason.into(),
             culprit: culprit.into(),
             model_lost: lost,
+            unreachable,
         }),
     }
 }
@@ -112,7 +159,7 @@ fn values_before_the_run_wait_and_are_delivered_in_order() {
     let t = p.start_run("n1", 1, 9).unwrap();
     assert_eq!(t.submitter, "n1");
     assert!(drain(&mut p).is_empty());
-    p.run_ready(&t);
+    p.run_ready(&t, now);
     let deliver = |value, data| ParticipantAction::Deliver {
         model: 1,
         run: 9,
@@ -122,7 +169,7 @@ fn values_before_the_run_wait_and_are_delivered_in_order() {
     assert_eq!(drain(&mut p), [deliver(4, 40), deliver(5, 50)]);
     assert_eq!(p.arrive(1, 9, 6, 60, now), Arrival::Delivered);
     assert_eq!(drain(&mut p), [deliver(6, 60)]);
-    p.run_finished(&t, Ok(()));
+    p.run_finished(&t, Ok(()), now);
     assert_eq!(p.entries(), 0);
     assert!(drain(&mut p).is_empty());
 }
@@ -133,10 +180,10 @@ fn a_run_aborted_before_it_was_ready_stops_at_once_and_reports_nothing() {
     let now = t0();
     load(&mut p, 1, &[], &["n1", "n2"]);
     let t = p.start_run("n1", 1, 9).unwrap();
-    p.abort(1, 9, "node n3: gone", now);
+    p.run_failed("n1", &run_failed(1, 9, "node n3: gone", ""), now);
     assert!(drain(&mut p).is_empty(), "nothing runs yet");
     assert_eq!(p.arrive(1, 9, 4, 40, now), Arrival::Aborted);
-    p.run_ready(&t);
+    p.run_ready(&t, now);
     assert_eq!(
         drain(&mut p),
         [ParticipantAction::AbortRun {
@@ -145,17 +192,18 @@ fn a_run_aborted_before_it_was_ready_stops_at_once_and_reports_nothing() {
             reason: "the run was abandoned".into(),
         }]
     );
-    p.run_finished(&t, Err("aborted".into()));
+    p.run_finished(&t, Err("aborted".into()), now);
     assert!(drain(&mut p).is_empty(), "the submitter knows already");
 }
 
 #[test]
 fn a_running_run_that_is_aborted_is_stopped_with_the_reason() {
     let mut p = node();
+    let now = t0();
     load(&mut p, 1, &[], &["n1", "n2"]);
     let t = p.start_run("n1", 1, 9).unwrap();
-    p.run_ready(&t);
-    p.abort(1, 9, "node n3: gone", t0());
+    p.run_ready(&t, now);
+    p.run_failed("n1", &run_failed(1, 9, "node n3: gone", ""), now);
     assert_eq!(
         drain(&mut p),
         [ParticipantAction::AbortRun {
@@ -164,26 +212,150 @@ fn a_running_run_that_is_aborted_is_stopped_with_the_reason() {
             reason: "run abandoned: node n3: gone".into(),
         }]
     );
+    // Its end is known: nothing is reported, and its stragglers are dropped.
+    p.run_finished(&t, Err("aborted".into()), now);
+    assert!(drain(&mut p).is_empty());
+    assert_eq!(p.arrive(1, 9, 4, 40, now), Arrival::Aborted);
 }
 
 #[test]
-fn a_failed_run_is_reported_to_its_submitter_naming_this_node() {
+fn a_failed_run_is_reported_to_its_submitter_and_every_other_node() {
     let mut p = node();
+    let now = t0();
     load(&mut p, 1, &[], &["n1", "n2"]);
     let t = p.start_run("n1", 1, 9).unwrap();
-    p.run_ready(&t);
+    p.run_ready(&t, now);
     // Unloaded meanwhile: the end still knows its submitter.
-    p.unload(1, "x", t0());
+    p.unload(1, "x", now);
     drain(&mut p);
-    p.run_finished(&t, Err("kernel failed".into()));
+    p.run_finished(&t, Err("kernel failed".into()), now);
     assert!(drain(&mut p).is_empty(), "aborted by the unload");
-    load(&mut p, 1, &[], &["n1", "n2"]);
+    load(&mut p, 1, &[], &["n1", "n2", "n3", "n4"]);
     let t = p.start_run("n1", 1, 10).unwrap();
-    p.run_finished(&t, Err("kernel failed".into()));
+    p.run_finished(&t, Err("kernel failed".into()), now);
     assert_eq!(
         drain(&mut p),
-        [failed("n1", 1, 10, "kernel failed", "n2", false)]
+        [
+            failed("n1", 1, 10, "kernel failed", "n2", false),
+            failed("n3", 1, 10, "kernel failed", "n2", false),
+            failed("n4", 1, 10, "kernel failed", "n2", false),
+        ]
     );
+    // Remembered: a straggler is dropped, not kept as an early value.
+    assert_eq!(p.arrive(1, 10, 4, 40, now), Arrival::Aborted);
+}
+
+#[test]
+fn a_peer_report_is_passed_on_to_the_submitter_once() {
+    let mut p = node();
+    let now = t0();
+    load(&mut p, 1, &[], &["n1", "n2", "n3"]);
+    let t = p.start_run("n1", 1, 9).unwrap();
+    p.run_ready(&t, now);
+    // n3 could not reach the submitter n1 with its output: it told n2 too.
+    let r = pb::RunFailed {
+        unreachable: true,
+        ..run_failed(1, 9, "cannot send output 0 to n1: cut off", "n3")
+    };
+    p.run_failed("n3", &r, now);
+    assert_eq!(
+        drain(&mut p),
+        [
+            ParticipantAction::AbortRun {
+                model: 1,
+                run: 9,
+                reason: "run abandoned: cannot send output 0 to n1: cut off".into(),
+            },
+            unreachable("n1", 1, 9, "cannot send output 0 to n1: cut off", "n3"),
+        ]
+    );
+    // Once: the same news again, or the submitter's own abort, is not passed on.
+    p.run_failed("n3", &r, now);
+    p.run_failed("n1", &run_failed(1, 9, "node n3: cut off", ""), now);
+    assert!(drain(&mut p).is_empty());
+    // A run that already ended here is passed on too (n2 finished its part long ago).
+    p.run_failed(
+        "n3",
+        &pb::RunFailed {
+            run_id: 11,
+            ..r.clone()
+        },
+        now,
+    );
+    assert_eq!(drain(&mut p).len(), 1);
+    // The submitter's own abort is never passed on; a model not held here cannot be.
+    p.run_failed("n1", &run_failed(1, 12, "x", ""), now);
+    p.run_failed("n3", &run_failed(7, 1, "x", "n3"), now);
+    assert!(drain(&mut p).is_empty());
+}
+
+#[test]
+fn an_output_that_cannot_reach_the_submitter_blames_this_node() {
+    let mut p = node();
+    let now = t0();
+    load(&mut p, 1, &[], &["n1", "n2", "n3"]);
+    let t = p.start_run("n1", 1, 9).unwrap();
+    p.run_ready(&t, now);
+    p.run_finished(&t, Ok(()), now);
+    p.value_send_failed(&t, "n1", "output 0", "member 'n1' is cut off", now);
+    let why = "cannot send output 0 to n1: member 'n1' is cut off";
+    assert_eq!(
+        drain(&mut p),
+        [
+            unreachable("n1", 1, 9, why, "n2"),
+            unreachable("n3", 1, 9, why, "n2"),
+        ]
+    );
+    // A value to another node blames that node, and is not told the news it caused.
+    let t = p.start_run("n1", 1, 10).unwrap();
+    p.run_ready(&t, now);
+    p.value_send_failed(
+        &t,
+        "n3",
+        "value 4",
+        "n3 is dead: the tensor did not arrive",
+        now,
+    );
+    let why = "cannot send value 4 to n3: n3 is dead: the tensor did not arrive";
+    assert_eq!(
+        drain(&mut p),
+        [
+            ParticipantAction::AbortRun {
+                model: 1,
+                run: 10,
+                reason: why.into(),
+            },
+            unreachable("n1", 1, 10, why, "n3"),
+        ]
+    );
+    // A run aborted here says nothing more.
+    p.value_send_failed(&t, "n3", "value 5", "x", now);
+    assert!(drain(&mut p).is_empty());
+}
+
+#[test]
+fn a_lost_value_fails_the_run_naming_its_sender() {
+    let mut p = node();
+    let now = t0();
+    load(&mut p, 1, &[], &["n1", "n2", "n3"]);
+    let t = p.start_run("n1", 1, 9).unwrap();
+    p.run_ready(&t, now);
+    p.value_lost(1, 9, "n3", "none for 60 s", now);
+    let why = "a value from n3 was lost: none for 60 s";
+    assert_eq!(
+        drain(&mut p),
+        [
+            ParticipantAction::AbortRun {
+                model: 1,
+                run: 9,
+                reason: "run abandoned: none for 60 s".into(),
+            },
+            unreachable("n1", 1, 9, why, "n3"),
+        ]
+    );
+    p.value_lost(1, 9, "n3", "again", now);
+    p.value_lost(7, 9, "n3", "no such model", now);
+    assert!(drain(&mut p).is_empty());
 }
 
 #[test]
@@ -216,7 +388,7 @@ fn unload_aborts_the_runs_in_flight_and_drops_early_values() {
     load(&mut p, 1, &[(0, 10)], &["n1", "n2"]);
     load(&mut p, 2, &[(0, 10)], &["n1", "n2"]);
     let t = p.start_run("n1", 1, 9).unwrap();
-    p.run_ready(&t);
+    p.run_ready(&t, now);
     p.arrive(1, 10, 4, 40, now);
     p.arrive(2, 9, 4, 40, now);
     p.unload(1, "unloaded by its client", now);
@@ -251,8 +423,8 @@ fn a_member_down_drops_every_fragment_it_is_in_or_submitted() {
     let t = p.reserve(&[(0, 40)]).unwrap();
     p.loaded(t, 3, info("n3", &["n1", "n2"]), "exe");
     let r = p.start_run("n1", 1, 9).unwrap();
-    p.run_ready(&r);
-    p.member_down("n3", now);
+    p.run_ready(&r, now);
+    p.member_down("n3", 0, now);
     assert_eq!(p.loaded_models(), [2]);
     assert_eq!(p.reserved(), [20, 0]);
     let aborts: Vec<_> = drain(&mut p)
@@ -267,9 +439,113 @@ fn a_member_down_drops_every_fragment_it_is_in_or_submitted() {
             reason: "node n3 failed".into(),
         }]
     );
-    p.member_down("n1", now);
+    p.member_down("n1", 0, now);
     assert_eq!(p.reserved(), [0, 0]);
     assert!(p.loaded_models().is_empty());
+}
+
+#[test]
+fn verdicts_are_about_one_life_of_a_node() {
+    let mut p = node();
+    let now = t0();
+    load_lives(&mut p, 1, "n1", &["n1", "n2", "n3"]);
+    load_lives(&mut p, 2, "n3", &["n2"]);
+    // The late news of an older life of n3 ends nothing made with life 5.
+    p.member_down("n3", 4, now);
+    assert_eq!(p.loaded_models(), [1, 2]);
+    // n3 is up again in life 6 (it restarted before anyone saw it die): its part of plan 1
+    // and its model 2 are gone, and so are they here.
+    p.member_up("n3", 5, now);
+    assert_eq!(p.loaded_models(), [1, 2]);
+    p.member_up("n3", 6, now);
+    assert!(p.loaded_models().is_empty());
+    assert_eq!(p.reserved(), [0, 0]);
+    let why: Vec<String> = drain(&mut p)
+        .into_iter()
+        .filter_map(|a| match a {
+            ParticipantAction::Unloaded { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(why, ["node n3 restarted", "node n3 restarted"]);
+    // Life 5 dying ends a fragment made with it.
+    load_lives(&mut p, 3, "n1", &["n1", "n2", "n3"]);
+    p.member_down("n3", 5, now);
+    assert!(p.loaded_models().is_empty());
+}
+
+#[test]
+fn a_node_told_it_was_declared_dead_drops_every_shared_fragment() {
+    let mut p = node();
+    let now = t0();
+    load(&mut p, 1, &[(0, 10)], &["n1", "n2"]);
+    let t = p.reserve(&[(0, 20)]).unwrap();
+    p.loaded(t, 2, info("n2", &["n2"]), "exe");
+    let t = p.reserve(&[(0, 30)]).unwrap();
+    p.loaded(t, 3, info("n2", &["n2", "n3"]), "exe");
+    let r = p.start_run("n1", 1, 9).unwrap();
+    p.run_ready(&r, now);
+    p.rejoined(now);
+    // Only its own plan of itself alone stays.
+    assert_eq!(p.loaded_models(), [2]);
+    assert_eq!(p.reserved(), [20, 0]);
+    let acts = drain(&mut p);
+    assert!(acts.contains(&ParticipantAction::AbortRun {
+        model: 1,
+        run: 9,
+        reason: "this node was declared dead".into(),
+    }));
+}
+
+#[test]
+fn a_run_still_running_at_the_deadline_is_given_up() {
+    let devices = vec![DeviceBudget {
+        name: "cpu".into(),
+        budget: 1000,
+    }];
+    let config = Config {
+        run_deadline: ms(2000),
+        early_ttl: ms(1000),
+        ..Config::default()
+    };
+    let mut p: P = Participant::new("n2".into(), devices, config);
+    let now = t0();
+    load(&mut p, 1, &[], &["n1", "n2"]);
+    let t = p.start_run("n1", 1, 9).unwrap();
+    p.run_ready(&t, now);
+    assert_eq!(p.poll_timeout(), Some(now + ms(2000)));
+    p.handle_timeout(now + ms(2000));
+    assert_eq!(
+        drain(&mut p),
+        [ParticipantAction::AbortRun {
+            model: 1,
+            run: 9,
+            reason: "run abandoned: no result within 2 s".into(),
+        }]
+    );
+    // Its submitter failed it at its own deadline: nothing is reported.
+    p.run_finished(&t, Err("aborted".into()), now + ms(2001));
+    assert!(drain(&mut p).is_empty());
+    p.handle_timeout(now + ms(3000));
+    assert_eq!(p.entries(), 0);
+}
+
+#[test]
+fn stopping_aborts_every_run() {
+    let mut p = node();
+    let now = t0();
+    load(&mut p, 1, &[], &["n1", "n2"]);
+    let t = p.start_run("n1", 1, 9).unwrap();
+    p.run_ready(&t, now);
+    p.abort_all("node n2 is stopping", now);
+    assert_eq!(
+        drain(&mut p),
+        [ParticipantAction::AbortRun {
+            model: 1,
+            run: 9,
+            reason: "run abandoned: node n2 is stopping".into(),
+        }]
+    );
 }
 
 #[test]
@@ -279,9 +555,9 @@ fn early_values_and_aborts_are_forgotten_after_the_ttl() {
     load(&mut p, 1, &[], &["n1", "n2"]);
     p.arrive(1, 9, 4, 40, now);
     // Remembered even for a model not loaded here.
-    p.abort(5, 1, "x", now + ms(300));
+    p.run_failed("n1", &run_failed(5, 1, "x", ""), now + ms(300));
     let t = p.start_run("n1", 1, 10).unwrap();
-    p.run_ready(&t);
+    p.run_ready(&t, now);
     assert_eq!(p.entries(), 3);
     assert_eq!(p.poll_timeout(), Some(now + ms(1000)));
     p.handle_timeout(now + ms(999));
@@ -290,24 +566,7 @@ fn early_values_and_aborts_are_forgotten_after_the_ttl() {
     assert_eq!(p.entries(), 2);
     assert_eq!(p.poll_timeout(), Some(now + ms(1300)));
     p.handle_timeout(now + ms(1300));
-    // A running run is never swept.
+    // A running run is not swept: it is given up at its deadline.
     assert_eq!(p.entries(), 1);
-    assert_eq!(p.poll_timeout(), None);
-}
-
-#[test]
-fn a_value_that_cannot_be_sent_blames_its_receiver() {
-    let mut p = node();
-    p.value_send_failed("n1", 1, 9, "n3", "n3 is dead: the tensor did not arrive");
-    assert_eq!(
-        drain(&mut p),
-        [failed(
-            "n1",
-            1,
-            9,
-            "cannot send a value to n3: n3 is dead: the tensor did not arrive",
-            "n3",
-            false
-        )]
-    );
+    assert_eq!(p.poll_timeout(), Some(now + Config::default().run_deadline));
 }

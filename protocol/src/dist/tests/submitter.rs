@@ -8,10 +8,10 @@ use crate::dist::run::{Failure, PlanError, RunError, RunOutput};
 use crate::dist::submitter::*;
 use crate::{Message, pb};
 
-type S = Submitter<u32, i64>;
-type A = Action<u32, i64>;
+pub(super) type S = Submitter<u32, i64>;
+pub(super) type A = Action<u32, i64>;
 
-const ALL: [&str; 3] = ["n1", "n2", "n3"];
+pub(super) const ALL: [&str; 3] = ["n1", "n2", "n3"];
 
 fn submitter() -> S {
     let mut s = Submitter::new("n1".into(), Config::default());
@@ -19,12 +19,12 @@ fn submitter() -> S {
     s
 }
 
-fn drain(s: &mut S) -> Vec<A> {
+pub(super) fn drain(s: &mut S) -> Vec<A> {
     std::iter::from_fn(|| s.poll_action()).collect()
 }
 
 /// A chain over `nodes`: the first reads input 0, the last input 1; one output computed.
-fn plan(load_id: u64, nodes: &[&str]) -> DeploymentPlan<i64> {
+pub(super) fn plan(load_id: u64, nodes: &[&str]) -> DeploymentPlan<i64> {
     let mut needs: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     needs.entry(nodes[0].into()).or_default().push(0);
     needs
@@ -37,10 +37,12 @@ fn plan(load_id: u64, nodes: &[&str]) -> DeploymentPlan<i64> {
         needs,
         fixed_outputs: Vec::new(),
         n_outputs: 1,
+        lives: BTreeMap::new(),
+        reserves: BTreeMap::new(),
     }
 }
 
-fn unload(to: &str, load_id: u64, reason: &str) -> A {
+pub(super) fn unload(to: &str, load_id: u64, reason: &str) -> A {
     Action::Send {
         to: to.into(),
         message: Message::Unload(pb::Unload {
@@ -50,7 +52,7 @@ fn unload(to: &str, load_id: u64, reason: &str) -> A {
     }
 }
 
-fn abort(to: &str, load_id: u64, run_id: u64, reason: &str) -> A {
+pub(super) fn abort(to: &str, load_id: u64, run_id: u64, reason: &str) -> A {
     Action::Send {
         to: to.into(),
         message: Message::RunFailed(pb::RunFailed {
@@ -59,17 +61,27 @@ fn abort(to: &str, load_id: u64, run_id: u64, reason: &str) -> A {
             reason: reason.into(),
             culprit: String::new(),
             model_lost: false,
+            unreachable: false,
         }),
     }
 }
 
-fn report(model: u64, run: u64, reason: &str, culprit: &str, lost: bool) -> pb::RunFailed {
+pub(super) fn report(
+    model: u64,
+    run: u64,
+    reason: &str,
+    culprit: &str,
+    lost: bool,
+) -> pb::RunFailed {
     pb::RunFailed {
         model_id: model,
         run_id: run,
         reason: reason.into(),
         culprit: culprit.into(),
         model_lost: lost,
+        // Only reports of values that could not be sent name a node other than their
+        // sender, in these tests.
+        unreachable: reason.starts_with("cannot send"),
     }
 }
 
@@ -87,8 +99,14 @@ fn asked(actions: &[A]) -> (PlanId, BTreeSet<String>) {
 }
 
 /// Plans and loads `load_id` over `nodes` for `plan`; returns the actions once it is live.
-fn go_live(s: &mut S, plan_id: PlanId, load_id: u64, nodes: &[&str], now: Instant) -> Vec<A> {
-    assert!(s.planned(plan_id, plan(load_id, nodes)));
+pub(super) fn go_live(
+    s: &mut S,
+    plan_id: PlanId,
+    load_id: u64,
+    nodes: &[&str],
+    now: Instant,
+) -> Vec<A> {
+    assert!(s.planned(plan_id, plan(load_id, nodes), now));
     let sends: Vec<A> = nodes
         .iter()
         .map(|n| Action::SendFragment {
@@ -105,7 +123,7 @@ fn go_live(s: &mut S, plan_id: PlanId, load_id: u64, nodes: &[&str], now: Instan
 
 /// A run of model 7 on inputs [1, 2] started on a fresh plan `load_id` over `nodes`: its id
 /// and its wire run id.
-fn started(s: &mut S, load_id: u64, nodes: &[&str], now: Instant) -> (RunId, u64) {
+pub(super) fn started(s: &mut S, load_id: u64, nodes: &[&str], now: Instant) -> (RunId, u64) {
     let run = s.run(7, vec![1, 2]).unwrap();
     assert_eq!(drain(s), [Action::Resolve { run, model: 7 }]);
     s.resolve(run, 0, now);
@@ -122,7 +140,7 @@ fn started(s: &mut S, load_id: u64, nodes: &[&str], now: Instant) -> (RunId, u64
     (run, wire[0])
 }
 
-fn done(actions: &[A]) -> Option<&Result<RunOutput<i64>, RunError>> {
+pub(super) fn done(actions: &[A]) -> Option<&Result<RunOutput<i64>, RunError>> {
     actions.iter().find_map(|a| match a {
         Action::RunDone { result, .. } => Some(result),
         _ => None,
@@ -141,7 +159,12 @@ fn failures_are_attributed_as_the_submitter_always_did() {
         Failure::attribute("n2", &r),
         Failure::Other("on node n2: boom".into())
     );
-    // A culprit other than the reporter: the node it could not reach failed.
+    // A report passed on by another node keeps its culprit, and its kind.
+    assert_eq!(
+        Failure::attribute("n3", &r),
+        Failure::Other("on node n2: boom".into())
+    );
+    // A node that could not be reached failed: whoever reports it.
     let r = report(1, 2, "cannot send a value to n3: x", "n3", false);
     assert_eq!(
         Failure::attribute("n2", &r),
@@ -150,11 +173,19 @@ fn failures_are_attributed_as_the_submitter_always_did() {
             reason: "cannot send a value to n3: x".into(),
         }
     );
-    // The reporter lost the model: load it again, whoever the culprit.
+    assert_eq!(
+        Failure::attribute("n1", &r),
+        Failure::attribute("n2", &r),
+        "passed on by n1"
+    );
+    // The culprit lost the model: load it again.
     let r = report(1, 2, "gone", "n3", true);
     assert_eq!(
         Failure::attribute("n2", &r),
-        Failure::Lost { node: "n2".into() }
+        Failure::Lost {
+            node: "n3".into(),
+            reason: "it restarted and lost the model".into()
+        }
     );
 }
 
@@ -219,7 +250,7 @@ fn outputs_known_without_running_complete_the_run_with_nothing_sent() {
     let mut p = plan(100, &["n1"]);
     p.fixed_outputs = vec![(0, FixedOutput::Input(1)), (1, FixedOutput::Const(42))];
     p.n_outputs = 2;
-    s.planned(plan_id, p);
+    s.planned(plan_id, p, now);
     drain(&mut s);
     s.load_result(100, "n1", Ok(()), now);
     let acts = drain(&mut s);
@@ -269,7 +300,7 @@ fn a_failed_load_waits_for_every_answer_then_unloads_the_loaded_and_names_the_fi
     drain(&mut s);
     s.resolve(run, 0, now);
     let (plan_id, _) = asked(&drain(&mut s));
-    s.planned(plan_id, plan(100, &ALL));
+    s.planned(plan_id, plan(100, &ALL), now);
     drain(&mut s);
     s.load_result(100, "n3", Err("no room on n3".into()), now);
     s.load_result(100, "n1", Ok(()), now);
@@ -301,16 +332,16 @@ fn a_failed_load_waits_for_every_answer_then_unloads_the_loaded_and_names_the_fi
 fn a_death_while_loading_fails_the_load_even_if_that_node_had_loaded() {
     let mut s = submitter();
     let now = t0();
-    let p = match s.prepare(7, 0).unwrap() {
+    let p = match s.prepare(7, 0, now).unwrap() {
         Prepared::Pending(p) => p,
         other => panic!("{other:?}"),
     };
     drain(&mut s);
-    s.planned(p, plan(100, &ALL));
+    s.planned(p, plan(100, &ALL), now);
     drain(&mut s);
     s.load_result(100, "n1", Ok(()), now);
     s.load_result(100, "n2", Ok(()), now);
-    s.member_down("n2", "dead", now);
+    s.member_down("n2", 0, "dead", now);
     assert!(drain(&mut s).is_empty(), "n3 has not answered");
     s.load_result(100, "n3", Ok(()), now);
     let acts = drain(&mut s);
@@ -335,7 +366,7 @@ fn a_dead_node_fails_the_run_and_the_retry_plans_without_it() {
     let mut s = submitter();
     let now = t0();
     let (run, wire) = started(&mut s, 100, &ALL, now);
-    s.member_down("n2", "dead", now);
+    s.member_down("n2", 0, "dead", now);
     let acts = drain(&mut s);
     assert_eq!(
         acts[..4],
@@ -349,7 +380,10 @@ fn a_dead_node_fails_the_run_and_the_retry_plans_without_it() {
     );
     assert_eq!(acts[4], Action::Resolve { run, model: 7 });
     assert_eq!(acts.len(), 5, "unloaded once: {acts:?}");
-    assert_eq!(s.avoided(7).unwrap().iter().collect::<Vec<_>>(), ["n2"]);
+    assert_eq!(
+        s.avoided(7, now).unwrap().iter().collect::<Vec<_>>(),
+        ["n2"]
+    );
     s.resolve(run, 0, now);
     let (plan_id, avoid) = asked(&drain(&mut s));
     assert!(avoid.contains("n2"));
@@ -366,8 +400,8 @@ fn a_dead_node_fails_the_run_and_the_retry_plans_without_it() {
     let out = done(&drain(&mut s)).unwrap().clone().unwrap();
     assert!(out.retried);
     // Back: it may be used again.
-    s.member_up("n2");
-    assert!(s.avoided(7).unwrap().is_empty());
+    s.member_up("n2", 0, now);
+    assert!(s.avoided(7, now).unwrap().is_empty());
 }
 
 #[test]
@@ -379,6 +413,7 @@ fn a_second_node_failure_names_both_and_a_failed_retry_plan_names_the_first() {
     s.run_failed(
         "n2",
         &report(100, wire, "cannot send a value to n3: x", "n3", false),
+        now,
     );
     let acts = drain(&mut s);
     assert_eq!(
@@ -386,8 +421,10 @@ fn a_second_node_failure_names_both_and_a_failed_retry_plan_names_the_first() {
         [
             abort("n1", 100, wire, "node n3: cannot send a value to n3: x"),
             abort("n2", 100, wire, "node n3: cannot send a value to n3: x"),
+            // n3 too: it may only have been unreachable for a while.
             unload("n1", 100, "node n3 failed: cannot send a value to n3: x"),
             unload("n2", 100, "node n3 failed: cannot send a value to n3: x"),
+            unload("n3", 100, "node n3 failed: cannot send a value to n3: x"),
             Action::Resolve { run, model: 7 },
         ]
     );
@@ -401,7 +438,7 @@ fn a_second_node_failure_names_both_and_a_failed_retry_plan_names_the_first() {
             _ => None,
         })
         .unwrap();
-    s.start_failed(200, wire2, "n2", "connection lost");
+    s.start_failed(200, wire2, "n2", "connection lost", now);
     let acts = drain(&mut s);
     assert_eq!(
         done(&acts).unwrap().as_ref().unwrap_err().to_string(),
@@ -411,7 +448,7 @@ fn a_second_node_failure_names_both_and_a_failed_retry_plan_names_the_first() {
 
     // Another run: its first attempt loses n2, and no plan fits without it.
     let (run, wire) = started(&mut s, 300, &["n1", "n2"], now);
-    s.member_down("n2", "left", now);
+    s.member_down("n2", 0, "left", now);
     drain(&mut s);
     s.resolve(run, 0, now);
     let (plan_id, _) = asked(&drain(&mut s));
@@ -445,22 +482,26 @@ fn a_node_that_lost_the_model_gets_it_again_once() {
     let mut s = submitter();
     let now = t0();
     let (run, wire) = started(&mut s, 100, &ALL, now);
-    s.run_failed("n3", &report(100, wire, "n3 does not hold it", "n3", true));
+    s.run_failed(
+        "n3",
+        &report(100, wire, "n3 does not hold it", "n3", true),
+        now,
+    );
     let acts = drain(&mut s);
     // Everyone, the node that lost it included, is told to abort and unload.
     assert_eq!(
         acts,
         [
-            abort("n1", 100, wire, "node n3 lost the model"),
-            abort("n2", 100, wire, "node n3 lost the model"),
-            abort("n3", 100, wire, "node n3 lost the model"),
+            abort("n1", 100, wire, "node n3: it restarted and lost the model"),
+            abort("n2", 100, wire, "node n3: it restarted and lost the model"),
+            abort("n3", 100, wire, "node n3: it restarted and lost the model"),
             unload("n1", 100, "node n3 lost its part"),
             unload("n2", 100, "node n3 lost its part"),
             unload("n3", 100, "node n3 lost its part"),
             Action::Resolve { run, model: 7 },
         ]
     );
-    assert!(s.avoided(7).unwrap().is_empty());
+    assert!(s.avoided(7, now).unwrap().is_empty());
     s.resolve(run, 0, now);
     let (plan_id, _) = asked(&drain(&mut s));
     let acts = go_live(&mut s, plan_id, 200, &ALL, now);
@@ -471,15 +512,15 @@ fn a_node_that_lost_the_model_gets_it_again_once() {
             _ => None,
         })
         .unwrap();
-    s.run_failed("n2", &report(200, wire2, "gone", "", true));
+    s.run_failed("n2", &report(200, wire2, "gone", "", true), now);
     assert_eq!(
         done(&drain(&mut s))
             .unwrap()
             .as_ref()
             .unwrap_err()
             .to_string(),
-        "node n2 failed: it lost the model, on the retry after n3 failed: it restarted and lost \
-         the model"
+        "node n2 failed: it restarted and lost the model, on the retry after n3 failed: it \
+         restarted and lost the model"
     );
 }
 
@@ -488,7 +529,7 @@ fn a_plain_failure_is_final_and_keeps_the_plan() {
     let mut s = submitter();
     let now = t0();
     let (run, wire) = started(&mut s, 100, &ALL, now);
-    s.run_failed("n2", &report(100, wire, "kernel failed", "n2", false));
+    s.run_failed("n2", &report(100, wire, "kernel failed", "n2", false), now);
     let acts = drain(&mut s);
     assert_eq!(
         acts,
@@ -514,7 +555,7 @@ fn a_plain_failure_is_final_and_keeps_the_plan() {
             _ => None,
         })
         .unwrap();
-    s.start_failed(100, wire, "n1", "no model with id 64");
+    s.start_failed(100, wire, "n1", "no model with id 64", now);
     assert_eq!(
         done(&drain(&mut s))
             .unwrap()
@@ -555,7 +596,7 @@ fn the_deadline_fails_a_run_that_never_completes() {
 }
 
 #[test]
-fn a_full_cache_forgets_its_oldest_plan_without_unloading_it() {
+fn a_full_cache_unloads_its_oldest_plan() {
     let mut s = Submitter::<u32, i64>::new(
         "n1".into(),
         Config {
@@ -566,28 +607,36 @@ fn a_full_cache_forgets_its_oldest_plan_without_unloading_it() {
     s.add_model(7);
     let now = t0();
     for key in 0..3u32 {
-        let p = match s.prepare(7, key).unwrap() {
+        let p = match s.prepare(7, key, now).unwrap() {
             Prepared::Pending(p) => p,
             other => panic!("{other:?}"),
         };
         drain(&mut s);
         let acts = go_live(&mut s, p, 100 + u64::from(key), &["n1"], now);
-        // As today: the evicted plan stays loaded on its nodes (a leak to fix).
-        assert!(
-            !acts.iter().any(|a| matches!(a, Action::Send { .. })),
-            "{acts:?}"
-        );
+        let unloads: Vec<&A> = acts
+            .iter()
+            .filter(|a| matches!(a, Action::Send { .. }))
+            .collect();
+        // The third plan evicts the first, which no run uses: it is unloaded, not leaked.
+        if key == 2 {
+            assert_eq!(
+                unloads,
+                [&unload("n1", 100, "evicted from its model's plan cache")]
+            );
+        } else {
+            assert!(unloads.is_empty(), "{acts:?}");
+        }
     }
     assert_eq!(s.cached(7), [102, 101]);
     assert!(s.deployment(100).is_none());
-    assert_eq!(s.prepare(7, 2).unwrap(), Prepared::Live(102));
+    assert_eq!(s.prepare(7, 2, now).unwrap(), Prepared::Live(102));
 }
 
 #[test]
 fn removing_a_model_retires_its_plans_and_fails_its_waiting_runs() {
     let mut s = submitter();
     let now = t0();
-    let p = match s.prepare(7, 0).unwrap() {
+    let p = match s.prepare(7, 0, now).unwrap() {
         Prepared::Pending(p) => p,
         other => panic!("{other:?}"),
     };
@@ -598,7 +647,7 @@ fn removing_a_model_retires_its_plans_and_fails_its_waiting_runs() {
     drain(&mut s);
     s.resolve(run, 1, now);
     let (plan_id, _) = asked(&drain(&mut s));
-    assert!(s.planned(plan_id, plan(200, &["n1", "n2"])));
+    assert!(s.planned(plan_id, plan(200, &["n1", "n2"]), now));
     drain(&mut s);
     s.load_result(200, "n1", Ok(()), now);
     s.remove_model(7).unwrap();
@@ -635,14 +684,14 @@ fn removing_a_model_retires_its_plans_and_fails_its_waiting_runs() {
 fn a_plan_answered_twice_or_for_a_removed_model_is_not_taken() {
     let mut s = submitter();
     let now = t0();
-    let p = match s.prepare(7, 0).unwrap() {
+    let p = match s.prepare(7, 0, now).unwrap() {
         Prepared::Pending(p) => p,
         other => panic!("{other:?}"),
     };
     drain(&mut s);
-    assert!(s.planned(p, plan(100, &["n1"])));
+    assert!(s.planned(p, plan(100, &["n1"]), now));
     assert!(
-        !s.planned(p, plan(101, &["n1"])),
+        !s.planned(p, plan(101, &["n1"]), now),
         "the first plan is loading"
     );
     assert!(s.deployment(101).is_none());
@@ -654,7 +703,7 @@ fn a_plan_answered_twice_or_for_a_removed_model_is_not_taken() {
     let (q, _) = asked(&drain(&mut s));
     s.remove_model(7).unwrap();
     drain(&mut s);
-    assert!(!s.planned(q, plan(200, &["n1"])));
+    assert!(!s.planned(q, plan(200, &["n1"]), now));
     assert_eq!(
         drain(&mut s),
         [Action::DeployFailed {
@@ -664,4 +713,66 @@ fn a_plan_answered_twice_or_for_a_removed_model_is_not_taken() {
         }]
     );
     assert!(s.deployment(200).is_none());
+}
+
+#[test]
+fn an_unload_a_live_node_did_not_get_is_sent_again_until_it_does() {
+    // A one-sided partition: n2 stays alive in membership but misses the unload of a
+    // retired plan; before, it kept its part and its reservation for good.
+    let mut s = submitter();
+    let now = t0();
+    let p = match s.prepare(7, 0, now).unwrap() {
+        Prepared::Pending(p) => p,
+        other => panic!("{other:?}"),
+    };
+    drain(&mut s);
+    go_live(&mut s, p, 100, &["n1", "n2"], now);
+    s.remove_model(7).unwrap();
+    let why = "unloaded by its client";
+    assert_eq!(
+        drain(&mut s),
+        [unload("n1", 100, why), unload("n2", 100, why)]
+    );
+    s.unload_delivered("n1", 100);
+    s.unload_failed("n2", 100, why, now);
+    let retry = Config::default().unload_retry;
+    assert_eq!(s.poll_timeout(), Some(now + retry));
+    s.handle_timeout(now + retry - ms(1));
+    assert_eq!(drain(&mut s), []);
+    s.handle_timeout(now + retry);
+    assert_eq!(drain(&mut s), [unload("n2", 100, why)]);
+    // In flight: nothing due until it is answered.
+    assert_eq!(s.poll_timeout(), None);
+    s.unload_failed("n2", 100, why, now + retry);
+    s.handle_timeout(now + retry * 2);
+    assert_eq!(drain(&mut s), [unload("n2", 100, why)]);
+    s.unload_delivered("n2", 100);
+    assert_eq!(s.poll_timeout(), None);
+    s.handle_timeout(now + retry * 10);
+    assert_eq!(drain(&mut s), []);
+}
+
+#[test]
+fn an_unload_is_given_up_after_its_tries_and_owed_to_a_node_declared_down() {
+    let mut s = submitter();
+    let now = t0();
+    let retry = Config::default().unload_retry;
+    let why = "gone";
+    let mut t = now;
+    for _ in 1..crate::dist::unloads::UNLOAD_TRIES {
+        s.unload_failed("n2", 100, why, t);
+        t += retry;
+        s.handle_timeout(t);
+        assert_eq!(drain(&mut s), [unload("n2", 100, why)]);
+    }
+    s.unload_failed("n2", 100, why, t);
+    assert_eq!(s.poll_timeout(), None, "given up");
+    // Declared down while pending: owed, and sent when it comes back.
+    s.unload_failed("n3", 200, why, t);
+    s.member_down("n3", 0, "dead", t);
+    assert_eq!(s.poll_timeout(), None);
+    s.handle_timeout(t + retry);
+    assert_eq!(drain(&mut s), []);
+    s.member_up("n3", 5, t + retry);
+    assert_eq!(drain(&mut s), [unload("n3", 200, why)]);
 }
