@@ -30,6 +30,28 @@ pub fn demote_this_thread() -> bool {
     }
 }
 
+/// Runs heavy work `f` on tokio's blocking pool, at the heavy priority: model loads, planning,
+/// and runs whose CPU kernels may take every core.
+pub fn spawn_heavy<F, R>(handle: &tokio::runtime::Handle, f: F) -> tokio::task::JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    handle.spawn_blocking(move || {
+        demote_this_thread();
+        f()
+    })
+}
+
+/// [`spawn_heavy`] on the current runtime. Call inside it.
+pub fn heavy<F, R>(f: F) -> tokio::task::JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    spawn_heavy(&tokio::runtime::Handle::current(), f)
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;

@@ -81,8 +81,12 @@ impl Cluster {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let mut cmd = Command::new(BIN);
-        cmd.args(["--listen", &addr, "--name", name, "--device", "cpu"])
-            .arg("--cluster-key")
+        cmd.args(["--listen", &addr, "--name", name]);
+        // The CPU unless the extra flags name the devices.
+        if !extra.iter().any(|a| a == "--device") {
+            cmd.args(["--device", "cpu"]);
+        }
+        cmd.arg("--cluster-key")
             .arg(&self.key)
             .args(extra)
             .env("RUST_LOG", "info");

@@ -102,11 +102,24 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
         ),
     };
     let tuning = env::tuning();
-    let (devices, inventory) = vkml::cluster::inventory::local_devices(
+    // Heavy work yields to the network threads (node/src/priority.rs): the CPU kernels' pool,
+    // and the threads drivers start when the devices open (lavapipe runs shaders on its own).
+    let _ = rayon::ThreadPoolBuilder::new()
+        .start_handler(|_| {
+            vkml::priority::demote_this_thread();
+        })
+        .build_global();
+    let (device, limit, vulkan) = (
         settings.device,
         settings.device_memory_limit,
-        &tuning.vulkan,
-    )
+        tuning.vulkan,
+    );
+    let (devices, inventory) = std::thread::spawn(move || {
+        vkml::priority::demote_this_thread();
+        vkml::cluster::inventory::local_devices(device, limit, &vulkan)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("opening this node's devices panicked"))?
     .context("cannot open this node's devices")?;
     let cfg = ClusterConfig {
         name: settings.name.clone(),

@@ -93,7 +93,7 @@ pub async fn make(
         .into_iter()
         .map(|m| (m.name, m.generation))
         .collect();
-    let (mut made, hash) = tokio::task::spawn_blocking(move || {
+    let (mut made, hash) = crate::priority::heavy(move || {
         let known: Vec<Option<&Tensor>> = (0..key.types.len())
             .map(|i| key.values.iter().find(|(j, _)| *j == i).map(|(_, t)| t))
             .collect();

@@ -435,7 +435,7 @@ impl Exec {
         }
         let p = self.participant.clone();
         let model = f.model_id;
-        let r = tokio::task::spawn_blocking(move || p.load(&f, weights))
+        let r = crate::priority::heavy(move || p.load(&f, weights))
             .await
             .map_err(|e| DistError::Protocol(e.to_string()))?;
         let ack = pb::LoadAck {

@@ -264,7 +264,7 @@ impl Participant {
         })?;
         let exe = exe.ok_or(DistError::NoModel(model))?;
         let me = Arc::clone(self);
-        self.rt.spawn_blocking(move || {
+        crate::priority::spawn_heavy(&self.rt, move || {
             let hooks = Arc::new(Hooks {
                 participant: me.clone(),
                 ticket: ticket.clone(),

@@ -166,7 +166,7 @@ impl Submitter {
         progress: Progress,
         owner: Option<Owner>,
     ) -> Result<(Arc<ClusterModel>, Option<pb::Placement>), DistError> {
-        let graph = tokio::task::spawn_blocking(move || -> Result<Graph, DistError> {
+        let graph = crate::priority::heavy(move || -> Result<Graph, DistError> {
             let model = crate::onnx::load_from_bytes(data, None)
                 .map_err(|e| DistError::Runtime(e.into()))?;
             Ok(Graph::from_model(&model)?)
@@ -521,7 +521,7 @@ impl Submitter {
             let bytes = f.weight_bytes;
             let p = self.participant.clone();
             let map: BTreeMap<ValueId, Tensor> = weights.into_iter().collect();
-            tokio::task::spawn_blocking(move || p.load(&f, map))
+            crate::priority::heavy(move || p.load(&f, map))
                 .await
                 .map_err(join_err)??;
             count(bytes);
