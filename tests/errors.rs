@@ -176,3 +176,101 @@ fn a_model_larger_than_every_device_is_refused_at_load() {
     assert!(matches!(err, vkml::Error::Placement(_)), "{err:?}");
     assert_mentions(&err.to_string(), &["no device", "memory limit"]);
 }
+
+use common::onnx as mk;
+
+fn load_built(test: &str, m: &mk::ModelProto) -> Result<Session, vkml::Error> {
+    let path = mk::write(&mk::scratch(test), "m.onnx", m);
+    Session::load(&path, common::options(DeviceSelection::Cpu, None))
+}
+
+/// y = Relu(x) over x: float[4].
+fn relu_graph() -> mk::GraphProto {
+    mk::GraphProto {
+        name: "g".into(),
+        node: vec![mk::node("Relu", "relu", &["x"], &["y"])],
+        input: vec![mk::value("x", mk::FLOAT, Some(&[4]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+        ..Default::default()
+    }
+}
+
+/// Opset 99 loaded as if it were the newest vkml knows; now it is refused, naming both.
+#[test]
+fn an_opset_newer_than_vkml_knows_is_refused() {
+    let err = load_built("opset99", &mk::model(relu_graph(), 99))
+        .err()
+        .expect("opset 99 loaded")
+        .to_string();
+    assert_mentions(&err, &["opset 99", "27"]);
+    assert!(load_built("opset27", &mk::model(relu_graph(), 27)).is_ok());
+}
+
+/// Two initializers of one name, or a graph input listed twice, make the model ambiguous:
+/// both were accepted (the last one won); now they are refused by name.
+#[test]
+fn duplicate_initializers_and_inputs_are_refused() {
+    let mut g = relu_graph();
+    g.node = vec![mk::node("Add", "add", &["x", "c"], &["y"])];
+    g.initializer = vec![
+        mk::floats("c", &[4], &[1.0; 4]),
+        mk::floats("c", &[4], &[2.0; 4]),
+    ];
+    let err = load_built("dup-init", &mk::model(g, 17))
+        .err()
+        .expect("loaded")
+        .to_string();
+    assert_mentions(&err, &["two initializers", "'c'"]);
+    let mut g = relu_graph();
+    g.input.push(mk::value("x", mk::FLOAT, Some(&[4])));
+    let err = load_built("dup-input", &mk::model(g, 17))
+        .err()
+        .expect("loaded")
+        .to_string();
+    assert_mentions(&err, &["input 'x' twice"]);
+}
+
+/// y = ConstantOfShape([2^40]): 4 TiB, folded while planning. The process tried to allocate it
+/// and was killed; now the load fails naming the node and the size.
+#[test]
+fn a_constant_of_4_tib_is_refused_naming_node_and_size() {
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![mk::node("ConstantOfShape", "fill", &["shape"], &["y"])],
+        initializer: vec![mk::int64s("shape", &[1], &[1 << 40])],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+        ..Default::default()
+    };
+    let err = load_built("cos-4tib", &mk::model(g, 17))
+        .err()
+        .expect("4 TiB loaded");
+    assert!(matches!(err, vkml::Error::TooLarge { .. }), "{err:?}");
+    assert_mentions(
+        &err.to_string(),
+        &["'fill'", "ConstantOfShape", "4398046511104 bytes"],
+    );
+}
+
+/// y = Range(0, limit, 1) with limit an initializer: an infinite limit allocated until the
+/// process died; a NaN one gave an empty range. Both are errors naming the node.
+#[test]
+fn a_range_with_an_infinite_or_nan_limit_is_refused() {
+    for (what, limit) in [("inf", f32::INFINITY), ("nan", f32::NAN)] {
+        let g = mk::GraphProto {
+            name: "g".into(),
+            node: vec![mk::node("Range", "range", &["s", "l", "d"], &["y"])],
+            initializer: vec![
+                mk::floats("s", &[], &[0.0]),
+                mk::floats("l", &[], &[limit]),
+                mk::floats("d", &[], &[1.0]),
+            ],
+            output: vec![mk::value("y", mk::FLOAT, None)],
+            ..Default::default()
+        };
+        let err = load_built(&format!("range-{what}"), &mk::model(g, 17))
+            .err()
+            .unwrap_or_else(|| panic!("Range to {what} loaded"))
+            .to_string();
+        assert_mentions(&err, &["'range'", "Range", "finite"]);
+    }
+}

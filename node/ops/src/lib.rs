@@ -18,6 +18,7 @@ use std::sync::OnceLock;
 pub mod model;
 pub mod tensor;
 
+pub use size::{Size, SizeError};
 pub use tensor::{DType, Tensor, TensorError};
 
 use crate::tensor::numel;
@@ -57,6 +58,7 @@ macro_rules! by_width {
 }
 
 mod attrs;
+pub mod size;
 pub mod tuning;
 pub mod util;
 
@@ -117,12 +119,20 @@ impl ValueType {
         ValueType::new(t.dtype(), t.shape().to_vec())
     }
 
+    /// Elements, saturating at `usize::MAX` (see [`tensor::numel`]).
     pub fn numel(&self) -> usize {
         numel(&self.shape)
     }
 
+    /// Bytes, saturating at `usize::MAX`: a planner or budget given this refuses the value
+    /// rather than seeing a wrapped small size. [`ValueType::checked_bytes`] says why.
     pub fn bytes(&self) -> usize {
-        self.numel() * self.dtype.size()
+        self.numel().saturating_mul(self.dtype.size())
+    }
+
+    /// Bytes, or an error when the shape is larger than vkml handles.
+    pub fn checked_bytes(&self) -> Result<u64, size::SizeError> {
+        size::bytes(self.dtype, &self.shape)
     }
 }
 

@@ -400,7 +400,8 @@ impl Split {
                     return Err(OpError::invalid(format!("Split sizes {l:?} are negative")));
                 }
                 let l: Vec<usize> = l.iter().map(|&v| v as usize).collect();
-                if l.iter().sum::<usize>() != dim {
+                // Summed wide: sizes that wrap around to the axis's length are not a split of it.
+                if l.iter().map(|&v| v as u128).sum::<u128>() != dim as u128 {
                     return Err(OpError::invalid(format!(
                         "Split sizes {l:?} do not add up to axis {axis}'s {dim}"
                     )));
