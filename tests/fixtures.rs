@@ -164,6 +164,7 @@ fixture_tests!(
     op_unsqueeze_opset13_multi_negative,
     output_names,
     reshape_shape_input,
+    squeezenet_1_1,
 );
 
 /// A fixture added by the generator but not listed above would go untested.

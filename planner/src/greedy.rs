@@ -1,11 +1,13 @@
 //! Greedy placement in topological order: each op goes to the cheapest device that can run it
 //! and has room, where cheap weighs the device's speed for the op against the bytes its
 //! inputs must cross to get there. Ties break on the device's place in the snapshot's order.
+//! Room is what the memory ledger says the device would need at its peak (memory.rs).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cost::{LinkCosts, compute_ns, is_gpu, move_ns};
-use crate::types::{CostGraph, DeviceRef, PlanError, Snapshot, ValueId, ValueKind};
+use crate::memory::Ledger;
+use crate::types::{CostGraph, DeviceInventory, DeviceRef, OpCost, PlanError, Snapshot, ValueKind};
 
 pub fn place(
     graph: &CostGraph,
@@ -16,79 +18,30 @@ pub fn place(
     if devices.is_empty() {
         return Err(PlanError::NoDevices);
     }
-    let mut used: BTreeMap<DeviceRef, u64> = BTreeMap::new();
-    // Weights and inputs already charged to a device: charged once however many ops use them.
-    let mut resident: BTreeSet<(DeviceRef, ValueId)> = BTreeSet::new();
-    let mut location: Vec<Option<DeviceRef>> = vec![None; graph.values.len()];
+    let mut ledger = Ledger::new(graph);
     let mut placement = Vec::with_capacity(graph.ops.len());
 
-    for op in &graph.ops {
+    for (o, op) in graph.ops.iter().enumerate() {
         let mut best: Option<(u64, &DeviceRef)> = None;
-        let mut largest_free = 0u64;
+        let mut roomiest: Option<(u64, u64)> = None;
         let mut any_capable = false;
-        let mut needed_min = u64::MAX;
         for (dref, dev) in &devices {
-            if is_gpu(dev) && (!op.gpu || op.gpu_needs & !dev.features != 0) {
+            if !can_run(op, dev) {
                 continue;
             }
             any_capable = true;
-            let mut need: u64 = 0;
-            let mut cost = compute_ns(op, dev);
-            let mut seen = BTreeSet::new();
-            for &v in &op.inputs {
-                if !seen.insert(v) {
-                    continue;
-                }
-                let val = &graph.values[v];
-                match val.kind {
-                    ValueKind::Weight | ValueKind::Input => {
-                        if !resident.contains(&(dref.clone(), v)) {
-                            need = need.saturating_add(val.bytes);
-                        }
-                        if val.kind == ValueKind::Input && is_gpu(dev) {
-                            cost = cost.saturating_add(move_ns(
-                                val.bytes,
-                                links.upload_latency_ns,
-                                links.local_bytes_per_us,
-                            ));
-                        }
-                    }
-                    ValueKind::Computed => {
-                        let from = location[v]
-                            .as_ref()
-                            .expect("validated: produced before use");
-                        if from != dref {
-                            cost = cost.saturating_add(if from.node == dref.node {
-                                move_ns(val.bytes, links.local_latency_ns, links.local_bytes_per_us)
-                            } else {
-                                move_ns(
-                                    val.bytes,
-                                    links.remote_latency_ns,
-                                    links.remote_bytes_per_us,
-                                )
-                            });
-                            // The copy that arrives needs room too.
-                            need = need.saturating_add(val.bytes);
-                        }
-                    }
-                }
-            }
-            if !op.view {
-                for &v in &op.outputs {
-                    need = need.saturating_add(graph.values[v].bytes);
-                }
-            }
-            let free = dev
-                .memory_budget
-                .saturating_sub(used.get(dref).copied().unwrap_or(0));
+            let charge = ledger.charge(o, dref, is_gpu(dev));
+            let before = ledger.used(dref);
+            let after = ledger.footprint_with(dref, &charge);
+            let free = dev.memory_budget.saturating_sub(before);
             // Report what the roomiest device would have needed: the same device's numbers.
-            if free > largest_free || needed_min == u64::MAX {
-                largest_free = free;
-                needed_min = need;
+            if roomiest.is_none_or(|(f, _)| free > f) {
+                roomiest = Some((free, after.saturating_sub(before)));
             }
-            if need > free {
+            if after > dev.memory_budget {
                 continue;
             }
+            let cost = op_cost(graph, &ledger, links, op, dref, dev);
             // Strictly lower cost wins; on a tie the earlier device in the snapshot's order.
             if best.is_none_or(|(c, _)| cost < c) {
                 best = Some((cost, dref));
@@ -96,10 +49,13 @@ pub fn place(
         }
         let Some((_, dref)) = best else {
             return Err(if any_capable {
+                let (largest_free, needed) = roomiest.unwrap_or_default();
                 PlanError::OutOfMemory {
                     op: op.name.clone(),
-                    needed: needed_min,
+                    needed,
                     largest_free,
+                    model_bytes: 0,
+                    cluster_bytes: 0,
                 }
             } else {
                 PlanError::NoCapableDevice {
@@ -108,30 +64,60 @@ pub fn place(
             });
         };
         let dref = dref.clone();
-        let mut charge = 0u64;
-        for &v in &op.inputs {
-            let val = &graph.values[v];
-            match val.kind {
-                ValueKind::Weight | ValueKind::Input => {
-                    if resident.insert((dref.clone(), v)) {
-                        charge = charge.saturating_add(val.bytes);
-                    }
-                }
-                ValueKind::Computed => {
-                    if location[v].as_ref() != Some(&dref) && resident.insert((dref.clone(), v)) {
-                        charge = charge.saturating_add(val.bytes);
-                    }
-                }
-            }
-        }
-        for &v in &op.outputs {
-            if !op.view {
-                charge = charge.saturating_add(graph.values[v].bytes);
-            }
-            location[v] = Some(dref.clone());
-        }
-        *used.entry(dref.clone()).or_default() += charge;
+        let gpu = snapshot.device(&dref).is_some_and(is_gpu);
+        let charge = ledger.charge(o, &dref, gpu);
+        ledger.commit(o, &dref, charge);
         placement.push(dref);
     }
-    Ok((placement, used))
+    Ok((placement, ledger.totals()))
+}
+
+/// Whether `dev` has kernels for `op` (the CPU runs everything).
+pub fn can_run(op: &OpCost, dev: &DeviceInventory) -> bool {
+    !is_gpu(dev) || (op.gpu && op.gpu_needs & !dev.features == 0)
+}
+
+/// Nanoseconds `op` would take on `dref`: its compute, its inputs' uploads to a GPU, and the
+/// values it reads that were made on other devices.
+fn op_cost(
+    graph: &CostGraph,
+    ledger: &Ledger<'_>,
+    links: &LinkCosts,
+    op: &OpCost,
+    dref: &DeviceRef,
+    dev: &DeviceInventory,
+) -> u64 {
+    let mut cost = compute_ns(op, dev);
+    let mut seen = BTreeSet::new();
+    for &v in &op.inputs {
+        if !seen.insert(v) {
+            continue;
+        }
+        let val = &graph.values[v];
+        match val.kind {
+            ValueKind::Input if is_gpu(dev) => {
+                cost = cost.saturating_add(move_ns(
+                    val.bytes,
+                    links.upload_latency_ns,
+                    links.local_bytes_per_us,
+                ));
+            }
+            ValueKind::Weight | ValueKind::Input => {}
+            ValueKind::Computed => {
+                let from = ledger.location(v).expect("validated: produced before use");
+                if from != dref {
+                    cost = cost.saturating_add(if from.node == dref.node {
+                        move_ns(val.bytes, links.local_latency_ns, links.local_bytes_per_us)
+                    } else {
+                        move_ns(
+                            val.bytes,
+                            links.remote_latency_ns,
+                            links.remote_bytes_per_us,
+                        )
+                    });
+                }
+            }
+        }
+    }
+    cost
 }

@@ -11,23 +11,35 @@ mod chunks;
 mod cost;
 mod greedy;
 mod hash;
+mod memory;
+mod peak;
+mod stages;
 mod types;
 mod whole;
+
+use std::collections::BTreeMap;
 
 pub use cost::LinkCosts;
 pub use types::*;
 
-/// Places every op of `graph` on a device of `snapshot` (greedily, or all on one device when
-/// that is estimated faster: see whole.rs), splits the placement into chunks (maximal runs of
-/// ops on one device) and lists the transfers between them.
+/// Places every op of `graph` on a device of `snapshot`, splits the placement into chunks
+/// (maximal runs of ops on one device) and lists the transfers between them. The candidates,
+/// in order: greedy placement, every single device that holds the whole model (whole.rs), and
+/// contiguous stages sized in proportion to the budgets or filling each device (stages.rs,
+/// which says why). The one with the lowest estimated run time wins, the earlier on a tie, so
+/// stages win only where the faster plans do not fit.
 pub fn plan(graph: &CostGraph, snapshot: &Snapshot, links: &LinkCosts) -> Result<Plan, PlanError> {
     graph.validate()?;
-    let greedy = greedy::place(graph, snapshot, links)?;
-    let mut best: Option<(u64, Candidate)> = None;
+    let greedy = greedy::place(graph, snapshot, links);
     let singles = snapshot
         .devices()
         .filter_map(|(dref, _)| whole::on_one_device(graph, snapshot, &dref));
-    for (placement, memory) in std::iter::once(greedy).chain(singles) {
+    let staged = [stages::Sizing::Proportional, stages::Sizing::Filling]
+        .into_iter()
+        .filter_map(|sizing| stages::place(graph, snapshot, sizing));
+    let candidates = greedy.clone().ok().into_iter().chain(singles).chain(staged);
+    let mut best: Option<(u64, Candidate)> = None;
+    for (placement, memory) in candidates {
         let (chunks, op_chunk) = chunks::build(graph, &placement);
         let transfers = chunks::transfers(graph, &placement, &op_chunk);
         let cost = whole::estimate_ns(graph, snapshot, links, &placement, &chunks, &transfers);
@@ -35,8 +47,11 @@ pub fn plan(graph: &CostGraph, snapshot: &Snapshot, links: &LinkCosts) -> Result
             best = Some((cost, (placement, memory, chunks, op_chunk, transfers)));
         }
     }
-    let (_, (placement, memory, chunks, op_chunk, transfers)) =
-        best.expect("the greedy plan is always a candidate");
+    let Some((_, (placement, memory, chunks, op_chunk, transfers))) = best else {
+        // Greedy placement is a candidate whenever it succeeds: it failed.
+        let e = greedy.expect_err("nothing fit, so greedy placement did not");
+        return Err(no_fit(graph, snapshot, e));
+    };
     let mut plan = Plan {
         snapshot_version: snapshot.version,
         placement,
@@ -50,13 +65,43 @@ pub fn plan(graph: &CostGraph, snapshot: &Snapshot, links: &LinkCosts) -> Result
     Ok(plan)
 }
 
+/// The error when no candidate fits: greedy's, with the totals that say how far off it is.
+fn no_fit(graph: &CostGraph, snapshot: &Snapshot, greedy: PlanError) -> PlanError {
+    match greedy {
+        PlanError::OutOfMemory {
+            op,
+            needed,
+            largest_free,
+            ..
+        } => {
+            let roomiest_gpu = snapshot
+                .devices()
+                .max_by_key(|(_, d)| d.memory_budget)
+                .is_some_and(|(_, d)| d.kind == DeviceKind::Gpu);
+            PlanError::OutOfMemory {
+                op,
+                needed,
+                largest_free,
+                model_bytes: memory::single_device(graph, roomiest_gpu),
+                cluster_bytes: snapshot
+                    .devices()
+                    .map(|(_, d)| d.memory_budget)
+                    .fold(0, u64::saturating_add),
+            }
+        }
+        e => e,
+    }
+}
+
 type Candidate = (
     Vec<DeviceRef>,
-    std::collections::BTreeMap<DeviceRef, u64>,
+    BTreeMap<DeviceRef, u64>,
     Vec<Chunk>,
     Vec<ChunkId>,
     Vec<Transfer>,
 );
 
+#[cfg(test)]
+mod stage_tests;
 #[cfg(test)]
 mod tests;

@@ -3,15 +3,15 @@ use std::collections::BTreeMap;
 use super::*;
 
 /// A small deterministic generator, so the property tests need no dependency and replay.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
@@ -59,7 +59,7 @@ fn random_graph(rng: &mut Rng, n_ops: usize) -> CostGraph {
     g
 }
 
-fn device(name: &str, kind: DeviceKind, budget: u64) -> DeviceInventory {
+pub(crate) fn device(name: &str, kind: DeviceKind, budget: u64) -> DeviceInventory {
     DeviceInventory {
         name: name.into(),
         kind,
@@ -98,7 +98,7 @@ fn random_snapshot(rng: &mut Rng) -> Snapshot {
 }
 
 /// Checks every structural promise of a plan against the graph it came from.
-fn check_plan(g: &CostGraph, s: &Snapshot, p: &Plan) {
+pub(crate) fn check_plan(g: &CostGraph, s: &Snapshot, p: &Plan) {
     assert_eq!(p.placement.len(), g.ops.len());
     // Every op in exactly one chunk, on its placed device, in topological order.
     let mut count = vec![0; g.ops.len()];

@@ -166,17 +166,32 @@ pub enum PlanError {
     #[error("the cluster snapshot has no device")]
     NoDevices,
     #[error(
-        "op '{op}' fits on no device: the one with the most room has {largest_free} bytes free \
-         and would need {needed} (the op's output, and inputs and weights not already there); \
-         use more or larger devices, or raise the memory limit"
+        "the model does not fit: it needs {model_bytes} bytes on one device and the cluster's \
+         devices allow {cluster_bytes} in all{}; placed greedily, op '{op}' fit on no device: \
+         the one with the most room had {largest_free} bytes free and needed {needed} (its \
+         outputs, and inputs and weights not already there); contiguous stages did not fit \
+         either; use more or larger devices, or raise the memory limits",
+        shortfall(*model_bytes, *cluster_bytes)
     )]
     OutOfMemory {
         op: String,
         needed: u64,
         largest_free: u64,
+        /// What the whole model takes on one device (the roomiest device's kind).
+        model_bytes: u64,
+        /// Every device's budget, summed.
+        cluster_bytes: u64,
     },
     #[error("op '{op}' can run only on a GPU and the cluster has none")]
     NoCapableDevice { op: String },
+}
+
+fn shortfall(model: u64, cluster: u64) -> String {
+    if model > cluster {
+        format!(" ({} bytes short)", model - cluster)
+    } else {
+        String::new()
+    }
 }
 
 impl CostGraph {

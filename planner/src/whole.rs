@@ -8,6 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cost::{LinkCosts, compute_ns, is_gpu, move_ns};
+use crate::greedy::can_run;
+use crate::memory::charge_placement;
 use crate::types::{Chunk, CostGraph, DeviceRef, Snapshot, Transfer, ValueKind};
 
 /// Nanoseconds one run of a plan takes, estimated as a sum (no overlap between devices, so
@@ -58,42 +60,20 @@ pub fn estimate_ns(
 }
 
 /// Every op on `dref`, with the memory that takes, when the device can run them all and hold
-/// every weight, input and output at once.
+/// them as the memory ledger charges it.
 pub fn on_one_device(
     graph: &CostGraph,
     snapshot: &Snapshot,
     dref: &DeviceRef,
 ) -> Option<(Vec<DeviceRef>, BTreeMap<DeviceRef, u64>)> {
     let dev = snapshot.device(dref)?;
-    if is_gpu(dev)
-        && graph
-            .ops
-            .iter()
-            .any(|op| !op.gpu || op.gpu_needs & !dev.features != 0)
-    {
+    if !graph.ops.iter().all(|op| can_run(op, dev)) {
         return None;
     }
-    // Charged as greedy charges a device: weights and inputs once, every output but views'.
-    let mut bytes: u64 = 0;
-    let mut seen = BTreeSet::new();
-    for op in &graph.ops {
-        for &v in &op.inputs {
-            let val = &graph.values[v];
-            if val.kind != ValueKind::Computed && seen.insert(v) {
-                bytes = bytes.saturating_add(val.bytes);
-            }
-        }
-        if !op.view {
-            for &v in &op.outputs {
-                bytes = bytes.saturating_add(graph.values[v].bytes);
-            }
-        }
-    }
-    if bytes > dev.memory_budget {
+    let placement = vec![dref.clone(); graph.ops.len()];
+    let memory = charge_placement(graph, snapshot, &placement);
+    if memory.get(dref).is_some_and(|&b| b > dev.memory_budget) {
         return None;
     }
-    Some((
-        vec![dref.clone(); graph.ops.len()],
-        BTreeMap::from([(dref.clone(), bytes)]),
-    ))
+    Some((placement, memory))
 }

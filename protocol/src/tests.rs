@@ -1,5 +1,5 @@
 //! Frames round-trip; bad frames are refused with the right error; arbitrary bytes never
-//! panic (the stable stand-in for the cargo-fuzz target in protocol/fuzz/).
+//! panic.
 
 use crate::*;
 

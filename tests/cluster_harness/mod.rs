@@ -161,6 +161,11 @@ pub struct Node {
 }
 
 impl Node {
+    /// The process id while the node runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn log(&self) -> String {
         self.lines
             .lock()

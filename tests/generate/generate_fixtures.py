@@ -55,6 +55,7 @@ def main():
 
     models.gen_mnist(args.fixtures)
     models.gen_mlp(args.fixtures)
+    models.gen_squeezenet(args.fixtures)
     models.gen_add_chain(args.fixtures)
     models.gen_elementwise_chain(args.fixtures)
     models.gen_output_names(args.fixtures)

@@ -1,5 +1,6 @@
 """Whole-model fixtures: the MNIST-like CNN (static and dynamic batch), an MLP, add chains,
-awkward output names, external weights, and malformed files for error tests."""
+SqueezeNet 1.1 at a quarter width, awkward output names, external weights, and malformed files
+for error tests."""
 
 import os
 
@@ -91,6 +92,63 @@ def gen_mnist(root):
     rng = rng_for("mnist_cnn_dynamic/inputs")
     save_fixture(root, "mnist_cnn_dynamic", mnist_cnn(True),
                  [{"input": mnist_images(rng, 3)}, {"input": mnist_images(rng, 5)}])
+
+
+def squeezenet(width=4, classes=100, size=96):
+    """SqueezeNet 1.1's graph (Iandola et al.; torchvision's squeezenet1_1) with every channel
+    count divided by `width`: many small weights and activations larger than the weights, the
+    shape of model that placement by summed activations could not split."""
+    rng = rng_for("squeezenet_1_1/weights")
+    inits, nodes = [], []
+
+    def conv(name, x, cin, cout, k, stride=1, pad=0, relu=True):
+        w = he(rng, (cout, cin, k, k), cin * k * k)
+        b = (rng.standard_normal(cout) * 0.05).astype(np.float32)
+        inits.extend([init(f"{name}.weight", w), init(f"{name}.bias", b)])
+        nodes.append(helper.make_node("Conv", [x, f"{name}.weight", f"{name}.bias"], [f"{name}.c"],
+                                      name=name, kernel_shape=[k, k], strides=[stride, stride],
+                                      pads=[pad] * 4))
+        if not relu:
+            return f"{name}.c"
+        nodes.append(helper.make_node("Relu", [f"{name}.c"], [f"{name}.r"], name=f"{name}.relu"))
+        return f"{name}.r"
+
+    def pool(name, x):
+        nodes.append(helper.make_node("MaxPool", [x], [name], name=name, kernel_shape=[3, 3],
+                                      strides=[2, 2], ceil_mode=1))
+        return name
+
+    def fire(name, x, cin, squeeze, expand):
+        s = conv(f"{name}.squeeze", x, cin, squeeze // width, 1)
+        a = conv(f"{name}.expand1x1", s, squeeze // width, expand // width, 1)
+        b = conv(f"{name}.expand3x3", s, squeeze // width, expand // width, 3, pad=1)
+        nodes.append(helper.make_node("Concat", [a, b], [f"{name}.out"], name=f"{name}.concat",
+                                      axis=1))
+        return f"{name}.out", 2 * (expand // width)
+
+    x = conv("conv1", "input", 3, 64 // width, 3, stride=2)
+    x = pool("pool1", x)
+    c = 64 // width
+    for i, (sq, ex) in enumerate([(16, 64), (16, 64)]):
+        x, c = fire(f"fire{i + 2}", x, c, sq, ex)
+    x = pool("pool2", x)
+    for i, (sq, ex) in enumerate([(32, 128), (32, 128)]):
+        x, c = fire(f"fire{i + 4}", x, c, sq, ex)
+    x = pool("pool3", x)
+    for i, (sq, ex) in enumerate([(48, 192), (48, 192), (64, 256), (64, 256)]):
+        x, c = fire(f"fire{i + 6}", x, c, sq, ex)
+    x = conv("conv10", x, c, classes, 1)
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="avgpool"))
+    inits.append(init("flat_shape", np.array([1, classes], np.int64)))
+    nodes.append(helper.make_node("Reshape", ["pooled", "flat_shape"], ["logits"], name="flatten"))
+    return make_model("squeezenet_1_1", nodes, [value_info("input", np.float32, [1, 3, size, size])],
+                      [value_info("logits", np.float32, [1, classes])], inits)
+
+
+def gen_squeezenet(root):
+    rng = rng_for("squeezenet_1_1/inputs")
+    image = rng.uniform(0.0, 1.0, (1, 3, 96, 96)).astype(np.float32)
+    save_fixture(root, "squeezenet_1_1", squeezenet(), [{"input": image}])
 
 
 def gen_mlp(root):

@@ -1,0 +1,295 @@
+//! Stage placement and the memory ledger: plans that fit where greedy placement cannot, and
+//! the property that budgets 25% above a model's need always give a plan.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::tests::{Rng, check_plan, device};
+use super::*;
+
+/// A layered model: each op reads the previous op's output, sometimes a skip connection from
+/// further back, and a weight of random size; activations are small next to weights, as in
+/// most large models.
+fn layered(rng: &mut Rng, n: usize) -> CostGraph {
+    let mut g = CostGraph::default();
+    g.values.push(ValueCost {
+        bytes: 1000 + rng.below(4000),
+        kind: ValueKind::Input,
+        output: false,
+    });
+    let mut made = vec![0usize];
+    for i in 0..n {
+        let mut inputs = vec![*made.last().unwrap()];
+        if rng.below(4) == 0 {
+            inputs.push(made[rng.below(made.len() as u64) as usize]);
+        }
+        let w = g.values.len();
+        g.values.push(ValueCost {
+            bytes: 10_000 + rng.below(200_000),
+            kind: ValueKind::Weight,
+            output: false,
+        });
+        inputs.push(w);
+        let out = g.values.len();
+        g.values.push(ValueCost {
+            bytes: 500 + rng.below(8_000),
+            kind: ValueKind::Computed,
+            output: i + 1 == n,
+        });
+        made.push(out);
+        g.ops.push(OpCost {
+            name: format!("op{i}"),
+            inputs,
+            outputs: vec![out],
+            flops: 1 + rng.below(5_000_000),
+            gpu: true,
+            gpu_needs: 0,
+            view: rng.below(12) == 0,
+        });
+    }
+    g
+}
+
+/// Memory per device, recomputed the slow way: resident values once per device, and at every
+/// position the computed values alive there (a GPU frees a value after its last reader, through
+/// views; the CPU keeps it to the end).
+fn brute_memory(g: &CostGraph, s: &Snapshot, placement: &[DeviceRef]) -> BTreeMap<DeviceRef, u64> {
+    let n = g.ops.len();
+    let mut maker = vec![None; g.values.len()];
+    for (o, op) in g.ops.iter().enumerate() {
+        for &v in &op.outputs {
+            maker[v] = Some(o);
+        }
+    }
+    // The value whose bytes each value is (a view's output is its source's).
+    let mut root: Vec<usize> = (0..g.values.len()).collect();
+    for op in &g.ops {
+        if op.view {
+            for &o in &op.outputs {
+                root[o] = root[op.inputs[0]];
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for d in placement.iter().collect::<BTreeSet<_>>() {
+        let gpu = s.device(d).unwrap().kind == DeviceKind::Gpu;
+        let mut resident = BTreeSet::new();
+        for (o, op) in g.ops.iter().enumerate() {
+            if &placement[o] != d {
+                continue;
+            }
+            for &v in &op.inputs {
+                let here = maker[v].is_some_and(|m| &placement[m] == d);
+                if !here {
+                    resident.insert(v);
+                }
+            }
+        }
+        let resident: u64 = resident.iter().map(|&v| g.values[v].bytes).sum();
+        let mut peak = 0;
+        for t in 0..=n {
+            let mut live = 0;
+            for (o, op) in g.ops.iter().enumerate() {
+                if &placement[o] != d || op.view || o > t {
+                    continue;
+                }
+                for &v in &op.outputs {
+                    let alive = !gpu || {
+                        // Read at t or later by anything sharing its bytes, or a graph output.
+                        let shares = |x: usize| root[x] == v || x == v;
+                        (0..g.values.len()).any(|x| {
+                            shares(x)
+                                && (g.values[x].output
+                                    || g.ops[t..].iter().any(|r| r.inputs.contains(&x)))
+                        }) || t == o
+                    };
+                    if alive {
+                        let b = g.values[v].bytes;
+                        live += if gpu { b.div_ceil(256).max(1) * 256 } else { b };
+                    }
+                }
+            }
+            peak = peak.max(live);
+        }
+        out.insert(d.clone(), resident + peak);
+    }
+    out
+}
+
+fn cluster(kind: DeviceKind, budgets: &[u64]) -> Snapshot {
+    let name = if kind == DeviceKind::Gpu {
+        "vulkan:0"
+    } else {
+        "cpu"
+    };
+    Snapshot {
+        version: 3,
+        nodes: budgets
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| (format!("n{i}"), vec![device(name, kind, b)]))
+            .collect(),
+    }
+}
+
+/// Budgets in random proportions (1 to 4) summing to `total`.
+fn shares(rng: &mut Rng, nodes: usize, total: u64) -> Vec<u64> {
+    let w: Vec<u64> = (0..nodes).map(|_| 1 + rng.below(4)).collect();
+    let sum: u64 = w.iter().sum();
+    w.iter().map(|x| total / sum * x).collect()
+}
+
+#[test]
+fn budgets_a_quarter_above_the_need_always_give_a_plan_within_them() {
+    let mut rng = Rng(0x51a9e5);
+    for case in 0..200 {
+        let n = 20 + rng.below(120) as usize;
+        let g = layered(&mut rng, n);
+        let kind = if case % 2 == 0 {
+            DeviceKind::Gpu
+        } else {
+            DeviceKind::Cpu
+        };
+        let need = memory::single_device(&g, kind == DeviceKind::Gpu);
+        let nodes = 2 + rng.below(4) as usize;
+        let mut s = cluster(kind, &shares(&mut rng, nodes, need + need / 4));
+        // Devices of different speeds, which greedy placement fills first.
+        for devs in s.nodes.values_mut() {
+            devs[0].flops_per_us *= 1 + rng.below(20);
+        }
+        let p = plan(&g, &s, &LinkCosts::default())
+            .unwrap_or_else(|e| panic!("case {case}: {nodes} nodes, need {need}: {e}"));
+        check_plan(&g, &s, &p);
+        assert_eq!(p.memory, brute_memory(&g, &s, &p.placement), "case {case}");
+        assert_eq!(Ok(&p), plan(&g, &s, &LinkCosts::default()).as_ref());
+    }
+}
+
+#[test]
+fn the_ledger_charges_what_the_slow_count_finds_on_random_plans() {
+    let mut rng = Rng(0xc0ffee);
+    for case in 0..100 {
+        let n = 5 + rng.below(40) as usize;
+        let g = layered(&mut rng, n);
+        let kind = if case % 2 == 0 {
+            DeviceKind::Gpu
+        } else {
+            DeviceKind::Cpu
+        };
+        let s = cluster(kind, &[u64::MAX / 8; 3]);
+        let placement: Vec<DeviceRef> = (0..g.ops.len())
+            .map(|_| DeviceRef {
+                node: format!("n{}", rng.below(3)),
+                index: 0,
+            })
+            .collect();
+        assert_eq!(
+            memory::charge_placement(&g, &s, &placement),
+            brute_memory(&g, &s, &placement),
+            "case {case}"
+        );
+    }
+}
+
+/// A 19-op model found by a random search, on a fast small GPU and a slower one twice its
+/// size, together 10% above its need: greedy placement runs ops wherever they are fastest,
+/// hops between the two and pays a copy each way, and strands op18 with its skip connections;
+/// contiguous stages fit.
+#[test]
+fn stages_fit_a_model_that_greedy_placement_strands() {
+    let weights: [u64; 19] = [
+        38575, 146375, 194149, 161034, 158432, 61262, 16823, 183635, 33355, 61430, 180533, 74442,
+        170551, 172903, 85722, 195254, 78896, 102010, 162677,
+    ];
+    let outputs: [u64; 19] = [
+        10395, 39534, 11764, 6386, 41583, 8399, 29998, 14263, 19078, 27186, 23180, 12031, 15839,
+        32968, 25488, 34572, 27558, 42681, 32684,
+    ];
+    let flops: [u64; 19] = [
+        3360857, 521909, 2089101, 817616, 2282130, 3330197, 4457845, 3445352, 931050, 4969123,
+        1935176, 2635714, 4994228, 3823805, 712514, 4226631, 2644383, 4217511, 4252534,
+    ];
+    // (reader, earlier op whose output it also reads)
+    let skips = [(11, 3), (13, 1), (16, 7), (17, 5), (18, 6)];
+    let views = [4, 8, 14];
+    let mut g = CostGraph::default();
+    g.values.push(ValueCost {
+        bytes: 2419,
+        kind: ValueKind::Input,
+        output: false,
+    });
+    let mut made = vec![0];
+    for i in 0..19 {
+        let w = g.values.len();
+        g.values.push(ValueCost {
+            bytes: weights[i],
+            kind: ValueKind::Weight,
+            output: false,
+        });
+        let out = g.values.len();
+        g.values.push(ValueCost {
+            bytes: outputs[i],
+            kind: ValueKind::Computed,
+            output: i == 18,
+        });
+        let mut inputs = vec![made[i]];
+        inputs.extend(skips.iter().filter(|s| s.0 == i).map(|s| made[s.1 + 1]));
+        inputs.push(w);
+        made.push(out);
+        g.ops.push(OpCost {
+            name: format!("op{i}"),
+            inputs,
+            outputs: vec![out],
+            flops: flops[i],
+            gpu: true,
+            gpu_needs: 0,
+            view: views.contains(&i),
+        });
+    }
+    let mut s = cluster(DeviceKind::Gpu, &[891_086, 1_782_172]);
+    for (d, (rate, overhead)) in s
+        .nodes
+        .values_mut()
+        .zip([(49_000_000, 98_258), (62_000_000, 86_600)])
+    {
+        d[0].flops_per_us = rate;
+        d[0].op_overhead_ns = overhead;
+    }
+    let links = LinkCosts {
+        remote_latency_ns: 73_617,
+        ..LinkCosts::default()
+    };
+    assert!(
+        greedy::place(&g, &s, &links).is_err(),
+        "greedy placement alone fits: the case no longer tests stages"
+    );
+    let p = plan(&g, &s, &links).unwrap();
+    check_plan(&g, &s, &p);
+    assert_eq!(p.memory, brute_memory(&g, &s, &p.placement));
+    // Contiguous: once an op runs on the second device, every later one does.
+    let first = p.placement.iter().position(|d| d.node == "n1").unwrap();
+    assert!(p.placement[first..].iter().all(|d| d.node == "n1"));
+}
+
+#[test]
+fn a_model_too_big_for_the_cluster_says_how_much_is_missing() {
+    let mut rng = Rng(99);
+    let g = layered(&mut rng, 30);
+    let need = memory::single_device(&g, false);
+    let s = cluster(DeviceKind::Cpu, &[need / 3, need / 3]);
+    let e = plan(&g, &s, &LinkCosts::default()).unwrap_err();
+    let PlanError::OutOfMemory {
+        model_bytes,
+        cluster_bytes,
+        ..
+    } = &e
+    else {
+        panic!("{e}");
+    };
+    assert_eq!(*model_bytes, need);
+    assert_eq!(*cluster_bytes, need / 3 * 2);
+    let short = need - need / 3 * 2;
+    assert!(
+        e.to_string().contains(&format!("({short} bytes short)")),
+        "{e}"
+    );
+}

@@ -1,0 +1,188 @@
+//! Contiguous stages: the plan for a model that greedy placement cannot fit.
+//!
+//! Greedy placement puts each op where it runs fastest while there is room, so the fastest
+//! devices fill first, and the tail of the graph may find every device too full for its next
+//! op although the cluster as a whole has room to spare. Splitting a model the way llama.cpp
+//! and exo split layers avoids that for any ONNX graph: the ops, in topological order, are cut
+//! into one contiguous stage per device. Two sizings are tried:
+//! - proportional: each device's stage holds a share of the weights in proportion to its
+//!   budget (the balanced pipeline);
+//! - filling: each device takes as much as fits (it fits where proportional shares do not,
+//!   e.g. when one op's activations are large next to a small device).
+//!
+//! Each cut lands on the narrowest edge (fewest bytes crossing) among the last quarter of the
+//! positions that reach the stage's size, and each stage keeps room for its own peak
+//! activations: the memory ledger charges a stage exactly as it charges greedy placement. An
+//! op the stage's GPU cannot run goes to the first device of the same node that can.
+
+use std::collections::BTreeMap;
+
+use crate::cost::is_gpu;
+use crate::greedy::can_run;
+use crate::memory::{Ledger, last_uses};
+use crate::types::{CostGraph, DeviceInventory, DeviceRef, OpId, Snapshot, ValueKind};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizing {
+    Proportional,
+    Filling,
+}
+
+/// A stage placement of the whole graph, with each device's memory, or None when it does not
+/// fit.
+pub fn place(
+    graph: &CostGraph,
+    snapshot: &Snapshot,
+    sizing: Sizing,
+) -> Option<(Vec<DeviceRef>, BTreeMap<DeviceRef, u64>)> {
+    let devices: Vec<(DeviceRef, &DeviceInventory)> = snapshot
+        .devices()
+        .filter(|(_, d)| d.memory_budget > 0)
+        .collect();
+    let n = graph.ops.len();
+    if devices.is_empty() || n == 0 {
+        return None;
+    }
+    let weight = weight_prefix(graph);
+    let cut = cut_widths(graph);
+    let total_budget: u128 = devices
+        .iter()
+        .map(|(_, d)| u128::from(d.memory_budget))
+        .sum();
+    let mut budget_before: u128 = 0;
+    let mut ledger = Ledger::new(graph);
+    let mut placement: Vec<DeviceRef> = Vec::with_capacity(n);
+    let mut start = 0;
+    for (i, (dref, dev)) in devices.iter().enumerate() {
+        if start == n {
+            break;
+        }
+        budget_before += u128::from(dev.memory_budget);
+        let fits = fitting_end(graph, start, dref, dev);
+        let end = if i + 1 == devices.len() {
+            n
+        } else {
+            let hi = match sizing {
+                Sizing::Filling => fits,
+                Sizing::Proportional => {
+                    let share = weight[n] * budget_before / total_budget;
+                    let target = weight.partition_point(|&w| w < share).min(n);
+                    target.min(fits)
+                }
+            };
+            if hi <= start {
+                continue;
+            }
+            narrowest_cut(&cut, start, hi)
+        };
+        for o in start..end {
+            let on = if can_run(&graph.ops[o], dev) {
+                dref.clone()
+            } else {
+                helper(snapshot, &graph.ops[o], dref)?
+            };
+            let gpu = snapshot.device(&on).is_some_and(is_gpu);
+            let charge = ledger.charge(o, &on, gpu);
+            ledger.commit(o, &on, charge);
+            placement.push(on);
+        }
+        start = end;
+    }
+    if placement.len() != n {
+        return None;
+    }
+    let memory = ledger.totals();
+    let within = memory.iter().all(|(d, &used)| {
+        snapshot
+            .device(d)
+            .is_some_and(|dev| used <= dev.memory_budget)
+    });
+    within.then_some((placement, memory))
+}
+
+/// The end of the longest run of ops from `start` whose share on `dref` fits its budget; ops
+/// the device cannot run are charged to their helper, not here.
+fn fitting_end(graph: &CostGraph, start: OpId, dref: &DeviceRef, dev: &DeviceInventory) -> usize {
+    // Values from earlier stages are not located in this ledger, so it charges them as
+    // received, which is what they will be.
+    let mut alone = Ledger::new(graph);
+    let gpu = is_gpu(dev);
+    for o in start..graph.ops.len() {
+        if !can_run(&graph.ops[o], dev) {
+            continue;
+        }
+        let charge = alone.charge(o, dref, gpu);
+        if alone.footprint_with(dref, &charge) > dev.memory_budget {
+            return o;
+        }
+        alone.commit(o, dref, charge);
+    }
+    graph.ops.len()
+}
+
+/// Among the last quarter of `start+1..=hi`, the cut position with the fewest bytes crossing
+/// it; the later one on a tie (the stage closest to its size).
+fn narrowest_cut(cut: &[u64], start: usize, hi: usize) -> usize {
+    let lo = (start + (hi - start) * 3 / 4).max(start + 1);
+    (lo..=hi)
+        .min_by_key(|&e| (cut[e], std::cmp::Reverse(e)))
+        .unwrap_or(hi)
+}
+
+/// The first device of `dref`'s node that runs `op`, then any device of the cluster.
+fn helper(snapshot: &Snapshot, op: &crate::types::OpCost, dref: &DeviceRef) -> Option<DeviceRef> {
+    let capable: Vec<DeviceRef> = snapshot
+        .devices()
+        .filter(|(_, d)| can_run(op, d))
+        .map(|(r, _)| r)
+        .collect();
+    capable
+        .iter()
+        .find(|r| r.node == dref.node)
+        .or(capable.first())
+        .cloned()
+}
+
+/// `w[e]`: bytes of weights and inputs first read by the ops before position `e`, plus one per
+/// op (so a graph without weights is still cut by its ops); `w.len()` is ops + 1.
+fn weight_prefix(graph: &CostGraph) -> Vec<u128> {
+    let mut seen = vec![false; graph.values.len()];
+    let mut w = Vec::with_capacity(graph.ops.len() + 1);
+    let mut sum: u128 = 0;
+    w.push(0);
+    for op in &graph.ops {
+        sum += 1;
+        for &v in &op.inputs {
+            if graph.values[v].kind != ValueKind::Computed && !seen[v] {
+                seen[v] = true;
+                sum += u128::from(graph.values[v].bytes);
+            }
+        }
+        w.push(sum);
+    }
+    w
+}
+
+/// `cut[e]`: bytes of computed values made before position `e` and read at `e` or later.
+fn cut_widths(graph: &CostGraph) -> Vec<u64> {
+    let n = graph.ops.len();
+    let last = last_uses(graph);
+    let mut delta = vec![0i128; n + 2];
+    for (p, op) in graph.ops.iter().enumerate() {
+        for &v in &op.outputs {
+            // Read after its maker; a graph output counts as read at the end, which only
+            // shifts every later cut alike.
+            if last[v] > p {
+                delta[p + 1] += i128::from(graph.values[v].bytes);
+                delta[last[v].min(n) + 1] -= i128::from(graph.values[v].bytes);
+            }
+        }
+    }
+    let mut cut = Vec::with_capacity(n + 1);
+    let mut run: i128 = 0;
+    for d in delta.iter().take(n + 1) {
+        run += d;
+        cut.push(u64::try_from(run.max(0)).unwrap_or(u64::MAX));
+    }
+    cut
+}

@@ -1,0 +1,565 @@
+//! The soak: three loopback nodes under many clients for a long while, with a node killed and
+//! restarted now and then and a partition between two nodes now and then. Shared by the
+//! one-minute test (tests/cluster_soak.rs) and the ten-minute bench (benches/soak.rs).
+//!
+//! The load: a split model S (the MNIST CNN, capped so that it needs more than one node) held
+//! by one owner connection and run from many threads at once; and clients that each load a
+//! small model T (a Softmax), run it, and unload it or walk away from it (a client killed or
+//! stopped with Ctrl-C), over and over. Every run must end: with the right outputs, retried,
+//! or failed with a message naming a node; none may take 10 s. Afterwards no node may hold a
+//! model or a reservation, and no node's memory, threads or open files may have grown.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use vkml::Tensor;
+use vkml::cluster::Secret;
+use vkml::distributed::client::{ClusterClient, RemoteModel};
+
+use crate::cluster_harness::{self as harness, Node};
+
+/// What the soak does and for how long.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub duration: Duration,
+    /// Threads running S through its owner's connection.
+    pub s_threads: usize,
+    /// Clients loading, running and dropping T, each on a connection of its own.
+    pub t_clients: usize,
+    /// A node is killed (SIGKILL) every so often, in turn, and restarted `down_for` later.
+    pub kill_every: Duration,
+    pub down_for: Duration,
+    /// Two nodes are cut apart every so often, for `partition_for`.
+    pub partition_every: Duration,
+    pub partition_for: Duration,
+}
+
+/// How many runs ended which way, and what the nodes' processes looked like.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub runs: u64,
+    pub ok: u64,
+    pub retried: u64,
+    /// Failed with a message naming a node.
+    pub failed_named: u64,
+    /// Runs of S (the split model) that succeeded.
+    pub s_ok: u64,
+    /// Refused because the model was being reloaded or the cluster had no room: not a run.
+    pub refused: u64,
+    pub refused_messages: Vec<String>,
+    /// Any other failure, with its message (the first few).
+    pub failed_other: u64,
+    pub other_messages: Vec<String>,
+    /// Outputs that differ from the reference.
+    pub wrong: u64,
+    pub slowest: Duration,
+    pub over_10s: u64,
+    pub loads: u64,
+    pub unloads: u64,
+    pub abandoned: u64,
+    pub kills: Vec<String>,
+    pub partitions: usize,
+    pub samples: Vec<Sample>,
+    /// What each node's status listed once everyone had gone.
+    pub leftovers: Vec<String>,
+}
+
+/// One look at a node's process.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Seconds since the soak began.
+    pub at: f64,
+    pub node: String,
+    pub pid: u32,
+    pub rss_kib: u64,
+    pub threads: u64,
+    pub fds: u64,
+}
+
+/// How a node process changed from the end of its warmup to its last sample.
+#[derive(Debug, Clone)]
+pub struct Growth {
+    pub node: String,
+    pub pid: u32,
+    /// Last RSS over RSS after the warmup.
+    pub rss: f64,
+    pub threads: (u64, u64),
+    pub fds: (u64, u64),
+}
+
+struct Model {
+    split: bool,
+    path: PathBuf,
+    input: (String, Tensor),
+    expected: Tensor,
+}
+
+impl Model {
+    fn fixture(name: &str, split: bool) -> Model {
+        let dir = repo().join("tests/fixtures").join(name);
+        let (_, input) = vkml::io::read_pb(&dir.join("test_data_set_0/input_0.pb")).unwrap();
+        let (_, expected) = vkml::io::read_pb(&dir.join("test_data_set_0/output_0.pb")).unwrap();
+        let session = vkml::Session::load(dir.join("model.onnx"), Default::default()).unwrap();
+        let name = session.inputs()[0].name.clone();
+        Model {
+            split,
+            path: dir.join("model.onnx"),
+            input: (name, input),
+            expected,
+        }
+    }
+
+    fn matches(&self, out: &Tensor) -> bool {
+        let (Ok(a), Ok(b)) = (out.to_f64_vec(), self.expected.to_f64_vec()) else {
+            return false;
+        };
+        out.shape() == self.expected.shape()
+            && a.iter()
+                .zip(&b)
+                .all(|(x, y)| (x - y).abs() <= 1e-3 + 1e-3 * y.abs())
+    }
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The three nodes, restartable on their ports.
+struct Nodes {
+    cluster: harness::Cluster,
+    slots: Vec<Mutex<Option<Node>>>,
+    ports: Vec<u16>,
+    caps: Vec<u64>,
+    start: Instant,
+    plan: Plan,
+}
+
+const NAMES: [&str; 3] = ["n1", "n2", "n3"];
+
+impl Nodes {
+    fn addr(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.ports[i])
+    }
+
+    /// The fault plan of node `i` started now: it cuts itself from the next node during
+    /// every `i`-th partition window of the soak (windows rotate over the three pairs).
+    fn faults(&self, i: usize) -> String {
+        let now = self.start.elapsed().as_secs_f64();
+        let every = self.plan.partition_every.as_secs_f64();
+        let len = self.plan.partition_for.as_secs_f64();
+        let mut windows = Vec::new();
+        let mut k = 1;
+        while k as f64 * every < self.plan.duration.as_secs_f64() {
+            let at = k as f64 * every;
+            if k % 3 == i && at > now {
+                windows.push(format!("[{:.1}, {:.1}]", at - now, at - now + len));
+            }
+            k += 1;
+        }
+        format!(
+            "seed = {i}\n[[rule]]\npeer = \"{}\"\npartition = [{}]\n",
+            NAMES[(i + 1) % 3],
+            windows.join(", ")
+        )
+    }
+
+    fn launch(&self, i: usize) -> Node {
+        let faults = self.cluster.dir.join(format!("{}-faults.toml", NAMES[i]));
+        std::fs::write(&faults, self.faults(i)).unwrap();
+        let mut cmd = Command::new(harness::BIN);
+        cmd.args([
+            "--listen",
+            &self.addr(i),
+            "--name",
+            NAMES[i],
+            "--device",
+            "cpu",
+        ])
+        .arg("--cluster-key")
+        .arg(&self.cluster.key)
+        .args(["--device-memory-limit", &self.caps[i].to_string()])
+        .env("VKML_FAULTS", &faults)
+        .env("RUST_LOG", "info");
+        for j in 0..3 {
+            if j != i {
+                cmd.args(["--join", &self.addr(j)]);
+            }
+        }
+        harness::spawn(cmd, NAMES[i], self.ports[i])
+    }
+}
+
+struct Shared {
+    stop: AtomicBool,
+    s_model: RwLock<Option<Arc<RemoteModel>>>,
+    report: Mutex<Report>,
+    runs_seen: AtomicU64,
+}
+
+fn record_run(
+    shared: &Shared,
+    model: &Model,
+    took: Duration,
+    result: Result<(Tensor, bool), String>,
+) {
+    let mut r = shared.report.lock().unwrap();
+    r.slowest = r.slowest.max(took);
+    if took > Duration::from_secs(10) {
+        r.over_10s += 1;
+    }
+    match result {
+        Ok((out, retried)) => {
+            r.runs += 1;
+            r.ok += 1;
+            r.s_ok += u64::from(model.split);
+            r.retried += u64::from(retried);
+            if !model.matches(&out) {
+                r.wrong += 1;
+            }
+        }
+        Err(e)
+            if e.contains("unknown model") || e.contains("reserved") || e.contains("unloaded") =>
+        {
+            refused(&mut r, e);
+        }
+        Err(e) => {
+            r.runs += 1;
+            if NAMES.iter().any(|n| e.contains(n)) {
+                r.failed_named += 1;
+            } else {
+                r.failed_other += 1;
+                if r.other_messages.len() < 20 {
+                    r.other_messages.push(e);
+                }
+            }
+        }
+    }
+    shared.runs_seen.fetch_add(1, Ordering::Relaxed);
+}
+
+fn refused(r: &mut Report, message: String) {
+    r.refused += 1;
+    if r.refused_messages.len() < 5 {
+        r.refused_messages.push(message);
+    }
+}
+
+fn run_once(model: &RemoteModel, m: &Model) -> Result<(Tensor, bool), String> {
+    let out = model
+        .run(&[(m.input.0.as_str(), m.input.1.clone())])
+        .map_err(|e| e.to_string())?;
+    let retried = out.retried;
+    let t = out.outputs.into_iter().next().ok_or("no output")?.1;
+    Ok((t, retried))
+}
+
+/// Holds S: loads it through some live node, and reloads it when it fails or every so often.
+fn owner(nodes: &Nodes, shared: &Shared, s: &Model, secret: &Secret) {
+    let mut turn = 0;
+    while !shared.stop.load(Ordering::Relaxed) {
+        turn += 1;
+        let i = turn % 3;
+        let Ok(client) = ClusterClient::connect(&nodes.addr(i), secret) else {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        };
+        let model = match client.load(&s.path, |_| {}) {
+            Ok(m) => m,
+            Err(e) => {
+                refused(
+                    &mut shared.report.lock().unwrap(),
+                    format!("loading S: {e}"),
+                );
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+        };
+        shared.report.lock().unwrap().loads += 1;
+        let model = Arc::new(model);
+        *shared.s_model.write().unwrap() = Some(model.clone());
+        // Held for a while; given back early when a run through it fails.
+        let until = Instant::now() + Duration::from_secs(40);
+        let mut failures_seen = shared.report.lock().unwrap().failed_named;
+        while Instant::now() < until && !shared.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = shared.report.lock().unwrap().failed_named;
+            if now > failures_seen + 8 {
+                break;
+            }
+            failures_seen = now;
+        }
+        *shared.s_model.write().unwrap() = None;
+        // Runners may still hold it: the last one to let go unloads it (RemoteModel's drop).
+        if let Ok(m) = Arc::try_unwrap(model)
+            && m.unload().is_ok()
+        {
+            shared.report.lock().unwrap().unloads += 1;
+        }
+        client.close();
+    }
+}
+
+fn s_runner(shared: &Shared, s: &Model) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        let model = shared.s_model.read().unwrap().clone();
+        let Some(model) = model else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        let t0 = Instant::now();
+        let result = run_once(&model, s);
+        record_run(shared, s, t0.elapsed(), result);
+    }
+}
+
+/// Loads T, runs it a few times, and then unloads it or walks away (the connection dropped
+/// with the model loaded, as a killed client would).
+fn t_client(nodes: &Nodes, shared: &Shared, t: &Model, secret: &Secret, id: usize) {
+    let mut turn = id;
+    while !shared.stop.load(Ordering::Relaxed) {
+        turn += 1;
+        let Ok(client) = ClusterClient::connect(&nodes.addr(turn % 3), secret) else {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        };
+        let model = match client.load(&t.path, |_| {}) {
+            Ok(m) => m,
+            Err(e) => {
+                refused(&mut shared.report.lock().unwrap(), e.to_string());
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+        };
+        shared.report.lock().unwrap().loads += 1;
+        for _ in 0..20 {
+            if shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let t0 = Instant::now();
+            let result = run_once(&model, t);
+            let failed = result.is_err();
+            record_run(shared, t, t0.elapsed(), result);
+            if failed {
+                break;
+            }
+        }
+        if turn.is_multiple_of(4) {
+            // Walks away: the node must unload it when the connection goes.
+            std::mem::forget(model);
+            drop(client);
+            shared.report.lock().unwrap().abandoned += 1;
+        } else {
+            if model.unload().is_ok() {
+                shared.report.lock().unwrap().unloads += 1;
+            }
+            client.close();
+        }
+    }
+}
+
+/// Kills a node in turn every `kill_every` and restarts it `down_for` later.
+fn chaos(nodes: &Nodes, shared: &Shared) {
+    let mut next = nodes.plan.kill_every;
+    let mut victim = 2;
+    while nodes.start.elapsed() < nodes.plan.duration {
+        std::thread::sleep(Duration::from_millis(100));
+        if nodes.start.elapsed() < next {
+            continue;
+        }
+        next += nodes.plan.kill_every;
+        let i = victim;
+        victim = (victim + 2) % 3;
+        if let Some(mut n) = nodes.slots[i].lock().unwrap().take() {
+            n.kill9();
+        }
+        shared.report.lock().unwrap().kills.push(format!(
+            "{} at {:.0} s",
+            NAMES[i],
+            nodes.start.elapsed().as_secs_f64()
+        ));
+        std::thread::sleep(nodes.plan.down_for);
+        *nodes.slots[i].lock().unwrap() = Some(nodes.launch(i));
+    }
+}
+
+/// RSS, threads and open files of every running node, every few seconds.
+fn sample(nodes: &Nodes, shared: &Shared) {
+    while nodes.start.elapsed() < nodes.plan.duration {
+        for (i, slot) in nodes.slots.iter().enumerate() {
+            let Some(pid) = slot.lock().unwrap().as_ref().and_then(|n| n.pid()) else {
+                continue;
+            };
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let field = |k: &str| {
+                status
+                    .lines()
+                    .find(|l| l.starts_with(k))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
+            shared.report.lock().unwrap().samples.push(Sample {
+                at: nodes.start.elapsed().as_secs_f64(),
+                node: NAMES[i].to_string(),
+                pid,
+                rss_kib: field("VmRSS:"),
+                threads: field("Threads:"),
+                fds,
+            });
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// Runs the soak; the report, checked by the caller.
+pub fn soak(test: &str, plan: Plan) -> Report {
+    let s = Model::fixture("mnist_cnn", true);
+    let t = Model::fixture("op_softmax_opset11_axis0", false);
+    // S must span nodes; T's copies fit in what is left.
+    let mut caps = harness::caps_for_three(&s.path);
+    for c in &mut caps {
+        *c += (plan.t_clients as u64) * 2 * 1024;
+    }
+    let cluster = harness::Cluster::new(test);
+    let secret = Secret::read(&cluster.key).unwrap();
+    let nodes = Nodes {
+        ports: (0..3).map(|_| harness::free_port()).collect(),
+        slots: (0..3).map(|_| Mutex::new(None)).collect(),
+        cluster,
+        caps,
+        start: Instant::now(),
+        plan: plan.clone(),
+    };
+    for i in 0..3 {
+        *nodes.slots[i].lock().unwrap() = Some(nodes.launch(i));
+    }
+    {
+        let slots: Vec<_> = nodes.slots.iter().map(|s| s.lock().unwrap()).collect();
+        let refs: Vec<&Node> = slots.iter().filter_map(|s| s.as_ref()).collect();
+        harness::converged(&refs, nodes.start, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("the soak's cluster did not form\n{}", harness::logs(&refs)));
+    }
+    let shared = Shared {
+        stop: AtomicBool::new(false),
+        s_model: RwLock::new(None),
+        report: Mutex::new(Report::default()),
+        runs_seen: AtomicU64::new(0),
+    };
+    std::thread::scope(|scope| {
+        scope.spawn(|| owner(&nodes, &shared, &s, &secret));
+        for _ in 0..plan.s_threads {
+            scope.spawn(|| s_runner(&shared, &s));
+        }
+        for id in 0..plan.t_clients {
+            let (nodes, shared, t, secret) = (&nodes, &shared, &t, &secret);
+            scope.spawn(move || t_client(nodes, shared, t, secret, id));
+        }
+        scope.spawn(|| chaos(&nodes, &shared));
+        scope.spawn(|| sample(&nodes, &shared));
+        while nodes.start.elapsed() < plan.duration {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        shared.stop.store(true, Ordering::Relaxed);
+    });
+    let mut report = shared.report.into_inner().unwrap();
+    report.partitions = (plan.duration.as_secs_f64() / plan.partition_every.as_secs_f64()) as usize;
+    report.leftovers = leftovers(&nodes);
+    report
+}
+
+/// Models still loaded on any node once every client has gone (after the lease's grace).
+fn leftovers(nodes: &Nodes) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut left = Vec::new();
+        for slot in &nodes.slots {
+            let guard = slot.lock().unwrap();
+            let Some(n) = guard.as_ref() else { continue };
+            let v = harness::status(n, &nodes.cluster.key);
+            let Some(models) = v["models"].as_array() else {
+                left.push(format!("{}: its status lists no models at all", n.name));
+                continue;
+            };
+            for m in models {
+                left.push(format!("{}: {m}", n.name));
+            }
+        }
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Growth of each node process's RSS, threads and open files between the end of its warmup
+/// and its last sample.
+pub fn growth(report: &Report, warmup: Duration) -> Vec<Growth> {
+    let mut by_pid: BTreeMap<u32, Vec<&Sample>> = BTreeMap::new();
+    for s in &report.samples {
+        by_pid.entry(s.pid).or_default().push(s);
+    }
+    let mut out = Vec::new();
+    for (pid, samples) in by_pid {
+        let start = samples[0].at;
+        let Some(base) = samples
+            .iter()
+            .find(|s| s.at >= start + warmup.as_secs_f64())
+        else {
+            continue;
+        };
+        let last = samples[samples.len() - 1];
+        out.push(Growth {
+            node: last.node.clone(),
+            pid,
+            rss: last.rss_kib as f64 / base.rss_kib.max(1) as f64,
+            threads: (base.threads, last.threads),
+            fds: (base.fds, last.fds),
+        });
+    }
+    out
+}
+
+/// A readable summary of a report.
+pub fn summary(report: &Report, warmup: Duration) -> String {
+    let mut s = format!(
+        "runs {} (ok {} of which the split model {}, retried {}, failed naming a node {}, failed \
+         otherwise {}, wrong {}), refused {}, slowest {:.2} s, over 10 s {}\nloads {}, unloads {}, abandoned {}, kills {:?}, \
+         partitions {}\n",
+        report.runs,
+        report.ok,
+        report.s_ok,
+        report.retried,
+        report.failed_named,
+        report.failed_other,
+        report.wrong,
+        report.refused,
+        report.slowest.as_secs_f64(),
+        report.over_10s,
+        report.loads,
+        report.unloads,
+        report.abandoned,
+        report.kills,
+        report.partitions,
+    );
+    for g in growth(report, warmup) {
+        s += &format!(
+            "{} (pid {}): RSS x{:.2}, threads {} -> {}, open files {} -> {}\n",
+            g.node, g.pid, g.rss, g.threads.0, g.threads.1, g.fds.0, g.fds.1
+        );
+    }
+    for m in &report.refused_messages {
+        s += &format!("refused: {m}\n");
+    }
+    for m in &report.other_messages {
+        s += &format!("other failure: {m}\n");
+    }
+    for l in &report.leftovers {
+        s += &format!("left loaded: {l}\n");
+    }
+    s
+}
