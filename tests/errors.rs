@@ -274,3 +274,28 @@ fn a_range_with_an_infinite_or_nan_limit_is_refused() {
         assert_mentions(&err, &["'range'", "Range", "finite"]);
     }
 }
+
+/// y = ReduceSum(Expand(x, [2^32, 2^32])): the Expand's 2^64 elements wrapped to none, and the
+/// ReduceSum summed nothing. The Expand is refused by name, with x given at run time too.
+#[test]
+fn a_reduction_over_a_shape_that_wraps_is_refused_at_the_expand() {
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![
+            mk::node("Expand", "grow", &["x", "shape"], &["big"]),
+            mk::node("ReduceSum", "sum", &["big"], &["y"]),
+        ],
+        initializer: vec![mk::int64s("shape", &[2], &[1 << 32, 1 << 32])],
+        input: vec![mk::value("x", mk::FLOAT, Some(&[1]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    let err = match load_built("expand-wraps", &mk::model(g, 17)) {
+        Err(e) => e,
+        Ok(s) => s
+            .run(&[("x", vkml::Tensor::from_vec(vec![1], vec![1.0f32]))])
+            .err()
+            .expect("a sum over 2^64 elements ran"),
+    }
+    .to_string();
+    assert_mentions(&err, &["'grow'", "Expand", "element count"]);
+}

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use arbitrary::Unstructured;
-use vkml::{DeviceSelection, Session, SessionOptions, Tensor};
+use vkml::{DeviceSelection, Session, SessionOptions, Tensor, Tuning};
 
 use crate::case::{self, Case, Target};
 use crate::mutate::Pools;
@@ -123,6 +123,13 @@ pub fn check_session(
     let options = SessionOptions {
         devices: settings.devices,
         device_memory_limit: Some(settings.device_memory_limit),
+        // One value may be no larger than a device either: the worker's address space is
+        // capped a few budgets above, and the library's default, the device's own budget,
+        // is the host's memory.
+        tuning: Tuning {
+            max_value_bytes: Some(settings.device_memory_limit),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let session = Session::load(model, options).map_err(|e| ("load", e.to_string()))?;

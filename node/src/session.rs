@@ -129,9 +129,9 @@ impl Session {
         let graph = Arc::new(Graph::from_model(&model)?);
         let devices = select_devices(options.devices, &options.tuning.vulkan)?;
         let max_value_bytes = options.tuning.max_value_bytes.unwrap_or_else(|| {
-            // Capped by `device_memory_limit` too: a value larger than every device's budget
-            // can be placed nowhere, and the check comes before folding allocates it.
-            let snapshot = crate::exec::inventory(&devices, options.device_memory_limit);
+            // Uncapped: `device_memory_limit` splits a model over devices, which the planner
+            // does; the limit here is about what can exist at all.
+            let snapshot = crate::exec::inventory(&devices, None);
             snapshot
                 .devices()
                 .map(|(_, d)| d.memory_budget)

@@ -24,8 +24,9 @@ pub struct Tuning {
     pub vulkan: VulkanOptions,
     /// The most bytes one value (an input, a folded constant, an op's output) may take; a
     /// model whose shapes make a larger one fails to plan, naming the node, before anything is
-    /// allocated for it. `None`: the largest memory budget among the session's devices (as
-    /// capped by `device_memory_limit`), since a value larger than that fits nowhere anyway.
+    /// allocated for it. `None`: the largest memory budget among the session's devices (not
+    /// capped by `device_memory_limit`, which only splits models), since a value larger than
+    /// that fits nowhere anyway.
     pub max_value_bytes: Option<u64>,
 }
 
