@@ -293,8 +293,7 @@ fn a_reduction_over_a_shape_that_wraps_is_refused_at_the_expand() {
         Err(e) => e,
         Ok(s) => s
             .run(&[("x", vkml::Tensor::from_vec(vec![1], vec![1.0f32]))])
-            .err()
-            .expect("a sum over 2^64 elements ran"),
+            .expect_err("a sum over 2^64 elements ran"),
     }
     .to_string();
     assert_mentions(&err, &["'grow'", "Expand", "element count"]);
