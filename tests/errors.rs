@@ -298,3 +298,43 @@ fn a_reduction_over_a_shape_that_wraps_is_refused_at_the_expand() {
     .to_string();
     assert_mentions(&err, &["'grow'", "Expand", "element count"]);
 }
+
+/// y = Gather(w, i) with w: float[3, 2] an initializer and i: int64[2] a graph input. An index
+/// out of range was an error on the CPU and clamped to the last row on Vulkan (exit 0, a
+/// plausible wrong answer); now both refuse it, naming the node.
+#[test]
+fn an_index_out_of_range_is_an_error_on_every_device() {
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![mk::node("Gather", "pick", &["w", "i"], &["y"])],
+        initializer: vec![mk::floats("w", &[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])],
+        input: vec![mk::value("i", mk::INT64, Some(&[2]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    let path = mk::write(&mk::scratch("gather-range"), "m.onnx", &mk::model(g, 17));
+    let mut devices = vec![DeviceSelection::Cpu];
+    if !common::skip_vulkan() {
+        devices.push(DeviceSelection::Vulkan);
+    }
+    for dev in devices {
+        let session = Session::load(&path, common::options(dev, None)).unwrap();
+        let i = |v: Vec<i64>| [("i", vkml::Tensor::from_vec(vec![2], v))];
+        let plan = session.plan_summary(&i(vec![0, 0])).unwrap();
+        if dev == DeviceSelection::Vulkan {
+            assert!(
+                plan.ops_per_device.keys().any(|d| d != "cpu"),
+                "the Gather runs on a GPU: {plan:?}"
+            );
+        }
+        // Rows 2 and 0 (-3 counts from the end): [[5, 6], [1, 2]].
+        let y = session.run(&i(vec![2, -3])).unwrap();
+        assert_eq!(y[0].1.view::<f32>().unwrap().as_ref(), [5.0, 6.0, 1.0, 2.0]);
+        for bad in [3, -4, i64::MAX] {
+            let err = session
+                .run(&i(vec![0, bad]))
+                .expect_err("an index out of range ran")
+                .to_string();
+            assert_mentions(&err, &["'pick'", "Gather", "out of range"]);
+        }
+    }
+}

@@ -11,6 +11,7 @@
 mod plans;
 #[cfg(test)]
 mod tests;
+mod values;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -111,6 +112,9 @@ pub struct Session {
     /// The model's files that stay mapped (larger than `onnx::COPY_BELOW`), checked before
     /// every run: a file changed underneath its mapping is refused rather than read.
     files: crate::onnx::ModelFiles,
+    /// Indexing ops reading graph inputs, whose indices are checked on the host before each
+    /// run (a GPU kernel would clamp them).
+    value_checks: values::ValueChecks,
 }
 
 impl Session {
@@ -138,6 +142,7 @@ impl Session {
                 .max()
                 .unwrap_or(0)
         });
+        let value_checks = values::ValueChecks::new(&graph);
         let session = Session {
             graph,
             devices,
@@ -149,6 +154,7 @@ impl Session {
             tuning: options.tuning,
             max_value_bytes,
             files,
+            value_checks,
         };
         session.check_at_load()?;
         Ok(session)
@@ -333,6 +339,7 @@ impl Session {
         self.files.check()?;
         let ordered = self.order(inputs)?;
         let exe = self.executable(&ordered)?;
+        self.value_checks.check(&self.graph, exe.spec(), &ordered)?;
         let outs = exe.run(ordered.into_iter().cloned().collect())?;
         Ok(self
             .graph

@@ -224,6 +224,14 @@ pub trait Op: Send + Sync + fmt::Debug {
         Vec::new()
     }
 
+    /// Checks of input values that the GPU kernels cannot report (indices in range: the
+    /// shaders clamp them so that no access leaves a buffer, where the CPU kernel fails).
+    /// `inputs` carry every input's type, and the values of those on the host before a run
+    /// (graph inputs, constants); the runtime calls this for every run whose values it has.
+    fn check_values(&self, _inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
+        Ok(())
+    }
+
     /// True when output 0 is input 0's bytes under another shape (Reshape, Flatten, Squeeze,
     /// Unsqueeze, Identity): on a GPU such an op costs nothing, its output aliases its input.
     fn is_view(&self) -> bool {

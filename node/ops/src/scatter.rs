@@ -345,6 +345,20 @@ impl ScatterElements {
 }
 
 impl Op for ScatterElements {
+    fn check_values(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
+        let (d, i, u) = (req(inputs, 0)?.ty, req(inputs, 1)?, req(inputs, 2)?.ty);
+        if let Some(t) = i.value {
+            let axis = self.check(d, i.ty, u)?;
+            let values = t
+                .to_i64_vec()
+                .map_err(|e| OpError::invalid(format!("ScatterElements indices: {e}")))?;
+            for v in values {
+                checked_index(v, d.shape[axis], "ScatterElements")?;
+            }
+        }
+        Ok(())
+    }
+
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let d = req(inputs, 0)?.ty;
         self.check(d, req(inputs, 1)?.ty, req(inputs, 2)?.ty)?;
