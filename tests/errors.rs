@@ -338,3 +338,33 @@ fn an_index_out_of_range_is_an_error_on_every_device() {
         }
     }
 }
+
+/// y = GatherElements(x, idx, axis 1) with x: float[2, 3] a graph input and idx an initializer
+/// holding 3, one past the axis: no shape rule sees the data, so this too was clamped on
+/// Vulkan. Refused on every device, naming the node.
+#[test]
+fn a_constant_index_out_of_range_is_an_error_on_every_device() {
+    let mut ge = mk::node("GatherElements", "ge", &["x", "idx"], &["y"]);
+    ge.attribute.push(mk::int_attr("axis", 1));
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![ge],
+        initializer: vec![mk::int64s("idx", &[2, 1], &[3, 0])],
+        input: vec![mk::value("x", mk::FLOAT, Some(&[2, 3]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    let path = mk::write(&mk::scratch("ge-range"), "m.onnx", &mk::model(g, 17));
+    let mut devices = vec![DeviceSelection::Cpu];
+    if !common::skip_vulkan() {
+        devices.push(DeviceSelection::Vulkan);
+    }
+    let x = [("x", vkml::Tensor::from_vec(vec![2, 3], vec![1.0f32; 6]))];
+    for dev in devices {
+        let session = Session::load(&path, common::options(dev, None)).unwrap();
+        let err = session
+            .run(&x)
+            .expect_err("an index out of range ran")
+            .to_string();
+        assert_mentions(&err, &["'ge'", "GatherElements", "index 3 is out of range"]);
+    }
+}

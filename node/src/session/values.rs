@@ -1,7 +1,7 @@
 //! Checks of graph inputs' values that the GPU kernels cannot make. An index out of range is
 //! an error on the CPU; a shader clamps it instead (so that no access leaves its buffer) and
-//! would give a plausible wrong answer. Where the indices are a graph input, their values are
-//! on the host before the run, so the op checks them there, whatever device runs it. Indices
+//! would give a plausible wrong answer. Where the indices are a graph input or a constant, their
+//! values are on the host before the run, so the op checks them there, whatever device runs it. Indices
 //! computed on a GPU during the run are still clamped (shaders/index.glsl).
 
 use crate::error::{Error, Result};
@@ -12,13 +12,15 @@ use crate::tensor::Tensor;
 /// The ops whose kernels clamp index values on a GPU (they implement `Op::check_values`).
 const INDEXING: &[&str] = &["Gather", "GatherElements", "ScatterElements", "Scatter"];
 
-/// The nodes of a graph to check before each run: an indexing op reading a graph input.
+/// The nodes of a graph to check before each run: an indexing op reading a graph input or an
+/// initializer (a constant whose node is not folded: its data comes from the run).
 #[derive(Debug, Default)]
 pub(super) struct ValueChecks(Vec<usize>);
 
 impl ValueChecks {
     pub(super) fn new(graph: &Graph) -> ValueChecks {
-        let is_input = |v: usize| graph.inputs.iter().any(|(g, _)| *g == v);
+        let is_input =
+            |v: usize| graph.inputs.iter().any(|(g, _)| *g == v) || graph.initializers[v].is_some();
         ValueChecks(
             graph
                 .nodes
