@@ -63,5 +63,5 @@ fn models_never_crash_a_session() {
     if onnx.join("node").is_dir() {
         seeds.push(onnx.join("node"));
     }
-    campaign(Target::Models, 20_000, seeds);
+    campaign(Target::Models, 12_000, seeds);
 }
