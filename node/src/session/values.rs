@@ -10,7 +10,14 @@ use crate::ops::InferInput;
 use crate::tensor::Tensor;
 
 /// The ops whose kernels clamp index values on a GPU (they implement `Op::check_values`).
-const INDEXING: &[&str] = &["Gather", "GatherElements", "ScatterElements", "Scatter"];
+const INDEXING: &[&str] = &[
+    "Gather",
+    "GatherElements",
+    "GatherND",
+    "ScatterElements",
+    "Scatter",
+    "ScatterND",
+];
 
 /// The nodes of a graph to check before each run: an indexing op reading a graph input or an
 /// initializer (a constant whose node is not folded: its data comes from the run).

@@ -131,3 +131,33 @@ fn indices_out_of_range_are_found_before_a_gpu_clamps_them() {
         assert_err(check(op_type, &[0, -4]), false, "index -4 is out of range");
     }
 }
+
+/// GatherND and ScatterND check each entry of an index tuple against its own axis.
+#[test]
+fn nd_index_tuples_out_of_range_are_found_before_a_gpu_clamps_them() {
+    let data = ValueType::new(DType::F32, vec![2, 3]);
+    let u = ValueType::new(DType::F32, vec![2]);
+    let check = |op_type: &str, v: &[i64]| {
+        let n = if op_type == "GatherND" { 2 } else { 3 };
+        let o = op(op_type, 13, vec![], n).unwrap();
+        let i = t(&[2, 2], v);
+        let ity = ValueType::of(&i);
+        let known = |ty, value| Some(crate::InferInput { ty, value });
+        let ins = [known(&data, None), known(&ity, Some(&i)), known(&u, None)];
+        o.check_values(&ins[..n])
+    };
+    for op_type in ["GatherND", "ScatterND"] {
+        check(op_type, &[1, 2, -2, -3]).unwrap();
+        // 2 is within the second axis (3) but not the first (2).
+        assert_err(
+            check(op_type, &[2, 0, 0, 0]),
+            false,
+            "index 2 is out of range",
+        );
+        assert_err(
+            check(op_type, &[0, 3, 0, 0]),
+            false,
+            "index 3 is out of range",
+        );
+    }
+}
