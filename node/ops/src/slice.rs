@@ -90,6 +90,13 @@ impl Slice {
         steps: Option<&[i64]>,
     ) -> Result<Vec<Range1>, OpError> {
         let rank = shape.len();
+        if rank == 0 && !starts.is_empty() {
+            // `util::axis` takes axis 0 of a scalar (for ops where that means the whole value);
+            // a scalar has no axis to slice.
+            return Err(OpError::invalid(
+                "Slice of a scalar: the data must have rank 1 or more",
+            ));
+        }
         if starts.len() != ends.len() {
             return Err(OpError::invalid(format!(
                 "Slice starts has {} entries but ends has {}",

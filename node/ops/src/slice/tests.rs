@@ -194,3 +194,16 @@ fn gpu_slice_and_split_match_cpu_for_every_size() {
         gpu_same_bytes(split.as_ref(), &[Some(&x)], &format!("Split {dtype}"));
     }
 }
+
+/// A scalar has no axis to slice: taking axis 0 of one indexed an empty list (a panic the
+/// fuzzer found); now it is an error.
+#[test]
+fn a_scalar_cannot_be_sliced() {
+    let x = Tensor::scalar(1f32);
+    let (s, e) = (i64s(&[0]), i64s(&[1]));
+    assert_err(
+        run_node("Slice", 13, vec![], &[Some(&x), Some(&s), Some(&e)]),
+        false,
+        "rank 1 or more",
+    );
+}
