@@ -83,7 +83,7 @@ impl Pad {
         let axes: Vec<usize> = match axes {
             Some(a) => a
                 .iter()
-                .map(|&a| super::util::axis(a, rank))
+                .map(|&a| super::util::axis_of_tensor(a, rank))
                 .collect::<Result<_, _>>()?,
             None => (0..rank).collect(),
         };

@@ -186,7 +186,7 @@ impl Resize {
         let axes: Vec<usize> = match &self.axes {
             Some(a) => a
                 .iter()
-                .map(|&a| super::util::axis(a, r))
+                .map(|&a| super::util::axis_of_tensor(a, r))
                 .collect::<Result<_, _>>()?,
             None => (0..r).collect(),
         };

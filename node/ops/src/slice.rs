@@ -394,7 +394,7 @@ impl Split {
         shape: &[usize],
         split: Option<&Tensor>,
     ) -> Result<(usize, Vec<usize>), OpError> {
-        let axis = super::util::axis(self.axis, shape.len())?;
+        let axis = super::util::axis_of_tensor(self.axis, shape.len())?;
         let dim = shape[axis];
         let list = match (&self.sizes, split) {
             (Sizes::Attr(s), _) => Some(s.clone()),
@@ -496,7 +496,7 @@ impl Op for Split {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = inputs.first().copied().flatten()?;
-        let axis = super::util::axis(self.axis, x.shape.len()).ok()?;
+        let axis = super::util::axis_of_tensor(self.axis, x.shape.len()).ok()?;
         let parts: Vec<usize> = outputs
             .iter()
             .map(|o| *o.shape.get(axis).unwrap_or(&0))

@@ -78,7 +78,7 @@ impl Tile {
             let (Some(&t), Some(&a)) = (tiles.first(), axis.first()) else {
                 return Err(OpError::invalid("Tile-1 needs scalar tiles and axis"));
             };
-            let a = super::util::axis(a, shape.len())?;
+            let a = super::util::axis_of_tensor(a, shape.len())?;
             (0..shape.len())
                 .map(|k| if k == a { t } else { 1 })
                 .collect()

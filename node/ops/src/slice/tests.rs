@@ -207,3 +207,28 @@ fn a_scalar_cannot_be_sliced() {
         "rank 1 or more",
     );
 }
+
+/// Split, Compress and Pad along axis 0 of a scalar indexed an empty shape; now each is an
+/// error naming the scalar.
+#[test]
+fn a_scalar_has_no_axis_to_split_compress_or_pad() {
+    let x = Tensor::scalar(1f32);
+    let split = run_node("Split", 13, vec![("axis", AttrValue::Int(0))], &[Some(&x)]);
+    assert_err(split, false, "of a scalar");
+    let keep = Tensor::from_bytes(crate::tensor::DType::Bool, vec![1], vec![1u8].into()).unwrap();
+    let compress = run_node(
+        "Compress",
+        11,
+        vec![("axis", AttrValue::Int(0))],
+        &[Some(&x), Some(&keep)],
+    );
+    assert_err(compress, false, "of a scalar");
+    let (pads, axes) = (i64s(&[1, 1]), i64s(&[0]));
+    let pad = run_node(
+        "Pad",
+        18,
+        vec![],
+        &[Some(&x), Some(&pads), None, Some(&axes)],
+    );
+    assert_err(pad, false, "of a scalar");
+}
