@@ -449,3 +449,237 @@ fn fusion_switch_changes_the_plan_not_the_result() {
         }
     }
 }
+
+use common::onnx as mk;
+
+/// Runs `vkml-node args`, failing the test (not hanging the suite) when it takes longer than
+/// `secs`: the cases below hung forever before.
+fn run_within(args: &[&str], secs: u64) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("vkml-node {args:?} hung for {secs} s:\n{}", text(&out).1);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn clean_failure_within(args: &[&str], secs: u64) -> String {
+    let out = run_within(args, secs);
+    let (stdout, stderr) = text(&out);
+    assert!(
+        !out.status.success(),
+        "{args:?} succeeded:\n{stdout}\n{stderr}"
+    );
+    assert_ne!(out.status.code(), Some(101), "{args:?} panicked:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?} panicked:\n{stderr}");
+    stderr
+}
+
+/// y/0 = Relu(x) and y:0 = Neg(x), x: float[3]; written with x.npy beside it.
+fn two_outputs_named_alike(dir: &Path) -> (String, String) {
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![
+            mk::node("Relu", "relu", &["x"], &["y/0"]),
+            mk::node("Neg", "neg", &["x"], &["y:0"]),
+        ],
+        input: vec![mk::value("x", mk::FLOAT, Some(&[3]))],
+        output: vec![
+            mk::value("y/0", mk::FLOAT, None),
+            mk::value("y:0", mk::FLOAT, None),
+        ],
+        ..Default::default()
+    };
+    let model = mk::write(dir, "m.onnx", &mk::model(g, 17));
+    let x = dir.join("x.npy");
+    let t = vkml::Tensor::from_vec(vec![3], vec![-1.0f32, 0.5, 2.0]);
+    vkml::io::write_npy(&x, &t).unwrap();
+    (
+        model.to_string_lossy().into_owned(),
+        format!("x={}", x.display()),
+    )
+}
+
+fn npy_values(path: &Path) -> Vec<f32> {
+    let t = vkml::io::read_npy(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    t.view::<f32>().unwrap().to_vec()
+}
+
+/// `y/0` and `y:0` both became `y_0.npy`, and one output was lost with exit 0. Each now has a
+/// file of its own: the first keeps `y_0.npy`, the second gets `y_0_2.npy`, every time.
+#[test]
+fn outputs_whose_names_sanitise_alike_each_get_a_file() {
+    let dir = mk::scratch("alike");
+    let (model, input) = two_outputs_named_alike(&dir);
+    let out = dir.join("out");
+    let out_s = out.to_string_lossy().into_owned();
+    let args = [
+        "run",
+        &model,
+        "--input",
+        &input,
+        "--output-dir",
+        &out_s,
+        "--device",
+        "cpu",
+    ];
+    let result = vkml_node(&args);
+    assert_success(&args, &result);
+    assert_eq!(npy_values(&out.join("y_0.npy")), [0.0, 0.5, 2.0]);
+    assert_eq!(npy_values(&out.join("y_0_2.npy")), [1.0, -0.5, -2.0]);
+    let stdout = text(&result).0;
+    assert!(stdout.contains("y_0_2.npy"), "{stdout}");
+}
+
+/// Outputs were written in place one by one: a failure on the second left the first written
+/// (a half set) or truncated. Now nothing is renamed into place until every file is complete
+/// and every destination is known to take it.
+#[test]
+fn a_failed_write_leaves_no_partial_set_and_no_truncated_file() {
+    let dir = mk::scratch("partial");
+    let (model, input) = two_outputs_named_alike(&dir);
+    let out = dir.join("out");
+    std::fs::create_dir_all(out.join("y_0_2.npy")).unwrap();
+    std::fs::write(out.join("y_0.npy"), b"earlier run").unwrap();
+    let out_s = out.to_string_lossy().into_owned();
+    let err = clean_failure_within(
+        &[
+            "run",
+            &model,
+            "--input",
+            &input,
+            "--output-dir",
+            &out_s,
+            "--device",
+            "cpu",
+        ],
+        120,
+    );
+    assert!(err.contains("y_0_2.npy"), "{err}");
+    assert_eq!(std::fs::read(out.join("y_0.npy")).unwrap(), b"earlier run");
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["y_0.npy", "y_0_2.npy"], "no temporary file is left");
+}
+
+/// A FIFO given as the model, an input, an external-data file or a key file blocked forever
+/// in open(); `--cluster-key /dev/zero` read until memory ran out. Each is now refused at once.
+#[test]
+fn fifos_and_devices_are_refused_not_waited_on() {
+    let dir = mk::scratch("fifo");
+    let (model, _) = two_outputs_named_alike(&dir);
+    let fifo = dir.join("fifo.npy");
+    if !mk::mkfifo(&fifo) {
+        eprintln!("no mkfifo here: skipped");
+        return;
+    }
+    let fifo_s = fifo.to_string_lossy().into_owned();
+    let err = clean_failure_within(&["run", &fifo_s, "--device", "cpu"], 60);
+    assert!(err.contains("FIFO"), "model: {err}");
+    let input = format!("x={fifo_s}");
+    let err = clean_failure_within(&["run", &model, "--input", &input, "--device", "cpu"], 60);
+    assert!(err.contains("FIFO"), "input: {err}");
+    let key = ["status", "--to", "127.0.0.1:9", "--cluster-key"];
+    let err = clean_failure_within(&[&key[..], &[&fifo_s]].concat(), 60);
+    assert!(err.contains("FIFO"), "key: {err}");
+    let err = clean_failure_within(&[&key[..], &["/dev/zero"]].concat(), 60);
+    assert!(err.contains("character device"), "key: {err}");
+
+    // y = x + w, w in external data "w.bin", a FIFO.
+    let ext = dir.join("ext");
+    std::fs::create_dir_all(&ext).unwrap();
+    assert!(mk::mkfifo(&ext.join("w.bin")));
+    let mut w = mk::floats("w", &[3], &[]);
+    w.data_location = 1;
+    w.external_data = vec![mk::StringStringEntryProto {
+        key: "location".into(),
+        value: "w.bin".into(),
+    }];
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![mk::node("Add", "add", &["x", "w"], &["y"])],
+        initializer: vec![w],
+        input: vec![mk::value("x", mk::FLOAT, Some(&[3]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    let m = mk::write(&ext, "m.onnx", &mk::model(g, 17));
+    let err = clean_failure_within(&["run", &m.to_string_lossy(), "--device", "cpu"], 60);
+    assert!(
+        err.contains("w.bin") && err.contains("FIFO"),
+        "external data: {err}"
+    );
+}
+
+/// `plan` with `--test-data` or `--input` folded the whole model (every input's value known)
+/// and printed an empty "0 node(s)" plan with exit 0. It now plans at the inputs' shapes.
+#[test]
+fn plan_with_inputs_plans_the_model() {
+    let dir = mk::scratch("plan-inputs");
+    let cluster = dir.join("cluster.json");
+    std::fs::write(
+        &cluster,
+        r#"{"members": [{"name": "n1", "devices": [
+            {"name": "cpu", "kind": "cpu", "memory_budget": 8000000000, "flops_per_us": 10000}
+        ]}]}"#,
+    )
+    .unwrap();
+    let cluster = cluster.to_string_lossy().into_owned();
+    let model = fixture_str("mnist_cnn/model.onnx");
+    let data = fixture_str("mnist_cnn/test_data_set_0");
+    let input = format!("input={}", fixture_str("mnist_cnn/input_0.npy"));
+    for given in [["--test-data", &data], ["--input", &input]] {
+        let args = [&["plan", &model, "--cluster", &cluster][..], &given[..]].concat();
+        let out = vkml_node(&args);
+        assert_success(&args, &out);
+        let stdout = text(&out).0;
+        assert!(
+            stdout.contains(": 1 node(s)") && stdout.contains("(Conv)"),
+            "{given:?}:\n{stdout}"
+        );
+    }
+}
+
+/// ConstantOfShape [2^62 + 1, 4] has 2^64 + 4 elements, which wrapped to 4: `run` wrote an
+/// .npy numpy cannot load, with exit 0. Now the run fails naming the node.
+#[test]
+fn a_shape_that_wraps_fails_the_run_naming_the_node() {
+    let dir = mk::scratch("wrap");
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![mk::node("ConstantOfShape", "fill", &["shape"], &["y"])],
+        initializer: vec![mk::int64s("shape", &[2], &[(1 << 62) + 1, 4])],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+        ..Default::default()
+    };
+    let m = mk::write(&dir, "m.onnx", &mk::model(g, 17));
+    let out = dir.join("out").to_string_lossy().into_owned();
+    let err = clean_failure_within(
+        &[
+            "run",
+            &m.to_string_lossy(),
+            "--output-dir",
+            &out,
+            "--device",
+            "cpu",
+        ],
+        120,
+    );
+    assert!(
+        err.contains("'fill'") && err.contains("4611686018427387905"),
+        "{err}"
+    );
+    assert!(!dir.join("out").join("y.npy").exists());
+}

@@ -176,3 +176,195 @@ fn a_model_larger_than_every_device_is_refused_at_load() {
     assert!(matches!(err, vkml::Error::Placement(_)), "{err:?}");
     assert_mentions(&err.to_string(), &["no device", "memory limit"]);
 }
+
+use common::onnx as mk;
+
+fn load_built(test: &str, m: &mk::ModelProto) -> Result<Session, vkml::Error> {
+    let path = mk::write(&mk::scratch(test), "m.onnx", m);
+    Session::load(&path, common::options(DeviceSelection::Cpu, None))
+}
+
+/// y = Relu(x) over x: float[4].
+fn relu_graph() -> mk::GraphProto {
+    mk::GraphProto {
+        name: "g".into(),
+        node: vec![mk::node("Relu", "relu", &["x"], &["y"])],
+        input: vec![mk::value("x", mk::FLOAT, Some(&[4]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+        ..Default::default()
+    }
+}
+
+/// Opset 99 loaded as if it were the newest vkml knows; now it is refused, naming both.
+#[test]
+fn an_opset_newer_than_vkml_knows_is_refused() {
+    let err = load_built("opset99", &mk::model(relu_graph(), 99))
+        .err()
+        .expect("opset 99 loaded")
+        .to_string();
+    assert_mentions(&err, &["opset 99", "27"]);
+    assert!(load_built("opset27", &mk::model(relu_graph(), 27)).is_ok());
+}
+
+/// Two initializers of one name, or a graph input listed twice, make the model ambiguous:
+/// both were accepted (the last one won); now they are refused by name.
+#[test]
+fn duplicate_initializers_and_inputs_are_refused() {
+    let mut g = relu_graph();
+    g.node = vec![mk::node("Add", "add", &["x", "c"], &["y"])];
+    g.initializer = vec![
+        mk::floats("c", &[4], &[1.0; 4]),
+        mk::floats("c", &[4], &[2.0; 4]),
+    ];
+    let err = load_built("dup-init", &mk::model(g, 17))
+        .err()
+        .expect("loaded")
+        .to_string();
+    assert_mentions(&err, &["two initializers", "'c'"]);
+    let mut g = relu_graph();
+    g.input.push(mk::value("x", mk::FLOAT, Some(&[4])));
+    let err = load_built("dup-input", &mk::model(g, 17))
+        .err()
+        .expect("loaded")
+        .to_string();
+    assert_mentions(&err, &["input 'x' twice"]);
+}
+
+/// y = ConstantOfShape([2^40]): 4 TiB, folded while planning. The process tried to allocate it
+/// and was killed; now the load fails naming the node and the size.
+#[test]
+fn a_constant_of_4_tib_is_refused_naming_node_and_size() {
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![mk::node("ConstantOfShape", "fill", &["shape"], &["y"])],
+        initializer: vec![mk::int64s("shape", &[1], &[1 << 40])],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+        ..Default::default()
+    };
+    let err = load_built("cos-4tib", &mk::model(g, 17))
+        .err()
+        .expect("4 TiB loaded");
+    assert!(matches!(err, vkml::Error::TooLarge { .. }), "{err:?}");
+    assert_mentions(
+        &err.to_string(),
+        &["'fill'", "ConstantOfShape", "4398046511104 bytes"],
+    );
+}
+
+/// y = Range(0, limit, 1) with limit an initializer: an infinite limit allocated until the
+/// process died; a NaN one gave an empty range. Both are errors naming the node.
+#[test]
+fn a_range_with_an_infinite_or_nan_limit_is_refused() {
+    for (what, limit) in [("inf", f32::INFINITY), ("nan", f32::NAN)] {
+        let g = mk::GraphProto {
+            name: "g".into(),
+            node: vec![mk::node("Range", "range", &["s", "l", "d"], &["y"])],
+            initializer: vec![
+                mk::floats("s", &[], &[0.0]),
+                mk::floats("l", &[], &[limit]),
+                mk::floats("d", &[], &[1.0]),
+            ],
+            output: vec![mk::value("y", mk::FLOAT, None)],
+            ..Default::default()
+        };
+        let err = load_built(&format!("range-{what}"), &mk::model(g, 17))
+            .err()
+            .unwrap_or_else(|| panic!("Range to {what} loaded"))
+            .to_string();
+        assert_mentions(&err, &["'range'", "Range", "finite"]);
+    }
+}
+
+/// y = ReduceSum(Expand(x, [2^32, 2^32])): the Expand's 2^64 elements wrapped to none, and the
+/// ReduceSum summed nothing. The Expand is refused by name, with x given at run time too.
+#[test]
+fn a_reduction_over_a_shape_that_wraps_is_refused_at_the_expand() {
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![
+            mk::node("Expand", "grow", &["x", "shape"], &["big"]),
+            mk::node("ReduceSum", "sum", &["big"], &["y"]),
+        ],
+        initializer: vec![mk::int64s("shape", &[2], &[1 << 32, 1 << 32])],
+        input: vec![mk::value("x", mk::FLOAT, Some(&[1]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    let err = match load_built("expand-wraps", &mk::model(g, 17)) {
+        Err(e) => e,
+        Ok(s) => s
+            .run(&[("x", vkml::Tensor::from_vec(vec![1], vec![1.0f32]))])
+            .expect_err("a sum over 2^64 elements ran"),
+    }
+    .to_string();
+    assert_mentions(&err, &["'grow'", "Expand", "element count"]);
+}
+
+/// y = Gather(w, i) with w: float[3, 2] an initializer and i: int64[2] a graph input. An index
+/// out of range was an error on the CPU and clamped to the last row on Vulkan (exit 0, a
+/// plausible wrong answer); now both refuse it, naming the node.
+#[test]
+fn an_index_out_of_range_is_an_error_on_every_device() {
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![mk::node("Gather", "pick", &["w", "i"], &["y"])],
+        initializer: vec![mk::floats("w", &[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])],
+        input: vec![mk::value("i", mk::INT64, Some(&[2]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    let path = mk::write(&mk::scratch("gather-range"), "m.onnx", &mk::model(g, 17));
+    let mut devices = vec![DeviceSelection::Cpu];
+    if !common::skip_vulkan() {
+        devices.push(DeviceSelection::Vulkan);
+    }
+    for dev in devices {
+        let session = Session::load(&path, common::options(dev, None)).unwrap();
+        let i = |v: Vec<i64>| [("i", vkml::Tensor::from_vec(vec![2], v))];
+        let plan = session.plan_summary(&i(vec![0, 0])).unwrap();
+        if dev == DeviceSelection::Vulkan {
+            assert!(
+                plan.ops_per_device.keys().any(|d| d != "cpu"),
+                "the Gather runs on a GPU: {plan:?}"
+            );
+        }
+        // Rows 2 and 0 (-3 counts from the end): [[5, 6], [1, 2]].
+        let y = session.run(&i(vec![2, -3])).unwrap();
+        assert_eq!(y[0].1.view::<f32>().unwrap().as_ref(), [5.0, 6.0, 1.0, 2.0]);
+        for bad in [3, -4, i64::MAX] {
+            let err = session
+                .run(&i(vec![0, bad]))
+                .expect_err("an index out of range ran")
+                .to_string();
+            assert_mentions(&err, &["'pick'", "Gather", "out of range"]);
+        }
+    }
+}
+
+/// y = GatherElements(x, idx, axis 1) with x: float[2, 3] a graph input and idx an initializer
+/// holding 3, one past the axis: no shape rule sees the data, so this too was clamped on
+/// Vulkan. Refused on every device, naming the node.
+#[test]
+fn a_constant_index_out_of_range_is_an_error_on_every_device() {
+    let mut ge = mk::node("GatherElements", "ge", &["x", "idx"], &["y"]);
+    ge.attribute.push(mk::int_attr("axis", 1));
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![ge],
+        initializer: vec![mk::int64s("idx", &[2, 1], &[3, 0])],
+        input: vec![mk::value("x", mk::FLOAT, Some(&[2, 3]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    let path = mk::write(&mk::scratch("ge-range"), "m.onnx", &mk::model(g, 17));
+    let mut devices = vec![DeviceSelection::Cpu];
+    if !common::skip_vulkan() {
+        devices.push(DeviceSelection::Vulkan);
+    }
+    let x = [("x", vkml::Tensor::from_vec(vec![2, 3], vec![1.0f32; 6]))];
+    for dev in devices {
+        let session = Session::load(&path, common::options(dev, None)).unwrap();
+        let err = session
+            .run(&x)
+            .expect_err("an index out of range ran")
+            .to_string();
+        assert_mentions(&err, &["'ge'", "GatherElements", "index 3 is out of range"]);
+    }
+}

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use arbitrary::Unstructured;
-use vkml::{DeviceSelection, Session, SessionOptions, Tensor};
+use vkml::{DeviceSelection, Session, SessionOptions, Tensor, Tuning};
 
 use crate::case::{self, Case, Target};
 use crate::mutate::Pools;
@@ -107,23 +107,38 @@ impl Runner {
 
 /// Loads and runs a model file with the given inputs: "ok", or the class of the error.
 pub fn run_session(model: &Path, inputs: &[(String, Tensor)], settings: &ModelSettings) -> String {
+    match check_session(model, inputs, settings) {
+        Ok(n) => format!("ok {n}"),
+        Err((stage, message)) => format!("{stage}: {}", class(&message)),
+    }
+}
+
+/// Loads and runs a model file with the given inputs: the number of outputs, or the stage that
+/// failed ("load" or "run") and the whole error message.
+pub fn check_session(
+    model: &Path,
+    inputs: &[(String, Tensor)],
+    settings: &ModelSettings,
+) -> Result<usize, (&'static str, String)> {
     let options = SessionOptions {
         devices: settings.devices,
         device_memory_limit: Some(settings.device_memory_limit),
+        // One value may be no larger than a device either: the worker's address space is
+        // capped a few budgets above, and the library's default, the device's own budget,
+        // is the host's memory.
+        tuning: Tuning {
+            max_value_bytes: Some(settings.device_memory_limit),
+            ..Default::default()
+        },
         ..Default::default()
     };
-    let session = match Session::load(model, options) {
-        Ok(s) => s,
-        Err(e) => return format!("load: {}", class(&e.to_string())),
-    };
+    let session = Session::load(model, options).map_err(|e| ("load", e.to_string()))?;
     let refs: Vec<(&str, Tensor)> = inputs
         .iter()
         .map(|(n, t)| (n.as_str(), t.clone()))
         .collect();
-    match session.run(&refs) {
-        Ok(outputs) => format!("ok {}", outputs.len()),
-        Err(e) => format!("run: {}", class(&e.to_string())),
-    }
+    let outputs = session.run(&refs).map_err(|e| ("run", e.to_string()))?;
+    Ok(outputs.len())
 }
 
 /// An error message with what varies between cases (numbers, quoted names, paths) blanked, cut

@@ -58,7 +58,7 @@ enum Command {
         worker: WorkerSettings,
     },
     /// Loads and runs DIR/model.onnx with DIR/test_data_set_0/input_<i>.pb: a regression's
-    /// check. Prints "ok" or the error; a panic fails.
+    /// check. Prints "ok" or the whole error; a panic fails.
     Check {
         dir: PathBuf,
         #[command(flatten)]
@@ -166,13 +166,19 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::Check { dir, worker } => {
+            // As in a worker: an allocation no budget checked aborts here, not the machine.
+            vkml_fuzz::worker::cap_memory(worker.address_space_mib << 20)
+                .context("cannot cap the address space")?;
             let inputs = read_inputs(&dir)?;
-            let outcome = vkml_fuzz::exec::run_session(
+            let outcome = vkml_fuzz::exec::check_session(
                 &dir.join("model.onnx"),
                 &inputs,
                 &worker.model_settings()?,
             );
-            println!("{outcome}");
+            match outcome {
+                Ok(n) => println!("ok {n}"),
+                Err((stage, message)) => println!("{stage}: {message}"),
+            }
             Ok(())
         }
         Command::Worker {

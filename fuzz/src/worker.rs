@@ -20,8 +20,12 @@ fn say(line: &str) {
 
 /// Caps the process's address space, so that an allocation no budget checked fails here (an
 /// abort the driver reports) instead of exhausting the machine.
+/// A cap already lower (`ulimit -v`) stays: raising it is not allowed, and not wanted.
 pub fn cap_memory(bytes: u64) -> std::io::Result<()> {
-    use rustix::process::{Resource, Rlimit, setrlimit};
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let bytes = getrlimit(Resource::As)
+        .maximum
+        .map_or(bytes, |m| m.min(bytes));
     setrlimit(
         Resource::As,
         Rlimit {

@@ -53,3 +53,21 @@ fn frames_from_a_client_holding_the_key_never_crash_a_node() {
     // About a minute on two loaded cores.
     campaign(Target::Frames, 25_000, Vec::new());
 }
+
+/// Mutated models from the repository's fixtures and, where `VKML_ONNX_TESTS` names ONNX's
+/// backend tests, their node tests: sizes the fuzzer makes up (huge Range, ConstantOfShape,
+/// Tile and Pad sizes, pads of i64::MAX, FIFOs as external data) end in errors, not in
+/// aborts, panics or hangs.
+#[test]
+fn models_never_crash_a_session() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut seeds = vec![root.join("tests/fixtures")];
+    // Where the conformance tests look for them (tests/README.md).
+    let onnx = std::env::var_os("VKML_ONNX_TESTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/onnx-tests/onnx-1.22.0"));
+    if onnx.join("node").is_dir() {
+        seeds.push(onnx.join("node"));
+    }
+    campaign(Target::Models, 12_000, seeds);
+}

@@ -23,6 +23,10 @@ pub enum Error {
         op_type: String,
         message: String,
     },
+    /// A value larger than the run may allocate, found before anything is allocated for it
+    /// (boxed: it is rare, and every `Result` carries the largest variant's size).
+    #[error(transparent)]
+    TooLarge(Box<TooLarge>),
     #[error("unsupported model: {0}")]
     Unsupported(String),
     #[error("input: {0}")]
@@ -33,6 +37,24 @@ pub enum Error {
     Device(String),
     #[error(transparent)]
     Tensor(#[from] TensorError),
+}
+
+/// A node's output larger than the per-value limit.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "node '{node}' ({op_type}): output '{value}' would be {ty}, {size}, more than the \
+     limit of {limit} bytes per value (the largest device's memory budget unless \
+     `Tuning::max_value_bytes` / VKML_MAX_VALUE_BYTES says otherwise); check the \
+     shapes and sizes the model computes"
+)]
+pub struct TooLarge {
+    pub node: String,
+    pub op_type: String,
+    pub value: String,
+    pub ty: String,
+    /// "N bytes", or why the size has no number.
+    pub size: String,
+    pub limit: u64,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

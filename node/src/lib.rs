@@ -22,6 +22,7 @@ pub mod device;
 pub mod distributed;
 pub mod error;
 pub mod exec;
+pub mod files;
 pub mod graph;
 pub mod io;
 pub mod onnx;

@@ -153,11 +153,9 @@ fn real_main(cli: Cli) -> Result<()> {
                 outputs = session.run(&named)?;
                 times.push(t0.elapsed().as_secs_f64() * 1e6);
             }
-            std::fs::create_dir_all(&output_dir)
-                .with_context(|| format!("cannot create {}", output_dir.display()))?;
-            for (name, t) in &outputs {
-                let path = output_dir.join(format!("{}.npy", sanitize(name)));
-                vkml::io::write_npy(&path, t)?;
+            // All files or none, each under a name of its own.
+            let paths = vkml::io::write_outputs(&output_dir, &outputs)?;
+            for ((name, t), path) in outputs.iter().zip(paths) {
                 println!(
                     "{name}: {} {:?} -> {}",
                     t.dtype(),
@@ -219,17 +217,10 @@ fn print_profile(times: &[vkml::NodeTime]) {
     }
 }
 
-/// Output names become file names: anything but letters, digits, '.', '_' and '-' is '_'.
+/// Output names become file names: anything but letters, digits, '.', '_' and '-' is '_'
+/// (`run` also makes them unique: `vkml::io::write_outputs`).
 pub(crate) fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    vkml::io::sanitize(name)
 }
 
 fn read_inputs(

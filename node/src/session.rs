@@ -11,6 +11,7 @@
 mod plans;
 #[cfg(test)]
 mod tests;
+mod values;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -105,13 +106,43 @@ pub struct Session {
     /// Every plan made while profiling, so their times outlive the plan cache.
     profiled: Mutex<Vec<Arc<Executable>>>,
     tuning: Tuning,
+    /// The most bytes one value may take (`Tuning::max_value_bytes`, or the largest device's
+    /// budget).
+    max_value_bytes: u64,
+    /// The model's files that stay mapped (larger than `onnx::COPY_BELOW`), checked before
+    /// every run: a file changed underneath its mapping is refused rather than read.
+    files: crate::onnx::ModelFiles,
+    /// Indexing ops reading graph inputs, whose indices are checked on the host before each
+    /// run (a GPU kernel would clamp them).
+    value_checks: values::ValueChecks,
 }
 
 impl Session {
     pub fn load(path: impl AsRef<Path>, options: SessionOptions) -> Result<Session> {
-        let model = crate::onnx::load(path.as_ref())?;
+        Session::load_copying_below(path.as_ref(), options, crate::onnx::COPY_BELOW)
+    }
+
+    /// [`Session::load`], copying the model's files up to `copy_below` bytes into memory and
+    /// mapping larger ones (see `onnx::load`).
+    pub(crate) fn load_copying_below(
+        path: &Path,
+        options: SessionOptions,
+        copy_below: u64,
+    ) -> Result<Session> {
+        let (model, files) = crate::onnx::load_files(path, copy_below)?;
         let graph = Arc::new(Graph::from_model(&model)?);
         let devices = select_devices(options.devices, &options.tuning.vulkan)?;
+        let max_value_bytes = options.tuning.max_value_bytes.unwrap_or_else(|| {
+            // Uncapped: `device_memory_limit` splits a model over devices, which the planner
+            // does; the limit here is about what can exist at all.
+            let snapshot = crate::exec::inventory(&devices, None);
+            snapshot
+                .devices()
+                .map(|(_, d)| d.memory_budget)
+                .max()
+                .unwrap_or(0)
+        });
+        let value_checks = values::ValueChecks::new(&graph);
         let session = Session {
             graph,
             devices,
@@ -121,6 +152,9 @@ impl Session {
             profile: options.profile,
             profiled: Mutex::new(Vec::new()),
             tuning: options.tuning,
+            max_value_bytes,
+            files,
+            value_checks,
         };
         session.check_at_load()?;
         Ok(session)
@@ -148,7 +182,7 @@ impl Session {
                 .collect();
             types.push(ValueType::new(dtype, shape));
         }
-        match self.graph.specialize_for(&types, &[], self.fuse()) {
+        match self.specialize(&types, &[]) {
             Ok(spec) if is_static => {
                 let exe = self.new_executable(spec)?;
                 let key = PlanKey {
@@ -201,6 +235,16 @@ impl Session {
         profiled.iter().flat_map(|e| e.profile()).collect()
     }
 
+    fn specialize(
+        &self,
+        types: &[ValueType],
+        known: &[Option<&Tensor>],
+    ) -> Result<Specialized, SpecializeError> {
+        let fuse = self.fuse();
+        self.graph
+            .specialize_with(types, known, fuse, self.max_value_bytes)
+    }
+
     /// Whether plans fuse elementwise chains: only where a GPU may run them (the CPU backend
     /// runs a chain's steps one by one anyway, and measured slower fused), and as tuned.
     fn fuse(&self) -> bool {
@@ -235,7 +279,7 @@ impl Session {
             let known: Vec<Option<&Tensor>> = (0..inputs.len())
                 .map(|i| wanted.contains(&i).then_some(inputs[i]))
                 .collect();
-            match self.graph.specialize_for(&types, &known, self.fuse()) {
+            match self.specialize(&types, &known) {
                 Ok(spec) => {
                     let exe = self.new_executable(spec)?;
                     self.plans.lock().expect("plans").insert(key, exe.clone());
@@ -292,8 +336,10 @@ impl Session {
 
     /// Runs once. Outputs come back in the graph's output order.
     pub fn run(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
+        self.files.check()?;
         let ordered = self.order(inputs)?;
         let exe = self.executable(&ordered)?;
+        self.value_checks.check(&self.graph, exe.spec(), &ordered)?;
         let outs = exe.run(ordered.into_iter().cloned().collect())?;
         Ok(self
             .graph
@@ -306,6 +352,7 @@ impl Session {
 
     /// The placement used for inputs of these shapes (planning them if needed).
     pub fn plan_summary(&self, inputs: &[(&str, Tensor)]) -> Result<PlanSummary> {
+        self.files.check()?;
         let ordered = self.order(inputs)?;
         let exe = self.executable(&ordered)?;
         Ok(exe.summary().clone())

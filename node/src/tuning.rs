@@ -22,6 +22,12 @@ pub struct Tuning {
     pub arm: bool,
     /// How Vulkan is opened (validation layer, queue family).
     pub vulkan: VulkanOptions,
+    /// The most bytes one value (an input, a folded constant, an op's output) may take; a
+    /// model whose shapes make a larger one fails to plan, naming the node, before anything is
+    /// allocated for it. `None`: the largest memory budget among the session's devices (not
+    /// capped by `device_memory_limit`, which only splits models), since a value larger than
+    /// that fits nowhere anyway.
+    pub max_value_bytes: Option<u64>,
 }
 
 impl Default for Tuning {
@@ -31,6 +37,7 @@ impl Default for Tuning {
             kernels: KernelTuning::default(),
             arm: true,
             vulkan: VulkanOptions::default(),
+            max_value_bytes: None,
         }
     }
 }
@@ -54,6 +61,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("VKML_ARM", "0 or 1"),
     ("VKML_QUEUE", "compute or graphics"),
     ("VKML_VALIDATION", "0 or 1"),
+    (
+        "VKML_MAX_VALUE_BYTES",
+        "a number of bytes, the most one value may take; unset: the largest device budget",
+    ),
 ];
 
 impl Tuning {
@@ -75,6 +86,7 @@ impl Tuning {
                 "VKML_ARM" => flag(v).map(|b| t.arm = b),
                 "VKML_QUEUE" => queue(v).map(|q| t.vulkan.queue = q),
                 "VKML_VALIDATION" => flag(v).map(|b| t.vulkan.validation = b),
+                "VKML_MAX_VALUE_BYTES" => v.parse().ok().map(|b| t.max_value_bytes = Some(b)),
                 _ => continue,
             };
             if ok.is_none() {
@@ -192,6 +204,7 @@ mod tests {
             ("VKML_ARM", " 0 "),
             ("VKML_QUEUE", "graphics"),
             ("VKML_VALIDATION", "1"),
+            ("VKML_MAX_VALUE_BYTES", "4096"),
             ("HOME", "/root"),
         ]));
         assert!(warnings.is_empty(), "{warnings:?}");
@@ -202,6 +215,7 @@ mod tests {
         assert_eq!(t.kernels.gemm_tiles, GemmTiles::Big);
         assert_eq!(t.vulkan.queue, QueueFamily::Graphics);
         assert!(t.vulkan.validation);
+        assert_eq!(t.max_value_bytes, Some(4096));
 
         let (t, warnings) =
             Tuning::from_vars(vars(&[("VKML_GEMM_COOP", "fast"), ("VKML_FUSION", "no")]));
@@ -225,6 +239,7 @@ mod tests {
         let mut no_arm = base;
         no_arm.arm = false;
         no_arm.vulkan.validation = true;
+        no_arm.max_value_bytes = Some(1);
         assert_ne!(base.fingerprint(), no_fusion.fingerprint());
         assert_ne!(base.fingerprint(), coop.fingerprint());
         assert_ne!(no_fusion.fingerprint(), coop.fingerprint());

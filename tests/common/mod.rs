@@ -4,6 +4,8 @@
 //! Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod onnx;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 

@@ -105,7 +105,7 @@ impl Concat {
             .enumerate()
             .map(|(i, &(_, s))| {
                 if fits(s) {
-                    total += s[axis];
+                    total = usize::saturating_add(total, s[axis]);
                     Ok(Some(s[axis]))
                 } else if numel(s) == 0 {
                     // onnxruntime leaves out empty inputs whatever their shape (exporters emit
@@ -121,6 +121,7 @@ impl Concat {
             .collect::<Result<_, _>>()?;
         let mut shape = reference.to_vec();
         shape[axis] = total;
+        crate::size::check_shape(&shape, "Concat's output")?;
         Ok(Layout {
             dtype,
             shape,

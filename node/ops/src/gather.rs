@@ -104,6 +104,14 @@ fn rows(indices: &Tensor, l: &Layout) -> Result<Vec<usize>, OpError> {
 }
 
 impl Op for Gather {
+    fn check_values(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
+        let (data, indices) = (req(inputs, 0)?, req(inputs, 1)?);
+        if let Some(t) = indices.value {
+            rows(t, &self.layout(&data.ty.shape, indices.ty)?)?;
+        }
+        Ok(())
+    }
+
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let data = req(inputs, 0)?;
         let indices = req(inputs, 1)?;

@@ -78,6 +78,17 @@ impl GatherElements {
 }
 
 impl Op for GatherElements {
+    fn check_values(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
+        let (data, idx) = (req(inputs, 0)?.ty, req(inputs, 1)?);
+        if let Some(t) = idx.value {
+            let axis = self.check(&data.shape, idx.ty)?;
+            for v in ints(t, "GatherElements")? {
+                checked_index(v, data.shape[axis], "GatherElements")?;
+            }
+        }
+        Ok(())
+    }
+
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let data = req(inputs, 0)?.ty;
         let idx = req(inputs, 1)?.ty;
@@ -242,6 +253,18 @@ impl GatherNd {
 }
 
 impl Op for GatherNd {
+    fn check_values(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
+        let (data, idx) = (req(inputs, 0)?.ty, req(inputs, 1)?);
+        if let Some(t) = idx.value {
+            let k = self.layout(&data.shape, idx.ty)?.k;
+            let dims = &data.shape[self.batch_dims..self.batch_dims + k];
+            for (e, v) in ints(t, "GatherND")?.into_iter().enumerate() {
+                checked_index(v, dims[e % k.max(1)], "GatherND")?;
+            }
+        }
+        Ok(())
+    }
+
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let data = req(inputs, 0)?.ty;
         let l = self.layout(&data.shape, req(inputs, 1)?.ty)?;

@@ -5,6 +5,7 @@
 
 use super::util::{const_input, groups_1d, opt, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::size::{self, Size as Count};
 use crate::tensor::{DType, Tensor, numel};
 use vkml_shaders::{onehot, trilu};
 
@@ -94,13 +95,7 @@ fn build_constant_of_shape(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> 
 impl ConstantOfShape {
     fn shape(t: &Tensor) -> Result<Vec<usize>, OpError> {
         let v = super::shape_ops::int_list(t, "ConstantOfShape's shape")?;
-        v.iter()
-            .map(|&d| {
-                usize::try_from(d).map_err(|_| {
-                    OpError::invalid(format!("ConstantOfShape shape {v:?} is negative"))
-                })
-            })
-            .collect()
+        Ok(size::shape_from_i64(&v, "ConstantOfShape's shape")?)
     }
 }
 
@@ -116,7 +111,7 @@ impl Op for ConstantOfShape {
         _outputs: &[ValueType],
     ) -> Result<Vec<Tensor>, OpError> {
         let shape = ConstantOfShape::shape(req(inputs, 0)?)?;
-        let data = self.value.bytes().repeat(numel(&shape));
+        let data = self.value.bytes().repeat(size::numel(&shape)?);
         Ok(vec![tensor(self.value.dtype(), shape, data)?])
     }
 }
@@ -128,68 +123,138 @@ fn build_range(_spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
     Ok(Box::new(Range))
 }
 
+/// Range's three scalars, read in their own type.
+#[derive(Clone, Copy)]
+enum Bounds {
+    Float(f64, f64, f64),
+    Int(i64, i64, i64),
+}
+
 impl Range {
-    fn values(start: &Tensor, limit: &Tensor, delta: &Tensor) -> Result<Tensor, OpError> {
+    fn bounds(start: &Tensor, limit: &Tensor, delta: &Tensor) -> Result<Bounds, OpError> {
         let dtype = start.dtype();
         if limit.dtype() != dtype || delta.dtype() != dtype {
             return Err(OpError::invalid(
                 "Range start, limit and delta share one type",
             ));
         }
-        let (s, l, d) = (
-            scalar_f64(start, "Range start")?,
-            scalar_f64(limit, "Range limit")?,
-            scalar_f64(delta, "Range delta")?,
-        );
-        if d == 0.0 {
-            return Err(OpError::invalid("Range delta must not be 0"));
-        }
-        let n = ((l - s) / d).ceil().max(0.0) as usize;
-        Ok(match dtype {
-            DType::F32 => {
+        let b = match dtype {
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 => Bounds::Float(
+                scalar_f64(start, "Range start")?,
+                scalar_f64(limit, "Range limit")?,
+                scalar_f64(delta, "Range delta")?,
+            ),
+            // Read exactly: through f64, the ends of the int64 range round.
+            DType::I16 | DType::I32 | DType::I64 => Bounds::Int(
+                scalar_i64(start, "Range start")?,
+                scalar_i64(limit, "Range limit")?,
+                scalar_i64(delta, "Range delta")?,
+            ),
+            other => {
+                return Err(OpError::invalid(format!(
+                    "Range of {other} (floats, int16, int32, int64 only)"
+                )));
+            }
+        };
+        Ok(b)
+    }
+
+    /// max(ceil((limit - start) / delta), 0), as a checked size: a NaN or infinite bound, or
+    /// a count past what vkml handles, is an error rather than a huge or empty range.
+    fn count(b: &Bounds) -> Result<usize, OpError> {
+        let n = match *b {
+            Bounds::Float(s, l, d) => {
+                if d == 0.0 {
+                    return Err(OpError::invalid("Range delta must not be 0"));
+                }
+                // Not `max(0.0)`, which would turn a NaN into an empty range.
+                let q = (l - s) / d;
+                Count::from_f64_ceil(
+                    if q < 0.0 { 0.0 } else { q },
+                    format_args!("the length of Range({s}, {l}, {d})"),
+                )?
+            }
+            Bounds::Int(s, l, d) => {
+                if d == 0 {
+                    return Err(OpError::invalid("Range delta must not be 0"));
+                }
+                // In i128: limit - start spans up to 2^64.
+                let (span, d) = (l as i128 - s as i128, d as i128);
+                let n = if (span > 0) == (d > 0) && span != 0 {
+                    (span.abs() + d.abs() - 1) / d.abs()
+                } else {
+                    0
+                };
+                let what = format_args!("the length of Range({s}, {l}, {d})");
+                match u64::try_from(n) {
+                    Ok(n) => Count::new(n as usize, what)?,
+                    Err(_) => Count::new(usize::MAX, what)?,
+                }
+            }
+        };
+        Ok(n.get())
+    }
+
+    fn values(b: &Bounds, dtype: DType) -> Result<Tensor, OpError> {
+        let n = Range::count(b)?;
+        Ok(match (*b, dtype) {
+            (Bounds::Float(s, _, d), DType::F32) => {
                 // Accumulated in the element type, as the spec's loop does.
                 let (s, d) = (s as f32, d as f32);
                 Tensor::from_vec(vec![n], (0..n).map(|i| s + i as f32 * d).collect())
             }
-            DType::F64 => Tensor::from_vec(vec![n], (0..n).map(|i| s + i as f64 * d).collect()),
-            DType::F16 => Tensor::from_vec(
+            (Bounds::Float(s, _, d), DType::F64) => {
+                Tensor::from_vec(vec![n], (0..n).map(|i| s + i as f64 * d).collect())
+            }
+            (Bounds::Float(s, _, d), DType::F16) => Tensor::from_vec(
                 vec![n],
                 (0..n)
                     .map(|i| half::f16::from_f32(s as f32 + i as f32 * d as f32))
                     .collect(),
             ),
-            DType::BF16 => Tensor::from_vec(
+            (Bounds::Float(s, _, d), _) => Tensor::from_vec(
                 vec![n],
                 (0..n)
                     .map(|i| half::bf16::from_f32(s as f32 + i as f32 * d as f32))
                     .collect(),
             ),
-            DType::I16 | DType::I32 | DType::I64 => {
-                let (s, d) = (s as i64, d as i64);
-                let v: Vec<i64> = (0..n as i64).map(|i| s + i * d).collect();
+            (Bounds::Int(s, _, d), _) => {
+                // Every element lies between start and limit, so none overflows; wrapping
+                // arithmetic only keeps the step itself from tripping on the last one.
+                let v: Vec<i64> = (0..n as i64)
+                    .map(|i| s.wrapping_add(i.wrapping_mul(d)))
+                    .collect();
                 match dtype {
                     DType::I16 => Tensor::from_vec(vec![n], v.iter().map(|&x| x as i16).collect()),
                     DType::I32 => Tensor::from_vec(vec![n], v.iter().map(|&x| x as i32).collect()),
                     _ => Tensor::from_vec(vec![n], v),
                 }
             }
-            other => {
-                return Err(OpError::invalid(format!(
-                    "Range of {other} (floats, int16, int32, int64 only)"
-                )));
-            }
         })
     }
 }
 
+/// A scalar of an integer tensor, exactly.
+fn scalar_i64(t: &Tensor, what: &str) -> Result<i64, OpError> {
+    let v = t
+        .to_i64_vec()
+        .map_err(|e| OpError::invalid(format!("{what}: {e}")))?;
+    match v.as_slice() {
+        [x] => Ok(*x),
+        _ => Err(OpError::invalid(format!(
+            "{what} must hold one value, found shape {:?}",
+            t.shape()
+        ))),
+    }
+}
+
 impl Op for Range {
+    /// Only the length: the values are computed when the node is folded or run, after the
+    /// graph layer has checked the output's size.
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
-        let t = Range::values(
-            const_input(inputs, 0)?,
-            const_input(inputs, 1)?,
-            const_input(inputs, 2)?,
-        )?;
-        Ok(vec![ValueType::of(&t)])
+        let start = const_input(inputs, 0)?;
+        let b = Range::bounds(start, const_input(inputs, 1)?, const_input(inputs, 2)?)?;
+        Ok(vec![ValueType::new(start.dtype(), vec![Range::count(&b)?])])
     }
 
     fn run_cpu(
@@ -197,11 +262,9 @@ impl Op for Range {
         inputs: &[Option<&Tensor>],
         _outputs: &[ValueType],
     ) -> Result<Vec<Tensor>, OpError> {
-        Ok(vec![Range::values(
-            req(inputs, 0)?,
-            req(inputs, 1)?,
-            req(inputs, 2)?,
-        )?])
+        let start = req(inputs, 0)?;
+        let b = Range::bounds(start, req(inputs, 1)?, req(inputs, 2)?)?;
+        Ok(vec![Range::values(&b, start.dtype())?])
     }
 }
 
@@ -389,10 +452,11 @@ impl OneHot {
                 "OneHot depth {d} must be positive"
             )));
         }
-        let depth = d as usize;
+        let depth = Count::from_f64_ceil(d.trunc(), "OneHot depth")?.get();
         let axis = super::util::axis(self.axis, indices.len() + 1)?;
         let mut shape = indices.to_vec();
         shape.insert(axis, depth);
+        size::check_shape(&shape, "OneHot's output")?;
         Ok((shape, axis, depth))
     }
 }

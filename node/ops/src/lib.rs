@@ -18,6 +18,7 @@ use std::sync::OnceLock;
 pub mod model;
 pub mod tensor;
 
+pub use size::{Size, SizeError};
 pub use tensor::{DType, Tensor, TensorError};
 
 use crate::tensor::numel;
@@ -57,6 +58,7 @@ macro_rules! by_width {
 }
 
 mod attrs;
+pub mod size;
 pub mod tuning;
 pub mod util;
 
@@ -117,12 +119,20 @@ impl ValueType {
         ValueType::new(t.dtype(), t.shape().to_vec())
     }
 
+    /// Elements, saturating at `usize::MAX` (see [`tensor::numel`]).
     pub fn numel(&self) -> usize {
         numel(&self.shape)
     }
 
+    /// Bytes, saturating at `usize::MAX`: a planner or budget given this refuses the value
+    /// rather than seeing a wrapped small size. [`ValueType::checked_bytes`] says why.
     pub fn bytes(&self) -> usize {
-        self.numel() * self.dtype.size()
+        self.numel().saturating_mul(self.dtype.size())
+    }
+
+    /// Bytes, or an error when the shape is larger than vkml handles.
+    pub fn checked_bytes(&self) -> Result<u64, size::SizeError> {
+        size::bytes(self.dtype, &self.shape)
     }
 }
 
@@ -212,6 +222,14 @@ pub trait Op: Send + Sync + fmt::Debug {
         _tuning: &KernelTuning,
     ) -> Vec<GpuKernel> {
         Vec::new()
+    }
+
+    /// Checks of input values that the GPU kernels cannot report (indices in range: the
+    /// shaders clamp them so that no access leaves a buffer, where the CPU kernel fails).
+    /// `inputs` carry every input's type, and the values of those on the host before a run
+    /// (graph inputs, constants); the runtime calls this for every run whose values it has.
+    fn check_values(&self, _inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
+        Ok(())
     }
 
     /// True when output 0 is input 0's bytes under another shape (Reshape, Flatten, Squeeze,

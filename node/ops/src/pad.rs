@@ -6,6 +6,7 @@ use super::shape_ops::int_list;
 use super::slice::run_remap;
 use super::util::{const_input, opt, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::size::{self, Size};
 use crate::tensor::{DType, Tensor, strides};
 use vkml_shaders::pad_table;
 
@@ -82,7 +83,7 @@ impl Pad {
         let axes: Vec<usize> = match axes {
             Some(a) => a
                 .iter()
-                .map(|&a| super::util::axis(a, rank))
+                .map(|&a| super::util::axis_of_tensor(a, rank))
                 .collect::<Result<_, _>>()?,
             None => (0..rank).collect(),
         };
@@ -92,6 +93,14 @@ impl Pad {
                 pads.len(),
                 axes.len()
             )));
+        }
+        // Pads may be negative (cropping) but no larger than a size either way, so the
+        // arithmetic on them below cannot overflow.
+        for &p in pads {
+            Size::new(
+                p.unsigned_abs() as usize,
+                format_args!("a pad of Pad's {pads:?}"),
+            )?;
         }
         let mut out = vec![(0, 0); rank];
         for (j, &a) in axes.iter().enumerate() {
@@ -105,16 +114,18 @@ impl Pad {
             .iter()
             .zip(pads)
             .map(|(&d, &(b, e))| {
-                let n = d as i64 + b + e;
+                let n = d as i128 + b as i128 + e as i128;
                 if n < 0 {
                     Err(OpError::invalid(format!(
                         "Pad pads ({b}, {e}) remove more than the axis's {d} elements"
                     )))
                 } else {
-                    Ok(n as usize)
+                    let what = format_args!("Pad of an axis of {d} by ({b}, {e})");
+                    Ok(Size::new(usize::try_from(n).unwrap_or(usize::MAX), what)?.get())
                 }
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, OpError>>()?;
+        size::check_shape(&out, "Pad's output")?;
         if self.border != Border::Constant && shape.iter().zip(&out).any(|(&d, &o)| d == 0 && o > 0)
         {
             return Err(OpError::invalid(

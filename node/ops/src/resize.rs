@@ -186,7 +186,7 @@ impl Resize {
         let axes: Vec<usize> = match &self.axes {
             Some(a) => a
                 .iter()
-                .map(|&a| super::util::axis(a, r))
+                .map(|&a| super::util::axis_of_tensor(a, r))
                 .collect::<Result<_, _>>()?,
             None => (0..r).collect(),
         };
@@ -230,14 +230,15 @@ impl Resize {
             (Some(s), None) => {
                 let s = listed(s, "scales")?;
                 for (i, &a) in axes.iter().enumerate() {
-                    if s[i] <= 0.0 {
+                    // Written so that NaN fails too.
+                    if !(s[i] > 0.0 && s[i].is_finite()) {
                         return Err(OpError::invalid(format!(
-                            "Resize scale {} must be positive",
+                            "Resize scale {} must be positive and finite",
                             s[i]
                         )));
                     }
                     scale[a] = s[i];
-                    out[a] = (s[i] * shape[a] as f64) as usize;
+                    out[a] = floor_size(s[i] * shape[a] as f64, a)?;
                 }
             }
             (None, Some(t)) => {
@@ -248,7 +249,7 @@ impl Resize {
                         return Err(OpError::invalid("Resize sizes must not be negative"));
                     }
                     scale[a] = v[i] / shape[a] as f64;
-                    out[a] = v[i] as usize;
+                    out[a] = floor_size(v[i], a)?;
                 }
                 if self.policy != Policy::Stretch {
                     let pick = axes.iter().map(|&a| scale[a]);
@@ -259,7 +260,7 @@ impl Resize {
                     };
                     for &a in &axes {
                         scale[a] = s;
-                        out[a] = (s * shape[a] as f64 + 0.5) as usize;
+                        out[a] = floor_size(s * shape[a] as f64 + 0.5, a)?;
                     }
                 }
             }
@@ -267,6 +268,7 @@ impl Resize {
                 return Err(OpError::invalid("Resize needs scales or sizes"));
             }
         }
+        crate::size::check_shape(&out, "Resize's output")?;
         Ok(Plan {
             out,
             scales: scale,
@@ -415,3 +417,9 @@ mod gpu;
 
 #[cfg(test)]
 mod tests;
+
+/// An output size from a float product, rounded down: NaN, infinite or too large is an error.
+fn floor_size(v: f64, axis: usize) -> Result<usize, OpError> {
+    let what = format_args!("Resize's output size on axis {axis}");
+    Ok(crate::size::Size::from_f64_ceil(v.floor(), what)?.get())
+}

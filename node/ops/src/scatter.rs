@@ -194,6 +194,17 @@ impl ScatterNd {
 }
 
 impl Op for ScatterNd {
+    fn check_values(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
+        let (d, i, u) = (req(inputs, 0)?.ty, req(inputs, 1)?, req(inputs, 2)?.ty);
+        if let Some(t) = i.value {
+            let (k, _, _) = self.layout(d, i.ty, u)?;
+            for (e, v) in ints(t, "ScatterND")?.into_iter().enumerate() {
+                checked_index(v, d.shape[e % k.max(1)], "ScatterND")?;
+            }
+        }
+        Ok(())
+    }
+
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let d = req(inputs, 0)?.ty;
         self.layout(d, req(inputs, 1)?.ty, req(inputs, 2)?.ty)?;
@@ -345,6 +356,20 @@ impl ScatterElements {
 }
 
 impl Op for ScatterElements {
+    fn check_values(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
+        let (d, i, u) = (req(inputs, 0)?.ty, req(inputs, 1)?, req(inputs, 2)?.ty);
+        if let Some(t) = i.value {
+            let axis = self.check(d, i.ty, u)?;
+            let values = t
+                .to_i64_vec()
+                .map_err(|e| OpError::invalid(format!("ScatterElements indices: {e}")))?;
+            for v in values {
+                checked_index(v, d.shape[axis], "ScatterElements")?;
+            }
+        }
+        Ok(())
+    }
+
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let d = req(inputs, 0)?.ty;
         self.check(d, req(inputs, 1)?.ty, req(inputs, 2)?.ty)?;

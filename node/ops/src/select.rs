@@ -50,7 +50,7 @@ impl Compress {
             .collect();
         let axis = self
             .axis
-            .map(|a| super::util::axis(a, x.rank()))
+            .map(|a| super::util::axis_of_tensor(a, x.rank()))
             .transpose()?;
         let (outer, n, inner) = split3(x.shape(), axis);
         if keep.len() > n {
@@ -109,7 +109,7 @@ impl Op for Compress {
         }
         let axis = self
             .axis
-            .map(|a| super::util::axis(a, x.shape.len()))
+            .map(|a| super::util::axis_of_tensor(a, x.shape.len()))
             .transpose()
             .ok()?;
         let (_, n, inner) = split3(&x.shape, axis);
@@ -187,7 +187,7 @@ impl Unique {
     fn unique(&self, x: &Tensor) -> Result<Vec<Tensor>, OpError> {
         let axis = self
             .axis
-            .map(|a| super::util::axis(a, x.rank()))
+            .map(|a| super::util::axis_of_tensor(a, x.rank()))
             .transpose()?;
         let (outer, n, inner) = split3(x.shape(), axis);
         let es = x.dtype().size();

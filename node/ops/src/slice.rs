@@ -90,6 +90,13 @@ impl Slice {
         steps: Option<&[i64]>,
     ) -> Result<Vec<Range1>, OpError> {
         let rank = shape.len();
+        if rank == 0 && !starts.is_empty() {
+            // `util::axis` takes axis 0 of a scalar (for ops where that means the whole value);
+            // a scalar has no axis to slice.
+            return Err(OpError::invalid(
+                "Slice of a scalar: the data must have rank 1 or more",
+            ));
+        }
         if starts.len() != ends.len() {
             return Err(OpError::invalid(format!(
                 "Slice starts has {} entries but ends has {}",
@@ -387,7 +394,7 @@ impl Split {
         shape: &[usize],
         split: Option<&Tensor>,
     ) -> Result<(usize, Vec<usize>), OpError> {
-        let axis = super::util::axis(self.axis, shape.len())?;
+        let axis = super::util::axis_of_tensor(self.axis, shape.len())?;
         let dim = shape[axis];
         let list = match (&self.sizes, split) {
             (Sizes::Attr(s), _) => Some(s.clone()),
@@ -400,7 +407,8 @@ impl Split {
                     return Err(OpError::invalid(format!("Split sizes {l:?} are negative")));
                 }
                 let l: Vec<usize> = l.iter().map(|&v| v as usize).collect();
-                if l.iter().sum::<usize>() != dim {
+                // Summed wide: sizes that wrap around to the axis's length are not a split of it.
+                if l.iter().map(|&v| v as u128).sum::<u128>() != dim as u128 {
                     return Err(OpError::invalid(format!(
                         "Split sizes {l:?} do not add up to axis {axis}'s {dim}"
                     )));
@@ -488,7 +496,7 @@ impl Op for Split {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = inputs.first().copied().flatten()?;
-        let axis = super::util::axis(self.axis, x.shape.len()).ok()?;
+        let axis = super::util::axis_of_tensor(self.axis, x.shape.len()).ok()?;
         let parts: Vec<usize> = outputs
             .iter()
             .map(|o| *o.shape.get(axis).unwrap_or(&0))

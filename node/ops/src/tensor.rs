@@ -137,16 +137,21 @@ macro_rules! element {
 element!(f32 => F32, f64 => F64, i8 => I8, u8 => U8, i16 => I16, u16 => U16, i32 => I32,
     i64 => I64, u32 => U32, u64 => U64, half::f16 => F16, half::bf16 => BF16);
 
-/// Number of elements of a shape (1 for a scalar).
+/// Number of elements of a shape (1 for a scalar), saturating at `usize::MAX` rather than
+/// wrapping, so that a shape too large for memory never passes for a small one: every value's
+/// size is checked ([`crate::size`]) before anything is allocated for it.
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+    shape
+        .iter()
+        .try_fold(1usize, |p, &d| p.checked_mul(d))
+        .unwrap_or(if shape.contains(&0) { 0 } else { usize::MAX })
 }
 
-/// Row-major strides, in elements.
+/// Row-major strides, in elements (saturating, as [`numel`]).
 pub fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
+    let mut s = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
+        s[i] = s[i + 1].saturating_mul(shape[i + 1]);
     }
     s
 }
@@ -182,7 +187,10 @@ pub fn aligned_bytes(data: &[u8]) -> Bytes {
 impl Tensor {
     /// Wraps raw little-endian bytes. Fails when the length does not match the shape.
     pub fn from_bytes(dtype: DType, shape: Vec<usize>, data: Bytes) -> Result<Tensor, TensorError> {
-        let want = numel(&shape) * dtype.size();
+        let Ok(want) = crate::size::bytes(dtype, &shape) else {
+            return Err(TensorError::TooLarge { dtype, shape });
+        };
+        let want = want as usize;
         if data.len() != want {
             return Err(TensorError::SizeMismatch {
                 dtype,
@@ -225,7 +233,7 @@ impl Tensor {
 
     /// A tensor of zeros.
     pub fn zeros(dtype: DType, shape: Vec<usize>) -> Tensor {
-        let n = numel(&shape) * dtype.size();
+        let n = numel(&shape).saturating_mul(dtype.size());
         Tensor {
             dtype,
             shape,
@@ -341,6 +349,11 @@ pub enum TensorError {
     },
     #[error("expected a tensor of {expected}, got {actual}")]
     WrongDType { expected: DType, actual: DType },
+    #[error(
+        "a tensor of {dtype} {shape:?} has more elements than vkml handles (at most {})",
+        crate::size::Size::MAX
+    )]
+    TooLarge { dtype: DType, shape: Vec<usize> },
 }
 
 #[cfg(test)]

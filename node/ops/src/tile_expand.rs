@@ -7,6 +7,7 @@ use super::shape_ops::int_list;
 use super::slice::run_remap;
 use super::util::{broadcast_shapes, const_input, req};
 use super::{BufRef, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::size::{self, Size};
 use crate::tensor::{Tensor, strides};
 
 pub fn register(r: &mut Registry) {
@@ -77,7 +78,7 @@ impl Tile {
             let (Some(&t), Some(&a)) = (tiles.first(), axis.first()) else {
                 return Err(OpError::invalid("Tile-1 needs scalar tiles and axis"));
             };
-            let a = super::util::axis(a, shape.len())?;
+            let a = super::util::axis_of_tensor(a, shape.len())?;
             (0..shape.len())
                 .map(|k| if k == a { t } else { 1 })
                 .collect()
@@ -91,15 +92,21 @@ impl Tile {
                 shape.len()
             )));
         }
-        shape
+        let out = shape
             .iter()
             .zip(&reps)
             .map(|(&d, &r)| {
-                usize::try_from(r)
-                    .map(|r| d * r)
-                    .map_err(|_| OpError::invalid(format!("Tile repeats {reps:?} is negative")))
+                let r = Size::from_i64(r, format_args!("an entry of Tile's repeats {reps:?}"))?;
+                let d = Size::new(d, "a dimension of Tile's input")?;
+                Ok(d.mul(
+                    r,
+                    format_args!("Tile of {shape:?} by {reps:?}: an output dimension"),
+                )?
+                .get())
             })
-            .collect()
+            .collect::<Result<Vec<_>, OpError>>()?;
+        size::check_shape(&out, "Tile's output")?;
+        Ok(out)
     }
 }
 
@@ -165,14 +172,10 @@ fn build_expand(_spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
 impl Expand {
     fn out_shape(input: &[usize], shape: &Tensor) -> Result<Vec<usize>, OpError> {
         let s = int_list(shape, "Expand's shape")?;
-        let s: Vec<usize> = s
-            .iter()
-            .map(|&v| {
-                usize::try_from(v)
-                    .map_err(|_| OpError::invalid(format!("Expand shape {s:?} is negative")))
-            })
-            .collect::<Result<_, _>>()?;
-        broadcast_shapes(input, &s)
+        let s = size::shape_from_i64(&s, "Expand's shape")?;
+        let out = broadcast_shapes(input, &s)?;
+        size::check_shape(&out, "Expand's output")?;
+        Ok(out)
     }
 }
 
@@ -232,10 +235,10 @@ fn block(spec: &NodeSpec<'_>) -> Result<usize, OpError> {
         .attrs
         .int_opt("blocksize")?
         .ok_or_else(|| OpError::invalid(format!("{} needs its 'blocksize'", spec.op_type)))?;
-    usize::try_from(b)
-        .ok()
-        .filter(|&b| b > 0)
-        .ok_or_else(|| OpError::invalid(format!("blocksize {b} must be positive")))
+    if b <= 0 {
+        return Err(OpError::invalid(format!("blocksize {b} must be positive")));
+    }
+    Ok(Size::from_i64(b, format_args!("{}: blocksize", spec.op_type))?.get())
 }
 
 fn build_depth_to_space(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
@@ -270,23 +273,40 @@ impl DepthSpace {
                 "the input must be 4-D [N, C, H, W], found {s:?}"
             )));
         };
-        let b = self.block;
-        if self.to_space {
-            if !c.is_multiple_of(b * b) {
+        let b = Size::new(self.block, "blocksize")?;
+        let sz = |v: usize| Size::new(v, "a dimension of the input");
+        let bb = b.mul(b, "blocksize²")?.get();
+        let out = if self.to_space {
+            if !c.is_multiple_of(bb) {
                 return Err(OpError::invalid(format!(
-                    "DepthToSpace: {c} channels do not divide by blocksize² = {}",
-                    b * b
+                    "DepthToSpace: {c} channels do not divide by blocksize² = {bb}"
                 )));
             }
-            Ok(vec![*n, c / (b * b), h * b, w * b])
+            let what = "DepthToSpace's output";
+            vec![
+                *n,
+                c / bb,
+                sz(*h)?.mul(b, what)?.get(),
+                sz(*w)?.mul(b, what)?.get(),
+            ]
         } else {
+            let b = b.get();
             if !h.is_multiple_of(b) || !w.is_multiple_of(b) {
                 return Err(OpError::invalid(format!(
                     "SpaceToDepth: {h} x {w} does not divide by blocksize {b}"
                 )));
             }
-            Ok(vec![*n, c * b * b, h / b, w / b])
-        }
+            vec![
+                *n,
+                sz(*c)?
+                    .mul(Size::new(bb, "blocksize²")?, "SpaceToDepth's output")?
+                    .get(),
+                h / b,
+                w / b,
+            ]
+        };
+        size::check_shape(&out, "the output")?;
+        Ok(out)
     }
 }
 

@@ -34,6 +34,17 @@ pub fn axis(a: i64, rank: usize) -> Result<usize, OpError> {
     Ok(if a < 0 { (a + r) as usize } else { a as usize })
 }
 
+/// [`axis`] of a tensor that must have one: a scalar has no axis to split, slice, pad or pick
+/// along, where [`axis`] lets axis 0 of a scalar mean the whole value.
+pub fn axis_of_tensor(a: i64, rank: usize) -> Result<usize, OpError> {
+    if rank == 0 {
+        return Err(OpError::invalid(format!(
+            "axis {a} of a scalar: the input must have rank 1 or more"
+        )));
+    }
+    axis(a, rank)
+}
+
 /// Numpy-style broadcast of two shapes.
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, OpError> {
     let rank = a.len().max(b.len());

@@ -38,8 +38,10 @@ pub struct Settings {
 }
 
 fn read_file(path: &Path) -> Result<FileConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let data = vkml::files::read_regular(path, 1 << 20)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let text = String::from_utf8(data)
+        .with_context(|| format!("{} is not a text file", path.display()))?;
     toml::from_str(&text).with_context(|| format!("{} is not a valid node config", path.display()))
 }
 

@@ -2,14 +2,16 @@
 //! model, without running it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde::Deserialize;
 use vkml::cluster::client::Client;
 use vkml::cluster::inventory::to_planner;
-use vkml::distributed::offline::plan_model;
+use vkml::distributed::offline::{PlacedOp, PlanReport, plan_model};
+use vkml::distributed::placement::{describe, plan_for};
+use vkml::graph::Graph;
 use vkml_planner::Snapshot;
 use vkml_protocol::pb;
 
@@ -74,9 +76,11 @@ struct FileDevice {
     features: u32,
 }
 
-fn snapshot_from_file(path: &PathBuf) -> Result<Snapshot> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+fn snapshot_from_file(path: &Path) -> Result<Snapshot> {
+    let data = vkml::files::read_regular(path, 64 << 20)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let text = String::from_utf8(data)
+        .with_context(|| format!("{} is not a text file", path.display()))?;
     let f: ClusterFile = serde_json::from_str(&text).with_context(|| {
         format!(
             "{} is not a cluster description (the JSON of `vkml-node status --json`)",
@@ -117,6 +121,51 @@ fn snapshot_from_file(path: &PathBuf) -> Result<Snapshot> {
     Ok(Snapshot { version: 0, nodes })
 }
 
+/// The plan at the shapes of `inputs` (in graph order). Only the inputs a shape rule needs
+/// are known as values, as in a session: knowing them all would fold the whole model away
+/// and plan nothing.
+fn plan_given(
+    path: &std::path::Path,
+    snapshot: &Snapshot,
+    inputs: &[vkml::Tensor],
+    tuning: &vkml::Tuning,
+) -> Result<PlanReport> {
+    let graph = Graph::from_model(&vkml::onnx::load(path)?)?;
+    let fuse = tuning.fusion
+        && snapshot
+            .devices()
+            .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
+    let largest = snapshot.devices().map(|(_, d)| d.memory_budget).max();
+    let limit = tuning.max_value_bytes.or(largest).unwrap_or(0);
+    let refs: Vec<&vkml::Tensor> = inputs.iter().collect();
+    let spec = graph
+        .specialize_given(&refs, fuse, limit)
+        .map_err(vkml::Error::from)?;
+    let (plan, _, spec) = plan_for(&graph, spec, snapshot, tuning)?;
+    let ops = spec
+        .live
+        .iter()
+        .enumerate()
+        .map(|(p, &n)| {
+            let d = &plan.placement[p];
+            PlacedOp {
+                name: spec.node(&graph, n).name.clone(),
+                op_type: spec.node(&graph, n).op_type.clone(),
+                node: d.node.clone(),
+                device: snapshot
+                    .device(d)
+                    .map_or_else(|| format!("device {}", d.index), |x| x.name.clone()),
+                chunk: plan.op_chunk[p],
+            }
+        })
+        .collect();
+    Ok(PlanReport {
+        placement: describe(&graph, &plan, snapshot),
+        ops,
+        assumed: Vec::new(),
+    })
+}
+
 pub fn plan(args: PlanArgs) -> Result<()> {
     let snapshot = match (&args.to, &args.cluster) {
         (_, Some(file)) => snapshot_from_file(file)?,
@@ -145,8 +194,10 @@ pub fn plan(args: PlanArgs) -> Result<()> {
         .map(|(name, _)| name)
         .collect();
     let given = super::read_inputs(&declared, &args.inputs, args.test_data.as_deref())?;
-    let inputs = if given.is_empty() {
-        None
+    let tuning = super::env::tuning();
+    let report = if given.is_empty() {
+        plan_model(&args.model, &snapshot, None, &tuning)
+            .with_context(|| format!("cannot plan {}", args.model.display()))?
     } else {
         let mut ordered = Vec::new();
         for name in &declared {
@@ -155,15 +206,9 @@ pub fn plan(args: PlanArgs) -> Result<()> {
                 None => bail!("missing input '{name}' (give all inputs, or none)"),
             }
         }
-        Some(ordered)
+        plan_given(&args.model, &snapshot, &ordered, &tuning)
+            .with_context(|| format!("cannot plan {}", args.model.display()))?
     };
-    let report = plan_model(
-        &args.model,
-        &snapshot,
-        inputs.as_deref(),
-        &super::env::tuning(),
-    )
-    .with_context(|| format!("cannot plan {}", args.model.display()))?;
     if !report.assumed.is_empty() {
         println!(
             "symbolic sizes taken as 1: {} (give --input to plan real sizes)",

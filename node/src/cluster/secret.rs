@@ -18,6 +18,10 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// The largest key file read: `keygen` writes 65 bytes; hex of a longer key, with room for
+/// whitespace, fits easily.
+const MAX_KEY_FILE: u64 = 4096;
+
 /// The fixed "secret" of `--insecure` clusters: public, so allowed only on loopback.
 const INSECURE: &[u8] = b"vkml insecure loopback cluster, not a secret";
 
@@ -60,7 +64,12 @@ impl Secret {
                 meta.permissions().mode() & 0o777
             );
         }
-        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        // A key is 32 bytes in hex; a file much larger, or not a regular file at all (a FIFO
+        // that blocks, /dev/zero that reads forever), is not one.
+        let data =
+            crate::files::read_regular(path, MAX_KEY_FILE).map_err(|e| bad(e.to_string()))?;
+        let text =
+            String::from_utf8(data).map_err(|_| bad("not a cluster key (not text)".into()))?;
         let hex = text.trim();
         if hex.len() % 2 != 0 || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
             return Err(bad(

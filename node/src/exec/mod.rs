@@ -77,6 +77,34 @@ fn plan_error(e: PlanError) -> Error {
     Error::Placement(e.to_string())
 }
 
+/// Every value the ops at plan positions `ops` read or make has a size, no larger than the
+/// largest of `devices`' budgets: checked before anything is allocated, because a fragment's
+/// types come from another node, not from this node's specialisation.
+fn check_sizes(
+    graph: &Graph,
+    spec: &Specialized,
+    devices: &[Device],
+    ops: impl Iterator<Item = usize>,
+) -> Result<()> {
+    let budget = devices
+        .iter()
+        .map(|d| match d {
+            Device::Gpu(g) => g.info().memory_budget,
+            Device::Cpu | Device::CpuFallback => cpu_memory(),
+        })
+        .max()
+        .unwrap_or(0);
+    for p in ops {
+        let node = spec.node(graph, spec.live[p]);
+        for &v in node.inputs.iter().flatten().chain(&node.outputs) {
+            if let Some(ty) = &spec.types[v] {
+                graph.check_size(node, v, ty, budget)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Executable {
     pub fn new(
         graph: Arc<Graph>,
@@ -104,8 +132,14 @@ impl Executable {
         local: &str,
         arm: bool,
     ) -> Result<Executable> {
-        let topo = Topology::new(&graph, &spec, &plan, local);
         let mine = |p: usize| plan.placement[p].node == local;
+        check_sizes(
+            &graph,
+            &spec,
+            &devices,
+            (0..spec.live.len()).filter(|&p| mine(p)),
+        )?;
+        let topo = Topology::new(&graph, &spec, &plan, local);
         let dev_of = |c: usize| plan.chunks[c].device.index;
         if let Some(d) = plan
             .placement

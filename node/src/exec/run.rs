@@ -240,6 +240,17 @@ impl RunState {
             if let Some(start) = start {
                 times.push((p, start.elapsed().as_nanos() as u64));
             }
+            // What leaves a CPU op is uploaded into buffers sized by the plan: a tensor of
+            // another shape would not fit them.
+            for (t, ty) in outs.iter().zip(&exe.cpu_out_types[p]) {
+                if t.dtype() != ty.dtype || t.shape() != ty.shape.as_slice() {
+                    return Err(Error::Node {
+                        node: node.name.clone(),
+                        op_type: node.op_type.clone(),
+                        message: format!("its kernel made {t:?} where the plan has {ty}"),
+                    });
+                }
+            }
             for (&o, t) in node.outputs.iter().zip(outs) {
                 self.host.set(o, t);
             }

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Graph, Specialized, ValueId, node_err};
+use super::{Graph, Node, Specialized, ValueId, node_err};
 use crate::error::{Error, Result};
 use crate::model::{Dim, ValueDef};
 use crate::ops::{InferInput, OpError, ValueType};
@@ -69,17 +69,64 @@ impl Graph {
     /// memory traffic on a GPU, while the CPU backend runs its steps one by one anyway (and
     /// measured slower fused, BENCHMARKS.md), so plans for the CPU alone stay unfused; and
     /// `Tuning::fusion` may turn it off.
+    ///
+    /// Every value may be as large as the host's available memory, where folding computes it:
+    /// [`Graph::specialize_with`] takes another limit.
     pub fn specialize_for(
         &self,
         inputs: &[ValueType],
         known: &[Option<&Tensor>],
         fuse: bool,
     ) -> Result<Specialized, SpecializeError> {
-        let mut spec = self.specialize_unfused(inputs, known)?;
+        self.specialize_with(inputs, known, fuse, crate::exec::cpu_memory())
+    }
+
+    /// [`Graph::specialize_for`] with a limit on every value's bytes: a value whose type
+    /// (from its op's rule) is larger fails specialisation, naming its node, before it is
+    /// folded or planned, so that no model can make vkml allocate more than that for one value.
+    pub fn specialize_with(
+        &self,
+        inputs: &[ValueType],
+        known: &[Option<&Tensor>],
+        fuse: bool,
+        max_value_bytes: u64,
+    ) -> Result<Specialized, SpecializeError> {
+        let mut spec = self.specialize_limited(inputs, known, max_value_bytes)?;
         if fuse {
             self.fuse_chains(&mut spec);
         }
         Ok(spec)
+    }
+
+    /// [`Graph::specialize_with`] at the types of `inputs` (in graph order), knowing the
+    /// values of only those inputs a shape rule asks for, as a session learns them: knowing
+    /// every value would fold the whole graph away, leaving nothing to plan.
+    pub fn specialize_given(
+        &self,
+        inputs: &[&Tensor],
+        fuse: bool,
+        max_value_bytes: u64,
+    ) -> Result<Specialized, SpecializeError> {
+        let types: Vec<ValueType> = inputs.iter().map(|t| ValueType::of(t)).collect();
+        let mut wanted: BTreeSet<usize> = BTreeSet::new();
+        loop {
+            let known: Vec<Option<&Tensor>> = (0..inputs.len())
+                .map(|i| wanted.contains(&i).then_some(inputs[i]))
+                .collect();
+            match self.specialize_with(&types, &known, fuse, max_value_bytes) {
+                Err(SpecializeError::NeedsValues(more)) => {
+                    let before = wanted.len();
+                    wanted.extend(more);
+                    if wanted.len() == before {
+                        // Cannot happen: the graph asks only for inputs it was not given.
+                        return Err(SpecializeError::Failed(Error::Unsupported(
+                            "planning asked again for input values it already had".into(),
+                        )));
+                    }
+                }
+                other => return other,
+            }
+        }
     }
 
     /// [`Graph::specialize`] without fusion.
@@ -87,6 +134,15 @@ impl Graph {
         &self,
         inputs: &[ValueType],
         known: &[Option<&Tensor>],
+    ) -> Result<Specialized, SpecializeError> {
+        self.specialize_limited(inputs, known, crate::exec::cpu_memory())
+    }
+
+    fn specialize_limited(
+        &self,
+        inputs: &[ValueType],
+        known: &[Option<&Tensor>],
+        limit: u64,
     ) -> Result<Specialized, SpecializeError> {
         let n = self.value_names.len();
         let mut types: Vec<Option<ValueType>> = vec![None; n];
@@ -99,6 +155,7 @@ impl Graph {
         let mut syms: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, ((v, def), ty)) in self.inputs.iter().zip(inputs).enumerate() {
             check_input(def, ty, &mut syms)?;
+            check_input_size(def, ty, limit)?;
             types[*v] = Some(ty.clone());
             if let Some(t) = known.get(i).copied().flatten() {
                 debug_assert_eq!(&ValueType::of(t), ty, "a known input's type is its own");
@@ -130,6 +187,9 @@ impl Graph {
                     });
                 }
             };
+            for (&o, ty) in node.outputs.iter().zip(&out_types) {
+                self.check_size(node, o, ty, limit)?;
+            }
             if out_types.len() != node.outputs.len() {
                 return Err(node_err(
                     &node.name,
@@ -162,6 +222,7 @@ impl Graph {
                     .op
                     .run_cpu(&args, &out_types)
                     .map_err(|e| node_err(&node.name, &node.op_type, e))?;
+                check_made(node, &outs, &out_types)?;
                 for (&o, t) in node.outputs.iter().zip(outs) {
                     consts[o] = Some(t);
                 }
@@ -228,6 +289,30 @@ impl Graph {
         ))
     }
 
+    /// Node `node`'s output `v`, of type `ty`, fits `limit` bytes: a shape rule's word is all
+    /// there is before the value is folded (allocated on the host) or planned.
+    pub(crate) fn check_size(
+        &self,
+        node: &Node,
+        v: ValueId,
+        ty: &ValueType,
+        limit: u64,
+    ) -> Result<()> {
+        let size = match ty.checked_bytes() {
+            Ok(b) if b <= limit => return Ok(()),
+            Ok(b) => format!("{b} bytes"),
+            Err(e) => e.to_string(),
+        };
+        Err(Error::TooLarge(Box::new(crate::error::TooLarge {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            value: self.value_names[v].clone(),
+            ty: ty.to_string(),
+            size,
+            limit,
+        })))
+    }
+
     fn producer(&self, v: ValueId) -> Option<usize> {
         self.nodes.iter().position(|n| n.outputs.contains(&v))
     }
@@ -255,6 +340,33 @@ impl Graph {
             }
         }
         found.into_iter().collect()
+    }
+}
+
+/// What a kernel folded is what its rule said it would be: anything else is a bug in the op
+/// that must not reach the plan, whose buffers are sized by the rule.
+fn check_made(node: &Node, outs: &[Tensor], types: &[ValueType]) -> Result<()> {
+    for (t, ty) in outs.iter().zip(types) {
+        if t.dtype() != ty.dtype || t.shape() != ty.shape.as_slice() {
+            return Err(node_err(
+                &node.name,
+                &node.op_type,
+                format!("its kernel made {:?} where its rule said {ty}", t),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A graph input the caller gives is no larger than any other value may be.
+fn check_input_size(def: &ValueDef, ty: &ValueType, limit: u64) -> Result<()> {
+    match ty.checked_bytes() {
+        Ok(b) if b <= limit => Ok(()),
+        Ok(b) => Err(Error::Input(format!(
+            "'{}' is {ty}, {b} bytes, more than the limit of {limit} bytes per value",
+            def.name
+        ))),
+        Err(e) => Err(Error::Input(format!("'{}': {e}", def.name))),
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod npy;
 mod npy_header;
+mod outputs;
 mod pb;
 #[cfg(test)]
 mod tests;
@@ -14,6 +15,7 @@ mod value_tests;
 use std::path::{Path, PathBuf};
 
 pub use npy::{read_npy, write_npy};
+pub use outputs::{file_stems, sanitize, write_outputs};
 pub use pb::{read_pb, write_pb};
 pub use value::{MapKeys, Value, decode_value, read_value_pb};
 
@@ -82,7 +84,15 @@ pub fn read_tensor_file(path: &Path) -> Result<Tensor, TensorFileError> {
 }
 
 fn read_file(path: &Path) -> Result<bytes::Bytes, TensorFileError> {
-    std::fs::read(path)
+    use std::io::Read;
+    let read = || -> std::io::Result<Vec<u8>> {
+        // Not `std::fs::read`: a FIFO would block it, and /dev/zero fill memory.
+        let mut f = crate::files::open_regular(path)?;
+        let mut data = Vec::with_capacity(f.metadata()?.len() as usize);
+        f.read_to_end(&mut data)?;
+        Ok(data)
+    };
+    read()
         .map(bytes::Bytes::from)
         .map_err(|source| TensorFileError::Read {
             path: path.to_path_buf(),

@@ -86,16 +86,19 @@ pub fn read_npy(path: &Path) -> Result<Tensor, TensorFileError> {
     Tensor::from_bytes(dtype, shape, data).map_err(|e| invalid(e.to_string()))
 }
 
+/// Writes `tensor` to `path` atomically (a temporary file beside it, renamed over it once
+/// complete): a failure leaves the file as it was.
 pub fn write_npy(path: &Path, tensor: &Tensor) -> Result<(), TensorFileError> {
-    let header = npy_header::encode(tensor.dtype(), tensor.shape());
-    let write = || -> std::io::Result<()> {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-        f.write_all(&header)?;
-        f.write_all(tensor.bytes())?;
-        f.into_inner().map_err(|e| e.into_error())?.sync_all()
-    };
-    write().map_err(|source| TensorFileError::Write {
-        path: path.to_path_buf(),
-        source,
+    crate::files::write_atomic(path, |w| write_npy_to(w, tensor)).map_err(|source| {
+        TensorFileError::Write {
+            path: path.to_path_buf(),
+            source,
+        }
     })
+}
+
+/// The .npy encoding of `tensor`, into `w`.
+pub(crate) fn write_npy_to(w: &mut dyn Write, tensor: &Tensor) -> std::io::Result<()> {
+    w.write_all(&npy_header::encode(tensor.dtype(), tensor.shape()))?;
+    w.write_all(tensor.bytes())
 }

@@ -35,8 +35,10 @@ pub fn write_pb(path: &Path, name: &str, tensor: &Tensor) -> Result<(), TensorFi
         raw_data: tensor.bytes().clone(),
         ..Default::default()
     };
-    std::fs::write(path, proto.encode_to_vec()).map_err(|source| TensorFileError::Write {
-        path: path.to_path_buf(),
-        source,
+    crate::files::write_atomic(path, |w| w.write_all(&proto.encode_to_vec())).map_err(|source| {
+        TensorFileError::Write {
+            path: path.to_path_buf(),
+            source,
+        }
     })
 }

@@ -70,6 +70,11 @@ pub(crate) fn node_def(
     cx.node(n, name)
 }
 
+/// The newest opset of the default domain vkml knows (ONNX 1.22's). A model importing a later
+/// one may use ops whose meaning changed since, which vkml would run by an older definition:
+/// refused rather than guessed.
+pub const MAX_OPSET: i64 = 27;
+
 fn default_opset(m: &ModelProto, path: &Path) -> Result<i64, LoadError> {
     let mut found: Option<i64> = None;
     for o in &m.opset_import {
@@ -79,6 +84,15 @@ fn default_opset(m: &ModelProto, path: &Path) -> Result<i64, LoadError> {
         if o.version < 1 {
             return Err(LoadError::Invalid(format!(
                 "{} imports opset version {} of the default domain",
+                path.display(),
+                o.version
+            )));
+        }
+        if o.version > MAX_OPSET {
+            return Err(LoadError::Unsupported(format!(
+                "{} imports opset {} of the default domain; the newest vkml knows is \
+                 {MAX_OPSET} (ONNX 1.22), and ops may mean something else in a later one: \
+                 export the model for opset {MAX_OPSET} or older",
                 path.display(),
                 o.version
             )));
@@ -127,16 +141,31 @@ impl Converter<'_> {
             )));
         }
         let mut initializers = Vec::with_capacity(g.initializer.len());
+        let mut seen: HashSet<&str> = HashSet::new();
         for t in &g.initializer {
             if t.name.is_empty() {
                 return Err(LoadError::Invalid(format!(
                     "graph '{gname}' has an initializer with no name"
                 )));
             }
+            // Which of two would a node read? The model is ambiguous: refuse it.
+            if !seen.insert(&t.name) {
+                return Err(LoadError::Invalid(format!(
+                    "graph '{gname}' has two initializers named '{}'",
+                    t.name
+                )));
+            }
             initializers.push((t.name.clone(), convert_tensor(t, &t.name, self.files)?));
         }
         let init_names: HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
 
+        let mut seen: HashSet<&str> = HashSet::new();
+        if let Some(v) = g.input.iter().find(|v| !seen.insert(&v.name)) {
+            return Err(LoadError::Invalid(format!(
+                "graph '{gname}' lists input '{}' twice",
+                v.name
+            )));
+        }
         // Before IR version 4 initializers were also listed as inputs; they are not fed.
         let inputs = g
             .input

@@ -43,6 +43,13 @@ pub enum LoadError {
         length: Option<u64>,
         problem: String,
     },
+    /// A mapped model or external-data file changed after it was loaded.
+    #[error(
+        "{} changed after the model was loaded ({changed}); vkml reads a large model from its \
+         file while it runs and cannot use one modified underneath it: load the model again",
+        path.display()
+    )]
+    Changed { path: PathBuf, changed: String },
     #[error("tensor '{tensor}' has data type code {code}, which is not an ONNX data type")]
     UnknownDType { tensor: String, code: i32 },
 }

@@ -12,13 +12,17 @@ use std::path::{Component, Path, PathBuf};
 use bytes::Bytes;
 
 use super::LoadError;
-use super::mmap::map_file;
+use super::mmap::{COPY_BELOW, FileStamp, read_file};
 use super::proto::TensorProto;
 
 /// The model's folder and the external files mapped so far.
 pub(crate) struct ExternalFiles {
     dir: Option<PathBuf>,
     maps: RefCell<HashMap<PathBuf, Bytes>>,
+    /// Files up to this size are copied rather than mapped (see `mmap::COPY_BELOW`).
+    copy_below: u64,
+    /// The mapped ones, to be checked before each run.
+    stamps: RefCell<Vec<FileStamp>>,
 }
 
 /// Where one tensor's bytes are, as its external_data entries say.
@@ -30,10 +34,21 @@ struct Location {
 
 impl ExternalFiles {
     pub(crate) fn new(dir: Option<&Path>) -> ExternalFiles {
+        ExternalFiles::copying_below(dir, COPY_BELOW)
+    }
+
+    pub(crate) fn copying_below(dir: Option<&Path>, copy_below: u64) -> ExternalFiles {
         ExternalFiles {
             dir: dir.map(Path::to_path_buf),
             maps: RefCell::new(HashMap::new()),
+            copy_below,
+            stamps: RefCell::new(Vec::new()),
         }
+    }
+
+    /// The files mapped so far, as they were when mapped.
+    pub(crate) fn stamps(&self) -> Vec<FileStamp> {
+        self.stamps.borrow().clone()
     }
 
     /// The tensor's bytes. `nbytes` is what its type and shape need; `what` says so in words.
@@ -115,7 +130,8 @@ impl ExternalFiles {
         if let Some(b) = self.maps.borrow().get(real) {
             return Ok(b.clone());
         }
-        let b = map_file(real)?;
+        let (b, stamp) = read_file(real, self.copy_below)?;
+        self.stamps.borrow_mut().extend(stamp);
         self.maps.borrow_mut().insert(real.to_path_buf(), b.clone());
         Ok(b)
     }

@@ -1,13 +1,15 @@
 //! Read-only memory mappings of model and external-data files, as shared `Bytes`, and giving
 //! their pages back once the weights live on a GPU.
 
-use std::fs::File;
-use std::io;
-use std::path::Path;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use memmap2::{Mmap, UncheckedAdvice};
+
+use super::LoadError;
 
 struct Shared(Arc<Mmap>);
 
@@ -23,31 +25,87 @@ fn maps() -> &'static Mutex<Vec<Weak<Mmap>>> {
     &MAPS
 }
 
-/// Maps a whole file. The returned `Bytes` owns the mapping, so every slice of it (an
-/// initializer's weights) keeps the mapping alive and costs no copy.
-pub(crate) fn map_file(path: &Path) -> io::Result<Bytes> {
-    let file = File::open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
+/// Files up to this size are read into memory rather than mapped. Reading a mapping whose
+/// file was truncated meanwhile kills the process (SIGBUS), and nothing in a safe API can
+/// prevent that; a copy is immune, and for a small file costs little. Larger files are mapped
+/// (their weights then never sit in the heap), and their length and modification time are
+/// checked before each run ([`FileStamp::check`]), so a file changed between runs is refused
+/// with an error rather than read.
+pub const COPY_BELOW: u64 = 64 << 20;
+
+/// What a mapped file looked like when it was mapped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileStamp {
+    pub path: PathBuf,
+    pub len: u64,
+    pub modified: Option<SystemTime>,
+}
+
+impl FileStamp {
+    fn of(path: &Path, meta: &std::fs::Metadata) -> FileStamp {
+        FileStamp {
+            path: path.to_path_buf(),
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        }
     }
+
+    /// An error when the file's length or modification time changed since it was mapped:
+    /// reading the mapping then may crash the process or read other bytes.
+    pub fn check(&self) -> Result<(), LoadError> {
+        let now = std::fs::metadata(&self.path).map(|m| FileStamp::of(&self.path, &m));
+        let changed = match now {
+            Ok(now) if now == *self => return Ok(()),
+            Ok(now) if now.len != self.len => {
+                format!("its length was {} bytes and is now {}", self.len, now.len)
+            }
+            Ok(_) => "it was modified".to_string(),
+            Err(e) => format!("it cannot be read any more ({e})"),
+        };
+        Err(LoadError::Changed {
+            path: self.path.clone(),
+            changed,
+        })
+    }
+}
+
+/// Maps a whole file, whatever its size.
+#[cfg(test)]
+pub(crate) fn map_file(path: &Path) -> io::Result<Bytes> {
+    read_file(path, 0).map(|(b, _)| b)
+}
+
+/// A whole file as shared `Bytes`, without blocking on anything but a regular file: copied
+/// into memory when it has at most `copy_below` bytes, else mapped, and then returned with
+/// its stamp. Every slice of a mapping (an initializer's weights) keeps it alive and costs no
+/// copy.
+pub(crate) fn read_file(path: &Path, copy_below: u64) -> io::Result<(Bytes, Option<FileStamp>)> {
+    let mut file = crate::files::open_regular(path)?;
+    let meta = file.metadata()?;
     if meta.len() == 0 {
         // Nothing to map; an empty file is still a valid (if useless) answer here.
-        return Ok(Bytes::new());
+        return Ok((Bytes::new(), None));
+    }
+    if meta.len() <= copy_below {
+        let mut data = Vec::with_capacity(meta.len() as usize);
+        file.read_to_end(&mut data)?;
+        // At the alignment a mapping has, so that initializers sit as they would there.
+        return Ok((crate::tensor::aligned_bytes(&data), None));
     }
     // SAFETY: the mapping is read-only and never handed out as `&mut`. Soundness also needs
-    // the file not to change underneath it while mapped; like every mmap-based loader we
-    // require model files to stay untouched while loaded (documented on `onnx::load`). This
-    // is the one place outside device/vulkan that needs `unsafe`: memmap2 has no safe
-    // constructor, and mapping is what keeps multi-gigabyte weights out of the heap.
+    // the file not to change underneath it while mapped: only files larger than COPY_BELOW are
+    // mapped, and their stamp is checked before every run (a change between runs is refused;
+    // one during a run is the documented limit of mapping, see `onnx::load`). This is the one
+    // place outside device/vulkan that needs `unsafe`: memmap2 has no safe constructor, and
+    // mapping is what keeps multi-gigabyte weights out of the heap.
     let map = Arc::new(unsafe { Mmap::map(&file)? });
     let mut all = maps().lock().unwrap_or_else(|p| p.into_inner());
     all.retain(|w| w.strong_count() > 0);
     all.push(Arc::downgrade(&map));
-    Ok(Bytes::from_owner(Shared(map)))
+    Ok((
+        Bytes::from_owner(Shared(map)),
+        Some(FileStamp::of(path, &meta)),
+    ))
 }
 
 /// Drops the resident pages under `bytes` when it is a slice of a file mapping (weights

@@ -31,7 +31,10 @@ use prost::Message;
 
 pub use encode::{decode_node, encode_node};
 pub use error::LoadError;
-pub(crate) use mmap::{map_file, release_pages};
+#[cfg(test)]
+pub(crate) use mmap::map_file;
+pub use mmap::{COPY_BELOW, FileStamp};
+pub(crate) use mmap::{read_file, release_pages};
 pub use outline::{DeclaredType, ModelOutline, outline};
 pub use tensor::tensor_from_proto;
 
@@ -39,20 +42,51 @@ use crate::model::ModelDef;
 
 /// Loads a model file. External data files are looked up in the model's folder.
 ///
-/// The file (and its external data files) are memory-mapped for as long as any tensor of the
-/// model is alive: they must not be modified or truncated meanwhile.
+/// Files up to [`COPY_BELOW`] bytes are read into memory; larger ones (the model, or its
+/// external data) are memory-mapped for as long as any tensor of the model is alive, so they
+/// must not be modified or truncated meanwhile: [`load_files`] says which they are, to check
+/// them before each use (a [`crate::Session`] does so before every run). A file truncated
+/// *during* a run still crashes the process reading its mapping; that is the price of not
+/// copying multi-gigabyte weights, and why small models are copied.
 pub fn load(path: &Path) -> Result<ModelDef, LoadError> {
-    let data = map_file(path).map_err(|source| LoadError::Io {
+    load_files(path, COPY_BELOW).map(|(m, _)| m)
+}
+
+/// The files a loaded model keeps mapped, as they were when it was loaded.
+#[derive(Debug, Clone, Default)]
+pub struct ModelFiles(Vec<FileStamp>);
+
+impl ModelFiles {
+    /// An error naming the first file whose length or modification time changed since.
+    pub fn check(&self) -> Result<(), LoadError> {
+        self.0.iter().try_for_each(FileStamp::check)
+    }
+
+    /// Whether any file stays mapped (false when all were copied).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// [`load`], copying files up to `copy_below` bytes and mapping larger ones, with the files
+/// mapped.
+pub fn load_files(path: &Path, copy_below: u64) -> Result<(ModelDef, ModelFiles), LoadError> {
+    let (data, stamp) = read_file(path, copy_below).map_err(|source| LoadError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    decode(data, Some(&model_dir(path)), path)
+    let files = external::ExternalFiles::copying_below(Some(&model_dir(path)), copy_below);
+    let model = decode(data, &files, path)?;
+    let mut stamps: Vec<FileStamp> = stamp.into_iter().collect();
+    stamps.extend(files.stamps());
+    Ok((model, ModelFiles(stamps)))
 }
 
 /// Decodes a model already in memory. Initializers become slices of `data` (no copy).
 /// `model_dir` is where external data files are looked up; without it they are an error.
 pub fn load_from_bytes(data: Bytes, model_dir: Option<&Path>) -> Result<ModelDef, LoadError> {
-    decode(data, model_dir, Path::new("<model in memory>"))
+    let files = external::ExternalFiles::new(model_dir);
+    decode(data, &files, Path::new("<model in memory>"))
 }
 
 /// The folder a model's external data paths are relative to.
@@ -63,12 +97,15 @@ pub fn model_dir(path: &Path) -> PathBuf {
     }
 }
 
-fn decode(data: Bytes, dir: Option<&Path>, path: &Path) -> Result<ModelDef, LoadError> {
+fn decode(
+    data: Bytes,
+    files: &external::ExternalFiles,
+    path: &Path,
+) -> Result<ModelDef, LoadError> {
     // Decoding from `Bytes` makes every `bytes` field a slice of `data`.
     let proto = proto::ModelProto::decode(data).map_err(|source| LoadError::Decode {
         path: path.to_path_buf(),
         source,
     })?;
-    let files = external::ExternalFiles::new(dir);
-    convert::model(&proto, path, &files)
+    convert::model(&proto, path, files)
 }

@@ -86,7 +86,7 @@ pub struct ModelOutline {
 
 /// Reads the outline of a model file.
 pub fn outline(path: &Path) -> Result<ModelOutline, LoadError> {
-    let data = std::fs::read(path).map_err(|source| LoadError::Io {
+    let (data, _) = super::read_file(path, super::COPY_BELOW).map_err(|source| LoadError::Io {
         path: path.to_path_buf(),
         source,
     })?;

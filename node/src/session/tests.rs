@@ -119,3 +119,95 @@ fn an_unsupported_op_fails_at_load_naming_node_and_op() {
     };
     assert!(e.contains("'mystery'") && e.contains("NoSuchOp"), "{e}");
 }
+
+fn i64_bytes(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// y = ConstantOfShape(shape) with `shape` an initializer: folded while planning.
+fn constant_of_shape(shape: &[i64]) -> GraphProto {
+    GraphProto {
+        name: "g".into(),
+        node: vec![node("ConstantOfShape", "fill", &["shape"], &["y"])],
+        initializer: vec![raw_tensor(
+            "shape",
+            INT64,
+            &[shape.len() as i64],
+            &i64_bytes(shape),
+        )],
+        output: vec![tensor_value("y", FLOAT, None)],
+        ..Default::default()
+    }
+}
+
+/// ConstantOfShape of 2^40 floats (4 TiB) was folded while planning: the process tried to
+/// allocate it and was killed. The value's bytes are now checked first, naming node and size.
+#[test]
+fn a_value_larger_than_any_device_is_refused_before_it_is_allocated() {
+    let dir = TempDir::new("session-huge");
+    let e = match load(&dir, constant_of_shape(&[1 << 40])) {
+        Ok(_) => panic!("4 TiB planned"),
+        Err(e) => e,
+    };
+    assert!(matches!(e, crate::Error::TooLarge { .. }), "{e}");
+    let e = e.to_string();
+    assert!(
+        e.contains("'fill'") && e.contains("ConstantOfShape") && e.contains("4398046511104 bytes"),
+        "{e}"
+    );
+    // A limit of the caller's: 4 KiB of floats are more than 1000 bytes.
+    let opts = SessionOptions {
+        tuning: crate::Tuning {
+            max_value_bytes: Some(1000),
+            ..Default::default()
+        },
+        ..cpu()
+    };
+    let path = write_model(&dir, "small.onnx", &model_with(constant_of_shape(&[1024])));
+    let e = Session::load(&path, opts)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("4096 bytes") && e.contains("1000 bytes"), "{e}");
+}
+
+/// y = x + c, with c an initializer read by the CPU kernel on every run.
+fn add_weight() -> GraphProto {
+    GraphProto {
+        name: "g".into(),
+        node: vec![node("Add", "add", &["x", "c"], &["y"])],
+        initializer: vec![raw_tensor(
+            "c",
+            FLOAT,
+            &[4],
+            &crate::onnx::tests::f32_bytes(&[1.0, 2.0, 3.0, 4.0]),
+        )],
+        input: vec![tensor_value("x", FLOAT, Some(&[D::V(4)]))],
+        output: vec![tensor_value("y", FLOAT, None)],
+        ..Default::default()
+    }
+}
+
+/// Truncating the model file between runs (`run --repeat`) made the next run's read of the
+/// mapped weights a SIGBUS. A small model is now copied at load and runs on; a mapped one is
+/// refused with an error naming the file.
+#[test]
+fn a_model_file_truncated_after_loading_never_crashes_a_run() {
+    let dir = TempDir::new("session-truncate");
+    let x = [("x", Tensor::from_vec(vec![4], vec![1.0f32; 4]))];
+    let path = write_model(&dir, "small.onnx", &model_with(add_weight()));
+    let session = Session::load(&path, cpu()).unwrap();
+    std::fs::File::create(&path).unwrap(); // truncated to nothing
+    let y = session.run(&x).unwrap();
+    assert_eq!(y[0].1.view::<f32>().unwrap().as_ref(), [2.0, 3.0, 4.0, 5.0]);
+
+    let path = write_model(&dir, "mapped.onnx", &model_with(add_weight()));
+    let session = Session::load_copying_below(&path, cpu(), 0).unwrap();
+    session.run(&x).unwrap();
+    std::fs::File::create(&path).unwrap();
+    let e = session.run(&x).unwrap_err().to_string();
+    assert!(
+        e.contains("mapped.onnx") && e.contains("changed after the model was loaded"),
+        "{e}"
+    );
+}

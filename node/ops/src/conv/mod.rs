@@ -23,6 +23,7 @@ mod wide;
 
 use super::util::{opt, req};
 use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::size::{self, Size};
 use crate::splitk::SplitK;
 use crate::tensor::{DType, Tensor};
 
@@ -55,7 +56,7 @@ fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
     }
     Ok(Box::new(Conv {
         window: WindowAttrs::parse("Conv", spec.attrs)?,
-        group: group as usize,
+        group: Size::from_i64(group, "Conv: group")?.get(),
     }))
 }
 
@@ -127,10 +128,10 @@ impl Conv {
             )));
         }
         let (n, c, oc, cg, g) = (x[0], x[1], w[0], w[1], self.group);
-        if cg * g != c {
+        if cg.checked_mul(g) != Some(c) {
             return Err(OpError::invalid(format!(
                 "Conv: input has {c} channels but W expects {} (group {g}, {cg} per group)",
-                cg * g
+                cg as u128 * g as u128
             )));
         }
         if oc % g != 0 {
@@ -154,13 +155,15 @@ impl Conv {
             )));
         }
         let axes = self.window.resolve("Conv", &x[2..], kernel, false)?;
-        Ok(ConvShape {
+        let s = ConvShape {
             n,
             c,
             oc,
             group: g,
             axes,
-        })
+        };
+        size::check_shape(&s.output_shape(), "Conv's output")?;
+        Ok(s)
     }
 
     fn check_dtypes(&self, x: DType, w: DType, b: Option<DType>) -> Result<(), OpError> {

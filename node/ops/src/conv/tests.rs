@@ -407,3 +407,38 @@ fn flops_count_multiply_adds_twice() {
         2 * 2 * 6 * 64 * 2 * 9
     );
 }
+
+/// Conv's pads of i64::MAX (a slice index panic in the narrow-image path, "capacity overflow"
+/// in the others) and its group are refused when the node is built; a depthwise convolution
+/// whose padding makes an enormous output is refused by the rule, which names the size.
+#[test]
+fn sizes_that_do_not_fit_are_refused_not_allocated() {
+    let e = node("Conv", 11, vec![("pads", ints(&[i64::MAX, 0, 0, 0]))], 2, 1).unwrap_err();
+    assert!(e.to_string().contains("'pads'"), "{e}");
+    let e = node("Conv", 11, vec![("group", AttrValue::Int(i64::MAX))], 2, 1).unwrap_err();
+    assert!(e.to_string().contains("group"), "{e}");
+    let p = 1i64 << 40;
+    let op = node(
+        "Conv",
+        11,
+        vec![("group", AttrValue::Int(2)), ("pads", ints(&[p; 6]))],
+        2,
+        1,
+    )
+    .unwrap();
+    let x = ValueType::new(DType::F32, vec![1, 2, 1, 1, 1]);
+    let w = ValueType::new(DType::F32, vec![2, 1, 1, 1, 1]);
+    let e = op
+        .infer(&[
+            Some(crate::InferInput {
+                ty: &x,
+                value: None,
+            }),
+            Some(crate::InferInput {
+                ty: &w,
+                value: None,
+            }),
+        ])
+        .unwrap_err();
+    assert!(e.to_string().contains("element count"), "{e}");
+}

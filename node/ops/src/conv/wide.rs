@@ -27,13 +27,14 @@ fn padded_width(aw: &Axis) -> usize {
 pub fn applies(axes: &[Axis; 3], k: usize) -> bool {
     let [ad, ah, aw] = axes;
     let wp = padded_width(aw);
-    let wide_len = (ah.output - 1) * wp + aw.output;
+    // Saturating: sizes this large fail the cap below rather than wrap under it.
+    let wide_len = (ah.output - 1).saturating_mul(wp).saturating_add(aw.output);
     *ad == Axis::UNIT
         && ah.stride == 1
         && aw.stride == 1
         && aw.output <= MAX_WIDTH
         && 2 * wp <= 3 * aw.output
-        && k * wide_len <= COL_CAP
+        && k.saturating_mul(wide_len) <= COL_CAP
 }
 
 /// One group: `yb` (ocg x OH x OW) = `wg` (ocg x K) * col, `xg` being cg x IH x IW.

@@ -14,6 +14,7 @@ mod tests;
 use super::numeric::from_f64;
 use super::util::{opt, req};
 use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::size::{self, Size};
 use crate::tensor::{DType, Tensor};
 
 pub fn register(r: &mut Registry) {
@@ -22,8 +23,17 @@ pub fn register(r: &mut Registry) {
 
 fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
     let a = spec.attrs;
+    // Every value a size (negative ones are refused per attribute below, with the rank known),
+    // so the geometry's arithmetic cannot overflow.
     let list = |name: &str| -> Result<Option<Vec<i64>>, OpError> {
-        Ok(a.ints_opt(name)?.map(<[i64]>::to_vec))
+        let v = a.ints_opt(name)?.map(<[i64]>::to_vec);
+        for &e in v.iter().flatten() {
+            Size::new(
+                e.unsigned_abs() as usize,
+                format_args!("ConvTranspose: a value of '{name}'"),
+            )?;
+        }
+        Ok(v)
     };
     let auto_pad = match a.string("auto_pad", "NOTSET")? {
         "NOTSET" | "" => AutoPad::NotSet,
@@ -44,7 +54,7 @@ fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
     }
     Ok(Box::new(ConvTranspose {
         auto_pad,
-        group: group as usize,
+        group: Size::from_i64(group, "ConvTranspose: group")?.get(),
         kernel_shape: list("kernel_shape")?,
         strides: list("strides")?,
         dilations: list("dilations")?,
@@ -103,7 +113,12 @@ impl ConvTranspose {
                 self.group
             )));
         }
-        let m = w[1] * self.group;
+        let m = Size::new(w[1], "W's output channels")?
+            .mul(
+                Size::new(self.group, "group")?,
+                "ConvTranspose's output channels",
+            )?
+            .get();
         if let Some(b) = b
             && b != [m]
         {
@@ -145,10 +160,12 @@ impl ConvTranspose {
         };
         let mut output = Vec::with_capacity(sp);
         let mut pad_begin = Vec::with_capacity(sp);
+        // In i128: every term is a size (at most 2^60), so nothing here can overflow.
+        let wide = |v: i64| v as i128;
         for i in 0..sp {
-            let span = stride[i] * (x[2 + i] as i64 - 1)
-                + out_pad[i]
-                + (kernel[i] as i64 - 1) * dilation[i]
+            let span = wide(stride[i]) * (x[2 + i] as i128 - 1)
+                + wide(out_pad[i])
+                + (kernel[i] as i128 - 1) * wide(dilation[i])
                 + 1;
             let wanted = match (&self.output_shape, self.auto_pad) {
                 (Some(os), _) => {
@@ -161,10 +178,10 @@ impl ConvTranspose {
                     if os.len() != sp {
                         return Err(bad(format!("output_shape {os:?} must have {sp} values")));
                     }
-                    Some(os[i])
+                    Some(wide(os[i]))
                 }
                 (None, AutoPad::SameUpper | AutoPad::SameLower) => {
-                    Some(x[2 + i] as i64 * stride[i])
+                    Some(x[2 + i] as i128 * wide(stride[i]))
                 }
                 _ => None,
             };
@@ -180,16 +197,26 @@ impl ConvTranspose {
                     (o, begin)
                 }
                 None if self.auto_pad == AutoPad::Valid => (span, 0),
-                None => (span - pads[i] - pads[sp + i], pads[i]),
+                None => (span - wide(pads[i]) - wide(pads[sp + i]), wide(pads[i])),
             };
             if out < 0 {
                 return Err(bad(format!(
                     "axis {i} would have a negative output size {out}"
                 )));
             }
+            let max = Size::MAX as i128;
+            if out > max || begin.abs() > max {
+                return Err(bad(format!(
+                    "axis {i} would have an output size of {out} with a leading pad of {begin}, \
+                     more than vkml handles ({max})"
+                )));
+            }
             output.push(out as usize);
-            pad_begin.push(begin);
+            pad_begin.push(begin as i64);
         }
+        let mut all = vec![n, m];
+        all.extend(&output);
+        size::check_shape(&all, "ConvTranspose's output")?;
         Ok(Geometry {
             n,
             c,
@@ -206,6 +233,7 @@ impl ConvTranspose {
 }
 
 impl Geometry {
+    /// The output shape (its element count checked when the geometry is made).
     pub fn out_shape(&self) -> Vec<usize> {
         let mut s = vec![self.n, self.m];
         s.extend(&self.output);

@@ -146,6 +146,14 @@ impl<TA: Copy, TB: Copy, F> Walk<'_, TA, TB, F> {
         F: Fn(TA, TB) -> U,
     {
         let r = self.lay.dims.len();
+        if r == 0 {
+            // Every axis collapsed away: a scalar, one element (the odometer needs an axis).
+            if let (Some(o), Some(&x), Some(&y)) = (out.first_mut(), self.a.first(), self.b.first())
+            {
+                *o = (self.f)(x, y);
+            }
+            return;
+        }
         let dims = &self.lay.dims[..r - 1];
         let (sa, sb) = (&self.lay.strides[0], &self.lay.strides[1]);
         let (inner, ia, ib) = (self.lay.dims[r - 1], sa[r - 1], sb[r - 1]);

@@ -98,3 +98,66 @@ fn gpu_gathers_match_cpu() {
         );
     }
 }
+
+/// The host-side check the runtime makes where a GPU kernel would clamp: each index against
+/// its axis, negative ones counting from the end, with only the indices' value known.
+#[test]
+fn indices_out_of_range_are_found_before_a_gpu_clamps_them() {
+    let data = ValueType::new(DType::F32, vec![2, 3]);
+    let check = |op_type: &str, v: &[i64]| {
+        let o = op(op_type, 13, vec![("axis", AttrValue::Int(1))], 3).unwrap();
+        let i = t(&[2, 1], v);
+        let ity = ValueType::of(&i);
+        let u = ValueType::new(DType::F32, vec![2, 1]);
+        let ins = [
+            Some(crate::InferInput {
+                ty: &data,
+                value: None,
+            }),
+            Some(crate::InferInput {
+                ty: &ity,
+                value: Some(&i),
+            }),
+            Some(crate::InferInput {
+                ty: &u,
+                value: None,
+            }),
+        ];
+        o.check_values(&ins[..if op_type == "GatherElements" { 2 } else { 3 }])
+    };
+    for op_type in ["GatherElements", "ScatterElements"] {
+        check(op_type, &[2, -3]).unwrap();
+        assert_err(check(op_type, &[3, 0]), false, "index 3 is out of range");
+        assert_err(check(op_type, &[0, -4]), false, "index -4 is out of range");
+    }
+}
+
+/// GatherND and ScatterND check each entry of an index tuple against its own axis.
+#[test]
+fn nd_index_tuples_out_of_range_are_found_before_a_gpu_clamps_them() {
+    let data = ValueType::new(DType::F32, vec![2, 3]);
+    let u = ValueType::new(DType::F32, vec![2]);
+    let check = |op_type: &str, v: &[i64]| {
+        let n = if op_type == "GatherND" { 2 } else { 3 };
+        let o = op(op_type, 13, vec![], n).unwrap();
+        let i = t(&[2, 2], v);
+        let ity = ValueType::of(&i);
+        let known = |ty, value| Some(crate::InferInput { ty, value });
+        let ins = [known(&data, None), known(&ity, Some(&i)), known(&u, None)];
+        o.check_values(&ins[..n])
+    };
+    for op_type in ["GatherND", "ScatterND"] {
+        check(op_type, &[1, 2, -2, -3]).unwrap();
+        // 2 is within the second axis (3) but not the first (2).
+        assert_err(
+            check(op_type, &[2, 0, 0, 0]),
+            false,
+            "index 2 is out of range",
+        );
+        assert_err(
+            check(op_type, &[0, 3, 0, 0]),
+            false,
+            "index 3 is out of range",
+        );
+    }
+}

@@ -173,3 +173,87 @@ fn gpu_trilu_and_one_hot_match_cpu() {
         gpu_same_bytes(oh9.as_ref(), &ins, "OneHot-9");
     }
 }
+
+/// Range's length is a checked size: an infinite or NaN limit, or the whole int64 range, is an
+/// error (it allocated until the process died, or gave an empty range), and the ends of the
+/// int64 range are read exactly.
+#[test]
+fn ranges_that_do_not_fit_are_errors() {
+    let r = |s: Tensor, l: Tensor, d: Tensor| {
+        run_node("Range", 11, vec![], &[Some(&s), Some(&l), Some(&d)])
+    };
+    let one = || Tensor::scalar(1f32);
+    assert_err(
+        r(Tensor::scalar(0f32), Tensor::scalar(f32::INFINITY), one()),
+        false,
+        "finite",
+    );
+    assert_err(
+        r(Tensor::scalar(0f32), Tensor::scalar(f32::NAN), one()),
+        false,
+        "finite",
+    );
+    assert_err(
+        r(
+            Tensor::scalar(f64::NAN),
+            Tensor::scalar(1f64),
+            Tensor::scalar(1f64),
+        ),
+        false,
+        "finite",
+    );
+    let e = r(
+        Tensor::scalar(i64::MIN),
+        Tensor::scalar(i64::MAX),
+        Tensor::scalar(1i64),
+    );
+    assert_err(e, false, "18446744073709551615");
+    let y = r(
+        Tensor::scalar(i64::MAX - 2),
+        Tensor::scalar(i64::MAX),
+        Tensor::scalar(1i64),
+    )
+    .unwrap();
+    assert_eq!(y.to_i64_vec().unwrap(), [i64::MAX - 2, i64::MAX - 1]);
+    let y = r(
+        Tensor::scalar(i64::MAX),
+        Tensor::scalar(i64::MIN),
+        Tensor::scalar(i64::MIN),
+    )
+    .unwrap();
+    assert_eq!(y.to_i64_vec().unwrap(), [i64::MAX, -1]);
+    // The rule gives the length alone: 2^40 elements are typed, not computed.
+    let range = op("Range", 11, vec![], 3).unwrap();
+    let (s, l, d) = (
+        Tensor::scalar(0i64),
+        Tensor::scalar(1i64 << 40),
+        Tensor::scalar(1i64),
+    );
+    let ty = infer_known(range.as_ref(), &[Some(&s), Some(&l), Some(&d)]).unwrap();
+    assert_eq!(ty[0].shape, [1usize << 40]);
+}
+
+/// ConstantOfShape [2^62 + 1, 4] has 2^64 + 4 elements, which wrapped to 4: it wrote an .npy
+/// of 4 elements claiming that shape. Now the rule refuses it.
+#[test]
+fn constant_of_shape_refuses_shapes_that_wrap() {
+    let cos = op("ConstantOfShape", 9, vec![], 1).unwrap();
+    let shape = i64s(&[(1 << 62) + 1, 4]);
+    let e = infer_known(cos.as_ref(), &[Some(&shape)]);
+    assert_err(e, false, "ConstantOfShape's shape");
+    let e = infer_known(cos.as_ref(), &[Some(&i64s(&[1 << 32, 1 << 32]))]);
+    assert_err(e, false, "element count");
+    let e = infer_known(cos.as_ref(), &[Some(&i64s(&[-1]))]);
+    assert_err(e, false, "negative");
+    let onehot = op("OneHot", 11, vec![], 3).unwrap();
+    let (i, d, v) = (
+        i64s(&[0]),
+        Tensor::scalar(f32::INFINITY),
+        Tensor::from_vec(vec![2], vec![0f32, 1.0]),
+    );
+    assert_err(
+        infer_known(onehot.as_ref(), &[Some(&i), Some(&d), Some(&v)]),
+        false,
+        "depth",
+    );
+}

@@ -213,11 +213,13 @@ impl Pool {
         }
         let kernel = self.window.kernel_shape.as_deref().unwrap_or_default();
         let axes = self.window.resolve(op, &x[2..], kernel, self.ceil_mode)?;
-        Ok(PoolShape {
+        let s = PoolShape {
             n: x[0],
             c: x[1],
             axes,
-        })
+        };
+        crate::size::check_shape(&s.output_shape(), &format!("{op}'s output"))?;
+        Ok(s)
     }
 
     fn run_typed<T: Float>(&self, s: &PoolShape, x: &Tensor) -> Result<Vec<Tensor>, OpError> {
@@ -283,8 +285,11 @@ impl Op for Pool {
 
     fn flops(&self, _inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
         // One operation per tap of each output window.
-        let taps: usize = self.window.kernel_shape.iter().flatten().product();
-        outputs.first().map_or(0, |o| (o.numel() * taps) as u64)
+        let taps = self.window.kernel_shape.iter().flatten();
+        let taps = taps.fold(1u64, |p, &k| p.saturating_mul(k as u64));
+        outputs
+            .first()
+            .map_or(0, |o| (o.numel() as u64).saturating_mul(taps))
     }
 }
 

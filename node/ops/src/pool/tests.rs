@@ -485,3 +485,34 @@ fn indices_pick_their_own_shader() {
         vkml_shaders::pool::Variant::F32.kernel()
     );
 }
+
+/// Pads, strides and kernels from the model are sizes: i64::MAX is refused when the node is
+/// built (it made the kernels ask for more memory than exists), and sizes that fit but make
+/// an output too large are refused by the rule, before any kernel runs.
+#[test]
+fn sizes_that_do_not_fit_are_refused_not_allocated() {
+    for op_type in ["MaxPool", "AveragePool"] {
+        let huge = vec![
+            ("kernel_shape", ints(&[2, 2])),
+            ("pads", ints(&[i64::MAX, 0, 0, 0])),
+        ];
+        let e = node(op_type, 19, huge, 1, 1).unwrap_err();
+        assert!(e.to_string().contains("'pads'"), "{op_type}: {e}");
+        let stride = vec![("kernel_shape", ints(&[2])), ("strides", ints(&[i64::MAX]))];
+        assert!(node(op_type, 19, stride, 1, 1).is_err(), "{op_type}");
+        // 2^57 of padding on each side of three axes: every size fits, the output's element
+        // count (about 2^174) does not.
+        let p = 1i64 << 57;
+        let big = vec![("kernel_shape", ints(&[1, 1, 1])), ("pads", ints(&[p; 6]))];
+        let op = node(op_type, 19, big, 1, 1).unwrap();
+        let x = Tensor::zeros(DType::F32, vec![1, 1, 1, 1, 1]);
+        let ty = ValueType::of(&x);
+        let e = op
+            .infer(&[Some(crate::InferInput {
+                ty: &ty,
+                value: None,
+            })])
+            .unwrap_err();
+        assert!(e.to_string().contains("element count"), "{op_type}: {e}");
+    }
+}

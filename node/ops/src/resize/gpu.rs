@@ -61,7 +61,7 @@ pub(super) fn kernel(
     let axes: Vec<usize> = match &op.axes {
         Some(a) => a
             .iter()
-            .map(|&a| crate::util::axis(a, r).ok())
+            .map(|&a| crate::util::axis_of_tensor(a, r).ok())
             .collect::<Option<_>>()?,
         None => (0..r).collect(),
     };

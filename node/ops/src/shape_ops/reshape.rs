@@ -74,7 +74,9 @@ pub(super) fn reshape_shape(
                 ))
             })?,
             v if v < 0 => return Err(fail(format!("dimension {v} is negative"))),
-            v => usize::try_from(v).map_err(|_| fail(format!("dimension {v} is too large")))?,
+            v => crate::size::Size::from_i64(v, format_args!("dimension {i}"))
+                .map_err(|e| fail(e.to_string()))?
+                .get(),
         };
         out.push(dim);
     }

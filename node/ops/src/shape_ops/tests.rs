@@ -141,7 +141,8 @@ fn impossible_reshapes_are_errors() {
     bad(&[4, -1], "do not divide");
     bad(&[2, -2], "negative");
     bad(&[1, 1, 0], "rank 2");
-    bad(&[i64::MAX, 4], "overflows");
+    bad(&[i64::MAX, 4], "largest size");
+    bad(&[1 << 32, 1 << 32], "overflows");
 }
 
 #[test]

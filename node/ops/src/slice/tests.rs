@@ -194,3 +194,41 @@ fn gpu_slice_and_split_match_cpu_for_every_size() {
         gpu_same_bytes(split.as_ref(), &[Some(&x)], &format!("Split {dtype}"));
     }
 }
+
+/// A scalar has no axis to slice: taking axis 0 of one indexed an empty list (a panic the
+/// fuzzer found); now it is an error.
+#[test]
+fn a_scalar_cannot_be_sliced() {
+    let x = Tensor::scalar(1f32);
+    let (s, e) = (i64s(&[0]), i64s(&[1]));
+    assert_err(
+        run_node("Slice", 13, vec![], &[Some(&x), Some(&s), Some(&e)]),
+        false,
+        "rank 1 or more",
+    );
+}
+
+/// Split, Compress and Pad along axis 0 of a scalar indexed an empty shape; now each is an
+/// error naming the scalar.
+#[test]
+fn a_scalar_has_no_axis_to_split_compress_or_pad() {
+    let x = Tensor::scalar(1f32);
+    let split = run_node("Split", 13, vec![("axis", AttrValue::Int(0))], &[Some(&x)]);
+    assert_err(split, false, "of a scalar");
+    let keep = Tensor::from_bytes(crate::tensor::DType::Bool, vec![1], vec![1u8].into()).unwrap();
+    let compress = run_node(
+        "Compress",
+        11,
+        vec![("axis", AttrValue::Int(0))],
+        &[Some(&x), Some(&keep)],
+    );
+    assert_err(compress, false, "of a scalar");
+    let (pads, axes) = (i64s(&[1, 1]), i64s(&[0]));
+    let pad = run_node(
+        "Pad",
+        18,
+        vec![],
+        &[Some(&x), Some(&pads), None, Some(&axes)],
+    );
+    assert_err(pad, false, "of a scalar");
+}

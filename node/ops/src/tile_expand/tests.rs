@@ -109,3 +109,31 @@ fn gpu_tile_expand_depth_match_cpu() {
         "Tile folded",
     );
 }
+
+/// Tile of [4] by 2^62 + 1 made 2^64 + 4 elements, which wrapped to shape [4]: a silently wrong
+/// answer. Expand to [2^32, 2^32] wrapped to no elements at all. Both are errors now.
+#[test]
+fn shapes_that_wrap_are_errors() {
+    let x = Tensor::from_vec(vec![4], vec![1i64, 2, 3, 4]);
+    let tile = op("Tile", 13, vec![], 2).unwrap();
+    let e = infer_known(tile.as_ref(), &[Some(&x), Some(&i64s(&[(1 << 62) + 1]))]);
+    assert_err(e, false, "Tile");
+    let e = infer_known(tile.as_ref(), &[Some(&x), Some(&i64s(&[-1]))]);
+    assert_err(e, false, "negative");
+    let expand = op("Expand", 13, vec![], 2).unwrap();
+    let one = Tensor::from_vec(vec![1], vec![1f32]);
+    let e = infer_known(
+        expand.as_ref(),
+        &[Some(&one), Some(&i64s(&[1 << 32, 1 << 32]))],
+    );
+    assert_err(e, false, "element count");
+    let d2s = op(
+        "DepthToSpace",
+        13,
+        vec![("blocksize", AttrValue::Int(1 << 40))],
+        1,
+    )
+    .unwrap();
+    let x = Tensor::zeros(DType::F32, vec![1, 1, 1, 1]);
+    assert_err(infer_known(d2s.as_ref(), &[Some(&x)]), false, "blocksize");
+}

@@ -2,6 +2,7 @@
 //! (kernel_shape, strides, dilations, pads, auto_pad), resolved against an input's spatial
 //! sizes into one [`Axis`] per spatial dimension.
 
+use crate::size::Size;
 use crate::{Attrs, OpError};
 
 /// How the padding is chosen. `auto_pad` is deprecated in ONNX but still common in old models.
@@ -86,11 +87,6 @@ impl Axis {
         out
     }
 
-    /// Input positions one window spans, dilation included.
-    pub fn extent(&self) -> usize {
-        (self.kernel - 1) * self.dilation + 1
-    }
-
     /// Input coordinate of output `o`'s first tap; negative when it lies in the padding.
     pub fn start(&self, o: usize) -> i64 {
         (o * self.stride) as i64 - self.pad_begin as i64
@@ -127,7 +123,12 @@ fn ints_at_least(
             "{op}: every value of '{name}' must be at least {min}, found {bad} in {values:?}"
         )));
     }
-    Ok(Some(values.iter().map(|&v| v as usize).collect()))
+    let sizes = values
+        .iter()
+        .map(|&v| Size::from_i64(v, format_args!("{op}: a value of '{name}' {values:?}")))
+        .map(|s| s.map(Size::get))
+        .collect::<Result<_, _>>()?;
+    Ok(Some(sizes))
 }
 
 impl WindowAttrs {
@@ -203,21 +204,29 @@ impl WindowAttrs {
                 "{op}: kernel size 0 on spatial axis {i}"
             )));
         }
-        let extent = a.extent();
-        let (s, n) = (a.stride, a.input);
+        let what = |name: &str| format!("{op}: the {name} of spatial axis {i}");
+        let size = |v: usize, name: &str| Size::new(v, what(name));
+        let (s, n) = (size(a.stride, "stride")?, size(a.input, "input size")?);
+        // (kernel - 1) * dilation + 1, checked: the kernel and dilation come from the model.
+        let extent = size(a.kernel - 1, "kernel")?
+            .mul(size(a.dilation, "dilation")?, what("window extent"))?
+            .add(Size::ONE, what("window extent"))?;
+        let (pb, pe) = (size(a.pad_begin, "pad")?, size(a.pad_end, "pad")?);
         match self.auto_pad {
             AutoPad::NotSet => {
-                let padded = n + a.pad_begin + a.pad_end;
+                let padded = n
+                    .add(pb, what("padded size"))?
+                    .add(pe, what("padded size"))?;
                 if padded >= extent {
-                    let span = padded - extent;
+                    let span = padded.get() - extent.get();
                     a.output = if ceil_mode {
-                        span.div_ceil(s) + 1
+                        span.div_ceil(s.get()) + 1
                     } else {
-                        span / s + 1
+                        span / s.get() + 1
                     };
                     // A last window that would start past the input and its leading padding
                     // covers nothing real: drop it (the rule PyTorch and onnxruntime use).
-                    if ceil_mode && (a.output - 1) * s >= n + a.pad_begin {
+                    if ceil_mode && (a.output - 1) * s.get() >= n.get() + pb.get() {
                         a.output -= 1;
                     }
                 }
@@ -227,11 +236,19 @@ impl WindowAttrs {
                 a.pad_end = 0;
                 // The spec's ceil and floor formulas agree here:
                 // ceil((n - extent + 1) / s) == floor((n - extent) / s) + 1.
-                a.output = if n >= extent { (n - extent) / s + 1 } else { 0 };
+                a.output = if n >= extent {
+                    (n.get() - extent.get()) / s.get() + 1
+                } else {
+                    0
+                };
             }
             AutoPad::SameUpper | AutoPad::SameLower => {
-                a.output = n.div_ceil(s);
-                let total = ((a.output.max(1) - 1) * s + extent).saturating_sub(n);
+                a.output = n.get().div_ceil(s.get());
+                let last = size(a.output.max(1) - 1, "output size")?.mul(s, what("last window"))?;
+                let total = last
+                    .add(extent, what("last window"))?
+                    .get()
+                    .saturating_sub(n.get());
                 let small = total / 2;
                 (a.pad_begin, a.pad_end) = if self.auto_pad == AutoPad::SameUpper {
                     (small, total - small)
@@ -247,6 +264,11 @@ impl WindowAttrs {
                 a.pad_begin, a.pad_end, a.kernel, a.dilation
             )));
         }
+        // Every window's furthest coordinate, (output - 1) * stride + extent, is then a size
+        // too, so the kernels' index arithmetic (in usize and i64) cannot overflow.
+        size(a.output - 1, "output size")?
+            .mul(s, what("last window's start"))?
+            .add(extent, what("last window's end"))?;
         Ok(a)
     }
 }

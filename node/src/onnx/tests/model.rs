@@ -202,14 +202,15 @@ fn weights_are_slices_of_the_mapping() {
     assert!(range.contains(&p) || (p.align_offset(8) == 0 && c.bytes().len() <= ALIGN_COPY_MAX));
 }
 
-/// `load` itself maps the file: the weights' address lies in a mapping of that file, as the
-/// kernel's list of this process's mappings says.
+/// `load_files` maps a file it is told not to copy: the weights' address lies in a mapping of
+/// that file, as the kernel's list of this process's mappings says.
 #[cfg(target_os = "linux")]
 #[test]
 fn load_maps_the_file() {
     let dir = TempDir::new("zerocopy-load");
     let path = write_model(&dir, "mapped.onnx", &model_with(sample_graph()));
-    let def = load(&path).unwrap();
+    let (def, files) = super::super::load_files(&path, 0).unwrap();
+    assert!(!files.is_empty(), "the mapped file is watched");
     let addr = def.graph.initializers[0].1.bytes().as_ptr() as usize;
     let real = path.canonicalize().unwrap();
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();

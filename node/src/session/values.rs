@@ -1,0 +1,80 @@
+//! Checks of graph inputs' values that the GPU kernels cannot make. An index out of range is
+//! an error on the CPU; a shader clamps it instead (so that no access leaves its buffer) and
+//! would give a plausible wrong answer. Where the indices are a graph input or a constant, their
+//! values are on the host before the run, so the op checks them there, whatever device runs it. Indices
+//! computed on a GPU during the run are still clamped (shaders/index.glsl).
+
+use crate::error::{Error, Result};
+use crate::graph::{Graph, Specialized};
+use crate::ops::InferInput;
+use crate::tensor::Tensor;
+
+/// The ops whose kernels clamp index values on a GPU (they implement `Op::check_values`).
+const INDEXING: &[&str] = &[
+    "Gather",
+    "GatherElements",
+    "GatherND",
+    "ScatterElements",
+    "Scatter",
+    "ScatterND",
+];
+
+/// The nodes of a graph to check before each run: an indexing op reading a graph input or an
+/// initializer (a constant whose node is not folded: its data comes from the run).
+#[derive(Debug, Default)]
+pub(super) struct ValueChecks(Vec<usize>);
+
+impl ValueChecks {
+    pub(super) fn new(graph: &Graph) -> ValueChecks {
+        let is_input =
+            |v: usize| graph.inputs.iter().any(|(g, _)| *g == v) || graph.initializers[v].is_some();
+        ValueChecks(
+            graph
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.domain.is_empty() && INDEXING.contains(&n.op_type.as_str()))
+                .filter(|(_, n)| n.inputs.iter().flatten().any(|&v| is_input(v)))
+                .map(|(i, _)| i)
+                .collect(),
+        )
+    }
+
+    /// `inputs` in graph order; `spec` the plan's types and constants.
+    pub(super) fn check(
+        &self,
+        graph: &Graph,
+        spec: &Specialized,
+        inputs: &[&Tensor],
+    ) -> Result<()> {
+        for &n in &self.0 {
+            let node = &graph.nodes[n];
+            let mut args = Vec::with_capacity(node.inputs.len());
+            for v in &node.inputs {
+                let Some(v) = *v else {
+                    args.push(None);
+                    continue;
+                };
+                // A node the plan never reaches has no types: nothing runs it.
+                let Some(ty) = spec.types[v].as_ref() else {
+                    args.clear();
+                    break;
+                };
+                let value = match graph.inputs.iter().position(|(g, _)| *g == v) {
+                    Some(i) => inputs.get(i).copied(),
+                    None => spec.consts[v].as_ref(),
+                };
+                args.push(Some(InferInput { ty, value }));
+            }
+            if args.is_empty() {
+                continue;
+            }
+            node.op.check_values(&args).map_err(|e| Error::Node {
+                node: node.name.clone(),
+                op_type: node.op_type.clone(),
+                message: e.to_string(),
+            })?;
+        }
+        Ok(())
+    }
+}
