@@ -26,5 +26,7 @@ run models --target models "${seeds[@]}" --cases "$cases"
 run models-vulkan --target models "${seeds[@]}" --cases "$((cases / 10))" --device vulkan
 run frames --target frames --cases "$cases"
 run tensors --target tensors --cases "$cases"
+# The findings themselves (not the workers' scratch), for replay.
+tar czf "$out/findings.tar.gz" -C "$out" $(cd "$out" && ls -d findings-* 2>/dev/null) --exclude='.*' 2>/dev/null
 echo "jobs $jobs, $(nproc) cores"
 cat "$out/table.txt"
