@@ -286,11 +286,20 @@ impl Resize {
     }
 
     fn run(&self, x: &Tensor, p: &Plan) -> Result<Tensor, OpError> {
+        // An empty output has nothing to compute: its axes' taps could still be billions.
+        if p.out.contains(&0) {
+            return from_f64(x.dtype(), p.out.clone(), &[]);
+        }
         let mut shape = x.shape().to_vec();
         let mut data = x
             .to_f64_vec()
             .map_err(|e| OpError::invalid(format!("Resize input: {e}")))?;
-        for &a in &p.axes {
+        // Shrinking axes first: each axis is separable, so the order changes nothing but the
+        // intermediate sizes, which then never pass the larger of the input and the output
+        // (both checked against the budget); growing first could make one far larger.
+        let mut axes = p.axes.clone();
+        axes.sort_by_key(|&a| (p.out[a] as u128 * 1_000_000 / shape[a].max(1) as u128, a));
+        for &a in &axes {
             let (in_w, out_w, scale, roi) = (shape[a], p.out[a], p.scales[a], p.roi[a]);
             let identity = (scale - 1.0).abs() < 1e-9
                 && out_w == in_w

@@ -224,10 +224,19 @@ impl Unique {
         }
         let mut order: Vec<usize> = (0..firsts.len()).collect();
         if self.sorted {
+            // NaN last, as numpy sorts: a comparison that called NaN equal to everything
+            // was no order at all, and the sort panicked on it (a fuzzer's find).
+            let nan_last = |a: &f64, b: &f64| match (a.is_nan(), b.is_nan()) {
+                (false, false) => a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal),
+                (x, y) => x.cmp(&y),
+            };
             order.sort_by(|&a, &b| {
-                item_vals(firsts[a])
-                    .partial_cmp(&item_vals(firsts[b]))
-                    .unwrap_or(std::cmp::Ordering::Equal)
+                let (va, vb) = (item_vals(firsts[a]), item_vals(firsts[b]));
+                va.iter()
+                    .zip(&vb)
+                    .map(|(x, y)| nan_last(x, y))
+                    .find(|o| o.is_ne())
+                    .unwrap_or_else(|| va.len().cmp(&vb.len()))
             });
         }
         let mut rank = vec![0usize; order.len()];
