@@ -109,11 +109,7 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
             vkml::priority::demote_this_thread();
         })
         .build_global();
-    let (device, limit, vulkan) = (
-        settings.device,
-        settings.device_memory_limit,
-        tuning.vulkan,
-    );
+    let (device, limit, vulkan) = (settings.device, settings.device_memory_limit, tuning.vulkan);
     let (devices, inventory) = std::thread::spawn(move || {
         vkml::priority::demote_this_thread();
         vkml::cluster::inventory::local_devices(device, limit, &vulkan)
