@@ -348,9 +348,13 @@ fn t_client(nodes: &Nodes, shared: &Shared, t: &Model, secret: &Secret, id: usiz
             }
         }
         if turn.is_multiple_of(4) {
-            // Walks away: the node must unload it when the connection goes.
-            std::mem::forget(model);
+            // Walks away as a killed client would: the connection closes first (dropping the
+            // last client handle without close()), so the model's own unload on drop finds it
+            // closed; the node must unload the model when its lease ends. (Forgetting the
+            // model instead leaked its runtime and sockets here until the process ran out of
+            // files, ten minutes in.)
             drop(client);
+            drop(model);
             shared.report.lock().unwrap().abandoned += 1;
         } else {
             if model.unload().is_ok() {
