@@ -87,6 +87,7 @@ pub struct Growth {
     pub pid: u32,
     /// Last RSS over RSS after the warmup.
     pub rss: f64,
+    /// (Most in the first quarter after the warmup, fewest in the last quarter.)
     pub threads: (u64, u64),
     pub fds: (u64, u64),
 }
@@ -500,8 +501,11 @@ fn leftovers(nodes: &Nodes) -> Vec<String> {
     }
 }
 
-/// Growth of each node process's RSS, threads and open files between the end of its warmup
-/// and its last sample.
+/// Growth of each node process after its warmup: RSS as its last sample over its first, and
+/// threads and open files as (the most in the first quarter of the samples, the fewest in the
+/// last quarter). A pool that starts threads on demand and retires idle ones moves between two
+/// samples; a leak raises the floor, so only a last-quarter floor above the first-quarter peak
+/// counts as growth.
 pub fn growth(report: &Report, warmup: Duration) -> Vec<Growth> {
     let mut by_pid: BTreeMap<u32, Vec<&Sample>> = BTreeMap::new();
     for s in &report.samples {
@@ -510,19 +514,27 @@ pub fn growth(report: &Report, warmup: Duration) -> Vec<Growth> {
     let mut out = Vec::new();
     for (pid, samples) in by_pid {
         let start = samples[0].at;
-        let Some(base) = samples
-            .iter()
-            .find(|s| s.at >= start + warmup.as_secs_f64())
-        else {
+        let post: Vec<&Sample> = samples
+            .into_iter()
+            .filter(|s| s.at >= start + warmup.as_secs_f64())
+            .collect();
+        let (Some(base), Some(last)) = (post.first(), post.last()) else {
             continue;
         };
-        let last = samples[samples.len() - 1];
+        let q = (post.len() / 4).max(1);
+        let (head, tail) = (&post[..q], &post[post.len() - q..]);
+        let span = |f: fn(&Sample) -> u64| {
+            (
+                head.iter().map(|s| f(s)).max().unwrap_or(0),
+                tail.iter().map(|s| f(s)).min().unwrap_or(0),
+            )
+        };
         out.push(Growth {
             node: last.node.clone(),
             pid,
             rss: last.rss_kib as f64 / base.rss_kib.max(1) as f64,
-            threads: (base.threads, last.threads),
-            fds: (base.fds, last.fds),
+            threads: span(|s| s.threads),
+            fds: span(|s| s.fds),
         });
     }
     out
