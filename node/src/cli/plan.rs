@@ -9,7 +9,7 @@ use clap::Args;
 use serde::Deserialize;
 use vkml::cluster::client::Client;
 use vkml::cluster::inventory::to_planner;
-use vkml::distributed::offline::{PlacedOp, PlanReport, plan_model};
+use vkml::distributed::offline::{PlanReport, placed_ops, plan_model};
 use vkml::distributed::placement::{describe, plan_for};
 use vkml::graph::Graph;
 use vkml_planner::Snapshot;
@@ -142,23 +142,7 @@ fn plan_given(
         .specialize_given(&refs, fuse, limit)
         .map_err(vkml::Error::from)?;
     let (plan, _, spec) = plan_for(&graph, spec, snapshot, tuning)?;
-    let ops = spec
-        .live
-        .iter()
-        .enumerate()
-        .map(|(p, &n)| {
-            let d = &plan.placement[p];
-            PlacedOp {
-                name: spec.node(&graph, n).name.clone(),
-                op_type: spec.node(&graph, n).op_type.clone(),
-                node: d.node.clone(),
-                device: snapshot
-                    .device(d)
-                    .map_or_else(|| format!("device {}", d.index), |x| x.name.clone()),
-                chunk: plan.op_chunk[p],
-            }
-        })
-        .collect();
+    let ops = placed_ops(&graph, &spec, &plan, snapshot);
     Ok(PlanReport {
         placement: describe(&graph, &plan, snapshot),
         ops,

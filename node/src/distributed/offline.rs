@@ -99,15 +99,29 @@ pub fn plan_model(
     };
     let (plan, _, spec) = super::placement::plan_for(&graph, spec, snapshot, tuning)?;
     let placement = super::placement::describe(&graph, &plan, snapshot);
-    let ops = spec
-        .live
+    let ops = placed_ops(&graph, &spec, &plan, snapshot);
+    Ok(PlanReport {
+        placement,
+        ops,
+        assumed,
+    })
+}
+
+/// Where the plan put each live op, in plan order: what `plan` prints.
+pub fn placed_ops(
+    graph: &Graph,
+    spec: &crate::graph::Specialized,
+    plan: &vkml_planner::Plan,
+    snapshot: &Snapshot,
+) -> Vec<PlacedOp> {
+    spec.live
         .iter()
         .enumerate()
         .map(|(p, &n)| {
             let d = &plan.placement[p];
             PlacedOp {
-                name: spec.node(&graph, n).name.clone(),
-                op_type: spec.node(&graph, n).op_type.clone(),
+                name: spec.node(graph, n).name.clone(),
+                op_type: spec.node(graph, n).op_type.clone(),
                 node: d.node.clone(),
                 device: snapshot
                     .device(d)
@@ -115,10 +129,5 @@ pub fn plan_model(
                 chunk: plan.op_chunk[p],
             }
         })
-        .collect();
-    Ok(PlanReport {
-        placement,
-        ops,
-        assumed,
-    })
+        .collect()
 }
