@@ -24,7 +24,7 @@ pub struct BlobId([u8; 32]);
 
 impl BlobId {
     pub fn of(data: &[u8]) -> BlobId {
-        BlobId(*blake3::hash(data).as_bytes())
+        hash(data)
     }
 
     pub fn as_bytes(&self) -> &[u8; 32] {
@@ -74,6 +74,74 @@ pub enum CacheError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "a weight of {length} bytes does not fit the weight cache at {}, which holds at most \
+         {limit} bytes: raise --cache-size, or give --cache-size 0 to keep weights in memory",
+        dir.display()
+    )]
+    TooLarge {
+        dir: PathBuf,
+        length: u64,
+        limit: u64,
+    },
+    #[error(
+        "the weight received is not the one announced: {written} of {length} bytes arrived, \
+         hashing to {got:?} instead of {expected:?} (did the file change while it was sent?)"
+    )]
+    Mismatch {
+        expected: BlobId,
+        got: BlobId,
+        length: u64,
+        written: u64,
+    },
+}
+
+/// A blob on its way in: see [`WeightCache::begin`].
+pub struct Incoming {
+    id: BlobId,
+    length: u64,
+    temp: PathBuf,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    hasher: blake3::Hasher,
+    written: u64,
+}
+
+impl Incoming {
+    pub fn write(&mut self, chunk: &[u8]) -> Result<(), CacheError> {
+        self.written += chunk.len() as u64;
+        if self.written > self.length {
+            // Keep counting, write nothing more: `finish` reports the overrun.
+            return Ok(());
+        }
+        self.hasher.update(chunk);
+        let file = self.file.as_mut().expect("an open blob");
+        file.write_all(chunk).map_err(|source| CacheError::Write {
+            path: self.temp.clone(),
+            source,
+        })
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        // Finished blobs were renamed; anything else is a leftover.
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// The hash of a blob's content; multi-threaded for large ones (a model's part can be
+/// gigabytes), and the pages read are handed back when it is a mapping.
+pub fn hash(data: &[u8]) -> BlobId {
+    let mut h = blake3::Hasher::new();
+    if data.len() >= 1 << 20 {
+        h.update_rayon(data);
+    } else {
+        h.update(data);
+    }
+    crate::onnx::release_pages(data);
+    BlobId(*h.finalize().as_bytes())
 }
 
 struct Entry {
@@ -178,14 +246,18 @@ impl WeightCache {
             .contains_key(id)
     }
 
-    /// Blob `id`, when it is here and its content still has that hash. A damaged or vanished
-    /// file is forgotten and counts as a miss.
+    /// Blob `id`, when it is here and its content still has that hash: mapped when large, so
+    /// a part of a model costs no heap. A damaged or vanished file is forgotten and counts as
+    /// a miss.
     pub fn get(&self, id: &BlobId) -> Option<Bytes> {
         if !self.contains(id) {
             return None;
         }
         let path = self.path(id);
-        let data = std::fs::read(&path).ok().filter(|d| BlobId::of(d) == *id);
+        let data = crate::onnx::read_file(&path, crate::onnx::COPY_BELOW)
+            .ok()
+            .map(|(d, _)| d)
+            .filter(|d| hash(d) == *id);
         let mut guard = self.index.lock().expect("cache lock");
         let (index, stats) = &mut *guard;
         let Some(data) = data else {
@@ -208,42 +280,100 @@ impl WeightCache {
         if let Ok(f) = std::fs::File::options().append(true).open(&path) {
             let _ = f.set_modified(SystemTime::now());
         }
-        Some(Bytes::from(data))
+        Some(data)
     }
 
     /// Keeps `data` under its hash, making room by evicting the least recently used blobs.
     /// Returns the hash. A blob larger than the whole bound is not kept (and is no error).
     pub fn put(&self, data: &[u8]) -> Result<BlobId, CacheError> {
         let id = BlobId::of(data);
-        let bytes = data.len() as u64;
-        if bytes > self.limit || self.contains(&id) {
+        if data.len() as u64 > self.limit || self.contains(&id) {
             return Ok(id);
         }
-        self.evict_for(bytes);
-        let path = self.path(&id);
+        let mut w = self.begin(id, data.len() as u64)?;
+        w.write(data)?;
+        self.finish(w).map(|_| id)
+    }
+
+    /// Starts receiving blob `id` of `length` bytes: room is made for it now, and its bytes
+    /// go to a temporary file as they arrive ([`Incoming::write`]), so a blob of any size
+    /// costs no memory. A blob larger than the whole bound is an error saying so.
+    pub fn begin(&self, id: BlobId, length: u64) -> Result<Incoming, CacheError> {
+        if length > self.limit {
+            return Err(CacheError::TooLarge {
+                dir: self.dir.clone(),
+                length,
+                limit: self.limit,
+            });
+        }
+        self.evict_for(length);
         let temp = self
             .dir
             .join(format!("{TEMP_PREFIX}{}-{}", std::process::id(), id.hex()));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&temp)?;
-            f.write_all(data)?;
-            f.sync_data()?;
-            std::fs::rename(&temp, &path)
-        };
-        if let Err(source) = write() {
-            let _ = std::fs::remove_file(&temp);
+        let file = std::fs::File::create(&temp).map_err(|source| CacheError::Write {
+            path: temp.clone(),
+            source,
+        })?;
+        Ok(Incoming {
+            id,
+            length,
+            temp,
+            file: Some(std::io::BufWriter::with_capacity(1 << 20, file)),
+            hasher: blake3::Hasher::new(),
+            written: 0,
+        })
+    }
+
+    /// Ends a blob begun with [`WeightCache::begin`]: its length and hash are checked, and it
+    /// is kept under its name and returned (mapped when large). On any error the temporary
+    /// file is gone and nothing is kept.
+    pub fn finish(&self, mut w: Incoming) -> Result<Bytes, CacheError> {
+        let path = self.path(&w.id);
+        let got = BlobId(*w.hasher.finalize().as_bytes());
+        if w.written != w.length || got != w.id {
+            return Err(CacheError::Mismatch {
+                expected: w.id,
+                got,
+                length: w.length,
+                written: w.written,
+            });
+        }
+        let file = w.file.take().expect("an open blob");
+        let done = file
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|f| f.sync_data())
+            .and_then(|()| std::fs::rename(&w.temp, &path));
+        if let Err(source) = done {
+            let _ = std::fs::remove_file(&w.temp);
             return Err(CacheError::Write { path, source });
         }
+        let data = crate::onnx::read_file(&path, crate::onnx::COPY_BELOW)
+            .map(|(d, _)| d)
+            .map_err(|source| CacheError::Write {
+                path: path.clone(),
+                source,
+            })?;
         let mut guard = self.index.lock().expect("cache lock");
         let (index, stats) = &mut *guard;
         index.clock += 1;
         let used = index.clock;
-        if index.entries.insert(id, Entry { bytes, used }).is_none() {
-            index.total += bytes;
+        if index
+            .entries
+            .insert(
+                w.id,
+                Entry {
+                    bytes: w.length,
+                    used,
+                },
+            )
+            .is_none()
+        {
+            index.total += w.length;
         }
         stats.stored += 1;
-        stats.stored_bytes += bytes;
-        Ok(id)
+        stats.stored_bytes += w.length;
+        Ok(data)
     }
 
     /// Evicts least recently used blobs until `incoming` more bytes fit the bound.

@@ -31,10 +31,11 @@ pub enum Kind {
     Tensor = 16,
     LoadProgress = 17,
     Loaded = 18,
+    WeightsWanted = 19,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::Hello,
         Kind::Welcome,
         Kind::Refused,
@@ -53,6 +54,7 @@ impl Kind {
         Kind::Tensor,
         Kind::LoadProgress,
         Kind::Loaded,
+        Kind::WeightsWanted,
     ];
 
     pub fn from_byte(b: u8) -> Option<Kind> {
@@ -70,7 +72,6 @@ impl Kind {
             | Kind::Refused
             | Kind::Leave
             | Kind::StatusRequest
-            | Kind::Submit
             | Kind::Run
             | Kind::RunResult
             | Kind::Unload
@@ -78,7 +79,9 @@ impl Kind {
             Kind::Error | Kind::LoadAck | Kind::RunFailed => 16 * KIB,
             Kind::Inventory => 64 * KIB,
             Kind::Tensor => 64 * KIB,
-            Kind::StatusReply | Kind::Loaded => MIB,
+            Kind::StatusReply | Kind::Loaded | Kind::WeightsWanted => MIB,
+            // One entry per external tensor: an LLM has thousands.
+            Kind::Submit => 16 * MIB,
             // Every live op of a model with its attributes, and the cost graph: large models
             // have tens of thousands of ops. Weights travel apart, as tensors.
             Kind::Fragment => 64 * MIB,
@@ -107,6 +110,7 @@ pub enum Message {
     Tensor(pb::TensorHeader),
     LoadProgress(pb::LoadProgress),
     Loaded(pb::Loaded),
+    WeightsWanted(pb::WeightsWanted),
 }
 
 impl Message {
@@ -130,6 +134,7 @@ impl Message {
             Message::Tensor(_) => Kind::Tensor,
             Message::LoadProgress(_) => Kind::LoadProgress,
             Message::Loaded(_) => Kind::Loaded,
+            Message::WeightsWanted(_) => Kind::WeightsWanted,
         }
     }
 
@@ -153,6 +158,7 @@ impl Message {
             Message::Tensor(m) => m.encode_to_vec(),
             Message::LoadProgress(m) => m.encode_to_vec(),
             Message::Loaded(m) => m.encode_to_vec(),
+            Message::WeightsWanted(m) => m.encode_to_vec(),
         }
     }
 
@@ -203,6 +209,9 @@ impl Message {
                 Message::LoadProgress(pb::LoadProgress::decode(body).map_err(bad)?)
             }
             Kind::Loaded => Message::Loaded(pb::Loaded::decode(body).map_err(bad)?),
+            Kind::WeightsWanted => {
+                Message::WeightsWanted(pb::WeightsWanted::decode(body).map_err(bad)?)
+            }
             Kind::Tensor => {
                 let h = pb::TensorHeader::decode(body).map_err(bad)?;
                 if h.payload_bytes > crate::MAX_TENSOR_PAYLOAD {

@@ -23,6 +23,9 @@ struct FileConfig {
     device: Option<String>,
     #[serde(default)]
     insecure: bool,
+    cache_dir: Option<PathBuf>,
+    cache_size: Option<String>,
+    models: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -35,6 +38,33 @@ pub struct Settings {
     pub device_memory_limit: Option<u64>,
     pub device: DeviceSelection,
     pub insecure: bool,
+    pub cache_dir: Option<PathBuf>,
+    pub cache_size: u64,
+    pub models: Option<PathBuf>,
+}
+
+/// The weight cache's bound when none is given.
+pub const DEFAULT_CACHE_SIZE: u64 = 64 << 30;
+
+/// A size in bytes: digits, optionally followed by K, M, G or T (binary units; "B", "iB" and
+/// spaces around the unit accepted).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size: write bytes, or a number with K, M, G or T"))?;
+    let shift = match unit.trim().trim_end_matches('B').trim_end_matches('i') {
+        "" => 0,
+        "K" | "k" => 10,
+        "M" | "m" => 20,
+        "G" | "g" => 30,
+        "T" | "t" => 40,
+        other => return Err(format!("'{s}': unknown unit '{other}' (use K, M, G or T)")),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("'{s}' is too large"))
 }
 
 fn read_file(path: &Path) -> Result<FileConfig> {
@@ -108,6 +138,15 @@ impl Settings {
             device_memory_limit: args.device_memory_limit.or(file.device_memory_limit),
             device,
             insecure: args.insecure || file.insecure,
+            cache_dir: args.cache_dir.or(file.cache_dir.map(|p| base.join(p))),
+            cache_size: match (args.cache_size, file.cache_size) {
+                (Some(n), _) => n,
+                (None, Some(s)) => {
+                    parse_size(&s).map_err(|e| anyhow::anyhow!("cache_size: {e}"))?
+                }
+                (None, None) => DEFAULT_CACHE_SIZE,
+            },
+            models: args.models.or(file.models.map(|p| base.join(p))),
         })
     }
 }

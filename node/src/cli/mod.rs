@@ -57,6 +57,20 @@ pub struct NodeArgs {
     /// Devices to serve: auto, cpu, vulkan, or vulkan:N.
     #[arg(long)]
     pub device: Option<DeviceSelection>,
+    /// Where to keep the weights this node is sent, named by their content, so a second
+    /// submission of a model, or one after a restart, sends nothing again (default:
+    /// $XDG_CACHE_HOME/vkml/weights, else ~/.cache/vkml/weights).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Bound the weight cache (bytes, or with K, M, G, T: binary units); the least recently
+    /// used weights go first. 0 keeps no cache: weights received stay in memory.
+    #[arg(long, value_name = "SIZE", value_parser = config::parse_size)]
+    pub cache_size: Option<u64>,
+    /// A folder of model files this node may read weights from instead of receiving them:
+    /// a model's external-data file found here under the same name, with the same bytes
+    /// (checked by hash), is mapped. The files must not change while the node runs.
+    #[arg(long, value_name = "DIR")]
+    pub models: Option<PathBuf>,
     /// Settings from a TOML file (keys as the flags: listen, join, cluster_key...).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -129,10 +143,11 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
         faults: env::faults()?,
         lease_grace: env::lease_grace(),
     };
+    let weights = weight_store(&settings)?;
     let rt = runtime()?;
     let result = rt.block_on(async move {
         let cluster = Cluster::start(cfg).await?;
-        let exec = vkml::distributed::Exec::start(cluster.clone(), devices, inventory);
+        let exec = vkml::distributed::Exec::start(cluster.clone(), devices, inventory, weights);
         let fatal = tokio::select! {
             r = wait_for_signal() => {
                 r?;
@@ -157,6 +172,46 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
 }
 
 /// How long a stopping node waits for its run threads after leaving the cluster.
+/// The node's weight store: its cache and models folder, as the settings say. An explicit
+/// --cache-dir that cannot be used is an error; the default one only a warning (the node then
+/// keeps weights in memory), so a node runs where the home folder is read-only.
+fn weight_store(settings: &config::Settings) -> Result<vkml::distributed::weights::WeightStore> {
+    use vkml::cache::{WeightCache, default_dir};
+    let cache = match (&settings.cache_dir, settings.cache_size) {
+        (_, 0) => None,
+        (Some(dir), size) => Some(WeightCache::open(dir, size)?),
+        (None, size) => {
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            let xdg = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
+            match default_dir(xdg.as_deref(), home.as_deref()) {
+                Some(dir) => match WeightCache::open(&dir, size) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        tracing::warn!("{e}; weights received are kept in memory");
+                        None
+                    }
+                },
+                None => None,
+            }
+        }
+    };
+    if let Some(c) = &cache {
+        tracing::info!(
+            "weight cache: {} ({} of at most {} bytes held)",
+            c.dir().display(),
+            c.size(),
+            settings.cache_size
+        );
+    }
+    if let Some(dir) = settings.models.as_ref().filter(|d| !d.is_dir()) {
+        bail!("--models {}: not a folder", dir.display());
+    }
+    Ok(vkml::distributed::weights::WeightStore::new(
+        cache,
+        settings.models.clone(),
+    ))
+}
+
 const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn wait_for_signal() -> Result<()> {

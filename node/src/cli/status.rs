@@ -35,6 +35,10 @@ struct JsonStatus {
     /// Bytes of intermediate values the answering node sent to / received from other nodes.
     edge_bytes_sent: u64,
     edge_bytes_received: u64,
+    /// Weight bytes the answering node received, and those it took from its cache or its
+    /// models folder instead.
+    weight_bytes_received: u64,
+    weight_bytes_cached: u64,
     /// Models submitted to the answering node: who loaded them, what they reserve where.
     models: Vec<JsonModel>,
     /// Parts of models (any node's) the answering node holds, with what they reserve here.
@@ -69,6 +73,11 @@ struct JsonMember {
     addr: String,
     generation: u64,
     devices: Vec<JsonDevice>,
+    /// The member's own weight counters, asked of it (absent when it did not answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight_bytes_received: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight_bytes_cached: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -99,6 +108,8 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
         tensor_bytes_received: r.tensor_bytes_received,
         edge_bytes_sent: r.edge_bytes_sent,
         edge_bytes_received: r.edge_bytes_received,
+        weight_bytes_received: r.weight_bytes_received,
+        weight_bytes_cached: r.weight_bytes_cached,
         models: r
             .models
             .into_iter()
@@ -127,6 +138,8 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
                 name: m.name,
                 addr: m.addr,
                 generation: m.generation,
+                weight_bytes_received: None,
+                weight_bytes_cached: None,
                 devices: m
                     .devices
                     .into_iter()
@@ -180,6 +193,7 @@ fn table(s: &JsonStatus) -> String {
         "NAME".to_string(),
         "STATE".into(),
         "ADDRESS".into(),
+        "WEIGHTS RECEIVED / FROM CACHE".into(),
         "DEVICES (memory budget)".into(),
     ]];
     for m in &s.members {
@@ -189,7 +203,17 @@ fn table(s: &JsonStatus) -> String {
             .map(|d| format!("{} {} ({} MiB)", d.name, d.vendor, d.memory_budget >> 20))
             .collect::<Vec<_>>()
             .join(", ");
-        rows.push(vec![m.name.clone(), m.state.into(), m.addr.clone(), devs]);
+        let weights = match (m.weight_bytes_received, m.weight_bytes_cached) {
+            (Some(r), Some(c)) => format!("{} / {}", mib(r), mib(c)),
+            _ => "-".into(),
+        };
+        rows.push(vec![
+            m.name.clone(),
+            m.state.into(),
+            m.addr.clone(),
+            weights,
+            devs,
+        ]);
     }
     let mut out = columns(rows);
     if !s.models.is_empty() {
@@ -234,19 +258,43 @@ fn table(s: &JsonStatus) -> String {
     out
 }
 
+/// How long a member other than the one asked may take to give its counters.
+const MEMBER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+async fn ask(addr: &str, secret: &Secret) -> Result<pb::StatusReply> {
+    let client = Client::connect(addr, secret).await?;
+    let r = client.status().await;
+    client.close().await;
+    Ok(r?)
+}
+
 pub fn status(args: StatusArgs) -> Result<()> {
     let secret = match (&args.cluster_key, args.insecure) {
         (Some(p), _) => Secret::read(p)?,
         (None, true) => Secret::insecure(),
         (None, false) => bail!("status needs --cluster-key FILE (or --insecure)"),
     };
-    let reply = super::runtime()?.block_on(async {
-        let client = Client::connect(&args.to, &secret).await?;
-        let r = client.status().await;
-        client.close().await;
-        r
-    })?;
-    let s = to_json(reply);
+    let rt = super::runtime()?;
+    let reply = rt.block_on(ask(&args.to, &secret))?;
+    let mut s = to_json(reply);
+    // Each member's weight counters are its own: ask every live one, at once.
+    let counters = rt.block_on(async {
+        let mut asks = tokio::task::JoinSet::new();
+        for m in s.members.iter().filter(|m| m.state == "alive") {
+            let (name, addr, secret) = (m.name.clone(), m.addr.clone(), secret.clone());
+            asks.spawn(async move {
+                let r = tokio::time::timeout(MEMBER_WAIT, ask(&addr, &secret)).await;
+                (name, r.ok().and_then(Result::ok))
+            });
+        }
+        asks.join_all().await
+    });
+    for (name, reply) in counters {
+        if let (Some(m), Some(r)) = (s.members.iter_mut().find(|m| m.name == name), reply) {
+            m.weight_bytes_received = Some(r.weight_bytes_received);
+            m.weight_bytes_cached = Some(r.weight_bytes_cached);
+        }
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
     } else {

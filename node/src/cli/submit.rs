@@ -1,5 +1,6 @@
 //! `vkml-node submit`: run a model on a cluster through any of its nodes.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -7,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vkml::Tensor;
 use vkml::distributed::client::{ClusterClient, RemoteModel};
 
@@ -15,7 +16,8 @@ use super::placement;
 
 #[derive(Args, Debug)]
 pub struct SubmitArgs {
-    /// The .onnx model file (weights embedded; it is sent to the node).
+    /// The .onnx model file. It is sent to the node; weights stored as external data (files
+    /// beside it) are hashed and sent only to nodes that do not have them.
     pub model: PathBuf,
     /// Any member of the cluster (host:port).
     #[arg(long, value_name = "ADDR")]
@@ -47,22 +49,11 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
     let secret = super::secret_for_tool(args.cluster_key.as_deref(), args.insecure, "submit")?;
     let cluster = ClusterClient::connect(&args.to, &secret)
         .with_context(|| format!("cannot reach {}", args.to))?;
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{msg:>18} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})",
-        )
-        .expect("a valid template")
-        .progress_chars("=> "),
-    );
+    let bars = Bars::default();
     let model = cluster
-        .load(&args.model, |p| {
-            bar.set_message(p.stage.clone());
-            bar.set_length(p.total_bytes);
-            bar.set_position(p.done_bytes);
-        })
+        .load(&args.model, |p| bars.show(p))
         .with_context(|| format!("cannot load {} on the cluster", args.model.display()));
-    bar.finish_and_clear();
+    bars.clear();
     let model = model?;
     match &model.placement {
         Some(p) => print!("{}", placement::render(p)),
@@ -74,6 +65,45 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
     result?;
     unloaded.context("cannot unload the model")?;
     Ok(())
+}
+
+/// One progress bar per stage of a load and node it concerns: the bytes hashed, the model
+/// sent, and each node's weights (sent, or found there already), with their rates.
+#[derive(Default)]
+struct Bars {
+    all: MultiProgress,
+    bars: std::cell::RefCell<BTreeMap<(String, String), ProgressBar>>,
+}
+
+impl Bars {
+    fn show(&self, p: &vkml_protocol::pb::LoadProgress) {
+        let key = (p.stage.clone(), p.node.clone());
+        let mut bars = self.bars.borrow_mut();
+        let bar = bars.entry(key).or_insert_with(|| {
+            let bar = self.all.add(ProgressBar::new(p.total_bytes));
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{msg:>24} [{bar:32}] {bytes}/{total_bytes} ({bytes_per_sec})",
+                )
+                .expect("a valid template")
+                .progress_chars("=> "),
+            );
+            bar.set_message(if p.node.is_empty() {
+                p.stage.clone()
+            } else {
+                format!("{} {}", p.stage, p.node)
+            });
+            bar
+        });
+        bar.set_length(p.total_bytes);
+        bar.set_position(p.done_bytes);
+    }
+
+    fn clear(&self) {
+        for bar in self.bars.borrow().values() {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 fn run_and_write(model: &RemoteModel, args: &SubmitArgs) -> Result<()> {

@@ -111,6 +111,8 @@ pub const DEFAULT_LEASE_GRACE: Duration = Duration::from_secs(5);
 pub struct ExecStatus {
     pub models: Vec<pb::ModelStatus>,
     pub fragments: Vec<pb::FragmentStatus>,
+    pub weight_bytes_received: u64,
+    pub weight_bytes_cached: u64,
 }
 
 type StatusSource = Arc<dyn Fn() -> ExecStatus + Send + Sync>;

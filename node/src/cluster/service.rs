@@ -176,6 +176,8 @@ pub(crate) fn status_reply(inner: &Inner) -> pb::StatusReply {
     pb::StatusReply {
         models: exec.models,
         fragments: exec.fragments,
+        weight_bytes_received: exec.weight_bytes_received,
+        weight_bytes_cached: exec.weight_bytes_cached,
         node: inner.name.clone(),
         edge_bytes_sent: inner.exec_stats.edge_bytes_sent.load(Relaxed),
         edge_bytes_received: inner.exec_stats.edge_bytes_received.load(Relaxed),

@@ -119,15 +119,17 @@ impl Connected {
         path: &Path,
         mut progress: impl FnMut(&pb::LoadProgress),
     ) -> Result<RemoteModel, DistError> {
-        let data = std::fs::read(path).map_err(|e| {
+        let data = bytes::Bytes::from(std::fs::read(path).map_err(|e| {
             DistError::Runtime(crate::Error::Input(format!(
                 "cannot read {}: {e}",
                 path.display()
             )))
-        })?;
+        })?);
+        let side = super::side_files::prepare(path, &data, &mut progress)?;
         let name = path
             .file_name()
             .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+        let to = self.client.node.clone();
         let loaded = self.rt.block_on(self.naming(async {
             let (mut send, mut recv) = self
                 .client
@@ -138,6 +140,7 @@ impl Connected {
             let m = Message::Submit(pb::Submit {
                 name,
                 model_bytes: data.len() as u64,
+                weights: side.ranges.clone(),
             });
             transport::write_message(&mut send, &m).await?;
             let total = data.len() as u64;
@@ -151,7 +154,11 @@ impl Connected {
                     stage: "sending the model".into(),
                     done_bytes: done,
                     total_bytes: total,
+                    node: to.clone(),
                 });
+            }
+            if !side.ranges.is_empty() {
+                send_wanted(&mut send, &mut recv, &side, &to, &mut progress).await?;
             }
             let _ = send.finish();
             loop {
@@ -305,6 +312,57 @@ impl Drop for RemoteModel {
             });
         }
     }
+}
+
+/// Streams the external weights the node asked for, in its order, from the files' mappings
+/// (handing the pages read back as it goes).
+async fn send_wanted(
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    side: &super::side_files::SideWeights,
+    to: &str,
+    progress: &mut impl FnMut(&pb::LoadProgress),
+) -> Result<(), DistError> {
+    let wanted = match wire::expect_message(recv).await? {
+        Message::WeightsWanted(w) => w.indices,
+        other => {
+            return Err(DistError::Protocol(format!(
+                "expected the weights the node wants, got {:?}",
+                other.kind()
+            )));
+        }
+    };
+    let mut picked = Vec::with_capacity(wanted.len());
+    for &i in &wanted {
+        let b = side.bytes.get(i as usize).ok_or_else(|| {
+            DistError::Protocol(format!(
+                "the node asked for weight {i}, which was not offered"
+            ))
+        })?;
+        picked.push(b);
+    }
+    let total: u64 = picked.iter().map(|b| b.len() as u64).sum();
+    let mut done = 0u64;
+    let mut report = |done: u64| {
+        progress(&pb::LoadProgress {
+            stage: "sending weights".into(),
+            done_bytes: done,
+            total_bytes: total,
+            node: to.to_string(),
+        })
+    };
+    report(0);
+    for b in picked {
+        for piece in b.chunks(4 << 20) {
+            send.write_all(piece)
+                .await
+                .map_err(|e| DistError::Peer(format!("sending weights: {e}")))?;
+            crate::onnx::release_pages(piece);
+            done += piece.len() as u64;
+            report(done);
+        }
+    }
+    Ok(())
 }
 
 async fn unload(conn: quinn::Connection, id: u64) -> Result<(), DistError> {

@@ -43,6 +43,10 @@ impl DeployKey {
 /// One node's fragment and the weights that go with it.
 pub type Part = (pb::Fragment, Vec<(ValueId, Tensor)>);
 
+/// The weights of a model that came from external data, by value: how they are named on the
+/// wire, and their bytes as this node holds them.
+pub type External = BTreeMap<ValueId, (pb::WeightRange, bytes::Bytes)>;
+
 /// A deployment planned: what the machine decides with, and what the driver sends.
 pub struct Made {
     pub plan: DeploymentPlan<Tensor>,
@@ -70,6 +74,7 @@ pub async fn make(
     me: &str,
     name: &str,
     graph: &Arc<Graph>,
+    external: &External,
     key: &DeployKey,
     avoid: &BTreeSet<String>,
 ) -> Result<Made, Unplanned> {
@@ -122,14 +127,33 @@ pub async fn make(
             generation,
         })
         .collect();
-    for (fragment, _) in made.parts.values_mut() {
+    for (fragment, weights) in made.parts.values_mut() {
         fragment.lives = wire.clone();
+        by_reference(fragment, weights, external);
     }
     tracing::info!(
         "model {name} planned as {load_id:016x} over {} node(s), plan {hash:016x}",
         made.plan.nodes.len(),
     );
     Ok(made)
+}
+
+/// Weights that came from external data travel by reference: the fragment names them, and
+/// only those the participant lacks are streamed (`Submitter::load_on`).
+fn by_reference(f: &mut pb::Fragment, weights: &[(ValueId, Tensor)], external: &External) {
+    for (v, t) in weights {
+        let Some((range, bytes)) = external.get(v) else {
+            continue;
+        };
+        // The very bytes received, not a value specialisation made from them.
+        if t.bytes().as_ptr() == bytes.as_ptr() && t.bytes().len() == bytes.len() {
+            f.external.push(pb::WeightRef {
+                value: *v as u64,
+                range: Some(range.clone()),
+            });
+        }
+    }
+    f.weight_count -= f.external.len() as u64;
 }
 
 /// Plans a specialised graph with `tuning`'s plan settings and cuts it into fragments

@@ -125,6 +125,8 @@ impl Skeleton {
             tuning_fingerprint: 0,
             plan_settings: String::new(),
             lives: Vec::new(),
+            // Set by the submitter, which knows where its weights came from.
+            external: Vec::new(),
         };
         (f, weights)
     }

@@ -29,7 +29,9 @@ pub mod link;
 pub mod offline;
 pub mod participant;
 pub mod placement;
+mod side_files;
 pub mod submitter;
+pub mod weights;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -50,6 +52,7 @@ use crate::graph::ValueId;
 use link::Link;
 use participant::Participant;
 use submitter::{Owner, Submitter};
+use weights::WeightStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DistError {
@@ -72,6 +75,9 @@ pub enum DistError {
     Run(#[from] RunError),
     #[error("no model with id {0:016x} is loaded on this node (unloaded, or the node restarted)")]
     NoModel(u64),
+    /// A weight could not be received, kept or found (the message names it).
+    #[error("{0}")]
+    Weights(String),
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -86,6 +92,7 @@ fn join_err(e: tokio::task::JoinError) -> DistError {
 pub struct Exec {
     cluster: Cluster,
     link: Arc<Link>,
+    weights: Arc<WeightStore>,
     pub participant: Arc<Participant>,
     pub submitter: Arc<Submitter>,
 }
@@ -93,7 +100,13 @@ pub struct Exec {
 impl Exec {
     /// Serves execution on `cluster` with this node's `devices` (as `inventory` advertises
     /// them). Call inside the tokio runtime, once.
-    pub fn start(cluster: Cluster, devices: Vec<Device>, inventory: Vec<pb::Device>) -> Arc<Exec> {
+    /// Weights it is sent are kept in `weights`.
+    pub fn start(
+        cluster: Cluster,
+        devices: Vec<Device>,
+        inventory: Vec<pb::Device>,
+        weights: WeightStore,
+    ) -> Arc<Exec> {
         let rt = Handle::current();
         let link = Arc::new(Link::new(cluster.clone()));
         let participant = Arc::new(Participant::new(
@@ -113,6 +126,7 @@ impl Exec {
         let exec = Arc::new(Exec {
             cluster: cluster.clone(),
             link: link.clone(),
+            weights: Arc::new(weights),
             participant,
             submitter,
         });
@@ -157,10 +171,15 @@ impl Exec {
         });
         let weak = Arc::downgrade(&exec);
         cluster.set_status_source(move || match weak.upgrade() {
-            Some(e) => ExecStatus {
-                models: e.submitter.status(),
-                fragments: e.participant.status(),
-            },
+            Some(e) => {
+                let (received, cached) = e.weights.counters();
+                ExecStatus {
+                    models: e.submitter.status(),
+                    fragments: e.participant.status(),
+                    weight_bytes_received: received,
+                    weight_bytes_cached: cached,
+                }
+            }
             None => ExecStatus::default(),
         });
         exec
@@ -351,10 +370,20 @@ impl Exec {
         owner: Option<Owner>,
     ) -> Result<(), DistError> {
         let buf = wire::read_announced(recv, m.model_bytes, "model").await?;
+        let weights = self
+            .take_weights(&m.weights, send, recv, "the client")
+            .await?;
+        let received = m
+            .weights
+            .into_iter()
+            .zip(weights)
+            .map(|(r, b)| ((r.location.clone(), r.offset), (r, b)))
+            .collect();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let submitter = self.submitter.clone();
         let name = m.name.clone();
-        let mut task = tokio::spawn(async move { submitter.submit(name, buf, tx, owner).await });
+        let mut task =
+            tokio::spawn(async move { submitter.submit(name, buf, received, tx, owner).await });
         let outcome = loop {
             tokio::select! {
                 Some(p) = rx.recv() => {
@@ -433,6 +462,25 @@ impl Exec {
             }
             weights.insert(h.edge_id as ValueId, wire::tensor(&h, payload)?);
         }
+        let ranges: Vec<pb::WeightRange> = f
+            .external
+            .iter()
+            .map(|r| r.range.clone().unwrap_or_default())
+            .collect();
+        let from = format!("submitter {}", f.submitter);
+        let found = self.take_weights(&ranges, send, recv, &from).await?;
+        for (r, bytes) in f.external.iter().zip(found) {
+            let v = r.value as usize;
+            let t = match f.types.get(v) {
+                Some(t) => wire::tensor_of(t, bytes)?,
+                None => {
+                    return Err(DistError::Protocol(format!(
+                        "weight for value {v}, which the fragment does not have"
+                    )));
+                }
+            };
+            weights.insert(v, t);
+        }
         let p = self.participant.clone();
         let model = f.model_id;
         let r = crate::priority::heavy(move || p.load(&f, weights))
@@ -445,6 +493,59 @@ impl Exec {
         };
         transport::write_message(send, &Message::LoadAck(ack)).await?;
         Ok(())
+    }
+}
+
+impl Exec {
+    /// The bytes of `ranges` (a model's external weights): those this node holds already
+    /// (cache, models folder) are taken from there; the others are asked for with one
+    /// WeightsWanted, received from `recv` in that order, checked against their hashes and
+    /// kept. `from` names the sender in messages.
+    async fn take_weights(
+        &self,
+        ranges: &[pb::WeightRange],
+        send: &mut quinn::SendStream,
+        recv: &mut quinn::RecvStream,
+        from: &str,
+    ) -> Result<Vec<Bytes>, DistError> {
+        if ranges.is_empty() {
+            return Ok(Vec::new());
+        }
+        for r in ranges {
+            weights::blob_id(r)?;
+            crate::onnx::check_location(&r.location)
+                .map_err(|e| DistError::Weights(format!("{} (from {from}): {e}", r.location)))?;
+        }
+        let store = self.weights.clone();
+        let wanted = ranges.to_vec();
+        let mut found = crate::priority::heavy(move || {
+            wanted.iter().map(|r| store.lookup(r)).collect::<Vec<_>>()
+        })
+        .await
+        .map_err(join_err)?;
+        let indices: Vec<u32> = (0..ranges.len() as u32)
+            .filter(|&i| found[i as usize].is_none())
+            .collect();
+        let m = Message::WeightsWanted(pb::WeightsWanted {
+            indices: indices.clone(),
+        });
+        transport::write_message(send, &m).await?;
+        for i in indices {
+            let r = &ranges[i as usize];
+            let b = self
+                .weights
+                .receive(r, recv, |_| {})
+                .await
+                .map_err(|e| match e {
+                    DistError::Peer(p) => DistError::Peer(format!("{p} (from {from})")),
+                    other => other,
+                })?;
+            found[i as usize] = Some(b);
+        }
+        Ok(found
+            .into_iter()
+            .map(|b| b.expect("found or received"))
+            .collect())
     }
 }
 

@@ -18,7 +18,7 @@ use vkml_protocol::dist::submitter::{self as core, Action, PlanId, Prepared, Run
 use vkml_protocol::{Message, pb};
 
 use super::alarm::Alarm;
-use super::deploy::{self, DeployKey, Made, Part, Unplanned};
+use super::deploy::{self, DeployKey, External, Made, Part, Unplanned};
 use super::link::Link;
 use super::participant::Participant;
 use super::placement::static_types;
@@ -37,6 +37,8 @@ pub struct ClusterModel {
     pub id: u64,
     pub name: String,
     graph: Arc<Graph>,
+    /// Its weights from external data: they travel by reference.
+    external: External,
 }
 
 /// Progress of a load, for the client's progress bar.
@@ -47,6 +49,8 @@ pub type Progress = mpsc::UnboundedSender<pb::LoadProgress>;
 struct Sent {
     done: AtomicU64,
     total: OnceLock<u64>,
+    /// Per node of the plan: bytes sent (or found there already) of its part's total.
+    nodes: OnceLock<BTreeMap<String, (AtomicU64, u64)>>,
 }
 
 struct Entry {
@@ -163,20 +167,18 @@ impl Submitter {
         self: &Arc<Self>,
         name: String,
         data: Bytes,
+        weights: Received,
         progress: Progress,
         owner: Option<Owner>,
     ) -> Result<(Arc<ClusterModel>, Option<pb::Placement>), DistError> {
-        let graph = crate::priority::heavy(move || -> Result<Graph, DistError> {
-            let model = crate::onnx::load_from_bytes(data, None)
-                .map_err(|e| DistError::Runtime(e.into()))?;
-            Ok(Graph::from_model(&model)?)
-        })
-        .await
-        .map_err(join_err)??;
+        let (graph, external) = crate::priority::heavy(move || decode(data, weights))
+            .await
+            .map_err(join_err)??;
         let model = Arc::new(ClusterModel {
             id: rand::random(),
             name,
             graph: Arc::new(graph),
+            external,
         });
         let id = model.id;
         let types = static_types(&model.graph);
@@ -477,6 +479,7 @@ impl Submitter {
             &self.me,
             &model.name,
             &model.graph,
+            &model.external,
             &key,
             &avoid,
         )
@@ -515,6 +518,9 @@ impl Submitter {
         let count = |n: u64| {
             if let Some(s) = &sent {
                 s.done.fetch_add(n, Ordering::Relaxed);
+                if let Some((done, _)) = s.nodes.get().and_then(|m| m.get(node)) {
+                    done.fetch_add(n, Ordering::Relaxed);
+                }
             }
         };
         if node == self.me {
@@ -529,11 +535,42 @@ impl Submitter {
         }
         let (mut send, mut recv) = self.cluster.open_bi(node).await?;
         let model = f.model_id;
+        let by_ref: BTreeSet<u64> = f.external.iter().map(|r| r.value).collect();
+        let (external, inline): (Vec<_>, Vec<_>) = weights
+            .into_iter()
+            .partition(|(v, _)| by_ref.contains(&(*v as u64)));
+        let refs = f.external.clone();
         transport::write_message(&mut send, &Message::Fragment(Box::new(f))).await?;
-        for (v, t) in weights {
+        for (v, t) in inline {
             let h = wire::header(&t, pb::TensorRole::Weight, model, 0, v as u64);
             wire::write_tensor(&mut send, h, t.bytes()).await?;
             count(t.bytes().len() as u64);
+        }
+        if !refs.is_empty() {
+            let wanted = match wire::expect_message(&mut recv).await? {
+                Message::WeightsWanted(w) => w.indices,
+                Message::LoadAck(a) => return Err(DistError::Remote(a.reason)),
+                other => {
+                    return Err(DistError::Protocol(format!(
+                        "expected the weights {node} wants, got {:?}",
+                        other.kind()
+                    )));
+                }
+            };
+            let by_value: BTreeMap<u64, &Tensor> =
+                external.iter().map(|(v, t)| (*v as u64, t)).collect();
+            let mut have = 0u64;
+            for (i, r) in refs.iter().enumerate() {
+                let t = by_value.get(&r.value).ok_or_else(|| {
+                    DistError::Protocol(format!("no weight for value {}", r.value))
+                })?;
+                if !wanted.contains(&(i as u32)) {
+                    have += t.bytes().len() as u64;
+                    continue;
+                }
+                send_weight(&mut send, t.bytes(), &count).await?;
+            }
+            count(have);
         }
         let _ = send.finish();
         match wire::expect_message(&mut recv).await? {
@@ -628,9 +665,14 @@ impl State {
             return;
         }
         let total = parts.values().map(|(f, _)| f.weight_bytes).sum();
+        let nodes = parts
+            .iter()
+            .map(|(n, (f, _))| (n.clone(), (AtomicU64::new(0), f.weight_bytes)))
+            .collect();
         let sent = self.submissions.get_mut(&plan).map(|s| {
             s.placement = Some(placement);
             let _ = s.sent.total.set(total);
+            let _ = s.sent.nodes.set(nodes);
             s.sent.clone()
         });
         self.loads.insert(load_id, Load { parts, sent });
@@ -655,9 +697,57 @@ impl State {
             if let Some(&total) = s.sent.total.get() {
                 s.sent.done.store(total, Ordering::Relaxed);
             }
+            for (done, total) in s.sent.nodes.get().into_iter().flat_map(|m| m.values()) {
+                done.store(*total, Ordering::Relaxed);
+            }
             let _ = s.answer.send(r.map(|()| s.placement));
         }
     }
+}
+
+/// Streams one weight's bytes from where this node holds them (a mapping of its cache), and
+/// hands the pages read back: sending a part costs the submitter no memory.
+async fn send_weight(
+    send: &mut quinn::SendStream,
+    bytes: &Bytes,
+    count: &impl Fn(u64),
+) -> Result<(), DistError> {
+    for piece in bytes.chunks(4 << 20) {
+        send.write_all(piece)
+            .await
+            .map_err(|e| DistError::Peer(format!("sending weights: {e}")))?;
+        crate::onnx::release_pages(piece);
+        count(piece.len() as u64);
+    }
+    Ok(())
+}
+
+/// Weights received with a model's bytes, by (location, offset) as its external data names
+/// them.
+pub type Received = BTreeMap<(String, u64), (pb::WeightRange, Bytes)>;
+
+/// A submitted model's graph, its external data resolved against the weights received.
+fn decode(data: Bytes, weights: Received) -> Result<(Graph, External), DistError> {
+    let bytes = weights
+        .iter()
+        .map(|(k, (_, b))| (k.clone(), b.clone()))
+        .collect();
+    let (model, used) =
+        crate::onnx::load_resolved(data, bytes).map_err(|e| DistError::Runtime(e.into()))?;
+    let graph = Graph::from_model(&model)?;
+    let ids: std::collections::HashMap<&str, ValueId> = graph
+        .value_names
+        .iter()
+        .enumerate()
+        .map(|(v, n)| (n.as_str(), v))
+        .collect();
+    let mut external = External::new();
+    for (label, key) in used {
+        if let (Some(&v), Some(w)) = (ids.get(label.as_str()), weights.get(&key)) {
+            external.insert(v, w.clone());
+        }
+    }
+    Ok((graph, external))
 }
 
 /// Waits for a submission's answer, telling the client how many weight bytes went out.
@@ -667,11 +757,15 @@ async fn report_until(
     progress: &Progress,
 ) -> Result<Option<pb::Placement>, DistError> {
     let report = || {
-        if let Some(&total) = sent.total.get() {
+        let Some(nodes) = sent.nodes.get() else {
+            return;
+        };
+        for (node, (done, total)) in nodes {
             let _ = progress.send(pb::LoadProgress {
-                stage: "streaming weights".into(),
-                done_bytes: sent.done.load(Ordering::Relaxed).min(total),
-                total_bytes: total,
+                stage: "weights".into(),
+                done_bytes: done.load(Ordering::Relaxed).min(*total),
+                total_bytes: *total,
+                node: node.clone(),
             });
         }
     };

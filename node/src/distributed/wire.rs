@@ -43,6 +43,14 @@ pub fn header(
 
 /// The tensor a header and its payload describe, checked (the payload must be exactly the
 /// shape's size).
+/// A weight's tensor: its type as the fragment says, its bytes as received or found.
+pub fn tensor_of(t: &pb::ValueType, payload: Bytes) -> Result<Tensor, DistError> {
+    let dtype = dtype_from_name(&t.dtype)?;
+    let shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
+    Tensor::from_bytes(dtype, shape, payload)
+        .map_err(|e| DistError::Protocol(format!("a weight does not match its type: {e}")))
+}
+
 pub fn tensor(h: &pb::TensorHeader, payload: Bytes) -> Result<Tensor, DistError> {
     let dtype = dtype_from_name(&h.dtype)?;
     let shape: Vec<usize> = h.shape.iter().map(|&d| d as usize).collect();

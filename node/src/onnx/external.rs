@@ -6,7 +6,7 @@
 //! the file system, and a symbolic link that resolves outside the folder is refused after.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
@@ -23,13 +23,22 @@ pub(crate) struct ExternalFiles {
     copy_below: u64,
     /// The mapped ones, to be checked before each run.
     stamps: RefCell<Vec<FileStamp>>,
+    /// Instead of files: each tensor's bytes by (location, offset), as a node that received
+    /// a model's weights apart from its `.onnx` bytes holds them.
+    resolved: Option<Resolved>,
+}
+
+/// Weights by (location as the model spells it, offset), and which tensors took them.
+pub(crate) struct Resolved {
+    pub(crate) weights: BTreeMap<(String, u64), Bytes>,
+    pub(crate) used: RefCell<Vec<(String, (String, u64))>>,
 }
 
 /// Where one tensor's bytes are, as its external_data entries say.
-struct Location {
-    file: PathBuf,
-    offset: u64,
-    length: Option<u64>,
+pub(crate) struct Location {
+    pub(crate) file: PathBuf,
+    pub(crate) offset: u64,
+    pub(crate) length: Option<u64>,
 }
 
 impl ExternalFiles {
@@ -43,7 +52,27 @@ impl ExternalFiles {
             maps: RefCell::new(HashMap::new()),
             copy_below,
             stamps: RefCell::new(Vec::new()),
+            resolved: None,
         }
+    }
+
+    /// Tensors take their bytes from `weights` rather than from files.
+    pub(crate) fn resolved(weights: BTreeMap<(String, u64), Bytes>) -> ExternalFiles {
+        ExternalFiles {
+            dir: None,
+            maps: RefCell::new(HashMap::new()),
+            copy_below: COPY_BELOW,
+            stamps: RefCell::new(Vec::new()),
+            resolved: Some(Resolved {
+                weights,
+                used: RefCell::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Which tensor took which weight, when resolved.
+    pub(crate) fn used(self) -> Vec<(String, (String, u64))> {
+        self.resolved.map(|r| r.used.take()).unwrap_or_default()
     }
 
     /// The files mapped so far, as they were when mapped.
@@ -67,6 +96,21 @@ impl ExternalFiles {
             length: loc.length,
             problem,
         };
+        if let Some(r) = &self.resolved {
+            check_relative(&loc.file).map_err(fail)?;
+            let key = (loc.file.to_string_lossy().into_owned(), loc.offset);
+            let Some(data) = r.weights.get(&key) else {
+                return Err(fail("its bytes were not sent with the model".into()));
+            };
+            if data.len() != nbytes || loc.length.is_some_and(|l| l != nbytes as u64) {
+                return Err(fail(format!(
+                    "the range holds {} bytes, but {what}",
+                    data.len()
+                )));
+            }
+            r.used.borrow_mut().push((label.to_string(), key));
+            return Ok(data.clone());
+        }
         let Some(dir) = &self.dir else {
             return Err(fail(
                 "external data is relative to the model's folder, and this tensor was not read \
@@ -137,7 +181,7 @@ impl ExternalFiles {
     }
 }
 
-fn parse_entries(t: &TensorProto, label: &str) -> Result<Location, LoadError> {
+pub(crate) fn parse_entries(t: &TensorProto, label: &str) -> Result<Location, LoadError> {
     let mut file = None;
     let mut offset = 0u64;
     let mut length = None;
@@ -173,7 +217,7 @@ fn parse_entries(t: &TensorProto, label: &str) -> Result<Location, LoadError> {
 }
 
 /// Refuses, from the text alone, paths that could leave the model's folder.
-fn check_relative(file: &Path) -> Result<(), String> {
+pub(crate) fn check_relative(file: &Path) -> Result<(), String> {
     for c in file.components() {
         match c {
             Component::Prefix(_) | Component::RootDir => {

@@ -14,6 +14,7 @@ mod external;
 #[allow(unsafe_code)]
 mod mmap;
 mod outline;
+mod ranges;
 mod tensor;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -36,6 +37,7 @@ pub(crate) use mmap::map_file;
 pub use mmap::{COPY_BELOW, FileStamp};
 pub(crate) use mmap::{read_file, release_pages};
 pub use outline::{DeclaredType, ModelOutline, outline};
+pub use ranges::{ExternalTensor, external_tensors};
 pub use tensor::tensor_from_proto;
 
 use crate::model::ModelDef;
@@ -87,6 +89,25 @@ pub fn load_files(path: &Path, copy_below: u64) -> Result<(ModelDef, ModelFiles)
 pub fn load_from_bytes(data: Bytes, model_dir: Option<&Path>) -> Result<ModelDef, LoadError> {
     let files = external::ExternalFiles::new(model_dir);
     decode(data, &files, Path::new("<model in memory>"))
+}
+
+/// Decodes a model whose external data was received apart from it: each external tensor
+/// takes its bytes from `weights`, by (location as the model spells it, offset). Returns the
+/// model and, per tensor that took one, its label (an initializer's name) and key.
+#[allow(clippy::type_complexity)]
+pub fn load_resolved(
+    data: Bytes,
+    weights: std::collections::BTreeMap<(String, u64), Bytes>,
+) -> Result<(ModelDef, Vec<(String, (String, u64))>), LoadError> {
+    let files = external::ExternalFiles::resolved(weights);
+    let model = decode(data, &files, Path::new("<model in memory>"))?;
+    Ok((model, files.used()))
+}
+
+/// Refuses an external-data location that could leave the model's folder (an absolute path,
+/// or one with `..`), with the reason.
+pub fn check_location(location: &str) -> Result<(), String> {
+    external::check_relative(Path::new(location))
 }
 
 /// The folder a model's external data paths are relative to.
