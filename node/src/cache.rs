@@ -175,6 +175,12 @@ pub struct WeightCache {
 
 const TEMP_PREFIX: &str = ".partial-";
 
+/// Blobs up to this size are read into memory; larger ones are mapped. Unlike a model file,
+/// a blob is never changed in place (eviction unlinks it, which leaves a mapping intact), so
+/// mapping is safe at any size; the small ones are copied only to spare the process a
+/// mapping per bias vector.
+const COPY_BELOW: u64 = 1 << 20;
+
 impl WeightCache {
     /// Opens (creating it if needed) the cache in `dir`, bounded to `limit` bytes. Blobs found
     /// there are kept, oldest by modification time first out; leftovers of interrupted writes
@@ -254,7 +260,7 @@ impl WeightCache {
             return None;
         }
         let path = self.path(id);
-        let data = crate::onnx::read_file(&path, crate::onnx::COPY_BELOW)
+        let data = crate::onnx::read_file(&path, COPY_BELOW)
             .ok()
             .map(|(d, _)| d)
             .filter(|d| hash(d) == *id);
@@ -348,7 +354,7 @@ impl WeightCache {
             let _ = std::fs::remove_file(&w.temp);
             return Err(CacheError::Write { path, source });
         }
-        let data = crate::onnx::read_file(&path, crate::onnx::COPY_BELOW)
+        let data = crate::onnx::read_file(&path, COPY_BELOW)
             .map(|(d, _)| d)
             .map_err(|source| CacheError::Write {
                 path: path.clone(),

@@ -47,6 +47,15 @@ impl Cluster {
         Cluster { dir, key }
     }
 
+    /// A node's default weight cache goes under the cluster's folder, never the user's (a
+    /// --cache-dir among its flags still wins).
+    fn own_cache(&self, cmd: &mut Command, name: &str) {
+        cmd.env(
+            "XDG_CACHE_HOME",
+            self.dir.join(format!("{name}-cache-home")),
+        );
+    }
+
     /// Starts `name` on a free port, joining through `seeds`.
     pub fn start(&self, name: &str, seeds: &[&Node]) -> Node {
         self.start_with(name, free_port(), seeds, &self.key, None)
@@ -62,6 +71,7 @@ impl Cluster {
             .arg(&self.key)
             .args(extra)
             .env("RUST_LOG", "info");
+        self.own_cache(&mut cmd, name);
         for s in seeds {
             cmd.args(["--join", &s.addr]);
         }
@@ -90,6 +100,7 @@ impl Cluster {
             .arg(&self.key)
             .args(extra)
             .env("RUST_LOG", "info");
+        self.own_cache(&mut cmd, name);
         for s in seeds {
             cmd.args(["--join", &s.addr]);
         }
@@ -118,6 +129,7 @@ impl Cluster {
             .arg("--cluster-key")
             .arg(key)
             .env("RUST_LOG", "info");
+        self.own_cache(&mut cmd, name);
         for s in seeds {
             cmd.args(["--join", &s.addr]);
         }

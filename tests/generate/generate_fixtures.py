@@ -60,6 +60,7 @@ def main():
     models.gen_elementwise_chain(args.fixtures)
     models.gen_output_names(args.fixtures)
     models.gen_external_data(args.fixtures)
+    models.gen_chain_external(args.fixtures)
     models.gen_shape_input(args.fixtures)
     ops = op_models.gen_ops(args.fixtures)
     models.gen_malformed(args.fixtures)

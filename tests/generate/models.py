@@ -343,6 +343,59 @@ def gen_external_data(root):
     write_data_set(d, 0, {"x": x}, outputs)
 
 
+def gen_chain_external(root):
+    """Six blocks y = Relu(x @ W_i + b_i), 64 wide, every weight external: blocks 0-2 in
+    part-a.bin, blocks 3-5 in sub/part-b.bin (two side files, one in a subfolder), each tensor
+    at a 64-byte aligned offset. Small enough to commit, large enough that three nodes capped
+    at 45% of it must split it (the cluster tests of issue 19)."""
+    name = "chain_external"
+    d = os.path.join(root, name)
+    os.makedirs(os.path.join(d, "sub"), exist_ok=True)
+    rng = rng_for(name)
+    dim, blocks = 64, 6
+    files = {"part-a.bin": bytearray(), "sub/part-b.bin": bytearray()}
+    inits, nodes = [], []
+    prev = "x"
+    for i in range(blocks):
+        w = (rng.standard_normal((dim, dim)) * np.sqrt(2.0 / dim)).astype(np.float32)
+        b = (rng.standard_normal(dim) * 0.05).astype(np.float32)
+        location = "part-a.bin" if i < 3 else "sub/part-b.bin"
+        blob = files[location]
+        for tname, arr in ((f"W{i}", w), (f"b{i}", b)):
+            blob += b"\0" * (-len(blob) % 64)
+            t = TensorProto(name=tname, data_type=TensorProto.FLOAT, dims=list(arr.shape))
+            t.data_location = TensorProto.EXTERNAL
+            for k, v in (("location", location), ("offset", str(len(blob))),
+                         ("length", str(arr.nbytes))):
+                entry = t.external_data.add()
+                entry.key, entry.value = k, v
+            blob += arr.tobytes()
+            inits.append(t)
+        out = "y" if i == blocks - 1 else f"h{i}"
+        nodes += [
+            helper.make_node("MatMul", [prev, f"W{i}"], [f"m{i}"], name=f"matmul{i}"),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"bias{i}"),
+            helper.make_node("Relu", [f"a{i}"], [out], name=f"relu{i}"),
+        ]
+        prev = out
+    for location, blob in files.items():
+        with open(os.path.join(d, location), "wb") as f:
+            f.write(bytes(blob))
+    graph = helper.make_graph(nodes, name, [value_info("x", np.float32, [2, dim])],
+                              [value_info("y", np.float32, [2, dim])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="vkml-fixtures", ir_version=8)
+    path = os.path.join(d, "model.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    onnx.checker.check_model(path, full_check=True)
+    from common import write_data_set
+    for k in range(2):
+        x = rng.standard_normal((2, dim)).astype(np.float32)
+        # onnxruntime reads the side files itself.
+        write_data_set(d, k, {"x": x}, run_reference(path, {"x": x}))
+
+
 def gen_malformed(root):
     d = os.path.join(root, "malformed")
     os.makedirs(d, exist_ok=True)

@@ -62,6 +62,7 @@ impl Target {
             tensor_lanes: vkml::cluster::tensors::default_lanes(),
             faults: None,
             lease_grace: vkml::cluster::DEFAULT_LEASE_GRACE,
+            data_listen: None,
         };
         let (cluster, exec) = rt.block_on(async {
             let cluster = Cluster::start(cfg).await.map_err(|e| e.to_string())?;

@@ -14,6 +14,7 @@ use super::NodeArgs;
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<String>,
+    data_listen: Option<String>,
     advertise: Option<String>,
     #[serde(default)]
     join: Vec<String>,
@@ -31,6 +32,7 @@ struct FileConfig {
 #[derive(Debug)]
 pub struct Settings {
     pub listen: SocketAddr,
+    pub data_listen: Option<SocketAddr>,
     pub advertise: Option<SocketAddr>,
     pub join: Vec<String>,
     pub cluster_key: Option<PathBuf>,
@@ -110,6 +112,10 @@ impl Settings {
             );
         };
         let listen = addr("listen", &listen)?;
+        let data_listen = match args.data_listen.or(file.data_listen) {
+            Some(a) => Some(addr("data-listen", &a)?),
+            None => None,
+        };
         let advertise = match args.advertise.or(file.advertise) {
             Some(a) => Some(addr("advertise", &a)?),
             None => None,
@@ -123,6 +129,7 @@ impl Settings {
         };
         Ok(Settings {
             listen,
+            data_listen,
             advertise,
             join: if args.join.is_empty() {
                 file.join

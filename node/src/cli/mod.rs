@@ -42,6 +42,11 @@ pub struct NodeArgs {
     /// The address peers reach this node at (needed when listening on 0.0.0.0).
     #[arg(long, value_name = "ADDR")]
     pub advertise: Option<String>,
+    /// Where to serve data streams (submissions, runs, tensors between nodes), e.g.
+    /// 0.0.0.0:7001: gossip keeps --listen to itself. Default: --listen's host, a port the
+    /// system picks (peers and clients learn it when they connect).
+    #[arg(long, value_name = "ADDR")]
+    pub data_listen: Option<String>,
     /// A member to join through (host:port). Repeatable.
     #[arg(long, value_name = "ADDR")]
     pub join: Vec<String>,
@@ -142,6 +147,7 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
         tensor_lanes: env::tensor_lanes(),
         faults: env::faults()?,
         lease_grace: env::lease_grace(),
+        data_listen: settings.data_listen,
     };
     let weights = weight_store(&settings)?;
     let rt = runtime()?;

@@ -39,12 +39,24 @@ impl Client {
         cfg.transport_config(transport::tool_transport_config(addr.ip().is_loopback()));
         endpoint.set_default_client_config(cfg);
         let hello = vkml_protocol::hello("vkml-client", pb::Role::Client, 0);
-        let (conn, peer) = transport::connect(&endpoint, addr, hello).await?;
+        let (conn, peer) = transport::connect(&endpoint, addr, hello.clone()).await?;
+        // The node serves requests on its data endpoint: its listen address is gossip's.
+        let data: Option<SocketAddr> = peer.data_addr.parse().ok().filter(|d| *d != addr);
+        let Some(data) = data else {
+            return Ok(Client {
+                endpoint,
+                conn,
+                node: peer.name,
+                addr,
+            });
+        };
+        let (data_conn, _) = transport::connect(&endpoint, data, hello).await?;
+        conn.close(quinn::VarInt::from_u32(0), b"moved to the data endpoint");
         Ok(Client {
             endpoint,
-            conn,
+            conn: data_conn,
             node: peer.name,
-            addr,
+            addr: data,
         })
     }
 

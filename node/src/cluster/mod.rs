@@ -97,6 +97,9 @@ pub struct ClusterConfig {
     pub faults: Option<FaultConfig>,
     /// How long a model outlives the client connection that loaded it.
     pub lease_grace: Duration,
+    /// Where to serve data streams; None: the listen address's host, a port the system picks
+    /// (peers and clients learn it from gossip and the welcome).
+    pub data_listen: Option<SocketAddr>,
 }
 
 /// How long a node asks a member whether it is alive before letting a newcomer take its name.
@@ -149,7 +152,16 @@ pub(crate) struct Inner {
     name: String,
     addr: SocketAddr,
     generation: AtomicU64,
+    /// Gossip's endpoint (the listen address), driven by the membership thread.
     endpoint: Endpoint,
+    /// The data endpoint (streams: submissions, fragments, runs, tensors), driven by the main
+    /// runtime: bulk transfers never queue in front of a probe, in a socket or on a thread.
+    data: Endpoint,
+    data_addr: SocketAddr,
+    /// The main runtime: stream work is spawned here, whichever thread notices it.
+    main: tokio::runtime::Handle,
+    /// Dropped when the node leaves: the membership thread then ends.
+    gossip_stop: Mutex<Option<oneshot::Sender<()>>>,
     faults: Option<Faults>,
     view: RwLock<View>,
     events: broadcast::Sender<MemberEvent>,
@@ -199,8 +211,21 @@ impl Cluster {
             Faults::new(f)
         });
         let tls = NodeTls::new(&cfg.secret, &cfg.name)?;
-        let endpoint = transport::endpoint(&tls, cfg.listen, true)?;
+        let (gossip_rt, gossip_stop) = gossip_thread()?;
+        let listen = cfg.listen;
+        let tls2 = NodeTls::new(&cfg.secret, &cfg.name)?;
+        let endpoint = gossip_rt
+            .spawn(async move { transport::endpoint(&tls2, listen, true) })
+            .await
+            .map_err(|e| ClusterError::Io(format!("the membership thread: {e}")))??;
+        let data_bind = cfg
+            .data_listen
+            .unwrap_or(SocketAddr::new(cfg.listen.ip(), 0));
+        let data = transport::endpoint(&tls, data_bind, true)?;
         let local = endpoint
+            .local_addr()
+            .map_err(|e| ClusterError::Io(e.to_string()))?;
+        let data_local = data
             .local_addr()
             .map_err(|e| ClusterError::Io(e.to_string()))?;
         let addr = match cfg.advertise {
@@ -212,6 +237,8 @@ impl Cluster {
             }
             None => local,
         };
+        // Peers reach the data endpoint at the advertised host, on the data port.
+        let data_addr = SocketAddr::new(addr.ip(), data_local.port());
         let generation = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_millis() as u64);
@@ -219,7 +246,7 @@ impl Cluster {
             node: cfg.name.clone(),
             generation,
             version: 1,
-            data_addr: addr.to_string(),
+            data_addr: data_addr.to_string(),
             devices: cfg.devices.clone(),
         };
         let (gossip_tx, gossip_rx) = mpsc::unbounded_channel();
@@ -232,7 +259,11 @@ impl Cluster {
             name: cfg.name.clone(),
             addr,
             generation: AtomicU64::new(generation),
-            endpoint,
+            endpoint: endpoint.clone(),
+            data: data.clone(),
+            data_addr,
+            main: tokio::runtime::Handle::current(),
+            gossip_stop: Mutex::new(Some(gossip_stop)),
             faults,
             view: RwLock::new(View::new(&me)),
             events: broadcast::channel(256).0,
@@ -252,22 +283,23 @@ impl Cluster {
             status_source: Mutex::new(None),
         });
         inner.store_inventory(inventory.clone());
-        tokio::spawn(membership::run(
+        gossip_rt.spawn(membership::run(
             inner.clone(),
             me,
             inventory.encode_to_vec(),
             gossip_rx,
         ));
-        tokio::spawn(service::accept_loop(inner.clone()));
+        gossip_rt.spawn(service::accept_loop(inner.clone(), endpoint, true));
+        tokio::spawn(service::accept_loop(inner.clone(), data, false));
         tokio::spawn(tensors::watch(
             Arc::downgrade(&inner),
             inner.events.subscribe(),
         ));
         if !cfg.join.is_empty() {
-            tokio::spawn(join_loop(inner.clone(), cfg.join.clone()));
+            gossip_rt.spawn(join_loop(inner.clone(), cfg.join.clone()));
         }
         tracing::info!(
-            "node {} listening on {local}, reachable at {addr}, {} device(s)",
+            "node {} listening on {local}, reachable at {addr} (data at {data_addr}), {} device(s)",
             cfg.name,
             cfg.devices.len()
         );
@@ -420,12 +452,47 @@ impl Cluster {
         }
         // Let the last datagrams go out before the endpoint closes.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        inner
-            .endpoint
-            .close(VarInt::from_u32(error_code::OK), b"leaving");
-        let _ = tokio::time::timeout(Duration::from_secs(1), inner.endpoint.wait_idle()).await;
+        for ep in [&inner.endpoint, &inner.data] {
+            ep.close(VarInt::from_u32(error_code::OK), b"leaving");
+        }
+        let idle = async {
+            inner.endpoint.wait_idle().await;
+            inner.data.wait_idle().await;
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), idle).await;
+        lock(&inner.gossip_stop).take();
         tracing::info!("node {} left the cluster", inner.name);
     }
+}
+
+/// The membership thread: a runtime of its own for gossip and its endpoint, so that no
+/// amount of work on the main runtime (streams of gigabytes, CPU-bound runs) delays an
+/// answer to a probe. Ends when the sender returned is dropped.
+fn gossip_thread() -> Result<(tokio::runtime::Handle, oneshot::Sender<()>), ClusterError> {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("vkml-gossip".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match rt {
+                Ok(rt) => {
+                    let _ = tx.send(Ok(rt.handle().clone()));
+                    let _ = rt.block_on(stopped);
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        })
+        .map_err(|e| ClusterError::Io(format!("cannot start the membership thread: {e}")))?;
+    let handle = rx
+        .recv()
+        .map_err(|_| ClusterError::Io("the membership thread did not start".into()))?
+        .map_err(|e| ClusterError::Io(format!("the membership thread's runtime: {e}")))?;
+    Ok((handle, stop))
 }
 
 /// Runs futures concurrently and waits for all (tokio has no join_all of its own).
@@ -507,7 +574,12 @@ impl Inner {
         if m.addr == from || h.generation <= m.generation {
             return None;
         }
-        let probe = tokio::time::timeout(NAME_PROBE, self.connection_to(&h.name)).await;
+        // A fresh connection: a cached one may outlive its peer by the idle timeout.
+        let addr = self.data_addr_of(&h.name, m.addr);
+        let probe = tokio::time::timeout(NAME_PROBE, self.dial_data(addr)).await;
+        if let Ok(Ok(c)) = &probe {
+            c.close(VarInt::from_u32(error_code::OK), b"name probe");
+        }
         matches!(probe, Ok(Ok(_))).then(|| {
             format!(
                 "a node named {:?} runs at {} and started earlier: node names must be unique",
@@ -550,7 +622,7 @@ impl Inner {
             // A newcomer may have missed our inventory broadcast: hand it over directly.
             let inner = self.clone();
             let name = id.name.clone();
-            tokio::spawn(async move {
+            self.main.spawn(async move {
                 let inv = lock(&inner.inventory).clone();
                 let r = async {
                     let mut s = inner
@@ -570,10 +642,14 @@ impl Inner {
     }
 
     fn member_down(&self, id: &NodeId) {
+        let data = self.read_view().data_addr(&id.name);
         let events = self.write_view().down(id);
         self.publish(events);
-        if let Some(PeerSlot::Up(c)) = lock(&self.peers).remove(&(id.addr, id.generation)) {
-            c.close(VarInt::from_u32(error_code::OK), b"down");
+        let mut peers = lock(&self.peers);
+        for addr in std::iter::once(id.addr).chain(data) {
+            if let Some(PeerSlot::Up(c)) = peers.remove(&(addr, id.generation)) {
+                c.close(VarInt::from_u32(error_code::OK), b"down");
+            }
         }
     }
 
@@ -645,14 +721,28 @@ impl Inner {
         }
     }
 
-    /// A new connection to `addr`, hello done, served for anything the peer opens on it.
+    /// A new gossip connection to `addr` (from the gossip endpoint), hello done, served for
+    /// anything the peer opens on it.
     async fn dial(self: &Arc<Self>, addr: SocketAddr) -> Result<Connection, ClusterError> {
+        self.dial_from(&self.endpoint, addr).await
+    }
+
+    /// A new data connection to `addr` (from the data endpoint).
+    async fn dial_data(self: &Arc<Self>, addr: SocketAddr) -> Result<Connection, ClusterError> {
+        self.dial_from(&self.data, addr).await
+    }
+
+    async fn dial_from(
+        self: &Arc<Self>,
+        endpoint: &Endpoint,
+        addr: SocketAddr,
+    ) -> Result<Connection, ClusterError> {
         let hello = vkml_protocol::hello(
             &self.name,
             pb::Role::Member,
             self.generation.load(Ordering::Relaxed),
         );
-        let (conn, peer) = match transport::connect(&self.endpoint, addr, hello).await {
+        let (conn, peer) = match transport::connect(endpoint, addr, hello).await {
             Err(ClusterError::DuplicateName(why)) => {
                 self.fail(why.clone());
                 return Err(ClusterError::DuplicateName(why));
@@ -661,6 +751,12 @@ impl Inner {
         };
         tokio::spawn(service::serve(self.clone(), conn.clone(), peer));
         Ok(conn)
+    }
+
+    /// Where to open data streams to `member`: its data endpoint once its inventory says
+    /// where, else its gossip address (which serves streams too).
+    fn data_addr_of(&self, member: &str, gossip: SocketAddr) -> SocketAddr {
+        self.read_view().data_addr(member).unwrap_or(gossip)
     }
 
     /// The connection to a live member by name (cached; made when missing).
@@ -675,13 +771,14 @@ impl Inner {
             }
             tokio::time::sleep(f.delay(member)).await;
         }
-        let key = (info.addr, info.generation);
+        let addr = self.data_addr_of(member, info.addr);
+        let key = (addr, info.generation);
         if let Some(PeerSlot::Up(c)) = lock(&self.peers).get(&key)
             && c.close_reason().is_none()
         {
             return Ok(c.clone());
         }
-        let conn = self.dial(info.addr).await?;
+        let conn = self.dial_data(addr).await?;
         let mut peers = lock(&self.peers);
         if !matches!(peers.get(&key), Some(PeerSlot::Up(c)) if c.close_reason().is_none()) {
             peers.insert(key, PeerSlot::Up(conn.clone()));

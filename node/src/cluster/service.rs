@@ -1,6 +1,8 @@
 //! What a node serves: it accepts connections (TLS has already checked the peer holds the
 //! secret), requires a hello first, then feeds gossip datagrams to the membership task and
-//! answers the streams peers open.
+//! answers the streams peers open. A node has two endpoints: gossip on its listen address,
+//! served by the membership thread, and data (submissions, runs, tensors) on another socket,
+//! served by the main runtime; both accept the same hellos and streams.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +18,10 @@ use super::{ClusterError, IncomingStream, Inner, lock};
 /// How long a peer may take to send the first frame of a stream it opened.
 const FIRST_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub(crate) async fn accept_loop(inner: Arc<Inner>) {
-    while let Some(incoming) = inner.endpoint.accept().await {
+/// Accepts on `endpoint` (the gossip one, or the data one) until it closes. On the gossip
+/// endpoint the welcome points to the data endpoint.
+pub(crate) async fn accept_loop(inner: Arc<Inner>, endpoint: quinn::Endpoint, gossip: bool) {
+    while let Some(incoming) = endpoint.accept().await {
         let inner = inner.clone();
         tokio::spawn(async move {
             let remote = incoming.remote_address();
@@ -32,7 +36,14 @@ pub(crate) async fn accept_loop(inner: Arc<Inner>) {
             let generation = inner.generation.load(std::sync::atomic::Ordering::Relaxed);
             let i = inner.clone();
             let taken = |h: pb::Hello| async move { i.name_taken(&h, remote).await };
-            match transport::accept_hello_checked(&conn, &inner.name, generation, taken).await {
+            let data = if gossip {
+                inner.data_addr.to_string()
+            } else {
+                String::new()
+            };
+            let welcome =
+                transport::accept_hello_checked(&conn, &inner.name, generation, &data, taken);
+            match welcome.await {
                 Ok(peer) => serve(inner, conn, peer).await,
                 Err(ClusterError::DuplicateName(why)) => inner.fail(why),
                 Err(e) => tracing::warn!("dropped a connection from {remote}: {e}"),
@@ -51,17 +62,19 @@ pub(crate) async fn serve(inner: Arc<Inner>, conn: Connection, peer: PeerHello) 
                 Ok(_) => {}
                 Err(_) => break,
             },
+            // Streams are served on the main runtime, whichever endpoint they came on: the
+            // gossip thread only reads datagrams.
             s = conn.accept_bi() => match s {
                 Ok((send, recv)) => {
                     let c = conn.clone();
-                    tokio::spawn(on_stream(inner.clone(), peer.clone(), c, Some(send), recv));
+                    inner.main.spawn(on_stream(inner.clone(), peer.clone(), c, Some(send), recv));
                 }
                 Err(_) => break,
             },
             s = conn.accept_uni() => match s {
                 Ok(recv) => {
                     let c = conn.clone();
-                    tokio::spawn(on_stream(inner.clone(), peer.clone(), c, None, recv));
+                    inner.main.spawn(on_stream(inner.clone(), peer.clone(), c, None, recv));
                 }
                 Err(_) => break,
             },

@@ -480,7 +480,7 @@ impl Cluster {
         };
         let (len, count) = layout(total, wanted);
         let transfer = inner.tensors.next_transfer.fetch_add(1, Ordering::Relaxed);
-        let (addr, generation) = (info.addr, info.generation);
+        let (addr, generation) = (inner.data_addr_of(to, info.addr), info.generation);
         let mut stripes = JoinSet::new();
         for i in 0..count {
             let offset = u64::from(i) * len;
@@ -602,7 +602,7 @@ async fn lane_conn(
     {
         return c.clone();
     }
-    match inner.dial(addr).await {
+    match inner.dial_data(addr).await {
         Ok(c) => {
             *slot = Some(c.clone());
             c

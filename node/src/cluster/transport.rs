@@ -166,6 +166,8 @@ pub struct PeerHello {
     pub generation: u64,
     pub role: pb::Role,
     pub version: u32,
+    /// Where the peer serves data streams ("" when on the address dialled).
+    pub data_addr: String,
 }
 
 /// Connects and says hello. Fails on TLS refusal (wrong key), version refusal, or timeout.
@@ -195,6 +197,7 @@ pub async fn connect(
                     generation: w.generation,
                     role,
                     version: w.version,
+                    data_addr: w.data_addr,
                 },
             )),
             Some(Message::Refused(r)) => {
@@ -235,7 +238,7 @@ pub async fn accept_hello(
     me: &str,
     generation: u64,
 ) -> Result<PeerHello, ClusterError> {
-    accept_hello_checked(conn, me, generation, |_| async { None }).await
+    accept_hello_checked(conn, me, generation, "", |_| async { None }).await
 }
 
 /// [`accept_hello`], where `taken` says whether another live member already has the hello's
@@ -245,6 +248,7 @@ pub async fn accept_hello_checked<F, Fut>(
     conn: &Connection,
     me: &str,
     generation: u64,
+    data_addr: &str,
     taken: F,
 ) -> Result<PeerHello, ClusterError>
 where
@@ -297,6 +301,7 @@ where
                     version,
                     name: me.to_string(),
                     generation,
+                    data_addr: data_addr.to_string(),
                 };
                 write_message(&mut send, &Message::Welcome(w)).await?;
                 let _ = send.finish();
@@ -305,6 +310,7 @@ where
                     name: h.name,
                     generation: h.generation,
                     version,
+                    data_addr: String::new(),
                 })
             }
             Err(e) => {

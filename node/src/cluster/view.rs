@@ -231,6 +231,12 @@ impl View {
             .collect()
     }
 
+    /// Where a member serves data streams, as its inventory says (None before its inventory
+    /// arrives, or for a node that serves everything on its gossip address).
+    pub fn data_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.inventories.get(name)?.data_addr.parse().ok()
+    }
+
     /// A live member other than us: its address and generation.
     pub fn live(&self, name: &str) -> Option<MemberInfo> {
         if name == self.me {

@@ -158,7 +158,18 @@ impl Connected {
                 });
             }
             if !side.ranges.is_empty() {
-                send_wanted(&mut send, &mut recv, &side, &to, &mut progress).await?;
+                let sent = send_wanted(&mut send, &mut recv, &side, &to, &mut progress).await;
+                if let Err(e) = sent {
+                    // The node stopped reading: its reply says why, when it sent one.
+                    let why = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        wire::expect_message(&mut recv),
+                    );
+                    return Err(match why.await {
+                        Ok(Err(reply @ DistError::Remote(_))) => reply,
+                        _ => e,
+                    });
+                }
             }
             let _ = send.finish();
             loop {
@@ -339,11 +350,12 @@ async fn send_wanted(
                 "the node asked for weight {i}, which was not offered"
             ))
         })?;
-        picked.push(b);
+        picked.push(b.clone());
     }
     let total: u64 = picked.iter().map(|b| b.len() as u64).sum();
     let mut done = 0u64;
-    let mut report = |done: u64| {
+    let mut report = |n: u64| {
+        done += n;
         progress(&pb::LoadProgress {
             stage: "sending weights".into(),
             done_bytes: done,
@@ -352,17 +364,7 @@ async fn send_wanted(
         })
     };
     report(0);
-    for b in picked {
-        for piece in b.chunks(4 << 20) {
-            send.write_all(piece)
-                .await
-                .map_err(|e| DistError::Peer(format!("sending weights: {e}")))?;
-            crate::onnx::release_pages(piece);
-            done += piece.len() as u64;
-            report(done);
-        }
-    }
-    Ok(())
+    wire::send_weights(send, picked, report).await
 }
 
 async fn unload(conn: quinn::Connection, id: u64) -> Result<(), DistError> {

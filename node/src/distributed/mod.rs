@@ -326,6 +326,8 @@ impl Exec {
         .await;
         if let Some(s) = send.as_mut() {
             if let Err(e) = &result {
+                // A peer still sending (a model's weights) learns at once that no one reads.
+                let _ = recv.stop(quinn::VarInt::from_u32(error_code::FAILED));
                 let m = Message::Error(pb::ErrorReply {
                     code: error_code::FAILED,
                     message: e.to_string().chars().take(8000).collect(),

@@ -560,17 +560,19 @@ impl Submitter {
             let by_value: BTreeMap<u64, &Tensor> =
                 external.iter().map(|(v, t)| (*v as u64, t)).collect();
             let mut have = 0u64;
+            let mut picked = Vec::with_capacity(wanted.len());
             for (i, r) in refs.iter().enumerate() {
                 let t = by_value.get(&r.value).ok_or_else(|| {
                     DistError::Protocol(format!("no weight for value {}", r.value))
                 })?;
-                if !wanted.contains(&(i as u32)) {
+                if wanted.binary_search(&(i as u32)).is_ok() {
+                    picked.push(t.bytes().clone());
+                } else {
                     have += t.bytes().len() as u64;
-                    continue;
                 }
-                send_weight(&mut send, t.bytes(), &count).await?;
             }
             count(have);
+            wire::send_weights(&mut send, picked, count).await?;
         }
         let _ = send.finish();
         match wire::expect_message(&mut recv).await? {
@@ -703,23 +705,6 @@ impl State {
             let _ = s.answer.send(r.map(|()| s.placement));
         }
     }
-}
-
-/// Streams one weight's bytes from where this node holds them (a mapping of its cache), and
-/// hands the pages read back: sending a part costs the submitter no memory.
-async fn send_weight(
-    send: &mut quinn::SendStream,
-    bytes: &Bytes,
-    count: &impl Fn(u64),
-) -> Result<(), DistError> {
-    for piece in bytes.chunks(4 << 20) {
-        send.write_all(piece)
-            .await
-            .map_err(|e| DistError::Peer(format!("sending weights: {e}")))?;
-        crate::onnx::release_pages(piece);
-        count(piece.len() as u64);
-    }
-    Ok(())
 }
 
 /// Weights received with a model's bytes, by (location, offset) as its external data names

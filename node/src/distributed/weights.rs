@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use vkml_protocol::pb;
@@ -55,12 +55,9 @@ impl WeightStore {
     /// it may hash a file.
     pub fn lookup(&self, r: &pb::WeightRange) -> Option<Bytes> {
         let id = blob_id(r).ok()?;
-        let found = self
-            .held
-            .lock()
-            .expect("weights lock")
-            .get(&id)
-            .cloned()
+        // The lock is released before the models folder is looked at (which takes it).
+        let held = self.held.lock().expect("weights lock").get(&id).cloned();
+        let found = held
             .or_else(|| self.cache.as_ref().and_then(|c| c.get(&id)))
             .or_else(|| self.in_models_folder(r, id));
         let found = found.filter(|b| b.len() as u64 == r.length)?;
@@ -95,60 +92,77 @@ impl WeightStore {
     }
 
     /// Receives the weight's `length` bytes from `recv`, checks them against its hash, and
-    /// keeps them (in the cache, else in memory). `progress` is told of every chunk.
+    /// keeps them (in the cache, else in memory). `progress` is told of every chunk. The
+    /// writing, hashing and syncing happen on a heavy thread, never on the runtime's: a
+    /// node taking in gigabytes still answers its peers' probes at once.
     pub async fn receive(
-        &self,
+        self: &Arc<Self>,
         r: &pb::WeightRange,
         recv: &mut quinn::RecvStream,
         mut progress: impl FnMut(u64),
     ) -> Result<Bytes, DistError> {
         let id = blob_id(r)?;
-        let named = |e: CacheError| {
-            DistError::Weights(format!(
-                "the weight at {} offset {}: {e}",
-                r.location, r.offset
-            ))
+        let what = format!("the weight at {} offset {}", r.location, r.offset);
+        let mut sink = match &self.cache {
+            Some(c) => Sink::Cache(Box::new(
+                c.begin(id, r.length).map_err(|e| named(&what, e))?,
+            )),
+            None => Sink::Memory(Vec::new()),
         };
-        let mut buf = vec![0u8; CHUNK];
-        let mut left = r.length;
-        let data = match &self.cache {
-            Some(c) => {
-                let mut w = c.begin(id, r.length).map_err(named)?;
-                while left > 0 {
-                    let n = read_some(left, recv, &mut buf).await?;
-                    w.write(&buf[..n]).map_err(named)?;
-                    left -= n as u64;
-                    progress(n as u64);
-                }
-                c.finish(w).map_err(named)?
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+        let (me, length) = (self.clone(), r.length);
+        let writer = crate::priority::heavy(move || -> Result<Bytes, CacheError> {
+            while let Some(chunk) = rx.blocking_recv() {
+                sink.write(&chunk)?;
             }
-            None => {
-                let mut all = Vec::new();
-                while left > 0 {
-                    let n = read_some(left, recv, &mut buf).await?;
-                    all.extend_from_slice(&buf[..n]);
-                    left -= n as u64;
-                    progress(n as u64);
-                }
+            me.finish(sink, id, length)
+        });
+        let mut left = r.length;
+        while left > 0 {
+            let n = left.min(CHUNK as u64) as usize;
+            let mut buf = vec![0u8; n];
+            recv.read_exact(&mut buf)
+                .await
+                .map_err(|e| DistError::Peer(format!("receiving weights: {e}")))?;
+            if tx.send(buf).await.is_err() {
+                // The writer failed: its error says why.
+                break;
+            }
+            left -= n as u64;
+            progress(n as u64);
+        }
+        drop(tx);
+        let data = writer
+            .await
+            .map_err(super::join_err)?
+            .map_err(|e| named(&what, e))?;
+        self.received.fetch_add(r.length, Ordering::Relaxed);
+        Ok(data)
+    }
+
+    /// Ends a weight received: kept in the cache, or in memory when there is none.
+    fn finish(&self, sink: Sink, id: BlobId, length: u64) -> Result<Bytes, CacheError> {
+        match (sink, &self.cache) {
+            (Sink::Cache(w), Some(c)) => c.finish(*w),
+            (Sink::Memory(all), _) => {
                 let got = cache::hash(&all);
-                if got != id {
-                    return Err(named(CacheError::Mismatch {
+                if got != id || all.len() as u64 != length {
+                    return Err(CacheError::Mismatch {
                         expected: id,
                         got,
-                        length: r.length,
+                        length,
                         written: all.len() as u64,
-                    }));
+                    });
                 }
                 let b = crate::tensor::aligned_bytes(&all);
                 self.held
                     .lock()
                     .expect("weights lock")
                     .insert(id, b.clone());
-                b
+                Ok(b)
             }
-        };
-        self.received.fetch_add(r.length, Ordering::Relaxed);
-        Ok(data)
+            (Sink::Cache(_), None) => unreachable!("a cache sink without a cache"),
+        }
     }
 
     /// The folder of the cache, for messages.
@@ -157,17 +171,26 @@ impl WeightStore {
     }
 }
 
-/// Reads the next chunk of at most `left` bytes (all of them: a weight's bytes are exact).
-async fn read_some(
-    left: u64,
-    recv: &mut quinn::RecvStream,
-    buf: &mut [u8],
-) -> Result<usize, DistError> {
-    let n = left.min(buf.len() as u64) as usize;
-    recv.read_exact(&mut buf[..n])
-        .await
-        .map_err(|e| DistError::Peer(format!("receiving weights: {e}")))?;
-    Ok(n)
+/// Where a weight's bytes go as they arrive.
+enum Sink {
+    Cache(Box<cache::Incoming>),
+    Memory(Vec<u8>),
+}
+
+impl Sink {
+    fn write(&mut self, chunk: &[u8]) -> Result<(), CacheError> {
+        match self {
+            Sink::Cache(w) => w.write(chunk),
+            Sink::Memory(all) => {
+                all.extend_from_slice(chunk);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn named(what: &str, e: CacheError) -> DistError {
+    DistError::Weights(format!("{what}: {e}"))
 }
 
 pub fn blob_id(r: &pb::WeightRange) -> Result<BlobId, DistError> {

@@ -129,3 +129,35 @@ pub async fn expect_message(recv: &mut RecvStream) -> Result<Message, DistError>
         )),
     }
 }
+
+/// Streams `weights` (slices of file mappings, typically) in order. The bytes are read on a
+/// heavy thread, a few pieces ahead, and the pages read handed back: a page fault on a cold
+/// file then never stalls the runtime that answers the peers' probes, and sending a model
+/// costs the sender no memory. `count` hears of every piece sent.
+pub async fn send_weights(
+    send: &mut quinn::SendStream,
+    weights: Vec<Bytes>,
+    mut count: impl FnMut(u64),
+) -> Result<(), DistError> {
+    const PIECE: usize = 4 << 20;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let reader = crate::priority::heavy(move || {
+        for w in weights {
+            for piece in w.chunks(PIECE) {
+                let copy = Bytes::copy_from_slice(piece);
+                crate::onnx::release_pages(piece);
+                if tx.blocking_send(copy).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    while let Some(chunk) = rx.recv().await {
+        let n = chunk.len() as u64;
+        send.write_chunk(chunk)
+            .await
+            .map_err(|e| DistError::Peer(format!("sending weights: {e}")))?;
+        count(n);
+    }
+    reader.await.map_err(super::join_err)
+}
