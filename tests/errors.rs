@@ -540,3 +540,40 @@ fn a_computed_scatter_nd_index_out_of_range_is_an_error_on_every_device() {
         )],
     );
 }
+
+/// An armed chunk (a model alone on its GPU, queued ahead of its next run) that faulted is
+/// disarmed by another session's run on the same GPU: it then runs at once on the faulted run's
+/// inputs and records their fault again. The next good run must not report it.
+#[test]
+fn a_disarmed_chunk_does_not_carry_a_fault_into_the_next_run() {
+    if common::skip_vulkan() {
+        return;
+    }
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![
+            mk::node("Add", "shift", &["i", "one"], &["idx"]),
+            mk::node("Gather", "pick", &["w", "idx"], &["y"]),
+        ],
+        initializer: vec![
+            mk::floats("w", &[3, 1], &[1.0, 2.0, 3.0]),
+            mk::int64s("one", &[1], &[1]),
+        ],
+        input: vec![mk::value("i", mk::INT64, Some(&[2]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    let path = mk::write(&mk::scratch("disarmed-fault"), "m.onnx", &mk::model(g, 17));
+    let a = Session::load(&path, common::options(DeviceSelection::Vulkan, None)).unwrap();
+    let b = Session::load(&path, common::options(DeviceSelection::Vulkan, None)).unwrap();
+    let i = |v: [i64; 2]| [("i", vkml::Tensor::from_vec(vec![2], v.to_vec()))];
+    for round in 0..4 {
+        let err = a.run(&i([0, 5])).expect_err("an index out of range ran");
+        assert_mentions(&err.to_string(), &["'pick'", "index 6"]);
+        // b's runs disarm what a queued for its next run.
+        b.run(&i([0, 1])).unwrap();
+        let y = a
+            .run(&i([1, -4]))
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(y[0].1.view::<f32>().unwrap().as_ref(), [3.0, 1.0]);
+    }
+}
