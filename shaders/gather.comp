@@ -4,12 +4,14 @@
 // Elements are `eb` = 4k bytes (k words each; the op side makes the whole inner block the
 // element when it can, so inner = 1), or 1 or 2 bytes packed little-endian into words (then
 // data and output are whole words, so no access leaves their buffers).
-// Out-of-range indices: the CPU kernel reports them as errors; here they are clamped to the
-// nearest valid row so that no read leaves the data buffer (int64 indices beyond int32 saturate
-// first). With rows = 0 there is nothing to read and the output is zero.
+// Out-of-range indices: recorded in the fault record (index.glsl), which fails the run as the
+// CPU kernel's error would, and clamped to the nearest valid row so that no read leaves the
+// data buffer. With rows = 0 every index is out of range: nothing is read, the output is zero.
 #version 460
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
+#extension GL_GOOGLE_include_directive : require
+#include "index.glsl"
 
 layout(local_size_x = 256) in;
 
@@ -18,8 +20,9 @@ layout(buffer_reference, scalar) writeonly buffer OutWords { uint v[]; };
 
 layout(push_constant, scalar) uniform P {
     Words x;
-    Words indices;
+    Idx indices;
     OutWords y;
+    Fault fault;
     uint n;          // output words
     uint eb;         // element bytes: 1, 2 or a multiple of 4
     uint inner;      // elements per gathered block
@@ -28,20 +31,8 @@ layout(push_constant, scalar) uniform P {
     uint idx_words;  // 1: int32 indices, 2: int64 indices
 } p;
 
-int index_at(uint j) {
-    if (p.idx_words == 1u) return int(p.indices.v[j]);
-    uint lo = p.indices.v[2u * j];
-    int hi = int(p.indices.v[2u * j + 1u]);
-    if (hi == 0 && lo < 0x80000000u) return int(lo);
-    if (hi == -1 && lo >= 0x80000000u) return int(lo);
-    return hi < 0 ? -2147483647 - 1 : 2147483647;
-}
-
 uint row(uint j) {
-    int s = int(p.rows);
-    int idx = index_at(j);
-    if (idx < 0) idx += s;
-    return uint(clamp(idx, 0, s - 1));
+    return checked_index(p.indices, j, p.idx_words, p.rows, p.fault);
 }
 
 uint source_element(uint e) {
@@ -56,6 +47,7 @@ void main() {
     uint w = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     if (w >= p.n) return;
     if (p.rows == 0u) {
+        if (w == 0u) checked_index(p.indices, 0u, p.idx_words, 0u, p.fault);
         p.y.v[w] = 0u;
         return;
     }

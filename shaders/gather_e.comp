@@ -21,6 +21,7 @@ layout(push_constant, scalar) uniform P {
     In x;
     Idx indices;
     Out y;
+    Fault fault;
     uint n;          // output elements
     uint inner;
     uint picks;
@@ -35,6 +36,6 @@ void main() {
     uint t = e / p.inner;
     uint j = t % p.picks;
     uint o = t / p.picks;
-    uint row = axis_index(index_at(p.indices, j, p.idx_words), p.rows);
+    uint row = checked_index(p.indices, j, p.idx_words, p.rows, p.fault);
     p.y.v[e] = p.x.v[(o * p.rows + row) * p.inner + i];
 }

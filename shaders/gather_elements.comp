@@ -23,6 +23,7 @@ layout(push_constant, scalar) uniform P {
     Idx indices;
     Table t;
     Out y;
+    Fault fault;
     uint n;
     uint rank;
     uint axis;
@@ -39,7 +40,7 @@ void main() {
         uint d = p.t.v[2 * a];
         uint o = rest % d;
         rest /= d;
-        if (uint(a) == p.axis) o = axis_index(index_at(p.indices, e, p.idx_words), p.axis_dim);
+        if (uint(a) == p.axis) o = checked_index(p.indices, e, p.idx_words, p.axis_dim, p.fault);
         src += o * p.t.v[2 * a + 1];
     }
     p.y.v[e] = p.x.v[src];

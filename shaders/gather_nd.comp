@@ -23,6 +23,7 @@ layout(push_constant, scalar) uniform P {
     Idx indices;
     Table t;
     Out y;
+    Fault fault;
     uint n;
     uint k;            // entries per index tuple
     uint slice;        // elements per gathered slice
@@ -37,8 +38,7 @@ void main() {
     uint t = e / p.slice;
     uint src = (t / p.rows) * p.batch_stride + (e - t * p.slice);
     for (uint j = 0u; j < p.k; ++j) {
-        int i = index_at(p.indices, t * p.k + j, p.idx_words);
-        src += axis_index(i, p.t.v[2u * j]) * p.t.v[2u * j + 1u];
+        src += checked_index(p.indices, t * p.k + j, p.idx_words, p.t.v[2u * j], p.fault) * p.t.v[2u * j + 1u];
     }
     p.y.v[e] = p.x.v[src];
 }

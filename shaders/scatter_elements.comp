@@ -35,6 +35,7 @@ layout(push_constant, scalar) uniform P {
     Table t;
     Out y;
     Owners owners;   // one word per output element (phases 0-2)
+    Fault fault;
     uint n;          // invocations: output elements (phase 0), update elements (1-3)
     uint rank;
     uint axis;
@@ -71,7 +72,7 @@ void main() {
     uint len = p.t.v[2u * p.axis];
     uint astride = p.t.v[2u * p.axis + 1u];
     uint first = e - ua * line_stride;
-    uint dst = base + axis_index(index_at(p.indices, e, p.idx_words), p.axis_dim) * astride;
+    uint dst = base + checked_index(p.indices, e, p.idx_words, p.axis_dim, p.fault) * astride;
     if (p.phase == 1u) {
         atomicMax(p.owners.v[dst], ua + 1u);
         return;
@@ -81,13 +82,13 @@ void main() {
         return;
     }
     for (uint r = 0u; r < ua; ++r) {
-        uint o = base + axis_index(index_at(p.indices, first + r * line_stride, p.idx_words), p.axis_dim) * astride;
+        uint o = base + checked_index(p.indices, first + r * line_stride, p.idx_words, p.axis_dim, p.fault) * astride;
         if (o == dst) return;
     }
     A acc = TO_A(p.y.v[dst]);
     for (uint r = ua; r < len; ++r) {
         uint u = first + r * line_stride;
-        uint o = base + axis_index(index_at(p.indices, u, p.idx_words), p.axis_dim) * astride;
+        uint o = base + checked_index(p.indices, u, p.idx_words, p.axis_dim, p.fault) * astride;
         if (o == dst) acc = combine(acc, TO_A(p.updates.v[u]), p.reduction);
     }
     p.y.v[dst] = FROM_A(acc);

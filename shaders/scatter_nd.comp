@@ -37,6 +37,7 @@ layout(push_constant, scalar) uniform P {
     Table t;
     Out y;
     Owners owners;   // one word per output slice (phases 0-2)
+    Fault fault;
     uint n;          // invocations: slices (phase 0), rows (1), update elements (2, 3)
     uint k;          // entries per index tuple
     uint slice;      // elements per update slice
@@ -49,7 +50,7 @@ layout(push_constant, scalar) uniform P {
 uint target_of(uint i) {
     uint off = 0u;
     for (uint j = 0u; j < p.k; ++j) {
-        off += axis_index(index_at(p.indices, i * p.k + j, p.idx_words), p.t.v[2u * j]) * p.t.v[2u * j + 1u];
+        off += checked_index(p.indices, i * p.k + j, p.idx_words, p.t.v[2u * j], p.fault) * p.t.v[2u * j + 1u];
     }
     return off;
 }

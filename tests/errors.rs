@@ -368,3 +368,212 @@ fn a_constant_index_out_of_range_is_an_error_on_every_device() {
         assert_mentions(&err, &["'ge'", "GatherElements", "index 3 is out of range"]);
     }
 }
+
+/// One model whose indexing node reads indices computed during the run (`idx = Add(i, one)`,
+/// i a graph input, so no check on the host sees them): on Vulkan, where both nodes run on the
+/// GPU, the shaders used to clamp such an index silently. Now every device gives the right
+/// answer for `good`, and for each of `bad` fails with the CPU's error word for word, naming
+/// the node; a session still serves good runs after a faulted one (the fault record is reset).
+fn computed_index_case(
+    test: &str,
+    g: mk::GraphProto,
+    i_shape: &[usize],
+    good: (&[i64], &[f32]),
+    bad: &[(&[i64], &[&str])],
+) {
+    let path = mk::write(&mk::scratch(test), "m.onnx", &mk::model(g, 17));
+    let mut devices = vec![DeviceSelection::Cpu];
+    if !common::skip_vulkan() {
+        devices.push(DeviceSelection::Vulkan);
+    }
+    let i = |v: &[i64]| [("i", vkml::Tensor::from_vec(i_shape.to_vec(), v.to_vec()))];
+    let mut cpu_errors = Vec::new();
+    for dev in devices {
+        let session = Session::load(&path, common::options(dev, None)).unwrap();
+        if dev == DeviceSelection::Vulkan {
+            let plan = session.plan_summary(&i(good.0)).unwrap();
+            assert_eq!(
+                plan.ops_per_device.get("cpu").copied().unwrap_or(0),
+                0,
+                "{test}: every node runs on the GPU: {plan:?}"
+            );
+        }
+        for round in 0..2 {
+            let y = session.run(&i(good.0)).unwrap();
+            assert_eq!(
+                y[0].1.view::<f32>().unwrap().as_ref(),
+                good.1,
+                "{test} on {dev:?}, round {round}"
+            );
+            for (k, (v, mentions)) in bad.iter().enumerate() {
+                let err = session
+                    .run(&i(v))
+                    .expect_err("an index out of range ran")
+                    .to_string();
+                assert_mentions(&err, mentions);
+                if dev == DeviceSelection::Cpu {
+                    if round == 0 {
+                        cpu_errors.push(err);
+                    }
+                } else {
+                    assert_eq!(err, cpu_errors[k], "{test}: Vulkan's error is the CPU's");
+                }
+            }
+        }
+    }
+}
+
+/// y = Gather(w, Add(i, 1)) with w: float[4, 2].
+#[test]
+fn a_computed_gather_index_out_of_range_is_an_error_on_every_device() {
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![
+            mk::node("Add", "shift", &["i", "one"], &["idx"]),
+            mk::node("Gather", "pick", &["w", "idx"], &["y"]),
+        ],
+        initializer: vec![
+            mk::floats("w", &[4, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]),
+            mk::int64s("one", &[1], &[1]),
+        ],
+        input: vec![mk::value("i", mk::INT64, Some(&[3]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    // i + 1 = [1, -1, 3]: rows 1, 3 (-1 from the end) and 3, indexed by hand.
+    let w = |r: usize| [2.0 * r as f32 + 1.0, 2.0 * r as f32 + 2.0];
+    let want: Vec<f32> = [1, 3, 3].into_iter().flat_map(w).collect();
+    computed_index_case(
+        "computed-gather",
+        g,
+        &[3],
+        (&[0, -2, 2], &want),
+        &[
+            (
+                &[0, 4, 1],
+                &[
+                    "'pick'",
+                    "Gather",
+                    "index 5 (element 1 of the indices) is out of range",
+                ],
+            ),
+            (&[-6, 0, 0], &["'pick'", "Gather", "index -5 (element 0"]),
+            (
+                &[0, 1, i64::MAX - 1],
+                &["'pick'", "Gather", format!("index {}", i64::MAX).as_str()],
+            ),
+        ],
+    );
+}
+
+/// y = ScatterElements(d, Add(i, 1), u, axis 1) with d: float[2, 3], u: float[2, 2].
+#[test]
+fn a_computed_scatter_index_out_of_range_is_an_error_on_every_device() {
+    let mut se = mk::node("ScatterElements", "put", &["d", "idx", "u"], &["y"]);
+    se.attribute.push(mk::int_attr("axis", 1));
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![mk::node("Add", "shift", &["i", "one"], &["idx"]), se],
+        initializer: vec![
+            mk::floats("d", &[2, 3], &[0.0; 6]),
+            mk::floats("u", &[2, 2], &[1.0, 2.0, 3.0, 4.0]),
+            mk::int64s("one", &[1], &[1]),
+        ],
+        input: vec![mk::value("i", mk::INT64, Some(&[2, 2]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    // i + 1 = [[2, 0], [-3, 1]]: row 0 gets u[0][0] at column 2 and u[0][1] at column 0;
+    // row 1 gets u[1][0] at column 0 (-3 from the end) and u[1][1] at column 1.
+    let want = [2.0, 0.0, 1.0, 3.0, 4.0, 0.0];
+    computed_index_case(
+        "computed-scatter",
+        g,
+        &[2, 2],
+        (&[1, -1, -4, 0], &want),
+        &[
+            (
+                &[1, -1, 2, 0],
+                &[
+                    "'put'",
+                    "ScatterElements",
+                    "index 3 is out of range for an axis of size 3",
+                ],
+            ),
+            (
+                &[1, -5, 0, 0],
+                &["'put'", "ScatterElements", "index -4 is out of range"],
+            ),
+        ],
+    );
+}
+
+/// y = ScatterND(d, Add(i, 1), u) with d: float[3, 2], indices of shape [2, 1], u: float[2, 2].
+#[test]
+fn a_computed_scatter_nd_index_out_of_range_is_an_error_on_every_device() {
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![
+            mk::node("Add", "shift", &["i", "one"], &["idx"]),
+            mk::node("ScatterND", "put", &["d", "idx", "u"], &["y"]),
+        ],
+        initializer: vec![
+            mk::floats("d", &[3, 2], &[9.0; 6]),
+            mk::floats("u", &[2, 2], &[1.0, 2.0, 3.0, 4.0]),
+            mk::int64s("one", &[1], &[1]),
+        ],
+        input: vec![mk::value("i", mk::INT64, Some(&[2, 1]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    // i + 1 = [[2], [0]]: row 2 gets u[0], row 0 gets u[1].
+    let want = [3.0, 4.0, 9.0, 9.0, 1.0, 2.0];
+    computed_index_case(
+        "computed-scatter-nd",
+        g,
+        &[2, 1],
+        (&[1, -1], &want),
+        &[(
+            &[1, 2],
+            &[
+                "'put'",
+                "ScatterND",
+                "index 3 is out of range for an axis of size 3",
+            ],
+        )],
+    );
+}
+
+/// An armed chunk (a model alone on its GPU, queued ahead of its next run) that faulted is
+/// disarmed by another session's run on the same GPU: it then runs at once on the faulted run's
+/// inputs and records their fault again. The next good run must not report it.
+#[test]
+fn a_disarmed_chunk_does_not_carry_a_fault_into_the_next_run() {
+    if common::skip_vulkan() {
+        return;
+    }
+    let g = mk::GraphProto {
+        name: "g".into(),
+        node: vec![
+            mk::node("Add", "shift", &["i", "one"], &["idx"]),
+            mk::node("Gather", "pick", &["w", "idx"], &["y"]),
+        ],
+        initializer: vec![
+            mk::floats("w", &[3, 1], &[1.0, 2.0, 3.0]),
+            mk::int64s("one", &[1], &[1]),
+        ],
+        input: vec![mk::value("i", mk::INT64, Some(&[2]))],
+        output: vec![mk::value("y", mk::FLOAT, None)],
+    };
+    let path = mk::write(&mk::scratch("disarmed-fault"), "m.onnx", &mk::model(g, 17));
+    let a = Session::load(&path, common::options(DeviceSelection::Vulkan, None)).unwrap();
+    let b = Session::load(&path, common::options(DeviceSelection::Vulkan, None)).unwrap();
+    let i = |v: [i64; 2]| [("i", vkml::Tensor::from_vec(vec![2], v.to_vec()))];
+    for round in 0..4 {
+        let err = a.run(&i([0, 5])).expect_err("an index out of range ran");
+        assert_mentions(&err.to_string(), &["'pick'", "index 6"]);
+        // b's runs disarm what a queued for its next run.
+        b.run(&i([0, 1])).unwrap();
+        let y = a
+            .run(&i([1, -4]))
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(y[0].1.view::<f32>().unwrap().as_ref(), [3.0, 1.0]);
+    }
+}

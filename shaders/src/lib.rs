@@ -164,6 +164,37 @@ pub trait Shader: Copy {
     }
 }
 
+/// Bytes of one op's fault record (`Fault` in `shaders/index.glsl`): the buffer a gather or
+/// scatter kernel reports an index out of range in. It must read as zeros before the run.
+pub const FAULT_RECORD_BYTES: u64 = 32;
+
+/// An index out of range that a kernel met during a run, read from its fault record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexFault {
+    /// Which element of the index tensor held it.
+    pub element: u64,
+    /// The index, as the index tensor holds it.
+    pub index: i64,
+    /// The size of the axis it indexes.
+    pub dim: u64,
+}
+
+impl IndexFault {
+    /// The fault a record's bytes hold, or `None` when the kernel met none.
+    pub fn from_record(bytes: &[u8]) -> Option<IndexFault> {
+        let word = |i: usize| {
+            bytes
+                .get(4 * i..4 * i + 4)
+                .map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        };
+        (word(0) != 0).then(|| IndexFault {
+            element: u64::from(word(1)),
+            index: (u64::from(word(3)) << 32 | u64::from(word(2))) as i64,
+            dim: u64::from(word(4)),
+        })
+    }
+}
+
 /// Optional device features a kernel needs, as bits: vkml-shaderc reads them from each module's
 /// OpCapability instructions and numbers them; the names here follow its numbering.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]

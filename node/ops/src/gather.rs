@@ -90,17 +90,22 @@ fn rows(indices: &Tensor, l: &Layout) -> Result<Vec<usize>, OpError> {
             if (0..s).contains(&row) {
                 Ok(row as usize)
             } else {
-                Err(OpError::invalid(format!(
-                    "Gather index {v} (element {k} of the indices) is out of range for axis {} \
-                     of size {}: indices must lie in [{}, {}]",
-                    l.axis,
-                    l.rows,
-                    -s,
-                    s - 1
-                )))
+                Err(out_of_range(v, k as u64, l.axis, l.rows as u64))
             }
         })
         .collect()
+}
+
+/// Index `v`, element `k` of the indices, outside axis `axis` of `rows` rows: the CPU kernel's
+/// error, and the GPU kernel's when it meets one computed during the run.
+fn out_of_range(v: i64, k: u64, axis: usize, rows: u64) -> OpError {
+    let s = rows as i64;
+    OpError::invalid(format!(
+        "Gather index {v} (element {k} of the indices) is out of range for axis {axis} of size \
+         {rows}: indices must lie in [{}, {}]",
+        -s,
+        s - 1
+    ))
 }
 
 impl Op for Gather {
@@ -162,6 +167,7 @@ impl Op for Gather {
                     x: BufRef::Input(0),
                     indices: BufRef::Input(1),
                     y: BufRef::Output(0),
+                    fault: BufRef::Fault,
                 },
                 params,
                 groups_1d(params.n as usize, 256),
@@ -171,6 +177,20 @@ impl Op for Gather {
             scratch: Vec::new(),
             dispatches,
         })
+    }
+
+    fn index_fault(&self, inputs: &[Option<&ValueType>], f: &super::IndexFault) -> OpError {
+        let rank = inputs
+            .first()
+            .copied()
+            .flatten()
+            .map_or(0, |d| d.shape.len() as i64);
+        let axis = if self.axis < 0 {
+            self.axis + rank
+        } else {
+            self.axis
+        };
+        out_of_range(f.index, f.element, axis.max(0) as usize, f.dim)
     }
 
     fn flops(&self, _inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
@@ -196,6 +216,7 @@ fn element_kernel(l: &Layout, data: &ValueType, index: DType) -> Option<GpuKerne
                 x: BufRef::Input(0),
                 indices: BufRef::Input(1),
                 y: BufRef::Output(0),
+                fault: BufRef::Fault,
             },
             gather_e::Params {
                 n: n as u32,

@@ -38,10 +38,15 @@ pub(crate) fn checked_index(v: i64, dim: usize, op: &str) -> Result<usize, OpErr
     if (0..d).contains(&i) {
         Ok(i as usize)
     } else {
-        Err(OpError::invalid(format!(
-            "{op} index {v} is out of range for an axis of size {dim}"
-        )))
+        Err(out_of_range(v, dim as u64, op))
     }
+}
+
+/// [`checked_index`]'s error, also the GPU kernel's for an index it met during the run.
+pub(crate) fn out_of_range(v: i64, dim: u64, op: &str) -> OpError {
+    OpError::invalid(format!(
+        "{op} index {v} is out of range for an axis of size {dim}"
+    ))
 }
 
 fn ints(t: &Tensor, op: &str) -> Result<Vec<i64>, OpError> {
@@ -78,6 +83,10 @@ impl GatherElements {
 }
 
 impl Op for GatherElements {
+    fn index_fault(&self, _inputs: &[Option<&ValueType>], f: &super::IndexFault) -> OpError {
+        out_of_range(f.index, f.dim, "GatherElements")
+    }
+
     fn check_values(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
         let (data, idx) = (req(inputs, 0)?.ty, req(inputs, 1)?);
         if let Some(t) = idx.value {
@@ -172,6 +181,7 @@ impl Op for GatherElements {
                     indices: BufRef::Input(1),
                     t: BufRef::Table(table),
                     y: BufRef::Output(0),
+                    fault: BufRef::Fault,
                 },
                 gather_elements::Params {
                     n: n as u32,
@@ -253,6 +263,10 @@ impl GatherNd {
 }
 
 impl Op for GatherNd {
+    fn index_fault(&self, _inputs: &[Option<&ValueType>], f: &super::IndexFault) -> OpError {
+        out_of_range(f.index, f.dim, "GatherND")
+    }
+
     fn check_values(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
         let (data, idx) = (req(inputs, 0)?.ty, req(inputs, 1)?);
         if let Some(t) = idx.value {
@@ -327,6 +341,7 @@ impl Op for GatherNd {
                     indices: BufRef::Input(1),
                     t: BufRef::Table(table),
                     y: BufRef::Output(0),
+                    fault: BufRef::Fault,
                 },
                 gather_nd::Params {
                     n: n as u32,

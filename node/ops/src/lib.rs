@@ -22,7 +22,7 @@ pub use size::{Size, SizeError};
 pub use tensor::{DType, Tensor, TensorError};
 
 use crate::tensor::numel;
-pub use vkml_shaders::{Kernel, Shader};
+pub use vkml_shaders::{FAULT_RECORD_BYTES, IndexFault, Kernel, Shader};
 
 /// The variant of a per-element-type shader for a dtype, where the variants are named after
 /// the dtypes: `by_dtype!(dtype, binary::Variant, [F32, F16])` is `Some(binary::Variant::F32)`
@@ -224,12 +224,23 @@ pub trait Op: Send + Sync + fmt::Debug {
         Vec::new()
     }
 
-    /// Checks of input values that the GPU kernels cannot report (indices in range: the
-    /// shaders clamp them so that no access leaves a buffer, where the CPU kernel fails).
-    /// `inputs` carry every input's type, and the values of those on the host before a run
-    /// (graph inputs, constants); the runtime calls this for every run whose values it has.
+    /// Checks of input values made on the host before a run (indices in range, as the CPU
+    /// kernel checks them): `inputs` carry every input's type, and the values of those on the
+    /// host before a run (graph inputs, constants); the runtime calls this for every run whose
+    /// values it has. Indices computed on a GPU during the run are checked there instead (the
+    /// kernels record them in their `BufRef::Fault`, see [`Op::index_fault`]).
     fn check_values(&self, _inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
         Ok(())
+    }
+
+    /// The error for an index out of range that this op's GPU kernel recorded during a run
+    /// (its `BufRef::Fault`), worded as the CPU kernel's error for the same index; `inputs`
+    /// are the input types the kernel was built for.
+    fn index_fault(&self, _inputs: &[Option<&ValueType>], f: &IndexFault) -> OpError {
+        OpError::invalid(format!(
+            "index {} (element {} of the indices) is out of range for an axis of size {}",
+            f.index, f.element, f.dim
+        ))
     }
 
     /// True when output 0 is input 0's bytes under another shape (Reshape, Flatten, Squeeze,
@@ -317,6 +328,11 @@ pub enum BufRef {
     Scratch(usize),
     /// A small read-only table (index maps, per-input offsets) uploaded once when recording.
     Table(Vec<u32>),
+    /// The op's fault record (`FAULT_RECORD_BYTES`, `Fault` in shaders/index.glsl): one per
+    /// op, shared by its dispatches, zero before the run and read by the host after it; a
+    /// kernel that meets an index out of range records it there, and the run fails with
+    /// [`Op::index_fault`]'s error.
+    Fault,
 }
 
 /// Everything a builder sees of a node.

@@ -2,7 +2,7 @@
 //! written (or, with a reduction, folded) at positions the indices name. Duplicate positions
 //! are applied in the order of the updates, on both backends.
 
-use super::gather_nd::{checked_index, index_words};
+use super::gather_nd::{checked_index, index_words, out_of_range};
 use super::util::{groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor, numel, strides};
@@ -194,6 +194,10 @@ impl ScatterNd {
 }
 
 impl Op for ScatterNd {
+    fn index_fault(&self, _inputs: &[Option<&ValueType>], f: &super::IndexFault) -> OpError {
+        out_of_range(f.index, f.dim, "ScatterND")
+    }
+
     fn check_values(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
         let (d, i, u) = (req(inputs, 0)?.ty, req(inputs, 1)?, req(inputs, 2)?.ty);
         if let Some(t) = i.value {
@@ -285,6 +289,7 @@ impl Op for ScatterNd {
                         t: table.clone(),
                         y: BufRef::Output(0),
                         owners,
+                        fault: BufRef::Fault,
                     },
                     scatter_nd::Params {
                         n: n as u32,
@@ -356,6 +361,10 @@ impl ScatterElements {
 }
 
 impl Op for ScatterElements {
+    fn index_fault(&self, _inputs: &[Option<&ValueType>], f: &super::IndexFault) -> OpError {
+        out_of_range(f.index, f.dim, "ScatterElements")
+    }
+
     fn check_values(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(), OpError> {
         let (d, i, u) = (req(inputs, 0)?.ty, req(inputs, 1)?, req(inputs, 2)?.ty);
         if let Some(t) = i.value {
@@ -462,6 +471,7 @@ impl Op for ScatterElements {
                         t: table.clone(),
                         y: BufRef::Output(0),
                         owners,
+                        fault: BufRef::Fault,
                     },
                     scatter_elements::Params {
                         n: n as u32,

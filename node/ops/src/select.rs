@@ -146,6 +146,8 @@ impl Op for Compress {
                 x: BufRef::Input(0),
                 indices: BufRef::Scratch(0),
                 y: BufRef::Output(0),
+                // Positions the pre-pass computed: always in range.
+                fault: BufRef::Fault,
             },
             gather_e::Params {
                 n: total as u32,

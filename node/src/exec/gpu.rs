@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use crate::device::vulkan::{Armed, CommandList, Gpu, GpuBuffer, MemoryUse, Step};
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Specialized, ValueId};
-use crate::ops::{BufRef, GpuKernel};
+use crate::ops::{BufRef, FAULT_RECORD_BYTES, GpuKernel, IndexFault};
 
 use super::arena::{self, Interval};
 
@@ -49,6 +49,9 @@ pub struct GpuLayout {
     /// Per chunk (plan chunk id): values read back after it, with their readback offsets.
     pub exports: BTreeMap<usize, Vec<(ValueId, u64)>>,
     readback_size: u64,
+    /// Per chunk (plan chunk id): its ops with a fault record (`BufRef::Fault`), in order, and
+    /// where in readback memory their records start, one `FAULT_RECORD_BYTES` each.
+    pub faults: BTreeMap<usize, (u64, Vec<usize>)>,
     /// Scratch offsets of each live op (by position in the plan).
     scratch: BTreeMap<usize, Vec<u64>>,
     weights: GpuBuffer,
@@ -178,6 +181,23 @@ impl GpuLayout {
                     .max(last_pos.min(chunk_end[&c]));
             }
         }
+        // Fault records sit in readback memory, where the host reads them after the chunk and
+        // where an armed chunk's second recording gets its own (relocate).
+        let mut faults: BTreeMap<usize, (u64, Vec<usize>)> = BTreeMap::new();
+        for &(pos, c) in &on.ops {
+            let faulting = on.kernels[pos].as_ref().is_some_and(|k| {
+                k.dispatches
+                    .iter()
+                    .any(|d| d.buffers().contains(&BufRef::Fault))
+            });
+            if faulting {
+                faults.entry(c).or_default().1.push(pos);
+            }
+        }
+        for (at, ops) in faults.values_mut() {
+            *at = readback_size;
+            readback_size += (ops.len() as u64 * FAULT_RECORD_BYTES).next_multiple_of(arena::ALIGN);
+        }
         let (offsets, arena_size) = arena::assign(&intervals);
         for (&v, &i) in &interval_of {
             let loc = match direct.get(&v) {
@@ -240,9 +260,48 @@ impl GpuLayout {
             arena_size,
             exports,
             readback_size,
+            faults,
             scratch,
             weights,
         })
+    }
+
+    /// Where op `pos` of chunk `c` has its fault record in readback memory, if it has one.
+    fn fault_record(&self, c: usize, pos: usize) -> Option<u64> {
+        let (at, ops) = self.faults.get(&c)?;
+        let i = ops.iter().position(|&p| p == pos)?;
+        Some(at + i as u64 * FAULT_RECORD_BYTES)
+    }
+
+    /// Zeroes chunk `c`'s fault records in `readback` (a context's, or an armed recording's).
+    pub fn clear_faults(&self, c: usize, readback: &GpuBuffer) -> Result<()> {
+        if let Some((at, ops)) = self.faults.get(&c) {
+            let zeros = vec![0u8; ops.len() * FAULT_RECORD_BYTES as usize];
+            readback.write(*at, &zeros).map_err(dev_err)?;
+        }
+        Ok(())
+    }
+
+    /// The first fault chunk `c`'s ops recorded in `readback`, in plan order: (op position,
+    /// fault). The records are zeroed again for the next run.
+    pub fn take_fault(
+        &self,
+        c: usize,
+        readback: &GpuBuffer,
+    ) -> Result<Option<(usize, IndexFault)>> {
+        let Some((at, ops)) = self.faults.get(&c) else {
+            return Ok(None);
+        };
+        let mut bytes = vec![0u8; ops.len() * FAULT_RECORD_BYTES as usize];
+        readback.read(*at, &mut bytes).map_err(dev_err)?;
+        let found = ops
+            .iter()
+            .zip(bytes.chunks_exact(FAULT_RECORD_BYTES as usize))
+            .find_map(|(&pos, r)| IndexFault::from_record(r).map(|f| (pos, f)));
+        if found.is_some() {
+            self.clear_faults(c, readback)?;
+        }
+        Ok(found)
     }
 
     /// Allocates a context's buffers and records every chunk of this GPU. `armable` is the
@@ -267,6 +326,9 @@ impl GpuLayout {
         let readback = g
             .create_buffer(self.readback_size.max(4), MemoryUse::Readback, "readback")
             .map_err(dev_err)?;
+        for &c in self.faults.keys() {
+            self.clear_faults(c, &readback)?;
+        }
         let mut tables = Vec::new();
         let mut lists = BTreeMap::new();
         let mut arm = None;
@@ -324,6 +386,13 @@ impl GpuLayout {
                                     (Region::Arena, off, kernel.scratch[*i]),
                                     true,
                                 )
+                            }
+                            BufRef::Fault => {
+                                // Not a hazard: kernels only set a record, atomically, and
+                                // nothing reads it before the chunk ends.
+                                let off = self.fault_record(c, pos).expect("placed");
+                                addrs.push(readback.address() + off);
+                                continue;
                             }
                             BufRef::Table(words) => {
                                 let bytes: &[u8] = bytemuck::cast_slice(words);
@@ -400,12 +469,18 @@ impl GpuLayout {
                 let readback2 = g
                     .create_buffer(self.readback_size.max(4), MemoryUse::Readback, "readback")
                     .map_err(dev_err)?;
+                self.clear_faults(c, &readback2)?;
                 let moved = relocate(&steps, &readback, &readback2);
                 let second = Arc::new(g.record_gated(&moved).map_err(dev_err)?);
+                let fault = self
+                    .faults
+                    .get(&c)
+                    .map(|(at, ops)| (*at, ops.len() as u64 * FAULT_RECORD_BYTES));
                 arm = Some(Arc::new(ArmSlot::new(
                     c,
                     [Arc::clone(&first), second],
                     readback2,
+                    fault,
                 )));
                 first
             } else {
@@ -477,6 +552,8 @@ pub struct ArmSlot {
     lists: [Arc<CommandList>; 2],
     /// The second recording's readback buffer (the first uses the context's).
     readback: GpuBuffer,
+    /// The chunk's fault records in each readback buffer: (offset, bytes).
+    fault: Option<(u64, u64)>,
     state: Mutex<SlotState>,
 }
 
@@ -488,12 +565,18 @@ struct SlotState {
 }
 
 impl ArmSlot {
-    fn new(chunk: usize, lists: [Arc<CommandList>; 2], readback: GpuBuffer) -> ArmSlot {
+    fn new(
+        chunk: usize,
+        lists: [Arc<CommandList>; 2],
+        readback: GpuBuffer,
+        fault: Option<(u64, u64)>,
+    ) -> ArmSlot {
         let armed = arm(&lists[0], 0);
         ArmSlot {
             chunk,
             lists,
             readback,
+            fault,
             state: Mutex::new(SlotState { next: 0, armed }),
         }
     }
@@ -506,18 +589,41 @@ impl ArmSlot {
     /// Starts the chunk for a run whose inputs are written: fires the armed recording, or
     /// submits it when it is not armed (or was disarmed), then arms the other recording behind
     /// it for the next run. Returns the timeline value this run's completion signals and the
-    /// recording that runs (see [`GpuContext::readback_of`]).
-    pub fn start(&self) -> Result<(u64, usize)> {
+    /// recording that runs (see [`GpuContext::readback_of`]). `readback` is the context's
+    /// readback buffer (recording 0's).
+    pub fn start(&self, readback: &GpuBuffer) -> Result<(u64, usize)> {
         let mut state = self.state.lock().expect("arm slot lock");
         let i = state.next;
-        let fired = match state.armed.take() {
-            Some(armed) => armed.fire().map_err(dev_err)?,
-            None => None,
+        let (fired, disarmed) = match state.armed.take() {
+            Some(armed) => {
+                let value = armed.value();
+                (armed.fire().map_err(dev_err)?, Some(value))
+            }
+            None => (None, None),
         };
         let list = &self.lists[i];
         let value = match fired {
             Some(v) => v,
-            None => list.gpu().submit(list).map_err(dev_err)?,
+            None => {
+                if let (Some(stale), Some((at, bytes))) = (disarmed, self.fault) {
+                    // A disarmed recording ran, or runs, on the last run's inputs and may
+                    // have recorded their fault again: once it is done (the submission below
+                    // would wait for it too), this run starts from clear records.
+                    let g = list.gpu();
+                    if !g
+                        .wait(stale, super::completion::DEADLINE)
+                        .map_err(dev_err)?
+                    {
+                        return Err(Error::Device(format!(
+                            "{} did not finish a disarmed chunk",
+                            g.info().name
+                        )));
+                    }
+                    let rb = if i == 1 { &self.readback } else { readback };
+                    rb.write(at, &vec![0u8; bytes as usize]).map_err(dev_err)?;
+                }
+                list.gpu().submit(list).map_err(dev_err)?
+            }
         };
         state.next = i ^ 1;
         state.armed = arm(&self.lists[i ^ 1], value);

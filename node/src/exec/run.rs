@@ -25,6 +25,7 @@ use super::{Device, Executable, completion};
 use crate::device::vulkan::Gpu;
 use crate::error::{Error, Result};
 use crate::graph::ValueId;
+use crate::ops::ValueType;
 use crate::tensor::Tensor;
 
 /// Where a node's finished values go when other nodes need them. Called on the thread that
@@ -303,7 +304,7 @@ fn write_imports<'a, T: std::borrow::Borrow<Tensor>>(
 /// and which recording of the chunk runs, which says where its exports are.
 fn start(gctx: &GpuContext, c: usize, g: &Gpu) -> Result<(u64, usize)> {
     if let Some(slot) = gctx.arm.as_ref().filter(|s| s.chunk() == c) {
-        return slot.start();
+        return slot.start(&gctx.readback);
     }
     let value = g.submit(&gctx.lists[&c]).map_err(dev_err)?;
     Ok((value, 0))
@@ -318,6 +319,21 @@ fn read_exports(
     copy: usize,
 ) -> Result<Vec<(ValueId, Tensor)>> {
     let layout = &exe.layouts[&d].0;
+    // An index out of range that a kernel met (shaders/index.glsl) fails the run as the CPU
+    // kernel would have, naming the node.
+    if let Some((pos, fault)) = layout.take_fault(c, gctx.readback_of(c, copy))? {
+        let node = exe.spec.node(&exe.graph, exe.spec.live[pos]);
+        let types: Vec<Option<&ValueType>> = node
+            .inputs
+            .iter()
+            .map(|v| v.and_then(|v| exe.spec.types[v].as_ref()))
+            .collect();
+        return Err(Error::Node {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            message: node.op.index_fault(&types, &fault).to_string(),
+        });
+    }
     let Some(ex) = layout.exports.get(&c) else {
         return Ok(Vec::new());
     };

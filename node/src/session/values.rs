@@ -1,15 +1,16 @@
-//! Checks of graph inputs' values that the GPU kernels cannot make. An index out of range is
-//! an error on the CPU; a shader clamps it instead (so that no access leaves its buffer) and
-//! would give a plausible wrong answer. Where the indices are a graph input or a constant, their
-//! values are on the host before the run, so the op checks them there, whatever device runs it. Indices
-//! computed on a GPU during the run are still clamped (shaders/index.glsl).
+//! Checks of graph inputs' values before a run. An index out of range is an error on the CPU.
+//! Where the indices are a graph input or a constant, their values are on the host before the
+//! run, so the op checks them there, whatever device runs it, and the run fails before
+//! anything is submitted. Indices computed on a GPU during the run are checked by the kernels,
+//! which record a fault that fails the run once it completes (shaders/index.glsl,
+//! exec/gpu.rs `GpuLayout::take_fault`).
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Specialized};
 use crate::ops::InferInput;
 use crate::tensor::Tensor;
 
-/// The ops whose kernels clamp index values on a GPU (they implement `Op::check_values`).
+/// The ops whose index values are checked before a run (they implement `Op::check_values`).
 const INDEXING: &[&str] = &[
     "Gather",
     "GatherElements",

@@ -24,7 +24,13 @@ pub enum Slot {
     Scratch(usize),
     /// A small read-only table, uploaded when the run is recorded.
     Table(Vec<u32>),
+    /// The op's fault record (`Fault` in shaders/index.glsl): zeroed before the run; a run
+    /// whose kernel records an index out of range in it fails.
+    Fault,
 }
+
+/// Bytes of a fault record (vkml_shaders::FAULT_RECORD_BYTES).
+const FAULT_BYTES: u64 = 32;
 
 /// One dispatch of a run.
 #[derive(Debug, Clone)]
@@ -71,6 +77,7 @@ pub fn run(
         });
     }
     let (output_bufs, scratch_bufs) = output_and_scratch(gpu, run, outputs)?;
+    let fault = fault_buffer(gpu)?;
     let readback = outputs
         .iter()
         .enumerate()
@@ -93,6 +100,7 @@ pub fn run(
         inputs: &inputs_ref,
         outputs: &output_bufs,
         scratch: &scratch_bufs,
+        fault: &fault,
     };
     steps.extend(steps_of(gpu, run, &buffers, &mut tables)?);
     steps.push(Step::Barrier);
@@ -110,6 +118,18 @@ pub fn run(
     if !gpu.wait(value, LONG).map_err(err)? {
         return Err(format!("the GPU kernel did not finish within {LONG:?}"));
     }
+    let mut record = [0u8; FAULT_BYTES as usize];
+    fault.read(0, &mut record).map_err(err)?;
+    let word = |i: usize| u32::from_le_bytes(record[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+    if word(0) != 0 {
+        return Err(format!(
+            "the kernel met index {} (element {} of the indices) out of range for an axis of \
+             size {}",
+            (u64::from(word(3)) << 32 | u64::from(word(2))) as i64,
+            word(1),
+            word(4)
+        ));
+    }
     outputs
         .iter()
         .zip(&readback)
@@ -126,6 +146,16 @@ struct Buffers<'a> {
     inputs: &'a [Option<&'a GpuBuffer>],
     outputs: &'a [GpuBuffer],
     scratch: &'a [GpuBuffer],
+    fault: &'a GpuBuffer,
+}
+
+/// A zeroed fault record.
+fn fault_buffer(gpu: &Gpu) -> Result<GpuBuffer, String> {
+    let b = gpu
+        .create_buffer(FAULT_BYTES, MemoryUse::Readback, "fault")
+        .map_err(err)?;
+    b.write(0, &[0; FAULT_BYTES as usize]).map_err(err)?;
+    Ok(b)
 }
 
 /// The dispatches of `run` over `b`, with a barrier between each pair; tables are uploaded
@@ -172,6 +202,7 @@ fn steps_of(
                     tables.push(t);
                     a
                 }
+                Slot::Fault => b.fault.address(),
             });
         }
         steps.push(Step::Dispatch {
@@ -229,12 +260,14 @@ impl<'g> KernelTimer<'g> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let (output_bufs, scratch_bufs) = output_and_scratch(gpu, run, outputs)?;
+        let fault = fault_buffer(gpu)?;
         let mut tables = Vec::new();
         let inputs_ref: Vec<Option<&GpuBuffer>> = input_bufs.iter().map(Option::as_ref).collect();
         let buffers = Buffers {
             inputs: &inputs_ref,
             outputs: &output_bufs,
             scratch: &scratch_bufs,
+            fault: &fault,
         };
         let steps = steps_of(gpu, run, &buffers, &mut tables)?;
         // The list keeps every buffer its steps touch alive.

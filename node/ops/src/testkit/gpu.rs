@@ -87,6 +87,7 @@ pub fn kernel_run(k: &GpuKernel) -> KernelRun {
                         BufRef::Output(i) => Slot::Output(*i),
                         BufRef::Scratch(i) => Slot::Scratch(*i),
                         BufRef::Table(t) => Slot::Table(t.clone()),
+                        BufRef::Fault => Slot::Fault,
                     })
                     .collect(),
                 params: d.params().to_vec(),
