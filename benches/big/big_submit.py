@@ -112,7 +112,7 @@ class Cluster:
         self.a = a
         self.bin = a.bin
         self.n = a.nodes
-        self.cap = int(a.cap_fraction * weight_bytes)
+        self.cap = int(a.cap_bytes) if a.cap_bytes else int(a.cap_fraction * weight_bytes)
         self.cache_size = int(a.cache_size if a.cache_size else 4 * weight_bytes)
         ports = [a.base_port + k for k in range(self.n)] if a.base_port else free_udp_ports(self.n)
         self.addrs = [f"127.0.0.1:{p}" for p in ports]
@@ -126,8 +126,10 @@ class Cluster:
         cmd = [self.bin, "--listen", self.addrs[k], "--insecure", "--name", self.names[k],
                "--device", self.a.device, "--device-memory-limit", str(self.cap)]
         if self.has_cache_flags:
-            cmd += ["--cache-dir", os.path.join(self.a.work, f"cache-{self.names[k]}"),
+            cmd += ["--cache-dir", os.path.join(self.a.cache_root, f"cache-{self.names[k]}"),
                     "--cache-size", str(self.cache_size)]
+        if k == 0 and self.a.first_maps_model:
+            cmd += ["--models", os.path.abspath(self.a.model_dir)]
         if k > 0:
             cmd += ["--join", self.addrs[0]]
         return cmd
@@ -263,14 +265,15 @@ def find_key(obj, key):
     return None
 
 
-def submit(a, cluster, model, input_name, tag, timeout):
+def submit(a, cluster, model, input_name, tag, timeout, repeat=1):
     """Runs the client; returns (wall s, peak RSS bytes, output dir). Peak RSS from wait4 on
     this one child (not RUSAGE_CHILDREN, which would mix in restarted nodes)."""
     out = os.path.join(a.work, f"out{tag}")
     shutil.rmtree(out, ignore_errors=True)
     log = os.path.join(a.work, f"submit{tag}.log")
     cmd = [a.bin, "submit", model, "--to", cluster.addrs[0], "--insecure",
-           "--input", f"{input_name}={os.path.join(a.work, 'x.npy')}", "--output-dir", out]
+           "--input", f"{input_name}={os.path.join(a.work, 'x.npy')}", "--output-dir", out,
+           "--repeat", str(repeat)]
     with open(log, "w") as lf:
         lf.write(" ".join(cmd) + "\n")
         lf.flush()
@@ -295,6 +298,56 @@ def submit(a, cluster, model, input_name, tag, timeout):
         raise Failure(f"submission {tag} failed (rc {p.returncode}): {last}\n{log} ends:\n"
                       f"{log_tail(log)}")
     return wall, rusage.ru_maxrss * 1024, out
+
+
+def median_us(log):
+    """The median latency `submit --repeat` printed, in microseconds (None without one)."""
+    for line in open(log):
+        if line.startswith("latency over") and "median" in line:
+            return float(line.split("median")[1].split("us")[0])
+    return None
+
+
+def placed_bytes(log):
+    """Bytes the plan reserves per node, from the placement `submit` prints."""
+    units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    out = {}
+    for line in open(log):
+        t = line.split()
+        if len(t) == 5 and t[-1] in units and t[0].startswith("n"):
+            try:
+                out[t[0]] = out.get(t[0], 0) + float(t[3]) * units[t[4]]
+            except ValueError:
+                pass
+    return out
+
+
+def single_node(a, model, input_name, weight_bytes):
+    """One uncapped node holding the whole model (mapped from its models folder): the
+    latency a user gets without a cluster, for comparison."""
+    saved = (a.nodes, a.first_maps_model)
+    a.nodes, a.first_maps_model = 1, True
+    one = Cluster(a, weight_bytes)
+    capped = one.node_cmd
+
+    def uncapped(k):
+        cmd = capped(k)
+        i = cmd.index("--device-memory-limit")
+        return cmd[:i] + cmd[i + 2:]
+
+    one.node_cmd = uncapped
+    try:
+        one.start(0)
+        one.wait_alive(a.start_timeout)
+        wall, rss, _ = submit(a, one, model, input_name, "single", a.submit_timeout, a.repeat)
+        med = median_us(os.path.join(a.work, "submitsingle.log"))
+        print(f"one uncapped node: load + {a.repeat} runs {wall:.2f} s, median run {med} us, "
+              f"client peak RSS {rss / MiB:.0f} MiB, node peak RSS "
+              f"{(vmhwm(one.procs[0].pid) or 0) / MiB:.0f} MiB")
+        return med
+    finally:
+        one.stop_all()
+        a.nodes, a.first_maps_model = saved
 
 
 def rel_err(y, ref):
@@ -322,12 +375,26 @@ def main():
                    help="max relative error (default 1e-4, 2e-2 for float16 models)")
     p.add_argument("--start-timeout", type=float, default=90, help="seconds for nodes to be alive")
     p.add_argument("--submit-timeout", type=float, default=1200, help="seconds per submission")
+    p.add_argument("--cap-bytes", type=float, default=0,
+                   help="each node's --device-memory-limit in bytes (overrides --cap-fraction)")
+    p.add_argument("--first-maps-model", action="store_true",
+                   help="n1 (the node submitted to) gets --models MODEL_DIR: it maps the model "
+                        "instead of receiving it, as a node holding the file would")
+    p.add_argument("--cache-root", default=None,
+                   help="where the nodes' caches go (default: WORK; /dev/shm keeps them in RAM)")
+    p.add_argument("--no-restart", action="store_true", help="skip submission 3 (the restart)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs per submission (the median latency is reported)")
+    p.add_argument("--single", action="store_true",
+                   help="then run the model on one uncapped node, for comparison")
     a = p.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
     if a.nodes < 2:
         p.error("--nodes must be at least 2 (one is restarted)")
     a.work = os.path.abspath(a.work)
     os.makedirs(a.work, exist_ok=True)
+    a.cache_root = os.path.abspath(a.cache_root or a.work)
+    os.makedirs(a.cache_root, exist_ok=True)
 
     model, weight_bytes, dtype, input_name, output_name = model_info(a.model_dir)
     tol = a.tolerance if a.tolerance is not None else (2e-2 if dtype == "float16" else 1e-4)
@@ -338,7 +405,7 @@ def main():
         return 2
     ref = np.load(ref_path)
     for k in range(a.nodes):  # a cache left by an earlier run would hide the first transfer
-        shutil.rmtree(os.path.join(a.work, f"cache-n{k + 1}"), ignore_errors=True)
+        shutil.rmtree(os.path.join(a.cache_root, f"cache-n{k + 1}"), ignore_errors=True)
     shutil.copy(os.path.join(a.model_dir, "x.npy"), os.path.join(a.work, "x.npy"))
 
     cluster = Cluster(a, weight_bytes)
@@ -367,7 +434,7 @@ def main():
         prev = [{c: 0 for c in COUNTERS} for _ in range(a.nodes)]
 
         restarted = None
-        for tag in (1, 2, 3):
+        for tag in ((1, 2) if a.no_restart else (1, 2, 3)):
             if tag == 3:
                 restarted = a.nodes - 1
                 gen = cluster.generation(restarted)
@@ -378,7 +445,12 @@ def main():
                 max_part[restarted] = 0
                 prev[restarted] = {c: 0 for c in COUNTERS}
                 print(f"{cluster.names[restarted]} alive again")
-            wall, client_rss, out = submit(a, cluster, model, input_name, tag, a.submit_timeout)
+            wall, client_rss, out = submit(a, cluster, model, input_name, tag, a.submit_timeout,
+                                           a.repeat)
+            log = os.path.join(a.work, f"submit{tag}.log")
+            print(f"submission {tag}: plan reserves "
+                  f"{ {n: round(b / MiB) for n, b in placed_bytes(log).items()} } MiB; "
+                  f"median run {median_us(log)} us over {a.repeat}")
             cluster.check_running()
             y_path = os.path.join(out, f"{output_name}.npy")
             if not os.path.exists(y_path):
@@ -397,7 +469,8 @@ def main():
             rows.append(dict(tag=tag, wall=wall, client=client_rss, hwm=hwm, recv=recv,
                              cached=cached, err=err))
             print(f"submission {tag}: weights received {[f'{r / 1e6:.1f}' for r in recv]} MB, "
-                  f"from caches {[f'{c / 1e6:.1f}' for c in cached]} MB")
+                  f"from caches {[f'{c / 1e6:.1f}' for c in cached]} MB; received per node over "
+                  f"the submission's wall time {[f'{r / 1e9 / wall:.2f}' for r in recv]} GB/s")
 
             if client_rss > CLIENT_RSS_LIMIT:
                 failures.append(f"submission {tag}: client peak RSS {client_rss / MiB:.0f} MiB "
@@ -431,6 +504,12 @@ def main():
     finally:
         cluster.stop_all()
         signal.signal(signal.SIGTERM, old_int)
+    if a.single:
+        try:
+            single_node(a, model, input_name, weight_bytes)
+        except Failure as e:
+            print(f"\nFAILED (single node): {e}", file=sys.stderr)
+            failures.append(str(e).splitlines()[0])
 
     if rows:
         names = cluster.names

@@ -66,7 +66,8 @@ impl Target {
         };
         let (cluster, exec) = rt.block_on(async {
             let cluster = Cluster::start(cfg).await.map_err(|e| e.to_string())?;
-            let exec = Exec::start(cluster.clone(), devices, inventory);
+            let weights = vkml::distributed::weights::WeightStore::new(None, None);
+            let exec = Exec::start(cluster.clone(), devices, inventory, weights);
             Ok::<_, String>((cluster, exec))
         })?;
         let addr = cluster.addr();

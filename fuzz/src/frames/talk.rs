@@ -185,9 +185,24 @@ pub fn submit(u: &mut Unstructured, model: &mut Vec<u8>) -> Result<Vec<u8>> {
     } else {
         edge::name(u, &[])?
     };
+    // External weights offered: the node asks for those it lacks, and the frame holds none of
+    // their bytes (or claims any length).
+    let mut weights = Vec::new();
+    if u.ratio(1, 4)? {
+        for _ in 0..u.int_in_range(1..=3)? {
+            let hash_len = if u.ratio(7, 8)? { 32 } else { 5 };
+            weights.push(pb::WeightRange {
+                location: edge::name(u, &[])?,
+                offset: edge::int(u)? as u64,
+                length: edge::int(u)? as u64,
+                hash: u.bytes(hash_len)?.to_vec().into(),
+            });
+        }
+    }
     let mut out = frame(&Message::Submit(pb::Submit {
         name,
         model_bytes: declared,
+        weights,
     }));
     out.extend_from_slice(model);
     Ok(out)
