@@ -22,6 +22,7 @@ fn config(name: &str, join: Vec<String>, secret: &Secret, budget: u64) -> Cluste
             flops_per_us: 10,
             op_overhead_ns: 300,
             features: 0,
+            reserved: 0,
         }],
         tuning: Default::default(),
         tensor_lanes: vkml::cluster::tensors::default_lanes(),

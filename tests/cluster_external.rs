@@ -273,6 +273,33 @@ fn a_models_folder_is_mapped_instead_of_received() {
     let _ = std::fs::remove_dir_all(&scratch);
 }
 
+/// A second model is planned into the memory the first left: nodes gossip what loaded parts
+/// reserve, and the submitter plans against budget minus that. Planned against whole budgets,
+/// the second copy went where the first already was, and that node refused it ("no room").
+#[test]
+fn a_second_model_is_planned_into_the_memory_left() {
+    let _serial = cluster_harness::serial();
+    let dir = common::fixture(FIXTURE);
+    let cap = weight_bytes(&dir) * 75 / 100;
+    let r = start("ext-second", &[cap; 3], &[]);
+    let client = connect(&r);
+    let first = client
+        .load(&dir.join("model.onnx"), |_| {})
+        .unwrap_or_else(|e| panic!("first load: {e}\n{}", r.logs()));
+    // The reservations travel by gossip.
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = client
+        .load(&dir.join("model.onnx"), |_| {})
+        .unwrap_or_else(|e| panic!("second load: {e}\n{}", r.logs()));
+    let (a, b) = (nodes_of(&first), nodes_of(&second));
+    assert!(a != b, "the second copy went elsewhere: {a:?} and {b:?}");
+    run_all_sets(&first, "the first copy", &r);
+    run_all_sets(&second, "the second copy", &r);
+    first.unload().unwrap();
+    second.unload().unwrap();
+    client.close();
+}
+
 /// Bad input: each a clear error naming the file, and nothing left loaded.
 #[test]
 fn bad_external_data_is_a_clear_error_and_leaves_nothing_loaded() {

@@ -17,6 +17,7 @@ fn inventory() -> Message {
             flops_per_us: 20_000_000,
             op_overhead_ns: 1500,
             features: 3,
+            reserved: 0,
         }],
     })
 }

@@ -110,6 +110,7 @@ fn snapshot_from_file(path: &Path) -> Result<Snapshot> {
                     flops_per_us: d.flops_per_us,
                     op_overhead_ns: d.op_overhead_ns.unwrap_or(if gpu { 2_500 } else { 300 }),
                     features: d.features,
+                    reserved: 0,
                 }))
             })
             .collect::<Result<Vec<_>>>()?;

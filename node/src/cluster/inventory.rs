@@ -47,6 +47,7 @@ pub fn to_wire(d: &DeviceInventory, vendor: String) -> pb::Device {
         flops_per_us: d.flops_per_us,
         op_overhead_ns: d.op_overhead_ns,
         features: d.features,
+        reserved: 0,
     }
 }
 

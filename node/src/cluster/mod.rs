@@ -330,6 +330,11 @@ impl Cluster {
         self.inner.read_view().snapshot()
     }
 
+    /// The snapshot with whole budgets, as if nothing were loaded.
+    pub fn snapshot_gross(&self) -> Snapshot {
+        self.inner.read_view().snapshot_of(false)
+    }
+
     pub fn exec_stats(&self) -> &ExecStats {
         &self.inner.exec_stats
     }
@@ -396,6 +401,29 @@ impl Cluster {
         conn.open_uni()
             .await
             .map_err(|e| ClusterError::Peer(format!("{member}: {e}")))
+    }
+
+    /// The bytes loaded models' parts reserve on each of this node's devices (inventory
+    /// order), gossiped when they change so that every submitter plans against free memory.
+    pub fn set_reserved(&self, reserved: &[u64]) {
+        let devices = {
+            let inv = lock(&self.inner.inventory);
+            let same = inv.devices.len() == reserved.len()
+                && inv
+                    .devices
+                    .iter()
+                    .zip(reserved)
+                    .all(|(d, &r)| d.reserved == r);
+            if same {
+                return;
+            }
+            let mut devices = inv.devices.clone();
+            for (d, &r) in devices.iter_mut().zip(reserved) {
+                d.reserved = r;
+            }
+            devices
+        };
+        self.set_devices(devices);
     }
 
     /// Changes this node's inventory (budgets, devices) and gossips the new version.

@@ -247,8 +247,14 @@ impl View {
             .find(|m| m.name == name && m.state.is_live())
     }
 
-    /// Live members whose inventory we have, as the planner takes them.
+    /// Live members whose inventory we have, as the planner takes them: each device's budget
+    /// less what loaded models' parts reserve on it.
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_of(true)
+    }
+
+    /// [`View::snapshot`], with whole budgets when `net` is false.
+    pub fn snapshot_of(&self, net: bool) -> Snapshot {
         Snapshot {
             version: self.version,
             nodes: self
@@ -257,10 +263,17 @@ impl View {
                 .filter(|(_, e)| e.state.is_live())
                 .filter_map(|(name, _)| {
                     let inv = self.inventories.get(name)?;
+                    // What a new model can have: the budget less what loaded ones reserve.
                     let devs = inv
                         .devices
                         .iter()
-                        .map(super::inventory::to_planner)
+                        .map(|d| {
+                            let mut p = super::inventory::to_planner(d);
+                            if net {
+                                p.memory_budget = d.memory_budget.saturating_sub(d.reserved);
+                            }
+                            p
+                        })
                         .collect();
                     Some((name.clone(), devs))
                 })

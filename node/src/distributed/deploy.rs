@@ -12,7 +12,7 @@ use vkml_protocol::pb;
 
 use super::DistError;
 use super::fragment::Skeleton;
-use super::placement::{describe, plan_for};
+use super::placement::describe;
 use crate::cluster::Cluster;
 use crate::graph::{Graph, SpecializeError, Specialized, ValueId};
 use crate::ops::ValueType;
@@ -79,6 +79,7 @@ pub async fn make(
     avoid: &BTreeSet<String>,
 ) -> Result<Made, Unplanned> {
     let mut snapshot = cluster.snapshot();
+    let mut gross = cluster.snapshot_gross();
     let tuning = cluster.tuning();
     // Fused where a GPU may run the plan, as a session does.
     let fuse = tuning.fusion
@@ -87,6 +88,7 @@ pub async fn make(
             .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
     for node in avoid {
         snapshot.nodes.remove(node);
+        gross.nodes.remove(node);
     }
     let load_id: u64 = rand::random();
     let me_name = me;
@@ -107,7 +109,11 @@ pub async fn make(
             Err(SpecializeError::NeedsValues(more)) => return Err(Unplanned::NeedsValues(more)),
             Err(e) => return Err(failed(DistError::Runtime(e.into()))),
         };
-        cut(&graph, spec, &snapshot, load_id, &me, &tuning).map_err(failed)
+        // Planned into the memory left by loaded models; when that cannot fit, the
+        // reservations gossiped may be stale (a model unloaded a moment ago): plan over whole
+        // budgets, and let the participants, which know what they hold, refuse if it is so.
+        let fallback = (snapshot != gross).then_some(&gross);
+        cut(&graph, spec, &snapshot, fallback, load_id, &me, &tuning).map_err(failed)
     })
     .await
     .map_err(|e| failed(super::join_err(e)))??;
@@ -158,15 +164,28 @@ fn by_reference(f: &mut pb::Fragment, weights: &[(ValueId, Tensor)], external: &
 
 /// Plans a specialised graph with `tuning`'s plan settings and cuts it into fragments
 /// (blocking), each marked with those settings; with the plan's hash.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn cut(
     graph: &Graph,
     spec: Specialized,
     snapshot: &Snapshot,
+    fallback: Option<&Snapshot>,
     load_id: u64,
     me: &str,
     tuning: &Tuning,
 ) -> Result<(Made, u64), DistError> {
-    let (plan, cost, spec) = plan_for(graph, spec, snapshot, tuning)?;
+    let (cost, _) = crate::exec::cost_graph(graph, &spec, &tuning.kernels);
+    let links = vkml_planner::LinkCosts::default();
+    let (plan, snapshot) = match (vkml_planner::plan(&cost, snapshot, &links), fallback) {
+        (Ok(plan), _) => (plan, snapshot),
+        (Err(e), Some(other)) => {
+            tracing::debug!("no plan in the memory left ({e}); planning over whole budgets");
+            let plan = vkml_planner::plan(&cost, other, &links)
+                .map_err(|e| DistError::Placement(e.to_string()))?;
+            (plan, other)
+        }
+        (Err(e), None) => return Err(DistError::Placement(e.to_string())),
+    };
     let skeleton = Skeleton::new(graph, &spec, &cost, snapshot)?;
     let (needs, fixed_outputs) = needs_and_fixed(graph, &spec, &plan)?;
     let nodes: BTreeSet<String> = plan.placement.iter().map(|d| d.node.clone()).collect();

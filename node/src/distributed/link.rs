@@ -28,6 +28,11 @@ pub struct Link {
 
 impl Link {
     /// Call inside the tokio runtime.
+    /// Gossips what loaded parts reserve on this node's devices (see `Cluster::set_reserved`).
+    pub fn publish_reserved(&self, reserved: &[u64]) {
+        self.cluster.set_reserved(reserved);
+    }
+
     pub fn new(cluster: Cluster) -> Link {
         Link {
             me: cluster.name().to_string(),

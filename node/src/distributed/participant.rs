@@ -36,6 +36,8 @@ struct State {
     core: core::Participant<Arc<Executable>, Tensor>,
     /// What `Deliver` and `AbortRun` act on: set when a run registers, gone when it returns.
     links: BTreeMap<(u64, u64), RunLink>,
+    /// The reservations per device last gossiped.
+    published: Vec<u64>,
 }
 
 /// A fragment that passed its checks: the plan, and the graph and kernels to build it from.
@@ -86,9 +88,11 @@ impl Participant {
                 budget: d.memory_budget,
             })
             .collect();
+        let published = vec![0; inventory.len()];
         let state = State {
             core: core::Participant::new(me.clone(), budgets, config),
             links: BTreeMap::new(),
+            published,
         };
         Participant {
             me,
@@ -371,14 +375,21 @@ impl Participant {
 
     /// Calls the machine, then carries out what it asks, with the lock released.
     fn call<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
-        let (r, todo, next) = {
+        let (r, todo, next, reserved) = {
             let mut st = lock(&self.state);
             let now = Instant::now();
             let r = f(&mut st, now);
             let todo = st.drain();
-            (r, todo, st.core.poll_timeout())
+            let reserved = (st.core.reserved() != st.published.as_slice()).then(|| {
+                st.published = st.core.reserved().to_vec();
+                st.published.clone()
+            });
+            (r, todo, st.core.poll_timeout(), reserved)
         };
         self.alarm.set(next);
+        if let Some(reserved) = reserved {
+            self.link.publish_reserved(&reserved);
+        }
         for t in todo {
             match t {
                 Todo::Send { to, message } => {

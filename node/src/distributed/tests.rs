@@ -158,7 +158,16 @@ fn a_malformed_fragment_is_an_error_not_a_panic() {
 #[test]
 fn a_split_plan_deploys_and_runs_through_the_submitter_machine() {
     let (graph, spec) = mnist();
-    let (made, _) = deploy::cut(&graph, spec, &two_nodes(), 7, "a", &Default::default()).unwrap();
+    let (made, _) = deploy::cut(
+        &graph,
+        spec,
+        &two_nodes(),
+        None,
+        7,
+        "a",
+        &Default::default(),
+    )
+    .unwrap();
     let nodes: Vec<String> = made.plan.nodes.iter().cloned().collect();
     assert_eq!(nodes, ["a", "b"], "the caps split the model");
     assert!(made.parts.keys().eq(made.plan.nodes.iter()));
