@@ -34,6 +34,7 @@ macro_rules! fixture_tests {
 
 fixture_tests!(
     add_chain_1000,
+    chain_external,
     elementwise_chain,
     external_data,
     mlp,
