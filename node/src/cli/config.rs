@@ -157,3 +157,21 @@ impl Settings {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_read_as_bytes_or_binary_units() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4K"), Ok(4 << 10));
+        assert_eq!(parse_size("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("64G"), Ok(64 << 30));
+        assert_eq!(parse_size("2TB"), Ok(2 << 40));
+        for bad in ["", "G", "1.5G", "-1", "12X", "99999999999T"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} is not a size");
+        }
+    }
+}
