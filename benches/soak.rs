@@ -2,7 +2,7 @@
 //! model through its owner's connection and 16 clients loading, running and abandoning a small
 //! one, a node killed (SIGKILL) and restarted every two minutes, a 3 s partition every minute.
 //!
-//!     cargo bench --bench soak [-- --minutes N]
+//!     cargo bench --bench soak [-- --minutes N] [--samples FILE.csv]
 //!
 //! Prints the run counts, the slowest run, each node process's growth of RSS, threads and open
 //! files after a two-minute warmup, and anything left loaded; exits 1 when a promise broke.
@@ -31,9 +31,25 @@ fn main() {
         partition_every: Duration::from_secs(60),
         partition_for: Duration::from_secs(3),
     };
+    // Every sample (seconds, node, pid, RSS KiB, threads, open files), for a trend over time.
+    let samples = args
+        .iter()
+        .position(|a| a == "--samples")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     println!("soak: {plan:?}");
     let report = soak::soak("soak-bench", plan);
     println!("{}", soak::summary(&report, warmup));
+    if let Some(path) = samples {
+        let mut csv = String::from("at_s,node,pid,rss_kib,threads,fds\n");
+        for s in &report.samples {
+            csv.push_str(&format!(
+                "{:.1},{},{},{},{},{}\n",
+                s.at, s.node, s.pid, s.rss_kib, s.threads, s.fds
+            ));
+        }
+        std::fs::write(&path, csv).expect("writing --samples");
+    }
     let grew = soak::growth(&report, warmup)
         .into_iter()
         .any(|g| g.rss > 1.10 || g.threads.1 > g.threads.0 + 2 || g.fds.1 > g.fds.0);
