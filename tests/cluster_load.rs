@@ -98,3 +98,38 @@ fn a_node_busy_on_every_core_is_never_suspected() {
     drop(model);
     client.close();
 }
+
+/// Every worker of a node's main runtime blocked for 3 s (CPU-bound work or a long blocking
+/// call on all of them) must not make the node look dead: membership runs on its own thread
+/// and its own endpoint. With gossip on the main runtime (before 433d557), 3 s without an
+/// answer to a probe is a death verdict: probes time out in 150 ms, suspicion lasts 1 s.
+#[test]
+fn a_node_whose_runtime_stalls_is_not_suspected() {
+    let _g = serial();
+    let c = Cluster::new("stall");
+    let a = c.start("a", &[]);
+    let b = c.start("b", &[&a]);
+    let before = Instant::now();
+    let s = c.start_opts("s", &[&a], &[], Some("stall = [[3.0, 6.0]]\n"), &[]);
+    let long_ago = before - Duration::from_secs(60);
+    converged(&[&a, &b, &s], long_ago, Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no convergence:\n{}", logs(&[&a, &b, &s])));
+    // Past the window, and the 1 s a suspicion would take to become a verdict.
+    let past = before + Duration::from_secs(8);
+    std::thread::sleep(past.saturating_duration_since(Instant::now()));
+    assert!(
+        s.log().contains("the runtime stalls"),
+        "the stall was injected:\n{}",
+        s.log()
+    );
+    for n in [&a, &b] {
+        for state in ["suspect", "dead"] {
+            assert!(
+                n.saw("s", state, before, Duration::ZERO).is_none(),
+                "{} saw s {state} while its runtime stalled:\n{}",
+                n.name,
+                logs(&[&a, &b, &s])
+            );
+        }
+    }
+}

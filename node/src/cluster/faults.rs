@@ -17,7 +17,9 @@
 //!
 //! and, at the top, `panic_op = "name"`: a run of this node's part of a model panics when
 //! that part holds the op of that node name (a participant's panic must fail the run, not
-//! hang it; no op is known to panic on purpose).
+//! hang it; no op is known to panic on purpose), and `stall = [[3.0, 6.0]]`: in each window
+//! every worker thread of the node's main runtime is blocked, as when CPU-bound work took all
+//! of them (membership, on its own thread, must go on answering).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -38,6 +40,9 @@ pub struct FaultConfig {
     /// The name of an ONNX node whose runs panic on this node.
     #[serde(default)]
     pub panic_op: Option<String>,
+    /// Windows (seconds after start) in which the main runtime's workers are all blocked.
+    #[serde(default)]
+    pub stall: Vec<[f64; 2]>,
 }
 
 impl FaultConfig {

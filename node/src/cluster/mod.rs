@@ -298,6 +298,9 @@ impl Cluster {
         if !cfg.join.is_empty() {
             gossip_rt.spawn(join_loop(inner.clone(), cfg.join.clone()));
         }
+        if let Some(f) = &cfg.faults {
+            stall_windows(&f.stall);
+        }
         tracing::info!(
             "node {} listening on {local}, reachable at {addr} (data at {data_addr}), {} device(s)",
             cfg.name,
@@ -490,6 +493,26 @@ impl Cluster {
         let _ = tokio::time::timeout(Duration::from_secs(1), idle).await;
         lock(&inner.gossip_stop).take();
         tracing::info!("node {} left the cluster", inner.name);
+    }
+}
+
+/// Fault injection: blocks every worker of the current (main) runtime in each window, as
+/// CPU-bound work that took them all would.
+fn stall_windows(windows: &[[f64; 2]]) {
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    for &[from, to] in windows {
+        let (start, length) = (
+            Duration::from_secs_f64(from.max(0.0)),
+            Duration::from_secs_f64((to - from).max(0.0)),
+        );
+        tracing::warn!("fault injection: the runtime stalls from {from} s for {length:?}");
+        for _ in 0..workers {
+            tokio::spawn(async move {
+                tokio::time::sleep(start).await;
+                // Blocking on purpose: this is the fault.
+                std::thread::sleep(length);
+            });
+        }
     }
 }
 
