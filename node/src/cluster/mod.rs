@@ -2,9 +2,11 @@
 //! inventories, and open streams to each other by name.
 //!
 //! - [`secret`], [`tls`]: the key file, and mutual TLS derived from it;
-//! - [`transport`]: the QUIC endpoint (settings for tensors), hellos, frames on streams;
-//! - [`faults`]: seeded drop/delay/duplication/partition for tests;
-//! - [`membership`]: SWIM (foca) driven from a tokio task over QUIC datagrams;
+//! - [`transport`]: the QUIC endpoints (gossip's, and data's; settings for tensors), hellos,
+//!   frames on streams;
+//! - [`faults`]: seeded drop/delay/duplication/partition/stall for tests;
+//! - [`membership`]: SWIM (foca) driven from a tokio task over QUIC datagrams, on the
+//!   membership thread (`threads`), never the main runtime;
 //! - [`inventory`]: this node's devices, and the wire <-> planner records;
 //! - [`view`]: the membership table every API reads;
 //! - [`service`]: accepting connections and answering requests (status, inventory, leave);
@@ -22,6 +24,7 @@ pub mod names;
 pub mod secret;
 pub mod service;
 pub mod tensors;
+mod threads;
 pub mod tls;
 pub mod transport;
 pub mod view;
@@ -211,7 +214,7 @@ impl Cluster {
             Faults::new(f)
         });
         let tls = NodeTls::new(&cfg.secret, &cfg.name)?;
-        let (gossip_rt, gossip_stop) = gossip_thread()?;
+        let (gossip_rt, gossip_stop) = threads::gossip_thread()?;
         let listen = cfg.listen;
         let tls2 = NodeTls::new(&cfg.secret, &cfg.name)?;
         let endpoint = gossip_rt
@@ -299,7 +302,7 @@ impl Cluster {
             gossip_rt.spawn(join_loop(inner.clone(), cfg.join.clone()));
         }
         if let Some(f) = &cfg.faults {
-            stall_windows(&f.stall);
+            threads::stall_windows(&f.stall);
         }
         tracing::info!(
             "node {} listening on {local}, reachable at {addr} (data at {data_addr}), {} device(s)",
@@ -494,56 +497,6 @@ impl Cluster {
         lock(&inner.gossip_stop).take();
         tracing::info!("node {} left the cluster", inner.name);
     }
-}
-
-/// Fault injection: blocks every worker of the current (main) runtime in each window, as
-/// CPU-bound work that took them all would.
-fn stall_windows(windows: &[[f64; 2]]) {
-    let workers = tokio::runtime::Handle::current().metrics().num_workers();
-    for &[from, to] in windows {
-        let (start, length) = (
-            Duration::from_secs_f64(from.max(0.0)),
-            Duration::from_secs_f64((to - from).max(0.0)),
-        );
-        tracing::warn!("fault injection: the runtime stalls from {from} s for {length:?}");
-        for _ in 0..workers {
-            tokio::spawn(async move {
-                tokio::time::sleep(start).await;
-                // Blocking on purpose: this is the fault.
-                std::thread::sleep(length);
-            });
-        }
-    }
-}
-
-/// The membership thread: a runtime of its own for gossip and its endpoint, so that no
-/// amount of work on the main runtime (streams of gigabytes, CPU-bound runs) delays an
-/// answer to a probe. Ends when the sender returned is dropped.
-fn gossip_thread() -> Result<(tokio::runtime::Handle, oneshot::Sender<()>), ClusterError> {
-    let (stop, stopped) = oneshot::channel::<()>();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("vkml-gossip".into())
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            match rt {
-                Ok(rt) => {
-                    let _ = tx.send(Ok(rt.handle().clone()));
-                    let _ = rt.block_on(stopped);
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
-            }
-        })
-        .map_err(|e| ClusterError::Io(format!("cannot start the membership thread: {e}")))?;
-    let handle = rx
-        .recv()
-        .map_err(|_| ClusterError::Io("the membership thread did not start".into()))?
-        .map_err(|e| ClusterError::Io(format!("the membership thread's runtime: {e}")))?;
-    Ok((handle, stop))
 }
 
 /// Runs futures concurrently and waits for all (tokio has no join_all of its own).
