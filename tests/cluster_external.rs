@@ -300,6 +300,37 @@ fn a_second_model_is_planned_into_the_memory_left() {
     client.close();
 }
 
+/// `--cache-size 0` keeps no cache: the weights live as long as their model, and a second
+/// submission sends them again.
+#[test]
+fn without_a_cache_weights_are_received_again() {
+    let _serial = cluster_harness::serial();
+    let dir = common::fixture(FIXTURE);
+    let none = vec!["--cache-size".to_string(), "0".into()];
+    let r = start("ext-nocache", &[1 << 30], &[none]);
+    let client = connect(&r);
+    let mut received = Vec::new();
+    for k in 0..2 {
+        let model = client
+            .load(&dir.join("model.onnx"), |_| {})
+            .unwrap_or_else(|e| panic!("load {k}: {e}\n{}", r.logs()));
+        run_all_sets(&model, "without a cache", &r);
+        model.unload().unwrap();
+        received.push(counters(&r)[0].0);
+    }
+    let total = weight_bytes(&dir);
+    assert!(
+        received[0] >= total,
+        "the first load sends the weights: {received:?}"
+    );
+    assert_eq!(
+        received[1],
+        2 * received[0],
+        "and so does the second: {received:?}"
+    );
+    client.close();
+}
+
 /// Bad input: each a clear error naming the file, and nothing left loaded.
 #[test]
 fn bad_external_data_is_a_clear_error_and_leaves_nothing_loaded() {

@@ -76,7 +76,7 @@ pub enum CacheError {
     },
     #[error(
         "a weight of {length} bytes does not fit the weight cache at {}, which holds at most \
-         {limit} bytes: raise --cache-size, or give --cache-size 0 to keep weights in memory",
+         {limit} bytes: raise --cache-size, or give --cache-size 0 to keep no cache",
         dir.display()
     )]
     TooLarge {

@@ -68,7 +68,7 @@ pub struct NodeArgs {
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// Bound the weight cache (bytes, or with K, M, G, T: binary units); the least recently
-    /// used weights go first. 0 keeps no cache: weights received stay in memory.
+    /// used weights go first. 0 keeps no cache: weights live as long as their model.
     #[arg(long, value_name = "SIZE", value_parser = config::parse_size)]
     pub cache_size: Option<u64>,
     /// A folder of model files this node may read weights from instead of receiving them:
@@ -180,7 +180,7 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
 /// How long a stopping node waits for its run threads after leaving the cluster.
 /// The node's weight store: its cache and models folder, as the settings say. An explicit
 /// --cache-dir that cannot be used is an error; the default one only a warning (the node then
-/// keeps weights in memory), so a node runs where the home folder is read-only.
+/// keeps no cache), so a node runs where the home folder is read-only.
 fn weight_store(settings: &config::Settings) -> Result<vkml::distributed::weights::WeightStore> {
     use vkml::cache::{WeightCache, default_dir};
     let cache = match (&settings.cache_dir, settings.cache_size) {
@@ -193,7 +193,7 @@ fn weight_store(settings: &config::Settings) -> Result<vkml::distributed::weight
                 Some(dir) => match WeightCache::open(&dir, size) {
                     Ok(c) => Some(c),
                     Err(e) => {
-                        tracing::warn!("{e}; weights received are kept in memory");
+                        tracing::warn!("{e}; running without a weight cache");
                         None
                     }
                 },

@@ -1,6 +1,6 @@
 //! Where a node keeps the weights it is sent: the weight cache on disk (content-addressed, so
-//! a second submission or a restart moves nothing), a models folder of files the node may map
-//! instead of receiving them, or, without a cache, memory.
+//! a second submission or a restart moves nothing), and a models folder of files the node may
+//! map instead of receiving them. Without a cache, weights live as long as their model.
 //!
 //! Every weight travels named by the BLAKE3 hash of its bytes (a `pb::WeightRange`): a node
 //! answers "do you have it?" from the name alone, and checks what arrives against it.
@@ -22,9 +22,11 @@ const CHUNK: usize = 1 << 20;
 pub struct WeightStore {
     cache: Option<WeightCache>,
     models: Option<PathBuf>,
-    /// Weights found in the models folder, and, without a cache, those received: kept while
-    /// the node lives (a models folder's are mappings, which cost no heap).
+    /// Weights found in the models folder, kept while the node lives (slices of mappings,
+    /// which cost no heap).
     held: Mutex<BTreeMap<BlobId, Bytes>>,
+    /// The models folder's files mapped so far: one mapping per file, however many weights.
+    files: Mutex<BTreeMap<PathBuf, Bytes>>,
     received: AtomicU64,
     cached: AtomicU64,
 }
@@ -38,6 +40,7 @@ impl WeightStore {
             cache,
             models,
             held: Mutex::new(BTreeMap::new()),
+            files: Mutex::new(BTreeMap::new()),
             received: AtomicU64::new(0),
             cached: AtomicU64::new(0),
         }
@@ -69,7 +72,16 @@ impl WeightStore {
         let dir = self.models.as_ref()?;
         crate::onnx::check_location(&r.location).ok()?;
         let path = dir.join(&r.location);
-        let (data, _) = crate::onnx::read_file(&path, crate::onnx::COPY_BELOW).ok()?;
+        let mapped = self.files.lock().expect("weights lock").get(&path).cloned();
+        let data = match mapped {
+            Some(d) => d,
+            None => {
+                let (d, _) = crate::onnx::read_file(&path, crate::onnx::COPY_BELOW).ok()?;
+                let mut files = self.files.lock().expect("weights lock");
+                files.insert(path.clone(), d.clone());
+                d
+            }
+        };
         let end = r.offset.checked_add(r.length)?;
         if end > data.len() as u64 {
             return None;
@@ -92,7 +104,8 @@ impl WeightStore {
     }
 
     /// Receives the weight's `length` bytes from `recv`, checks them against its hash, and
-    /// keeps them (in the cache, else in memory). `progress` is told of every chunk. The
+    /// keeps them in the cache (without one, the caller's copy is the only one: it goes
+    /// when the model does). `progress` is told of every chunk. The
     /// writing, hashing and syncing happen on a heavy thread, never on the runtime's: a
     /// node taking in gigabytes still answers its peers' probes at once.
     pub async fn receive(
@@ -140,7 +153,7 @@ impl WeightStore {
         Ok(data)
     }
 
-    /// Ends a weight received: kept in the cache, or in memory when there is none.
+    /// Ends a weight received: kept in the cache, or handed over when there is none.
     fn finish(&self, sink: Sink, id: BlobId, length: u64) -> Result<Bytes, CacheError> {
         match (sink, &self.cache) {
             (Sink::Cache(w), Some(c)) => c.finish(*w),
@@ -154,12 +167,7 @@ impl WeightStore {
                         written: all.len() as u64,
                     });
                 }
-                let b = crate::tensor::aligned_bytes(&all);
-                self.held
-                    .lock()
-                    .expect("weights lock")
-                    .insert(id, b.clone());
-                Ok(b)
+                Ok(crate::tensor::aligned_bytes(&all))
             }
             (Sink::Cache(_), None) => unreachable!("a cache sink without a cache"),
         }
