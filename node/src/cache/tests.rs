@@ -107,6 +107,33 @@ fn an_unusable_folder_is_an_error_naming_it() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// A disk that fills while a blob is written (here: its temporary file is /dev/full, where
+/// every write fails with ENOSPC) is an error naming the file, and nothing is kept.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_is_an_error_naming_the_file_and_keeps_nothing() {
+    let d = temp_dir("full");
+    let c = WeightCache::open(&d, 1 << 30).unwrap();
+    let data = blob(5, 3 << 20);
+    let id = BlobId::of(&data);
+    let temp = d.join(format!("{TEMP_PREFIX}{}-{}", std::process::id(), id.hex()));
+    std::os::unix::fs::symlink("/dev/full", &temp).unwrap();
+    let mut w = c.begin(id, data.len() as u64).unwrap();
+    let failed = data
+        .chunks(1 << 20)
+        .map(|piece| w.write(piece))
+        .find_map(Result::err)
+        .or_else(|| c.finish(w).err());
+    let m = failed.expect("writing to a full disk fails").to_string();
+    assert!(
+        m.contains(&*d.to_string_lossy()) && m.contains("disk full"),
+        "the error names the file and says why: {m}"
+    );
+    assert!(!c.contains(&id), "nothing is kept");
+    assert!(!d.join(id.hex()).exists(), "no blob under its name");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn the_default_folder_follows_xdg_then_home() {
     let xdg = Path::new("/x/cache");
