@@ -38,13 +38,6 @@ pub fn prepare(
         return Ok(SideWeights::default());
     }
     let dir = onnx::model_dir(path);
-    let real_dir = dir.canonicalize().map_err(|e| {
-        bad(format!(
-            "cannot resolve {}, the folder of {}: {e}",
-            dir.display(),
-            path.display()
-        ))
-    })?;
     let mut files: BTreeMap<String, (PathBuf, Bytes)> = BTreeMap::new();
     let mut seen: BTreeMap<(String, u64), usize> = BTreeMap::new();
     let mut out = SideWeights::default();
@@ -53,7 +46,7 @@ pub fn prepare(
             continue;
         }
         if !files.contains_key(&t.location) {
-            let opened = open(&dir, &real_dir, t)?;
+            let opened = open(&dir, t)?;
             files.insert(t.location.clone(), opened);
         }
         let (file, data) = &files[&t.location];
@@ -98,30 +91,12 @@ pub fn prepare(
 }
 
 /// Maps one external-data file, refusing what could leave the model's folder.
-fn open(dir: &Path, real_dir: &Path, t: &ExternalTensor) -> Result<(PathBuf, Bytes), DistError> {
-    let named = |e: String| {
-        bad(format!(
-            "tensor '{}': external data '{}': {e}",
-            t.label, t.location
-        ))
-    };
-    onnx::check_location(&t.location).map_err(named)?;
-    let path = dir.join(&t.location);
-    let real = path.canonicalize().map_err(|e| {
-        bad(format!(
-            "cannot open {} (tensor '{}' is stored there): {e}",
-            path.display(),
-            t.label
-        ))
+fn open(dir: &Path, t: &ExternalTensor) -> Result<(PathBuf, Bytes), DistError> {
+    let real = onnx::resolve_location(dir, &t.location).map_err(|(path, why)| {
+        let file = path.map_or_else(|| t.location.clone(), |p| p.display().to_string());
+        bad(format!("tensor '{}': external data {file}: {why}", t.label))
     })?;
-    if !real.starts_with(real_dir) {
-        return Err(named(format!(
-            "it resolves to {}, outside the model's folder {}; external data must stay inside \
-             the model's folder",
-            real.display(),
-            real_dir.display()
-        )));
-    }
+    let path = dir.join(&t.location);
     let (data, _) = onnx::read_file(&real, onnx::COPY_BELOW)
         .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
     Ok((path, data))

@@ -118,7 +118,19 @@ impl ExternalFiles {
                     .into(),
             ));
         };
-        check_relative(&loc.file).map_err(fail)?;
+        let real = match resolve_inside(dir, &loc.file) {
+            Ok(real) => real,
+            Err(Outside::Named(problem)) => return Err(fail(problem)),
+            Err(Outside::At(path, problem)) => {
+                return Err(LoadError::ExternalData {
+                    tensor: label.to_string(),
+                    file: path,
+                    offset: loc.offset,
+                    length: loc.length,
+                    problem,
+                });
+            }
+        };
         let path = dir.join(&loc.file);
         let fail_at = |problem: String| LoadError::ExternalData {
             tensor: label.to_string(),
@@ -127,23 +139,6 @@ impl ExternalFiles {
             length: loc.length,
             problem,
         };
-        let real = path
-            .canonicalize()
-            .map_err(|e| fail_at(format!("cannot open it: {e}")))?;
-        let real_dir = dir.canonicalize().map_err(|e| {
-            fail_at(format!(
-                "cannot resolve the model's folder {}: {e}",
-                dir.display()
-            ))
-        })?;
-        if !real.starts_with(&real_dir) {
-            return Err(fail_at(format!(
-                "it resolves to {}, outside the model's folder {} (through a symbolic link); \
-                 external data must stay inside the model's folder",
-                real.display(),
-                real_dir.display()
-            )));
-        }
 
         let data = self
             .map(&real)
@@ -214,6 +209,37 @@ pub(crate) fn parse_entries(t: &TensorProto, label: &str) -> Result<Location, Lo
             message: "data_location is EXTERNAL but external_data has no 'location'".into(),
         }),
     }
+}
+
+/// Why an external-data location was refused: from its text alone, or at the path it names.
+pub(crate) enum Outside {
+    Named(String),
+    At(PathBuf, String),
+}
+
+/// Where `file` (an external-data location) lies under `dir`, symbolic links resolved, refusing
+/// what could leave the folder: from the text (absolute, `..`) before touching the file system,
+/// and where the links lead after.
+pub(crate) fn resolve_inside(dir: &Path, file: &Path) -> Result<PathBuf, Outside> {
+    check_relative(file).map_err(Outside::Named)?;
+    let path = dir.join(file);
+    let real = path
+        .canonicalize()
+        .map_err(|e| Outside::At(path.clone(), format!("cannot open it: {e}")))?;
+    let real_dir = dir.canonicalize().map_err(|e| {
+        let why = format!("cannot resolve the model's folder {}: {e}", dir.display());
+        Outside::At(path.clone(), why)
+    })?;
+    if !real.starts_with(&real_dir) {
+        let why = format!(
+            "it resolves to {}, outside the model's folder {} (through a symbolic link); \
+             external data must stay inside the model's folder",
+            real.display(),
+            real_dir.display()
+        );
+        return Err(Outside::At(path, why));
+    }
+    Ok(real)
 }
 
 /// Refuses, from the text alone, paths that could leave the model's folder.

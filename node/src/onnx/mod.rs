@@ -110,6 +110,16 @@ pub fn check_location(location: &str) -> Result<(), String> {
     external::check_relative(Path::new(location))
 }
 
+/// Where an external-data `location` lies under the model's folder `dir`, symbolic links
+/// resolved; an error (the path concerned, when there is one, and why) for a location that
+/// could leave the folder or cannot be opened.
+pub fn resolve_location(dir: &Path, location: &str) -> Result<PathBuf, (Option<PathBuf>, String)> {
+    external::resolve_inside(dir, Path::new(location)).map_err(|e| match e {
+        external::Outside::Named(why) => (None, why),
+        external::Outside::At(path, why) => (Some(path), why),
+    })
+}
+
 /// The folder a model's external data paths are relative to.
 pub fn model_dir(path: &Path) -> PathBuf {
     match path.parent() {
