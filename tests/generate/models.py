@@ -292,6 +292,17 @@ def gen_output_names(root):
     save_fixture(root, "output_names", model, [{"input:0": rng.standard_normal((2, 5)).astype(np.float32)}])
 
 
+def external_init(name, arr, location, offset):
+    """A float initializer whose bytes are at `offset` of the file `location` (which the caller
+    writes)."""
+    t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(arr.shape))
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", str(offset)), ("length", str(arr.nbytes))):
+        entry = t.external_data.add()
+        entry.key, entry.value = k, v
+    return t
+
+
 def gen_external_data(root):
     """y = Relu((x @ W + b) * scale) with W and b in weights.bin at odd offsets (3 and
     3 + |W| + 6 = 201) and `scale` inline, so the loader must handle unaligned external tensors."""
@@ -311,14 +322,7 @@ def gen_external_data(root):
         blob += b"\xee" * 6
     with open(os.path.join(d, "weights.bin"), "wb") as f:
         f.write(bytes(blob))
-    inits = []
-    for tname, arr, offset in placed:
-        t = TensorProto(name=tname, data_type=TensorProto.FLOAT, dims=list(arr.shape))
-        t.data_location = TensorProto.EXTERNAL
-        for k, v in (("location", "weights.bin"), ("offset", str(offset)), ("length", str(arr.nbytes))):
-            entry = t.external_data.add()
-            entry.key, entry.value = k, v
-        inits.append(t)
+    inits = [external_init(tname, arr, "weights.bin", offset) for tname, arr, offset in placed]
     inits.append(init("scale", scale))
     nodes = [
         helper.make_node("MatMul", ["x", "W"], ["xw"], name="matmul"),
@@ -363,14 +367,8 @@ def gen_chain_external(root):
         blob = files[location]
         for tname, arr in ((f"W{i}", w), (f"b{i}", b)):
             blob += b"\0" * (-len(blob) % 64)
-            t = TensorProto(name=tname, data_type=TensorProto.FLOAT, dims=list(arr.shape))
-            t.data_location = TensorProto.EXTERNAL
-            for k, v in (("location", location), ("offset", str(len(blob))),
-                         ("length", str(arr.nbytes))):
-                entry = t.external_data.add()
-                entry.key, entry.value = k, v
+            inits.append(external_init(tname, arr, location, len(blob)))
             blob += arr.tobytes()
-            inits.append(t)
         out = "y" if i == blocks - 1 else f"h{i}"
         nodes += [
             helper.make_node("MatMul", [prev, f"W{i}"], [f"m{i}"], name=f"matmul{i}"),
