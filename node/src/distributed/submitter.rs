@@ -44,11 +44,9 @@ pub struct ClusterModel {
 /// Progress of a load, for the client's progress bar.
 pub type Progress = mpsc::UnboundedSender<pb::LoadProgress>;
 
-/// Weight bytes a submission's load has sent, of how many (known once it is planned).
+/// Weight bytes a submission's load has sent to each node, of how many (known once planned).
 #[derive(Default)]
 struct Sent {
-    done: AtomicU64,
-    total: OnceLock<u64>,
     /// Per node of the plan: bytes sent (or found there already) of its part's total.
     nodes: OnceLock<BTreeMap<String, (AtomicU64, u64)>>,
 }
@@ -516,11 +514,9 @@ impl Submitter {
         sent: Option<Arc<Sent>>,
     ) -> Result<(), DistError> {
         let count = |n: u64| {
-            if let Some(s) = &sent {
-                s.done.fetch_add(n, Ordering::Relaxed);
-                if let Some((done, _)) = s.nodes.get().and_then(|m| m.get(node)) {
-                    done.fetch_add(n, Ordering::Relaxed);
-                }
+            let part = sent.as_ref().and_then(|s| s.nodes.get()?.get(node));
+            if let Some((done, _)) = part {
+                done.fetch_add(n, Ordering::Relaxed);
             }
         };
         if node == self.me {
@@ -666,14 +662,12 @@ impl State {
         if !self.core.planned(plan, dp, now) {
             return;
         }
-        let total = parts.values().map(|(f, _)| f.weight_bytes).sum();
         let nodes = parts
             .iter()
             .map(|(n, (f, _))| (n.clone(), (AtomicU64::new(0), f.weight_bytes)))
             .collect();
         let sent = self.submissions.get_mut(&plan).map(|s| {
             s.placement = Some(placement);
-            let _ = s.sent.total.set(total);
             let _ = s.sent.nodes.set(nodes);
             s.sent.clone()
         });
@@ -696,9 +690,6 @@ impl State {
     /// The submission waiting on `plan` gets its answer.
     fn submitted(&mut self, plan: PlanId, r: Result<(), RunError>) {
         if let Some(s) = self.submissions.remove(&plan) {
-            if let Some(&total) = s.sent.total.get() {
-                s.sent.done.store(total, Ordering::Relaxed);
-            }
             for (done, total) in s.sent.nodes.get().into_iter().flat_map(|m| m.values()) {
                 done.store(*total, Ordering::Relaxed);
             }
