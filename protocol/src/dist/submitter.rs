@@ -477,7 +477,8 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         now: Instant,
     ) {
         let f = if node == self.me {
-            Failure::Other(reason.to_string())
+            // Not a node to re-plan without, but named: a client must learn where it failed.
+            Failure::Other(format!("on node {}: {reason}", self.me))
         } else {
             Failure::Node {
                 node: node.to_string(),

@@ -562,7 +562,7 @@ fn a_plain_failure_is_final_and_keeps_the_plan() {
             .as_ref()
             .unwrap_err()
             .to_string(),
-        "the run failed no model with id 64"
+        "the run failed on node n1: no model with id 64"
     );
 }
 
