@@ -207,14 +207,21 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         self.models.get(&model).map(|m| (m.owner, m.unload_at))
     }
 
-    /// Bytes a model's cached plans reserve, per node (for `status`).
+    /// Bytes a model's cached and loading plans reserve, per node (for `status`): a
+    /// participant reserves its part's memory when it accepts the fragment, before the load
+    /// settles.
     pub fn reserved(&self, model: u64) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
         let Some(m) = self.models.get(&model) else {
             return out;
         };
-        for (_, load_id) in &m.cache {
-            if let Some(d) = self.deployments.get(load_id) {
+        let loading = self
+            .slots
+            .values()
+            .filter(|s| s.model == model)
+            .filter_map(|s| s.load_id);
+        for load_id in m.cache.iter().map(|&(_, l)| l).chain(loading) {
+            if let Some(d) = self.deployments.get(&load_id) {
                 for (node, &b) in &d.plan().reserves {
                     *out.entry(node.clone()).or_insert(0) += b;
                 }

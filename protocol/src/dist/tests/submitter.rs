@@ -776,3 +776,28 @@ fn an_unload_is_given_up_after_its_tries_and_owed_to_a_node_declared_down() {
     s.member_up("n3", 5, t + retry);
     assert_eq!(drain(&mut s), [unload("n3", 200, why)]);
 }
+
+#[test]
+fn what_a_model_reserves_counts_its_loading_and_live_plans_until_it_is_removed() {
+    let mut s = submitter();
+    let now = t0();
+    let p = match s.prepare(7, 0, now).unwrap() {
+        Prepared::Pending(p) => p,
+        other => panic!("{other:?}"),
+    };
+    drain(&mut s);
+    assert!(s.reserved(7).is_empty(), "nothing is planned yet");
+    let mut loading = plan(100, &["n1", "n2"]);
+    loading.reserves = BTreeMap::from([("n1".into(), 30), ("n2".into(), 5)]);
+    assert!(s.planned(p, loading, now));
+    drain(&mut s);
+    let expect = BTreeMap::from([("n1".to_string(), 30), ("n2".to_string(), 5)]);
+    assert_eq!(s.reserved(7), expect, "while it loads");
+    s.load_result(100, "n1", Ok(()), now);
+    s.load_result(100, "n2", Ok(()), now);
+    drain(&mut s);
+    assert_eq!(s.reserved(7), expect, "once live");
+    s.remove_model(7).unwrap();
+    drain(&mut s);
+    assert!(s.reserved(7).is_empty());
+}
