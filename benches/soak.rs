@@ -1,11 +1,14 @@
 //! The ten-minute soak (tests/soak/mod.rs): three loopback nodes, 48 threads running a split
-//! model through its owner's connection and 16 clients loading, running and abandoning a small
-//! one, a node killed (SIGKILL) and restarted every two minutes, a 3 s partition every minute.
+//! model through its owner's connection, 16 clients loading, running and abandoning a small
+//! one and one submitting bad models, a node killed (SIGKILL) and restarted every two minutes,
+//! another frozen (SIGSTOP) for 6 s halfway between, a 3 s partition every minute.
 //!
 //!     cargo bench --bench soak [-- --minutes N] [--samples FILE.csv]
 //!
 //! Prints the run counts, the slowest run, each node process's growth of RSS, threads and open
 //! files after a two-minute warmup, and anything left loaded; exits 1 when a promise broke.
+//! Growth is judged on node lives with at least three minutes after their warmup (see
+//! `soak::Growth::grew`).
 
 #[path = "../tests/cluster_harness/mod.rs"]
 mod cluster_harness;
@@ -22,6 +25,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map_or(10, |m| m.parse().expect("--minutes N"));
     let warmup = Duration::from_secs(120.min(minutes * 60 / 4));
+    let judged_from = Duration::from_secs(180);
     let plan = soak::Plan {
         duration: Duration::from_secs(minutes * 60),
         s_threads: 48,
@@ -30,6 +34,7 @@ fn main() {
         down_for: Duration::from_secs(3),
         partition_every: Duration::from_secs(60),
         partition_for: Duration::from_secs(3),
+        freeze_for: Duration::from_secs(6),
     };
     // Every sample (seconds, node, pid, RSS KiB, threads, open files), for a trend over time.
     let samples = args
@@ -39,7 +44,7 @@ fn main() {
         .cloned();
     println!("soak: {plan:?}");
     let report = soak::soak("soak-bench", plan);
-    println!("{}", soak::summary(&report, warmup));
+    println!("{}", soak::summary(&report, warmup, judged_from));
     if let Some(path) = samples {
         let mut csv = String::from("at_s,node,pid,rss_kib,threads,fds\n");
         for s in &report.samples {
@@ -50,12 +55,17 @@ fn main() {
         }
         std::fs::write(&path, csv).expect("writing --samples");
     }
-    let grew = soak::growth(&report, warmup)
-        .into_iter()
-        .any(|g| g.rss > 1.10 || g.threads.1 > g.threads.0 + 2 || g.fds.1 > g.fds.0);
+    let lives = soak::growth(&report, warmup);
+    let judged = lives
+        .iter()
+        .filter(|g| g.window >= judged_from.as_secs_f64())
+        .count();
+    println!("node lives judged for growth: {judged} of {}", lives.len());
+    let grew = judged == 0 || lives.iter().any(|g| g.grew(judged_from));
     let broken = report.over_10s > 0
         || report.failed_other > 0
         || report.wrong > 0
+        || !report.crashed.is_empty()
         || !report.leftovers.is_empty()
         || grew;
     println!(

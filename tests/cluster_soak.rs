@@ -1,6 +1,8 @@
-//! The one-minute soak (tests/soak/mod.rs): three nodes, 24 threads running a split model and
-//! 8 clients loading, running and abandoning a small one, a node killed at 30 s and two
-//! partitions. The ten-minute one is `cargo bench --bench soak` (BENCHMARKS.md).
+//! The one-minute soak (tests/soak/mod.rs): three nodes, 24 threads running a split model,
+//! 8 clients loading, running and abandoning a small one and one submitting bad models, a node
+//! killed at 30 s, one frozen (SIGSTOP) for 4 s at 15 s and 45 s, and two partitions. The
+//! ten-minute one is `cargo bench --bench soak` (BENCHMARKS.md); its lives are long enough to
+//! judge growth, this one's are not.
 
 mod cluster_harness;
 mod soak;
@@ -21,9 +23,10 @@ fn a_minute_of_kills_partitions_and_abandoned_models_leaves_every_run_ended_and_
         down_for: Duration::from_secs(2),
         partition_every: Duration::from_secs(20),
         partition_for: Duration::from_secs(3),
+        freeze_for: Duration::from_secs(4),
     };
     let report = soak::soak("soak", plan);
-    let summary = soak::summary(&report, warmup);
+    let summary = soak::summary(&report, warmup, Duration::MAX);
     println!("{summary}");
     assert!(report.ok > 50, "too few runs succeeded:\n{summary}");
     assert!(
@@ -40,6 +43,9 @@ fn a_minute_of_kills_partitions_and_abandoned_models_leaves_every_run_ended_and_
         report.abandoned > 0,
         "no client walked away from a model:\n{summary}"
     );
+    assert!(report.bad > 5, "too few bad models submitted:\n{summary}");
+    assert_eq!(report.freezes.len(), 2, "{summary}");
+    assert!(report.crashed.is_empty(), "a node died:\n{summary}");
     assert!(
         report.leftovers.is_empty(),
         "models left loaded:\n{summary}"

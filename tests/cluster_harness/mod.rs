@@ -343,19 +343,25 @@ fn signal(child: &Child, sig: Signal) {
 
 /// `vkml-node status --json` against `node`.
 pub fn status(node: &Node, key: &Path) -> serde_json::Value {
+    try_status(node, key).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `vkml-node status --json` against `node`, or why it failed.
+pub fn try_status(node: &Node, key: &Path) -> Result<serde_json::Value, String> {
     let out = Command::new(BIN)
         .args(["status", "--json", "--to", &node.addr])
         .arg("--cluster-key")
         .arg(key)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "status of {} failed: {}",
-        node.name,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    if !out.status.success() {
+        return Err(format!(
+            "status of {} failed: {}",
+            node.name,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("status of {}: {e}", node.name))
 }
 
 /// Member name -> state, from a status reply.

@@ -5,9 +5,13 @@
 //! The load: a split model S (the MNIST CNN, capped so that it needs more than one node) held
 //! by one owner connection and run from many threads at once; and clients that each load a
 //! small model T (a Softmax), run it, and unload it or walk away from it (a client killed or
-//! stopped with Ctrl-C), over and over. Every run must end: with the right outputs, retried,
-//! or failed with a message naming a node; none may take 10 s. Afterwards no node may hold a
-//! model or a reservation, and no node's memory, threads or open files may have grown.
+//! stopped with Ctrl-C), over and over; and a hostile client submitting and running the models
+//! the fuzzer once crashed vkml with (fuzz/regressions/). Besides the kills and partitions, a
+//! node is frozen (SIGSTOP) for a while halfway between two kills, long enough to be declared
+//! dead. Every run must end: with the right outputs, retried, or failed with a message naming
+//! a node; none may take 10 s, and no node may die of anything but the kills. Afterwards no
+//! node may hold a model or a reservation, and no node's memory, threads or open files may
+//! trend upward.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,6 +40,9 @@ pub struct Plan {
     /// Two nodes are cut apart every so often, for `partition_for`.
     pub partition_every: Duration,
     pub partition_for: Duration,
+    /// A node other than the next one to be killed is frozen (SIGSTOP, then SIGCONT) for
+    /// this long, halfway between two kills.
+    pub freeze_for: Duration,
 }
 
 /// How many runs ended which way, and what the nodes' processes looked like.
@@ -62,7 +69,15 @@ pub struct Report {
     pub unloads: u64,
     pub abandoned: u64,
     pub kills: Vec<String>,
+    pub freezes: Vec<String>,
     pub partitions: usize,
+    /// Bad models submitted (and run when they loaded), and the slowest of those.
+    pub bad: u64,
+    pub bad_slowest: Duration,
+    /// Bad models that loaded and ran without an error.
+    pub bad_accepted: Vec<String>,
+    /// Nodes found exited that the soak had not killed, with the end of their logs.
+    pub crashed: Vec<String>,
     pub samples: Vec<Sample>,
     /// What each node's status listed once everyone had gone.
     pub leftovers: Vec<String>,
@@ -85,11 +100,29 @@ pub struct Sample {
 pub struct Growth {
     pub node: String,
     pub pid: u32,
+    /// Seconds of samples after the warmup.
+    pub window: f64,
     /// Last RSS over RSS after the warmup.
     pub rss: f64,
+    /// The rise of RSS over the window along its least-squares line, over its mean: the
+    /// trend, which one step of load (a killed peer's share taken over) moves little.
+    pub rss_trend: f64,
     /// (Most in the first quarter after the warmup, fewest in the last quarter.)
     pub threads: (u64, u64),
     pub fds: (u64, u64),
+}
+
+impl Growth {
+    /// Whether this life grew: RSS trending up by more than 10% over its window, or a thread
+    /// or open-file floor above the early peak (threads: by more than 2). Lives whose window
+    /// is shorter than `judged_from` are not judged: a node restarted late takes over the
+    /// share of each peer killed after it, and in a short window that step is all one sees.
+    pub fn grew(&self, judged_from: Duration) -> bool {
+        self.window >= judged_from.as_secs_f64()
+            && (self.rss_trend > 0.10
+                || self.threads.1 > self.threads.0 + 2
+                || self.fds.1 > self.fds.0)
+    }
 }
 
 struct Model {
@@ -366,12 +399,18 @@ fn t_client(nodes: &Nodes, shared: &Shared, t: &Model, secret: &Secret, id: usiz
     }
 }
 
-/// Kills a node in turn every `kill_every` and restarts it `down_for` later.
+/// Kills a node in turn every `kill_every` and restarts it `down_for` later; halfway between
+/// two kills, freezes another for `freeze_for`.
 fn chaos(nodes: &Nodes, shared: &Shared) {
     let mut next = nodes.plan.kill_every;
+    let mut next_freeze = nodes.plan.kill_every / 2;
     let mut victim = 2;
     while nodes.start.elapsed() < nodes.plan.duration {
         std::thread::sleep(Duration::from_millis(100));
+        if nodes.start.elapsed() >= next_freeze {
+            next_freeze += nodes.plan.kill_every;
+            freeze(nodes, shared, (victim + 1) % 3);
+        }
         if nodes.start.elapsed() < next {
             continue;
         }
@@ -391,12 +430,101 @@ fn chaos(nodes: &Nodes, shared: &Shared) {
     }
 }
 
+/// SIGSTOP node `i`, and SIGCONT `freeze_for` later (the slot's lock is not held meanwhile,
+/// so the sampler goes on; the kill schedule never picks a frozen node).
+fn freeze(nodes: &Nodes, shared: &Shared, i: usize) {
+    let signal = |sig| {
+        if let Some(n) = nodes.slots[i].lock().unwrap().as_ref() {
+            n.signal(sig);
+        }
+    };
+    signal(harness::Signal::STOP);
+    shared.report.lock().unwrap().freezes.push(format!(
+        "{} at {:.0} s",
+        NAMES[i],
+        nodes.start.elapsed().as_secs_f64()
+    ));
+    std::thread::sleep(nodes.plan.freeze_for);
+    signal(harness::Signal::CONT);
+}
+
+/// Submits each model the fuzzer once crashed vkml with, runs it when it loads, and unloads
+/// it, one after another, through the nodes in turn. Each must end within 10 s, like any run.
+fn hostile(nodes: &Nodes, shared: &Shared, secret: &Secret) {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(repo().join("fuzz/regressions"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    let mut turn = 0;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let dir = &dirs[turn % dirs.len()];
+        turn += 1;
+        let Ok(client) = ClusterClient::connect(&nodes.addr(turn % 3), secret) else {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        };
+        let t0 = Instant::now();
+        let accepted = client
+            .load(&dir.join("model.onnx"), |_| {})
+            .is_ok_and(|model| {
+                let feeds: Vec<(String, Tensor)> = (0..)
+                    .map(|k| dir.join(format!("test_data_set_0/input_{k}.pb")))
+                    .take_while(|p| p.exists())
+                    .filter_map(|p| vkml::io::read_pb(&p).ok())
+                    .collect();
+                let feeds: Vec<(&str, Tensor)> =
+                    feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+                let ran = model.run(&feeds).is_ok();
+                let _ = model.unload();
+                ran
+            });
+        let took = t0.elapsed();
+        client.close();
+        let mut r = shared.report.lock().unwrap();
+        r.bad += 1;
+        r.bad_slowest = r.bad_slowest.max(took);
+        if took > Duration::from_secs(10) {
+            r.over_10s += 1;
+            r.other_messages
+                .push(format!("bad model {} took {took:?}", dir.display()));
+        }
+        let expect = std::fs::read_to_string(dir.join("expect")).unwrap_or_default();
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        if accepted && !expect.starts_with("ok") && !r.bad_accepted.contains(&name) {
+            r.bad_accepted.push(name);
+        }
+        drop(r);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// RSS, threads and open files of every running node, every few seconds.
 fn sample(nodes: &Nodes, shared: &Shared) {
     while nodes.start.elapsed() < nodes.plan.duration {
         for (i, slot) in nodes.slots.iter().enumerate() {
-            let Some(pid) = slot.lock().unwrap().as_ref().and_then(|n| n.pid()) else {
-                continue;
+            let pid = {
+                let mut guard = slot.lock().unwrap();
+                let Some(node) = guard.as_mut() else { continue };
+                if !node.running() {
+                    // Not one the chaos thread killed: it takes a node out of its slot first.
+                    let tail: String = node
+                        .log()
+                        .lines()
+                        .rev()
+                        .take(5)
+                        .collect::<Vec<_>>()
+                        .join(" | ");
+                    shared.report.lock().unwrap().crashed.push(format!(
+                        "{} at {:.0} s: {tail}",
+                        NAMES[i],
+                        nodes.start.elapsed().as_secs_f64()
+                    ));
+                    *guard = Some(nodes.launch(i));
+                    continue;
+                }
+                let Some(pid) = node.pid() else { continue };
+                pid
             };
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
             let field = |k: &str| {
@@ -465,6 +593,7 @@ pub fn soak(test: &str, plan: Plan) -> Report {
             scope.spawn(move || t_client(nodes, shared, t, secret, id));
         }
         scope.spawn(|| chaos(&nodes, &shared));
+        scope.spawn(|| hostile(&nodes, &shared, &secret));
         scope.spawn(|| sample(&nodes, &shared));
         while nodes.start.elapsed() < plan.duration {
             std::thread::sleep(Duration::from_millis(200));
@@ -485,7 +614,16 @@ fn leftovers(nodes: &Nodes) -> Vec<String> {
         for slot in &nodes.slots {
             let guard = slot.lock().unwrap();
             let Some(n) = guard.as_ref() else { continue };
-            let v = harness::status(n, &nodes.cluster.key);
+            let v = match harness::try_status(n, &nodes.cluster.key) {
+                Ok(v) => v,
+                Err(e) => {
+                    let log = n.log();
+                    let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    left.push(format!("{e}\n{}", tail.join("\n")));
+                    continue;
+                }
+            };
             let Some(models) = v["models"].as_array() else {
                 left.push(format!("{}: its status lists no models at all", n.name));
                 continue;
@@ -532,7 +670,9 @@ pub fn growth(report: &Report, warmup: Duration) -> Vec<Growth> {
         out.push(Growth {
             node: last.node.clone(),
             pid,
+            window: last.at - base.at,
             rss: last.rss_kib as f64 / base.rss_kib.max(1) as f64,
+            rss_trend: trend(&post),
             threads: span(|s| s.threads),
             fds: span(|s| s.fds),
         });
@@ -540,12 +680,31 @@ pub fn growth(report: &Report, warmup: Duration) -> Vec<Growth> {
     out
 }
 
+/// The rise of RSS from the first sample to the last along the least-squares line, over the
+/// mean RSS.
+fn trend(samples: &[&Sample]) -> f64 {
+    let n = samples.len() as f64;
+    let mean_t = samples.iter().map(|s| s.at).sum::<f64>() / n;
+    let mean_r = samples.iter().map(|s| s.rss_kib as f64).sum::<f64>() / n;
+    let (mut cov, mut var) = (0.0, 0.0);
+    for s in samples {
+        cov += (s.at - mean_t) * (s.rss_kib as f64 - mean_r);
+        var += (s.at - mean_t) * (s.at - mean_t);
+    }
+    if var == 0.0 || mean_r == 0.0 {
+        return 0.0;
+    }
+    let span = samples[samples.len() - 1].at - samples[0].at;
+    cov / var * span / mean_r
+}
+
 /// A readable summary of a report.
-pub fn summary(report: &Report, warmup: Duration) -> String {
+pub fn summary(report: &Report, warmup: Duration, judged_from: Duration) -> String {
     let mut s = format!(
         "runs {} (ok {} of which the split model {}, retried {}, failed naming a node {}, failed \
-         otherwise {}, wrong {}), refused {}, slowest {:.2} s, over 10 s {}\nloads {}, unloads {}, abandoned {}, kills {:?}, \
-         partitions {}\n",
+         otherwise {}, wrong {}), refused {}, slowest {:.2} s, over 10 s {}\nloads {}, unloads \
+         {}, abandoned {}, kills {:?}, freezes {:?}, partitions {}\nbad models {} (slowest \
+         {:.2} s, accepted {:?})\n",
         report.runs,
         report.ok,
         report.s_ok,
@@ -560,13 +719,36 @@ pub fn summary(report: &Report, warmup: Duration) -> String {
         report.unloads,
         report.abandoned,
         report.kills,
+        report.freezes,
         report.partitions,
+        report.bad,
+        report.bad_slowest.as_secs_f64(),
+        report.bad_accepted,
     );
     for g in growth(report, warmup) {
+        let verdict = if g.window < judged_from.as_secs_f64() {
+            "too short to judge"
+        } else if g.grew(judged_from) {
+            "GREW"
+        } else {
+            "stable"
+        };
         s += &format!(
-            "{} (pid {}): RSS x{:.2}, threads {} -> {}, open files {} -> {}\n",
-            g.node, g.pid, g.rss, g.threads.0, g.threads.1, g.fds.0, g.fds.1
+            "{} (pid {}): {:.0} s after warmup, RSS x{:.2} (trend {:+.1}%), threads {} -> {}, \
+             open files {} -> {}: {verdict}\n",
+            g.node,
+            g.pid,
+            g.window,
+            g.rss,
+            g.rss_trend * 100.0,
+            g.threads.0,
+            g.threads.1,
+            g.fds.0,
+            g.fds.1
         );
+    }
+    for c in &report.crashed {
+        s += &format!("crashed: {c}\n");
     }
     for m in &report.refused_messages {
         s += &format!("refused: {m}\n");

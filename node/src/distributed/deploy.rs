@@ -100,11 +100,12 @@ pub async fn make(
         .into_iter()
         .map(|m| (m.name, m.generation))
         .collect();
+    let limit = super::placement::value_limit(&gross, &tuning);
     let (mut made, hash) = crate::priority::heavy(move || {
         let known: Vec<Option<&Tensor>> = (0..key.types.len())
             .map(|i| key.values.iter().find(|(j, _)| *j == i).map(|(_, t)| t))
             .collect();
-        let spec = match graph.specialize_for(&key.types, &known, fuse) {
+        let spec = match graph.specialize_with(&key.types, &known, fuse, limit) {
             Ok(spec) => spec,
             Err(SpecializeError::NeedsValues(more)) => return Err(Unplanned::NeedsValues(more)),
             Err(e) => return Err(failed(DistError::Runtime(e.into()))),

@@ -83,7 +83,8 @@ pub fn plan_model(
         && snapshot
             .devices()
             .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
-    let spec = match graph.specialize_for(&types, &known, fuse) {
+    let limit = super::placement::value_limit(snapshot, tuning);
+    let spec = match graph.specialize_with(&types, &known, fuse, limit) {
         Ok(s) => s,
         Err(SpecializeError::NeedsValues(which)) => {
             let names: Vec<&str> = which

@@ -31,6 +31,16 @@ pub fn static_types(graph: &Graph) -> Option<Vec<ValueType>> {
         .collect()
 }
 
+/// The most bytes one value may take when planning over `snapshot`: what the tuning says, or
+/// else the largest device's budget there (a larger value could live nowhere), and never more
+/// than this host's free memory, which folding constants spends while planning.
+pub fn value_limit(snapshot: &Snapshot, tuning: &Tuning) -> u64 {
+    tuning.max_value_bytes.unwrap_or_else(|| {
+        let largest = snapshot.devices().map(|(_, d)| d.memory_budget).max();
+        largest.unwrap_or(0).min(crate::exec::cpu_memory())
+    })
+}
+
 /// Plans a specialised graph over a snapshot (blocking; pure).
 pub fn plan_for(
     graph: &Graph,

@@ -227,3 +227,32 @@ fn a_split_plan_deploys_and_runs_through_the_submitter_machine() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Planning over a cluster folded a constant of any size the hub's memory allowed, though no
+/// device could hold it: a 16 GB Range in a bad model took the hub 16 GB and 10 s, on nodes of
+/// 70 KB (the soak's bad-model client found it). A value larger than the largest device is
+/// now refused before it is made.
+#[test]
+fn planning_refuses_a_value_larger_than_every_device_before_folding_it() {
+    use crate::onnx::proto::GraphProto;
+    use crate::onnx::tests::{TempDir, model_with, node, raw_tensor, tensor_value, write_model};
+    let dir = TempDir::new("dist-fold-limit");
+    // 2^20 floats (4 MiB) from an initializer shape: folded while planning.
+    let shape: Vec<u8> = (1i64 << 20).to_le_bytes().to_vec();
+    let g = GraphProto {
+        name: "g".into(),
+        node: vec![node("ConstantOfShape", "fill", &["shape"], &["y"])],
+        initializer: vec![raw_tensor("shape", 7, &[1], &shape)],
+        output: vec![tensor_value("y", 1, None)],
+        ..Default::default()
+    };
+    let path = write_model(&dir, "m.onnx", &model_with(g));
+    let e = match super::offline::plan_model(&path, &two_nodes(), None, &Default::default()) {
+        Ok(_) => panic!("a 4 MiB value planned on nodes of 150 KB"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("'fill'") && e.contains("4194304 bytes") && e.contains("150000 bytes"),
+        "{e}"
+    );
+}
