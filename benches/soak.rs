@@ -3,7 +3,7 @@
 //! one and one submitting bad models, a node killed (SIGKILL) and restarted every two minutes,
 //! another frozen (SIGSTOP) for 6 s halfway between, a 3 s partition every minute.
 //!
-//!     cargo bench --bench soak [-- --minutes N] [--samples FILE.csv]
+//!     cargo bench --bench soak [-- --minutes N] [--samples FILE.csv] [--kill-every SECONDS]
 //!
 //! Prints the run counts, the slowest run, each node process's growth of RSS, threads and open
 //! files after a two-minute warmup, and anything left loaded; exits 1 when a promise broke.
@@ -24,13 +24,20 @@ fn main() {
         .position(|a| a == "--minutes")
         .and_then(|i| args.get(i + 1))
         .map_or(10, |m| m.parse().expect("--minutes N"));
+    // `--kill-every S` longer than the soak keeps every node up: growth measured over whole
+    // lives, with no peer's share moving onto a node mid-life.
+    let kill_every: u64 = args
+        .iter()
+        .position(|a| a == "--kill-every")
+        .and_then(|i| args.get(i + 1))
+        .map_or(120, |m| m.parse().expect("--kill-every SECONDS"));
     let warmup = Duration::from_secs(120.min(minutes * 60 / 4));
     let judged_from = Duration::from_secs(180);
     let plan = soak::Plan {
         duration: Duration::from_secs(minutes * 60),
         s_threads: 48,
         t_clients: 16,
-        kill_every: Duration::from_secs(120),
+        kill_every: Duration::from_secs(kill_every),
         down_for: Duration::from_secs(3),
         partition_every: Duration::from_secs(60),
         partition_for: Duration::from_secs(3),
