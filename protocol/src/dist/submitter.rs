@@ -508,6 +508,13 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             .filter(|(_, d)| d.uses(node, generation))
             .map(|(&l, _)| l)
             .collect();
+        // A model that lost a plan to this node names it when the next plan, without it,
+        // does not fit (a node that left is no failure of a run, but it is why).
+        for m in self.models.values_mut() {
+            if m.cache.iter().any(|(_, l)| using.contains(l)) {
+                m.avoid.insert(node.to_string(), now);
+            }
+        }
         for load_id in using {
             let d = self.deployments.get_mut(&load_id).expect("listed above");
             if d.state() == LoadState::Loading {

@@ -801,3 +801,36 @@ fn what_a_model_reserves_counts_its_loading_and_live_plans_until_it_is_removed()
     drain(&mut s);
     assert!(s.reserved(7).is_empty());
 }
+
+/// A node that left (SIGTERM) retired the live plan with no run in flight; the next run's
+/// plan, without it, did not fit, and the client read a bare "placement: the model does not
+/// fit" that named no node (seen in cluster_hardening's SIGTERM test). It names the node.
+#[test]
+fn a_plan_that_no_longer_fits_after_a_node_left_names_the_node() {
+    let mut s = submitter();
+    let now = t0();
+    let p = match s.prepare(7, 0, now).unwrap() {
+        Prepared::Pending(p) => p,
+        other => panic!("{other:?}"),
+    };
+    drain(&mut s);
+    go_live(&mut s, p, 100, &ALL, now);
+    s.member_down("n3", 0, "left", now);
+    drain(&mut s);
+    let run = s.run(7, vec![1, 2]).unwrap();
+    drain(&mut s);
+    s.resolve(run, 0, now);
+    let (plan_id, avoid) = asked(&drain(&mut s));
+    assert!(avoid.contains("n3"), "{avoid:?}");
+    s.plan_failed(
+        plan_id,
+        PlanError::Placement("the model does not fit".into()),
+    );
+    match done(&drain(&mut s)) {
+        Some(Err(RunError::NodeFailed { node, reason })) => {
+            assert_eq!(node, "n3");
+            assert!(reason.contains("the model does not fit"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
