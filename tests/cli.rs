@@ -288,6 +288,8 @@ fn missing_model_fails_cleanly() {
         err.contains("no_such_model.onnx"),
         "stderr does not name the file:\n{err}"
     );
+    // The cause once: the message quotes it, and the error chain printed whole said it again.
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
 }
 
 #[test]

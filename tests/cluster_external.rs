@@ -463,6 +463,53 @@ fn a_cache_too_small_or_unusable_is_a_clear_error() {
         err.contains(&*bad.to_string_lossy()) && err.contains("--cache-dir"),
         "the error names the folder and the flag: {err}"
     );
+
+    // A read-only folder. Root may write anywhere, so as root the node runs as `nobody`,
+    // for whom the permissions hold.
+    let ro = r.cluster.dir.join("read-only");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    let root = rustix::process::geteuid().is_root();
+    // `nobody` may not reach the build folder (a clone under /root): a copy it can run.
+    let bin = if root {
+        let open = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(&r.cluster.dir, open).unwrap();
+        let copy = r.cluster.dir.join("vkml-node");
+        std::fs::copy(BIN, &copy).unwrap();
+        std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        copy
+    } else {
+        PathBuf::from(BIN)
+    };
+    let mut cmd = Command::new(&bin);
+    cmd.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--insecure",
+        "--name",
+        "ro",
+        "--device",
+        "cpu",
+    ])
+    .arg("--cache-dir")
+    .arg(&ro);
+    if root {
+        std::os::unix::process::CommandExt::uid(&mut cmd, 65534);
+        std::os::unix::process::CommandExt::gid(&mut cmd, 65534);
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a node with a read-only cache starts: {err}"
+    );
+    assert!(
+        err.contains(&*ro.to_string_lossy())
+            && err.contains("--cache-dir")
+            && err.matches("denied").count() == 1,
+        "the error names the folder and the flag, and the cause once: {err}"
+    );
 }
 
 fn replace_all(data: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {

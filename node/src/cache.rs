@@ -58,21 +58,20 @@ impl fmt::Debug for BlobId {
     }
 }
 
+/// Each message carries its I/O error itself (`cause`, not a `source`), so that an error
+/// chain printed whole does not say it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
     #[error(
-        "cannot use {} as the weight cache: {source}; give --cache-dir a writable folder, \
+        "cannot use {} as the weight cache: {cause}; give --cache-dir a writable folder, \
          or --cache-size 0 to keep no cache",
         dir.display()
     )]
-    Unusable {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot write {} into the weight cache: {source} (is the disk full?)", path.display())]
+    Unusable { dir: PathBuf, cause: std::io::Error },
+    #[error("cannot write {} into the weight cache: {cause} (is the disk full?)", path.display())]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error(
         "a weight of {length} bytes does not fit the weight cache at {}, which holds at most \
@@ -115,9 +114,9 @@ impl Incoming {
         }
         self.hasher.update(chunk);
         let file = self.file.as_mut().expect("an open blob");
-        file.write_all(chunk).map_err(|source| CacheError::Write {
+        file.write_all(chunk).map_err(|cause| CacheError::Write {
             path: self.temp.clone(),
-            source,
+            cause,
         })
     }
 }
@@ -186,9 +185,9 @@ impl WeightCache {
     /// there are kept, oldest by modification time first out; leftovers of interrupted writes
     /// are removed. An unusable folder (not creatable, not writable) is an error naming it.
     pub fn open(dir: &Path, limit: u64) -> Result<WeightCache, CacheError> {
-        let unusable = |source| CacheError::Unusable {
+        let unusable = |cause| CacheError::Unusable {
             dir: dir.to_path_buf(),
-            source,
+            cause,
         };
         std::fs::create_dir_all(dir).map_err(unusable)?;
         // Writable? Find out now rather than at the first blob.
@@ -316,9 +315,9 @@ impl WeightCache {
         let temp = self
             .dir
             .join(format!("{TEMP_PREFIX}{}-{}", std::process::id(), id.hex()));
-        let file = std::fs::File::create(&temp).map_err(|source| CacheError::Write {
+        let file = std::fs::File::create(&temp).map_err(|cause| CacheError::Write {
             path: temp.clone(),
-            source,
+            cause,
         })?;
         Ok(Incoming {
             id,
@@ -350,15 +349,15 @@ impl WeightCache {
             .map_err(|e| e.into_error())
             .and_then(|f| f.sync_data())
             .and_then(|()| std::fs::rename(&w.temp, &path));
-        if let Err(source) = done {
+        if let Err(cause) = done {
             let _ = std::fs::remove_file(&w.temp);
-            return Err(CacheError::Write { path, source });
+            return Err(CacheError::Write { path, cause });
         }
         let data = crate::onnx::read_file(&path, COPY_BELOW)
             .map(|(d, _)| d)
-            .map_err(|source| CacheError::Write {
+            .map_err(|cause| CacheError::Write {
                 path: path.clone(),
-                source,
+                cause,
             })?;
         let mut guard = self.index.lock().expect("cache lock");
         let (index, stats) = &mut *guard;
