@@ -440,20 +440,7 @@ fn a_cache_too_small_or_unusable_is_a_clear_error() {
     let file = r.cluster.dir.join("a-file");
     std::fs::write(&file, b"x").unwrap();
     let bad = file.join("cache");
-    let out = Command::new(BIN)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--insecure",
-            "--name",
-            "bad",
-            "--device",
-            "cpu",
-        ])
-        .arg("--cache-dir")
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let out = alone_with_cache(Path::new(BIN), &bad).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
@@ -463,18 +450,39 @@ fn a_cache_too_small_or_unusable_is_a_clear_error() {
         err.contains(&*bad.to_string_lossy()) && err.contains("--cache-dir"),
         "the error names the folder and the flag: {err}"
     );
+}
 
-    // A read-only folder. Root may write anywhere, so as root the node runs as `nobody`,
-    // for whom the permissions hold.
-    let ro = r.cluster.dir.join("read-only");
+/// A node started on its own (no cluster, no key) with `--cache-dir cache`.
+fn alone_with_cache(bin: &Path, cache: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--insecure",
+        "--name",
+        "alone",
+        "--device",
+        "cpu",
+    ])
+    .arg("--cache-dir")
+    .arg(cache);
+    cmd
+}
+
+#[test]
+fn a_read_only_cache_folder_is_a_clear_error() {
+    // Root may write anywhere, so as root the node runs as `nobody`, for whom the
+    // permissions hold.
+    let r = Cluster::new("ext-cache-ro");
+    let ro = r.dir.join("read-only");
     std::fs::create_dir(&ro).unwrap();
     std::fs::set_permissions(&ro, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
     let root = rustix::process::geteuid().is_root();
     // `nobody` may not reach the build folder (a clone under /root): a copy it can run.
     let bin = if root {
         let open = std::os::unix::fs::PermissionsExt::from_mode(0o755);
-        std::fs::set_permissions(&r.cluster.dir, open).unwrap();
-        let copy = r.cluster.dir.join("vkml-node");
+        std::fs::set_permissions(&r.dir, open).unwrap();
+        let copy = r.dir.join("vkml-node");
         std::fs::copy(BIN, &copy).unwrap();
         std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
@@ -482,18 +490,7 @@ fn a_cache_too_small_or_unusable_is_a_clear_error() {
     } else {
         PathBuf::from(BIN)
     };
-    let mut cmd = Command::new(&bin);
-    cmd.args([
-        "--listen",
-        "127.0.0.1:0",
-        "--insecure",
-        "--name",
-        "ro",
-        "--device",
-        "cpu",
-    ])
-    .arg("--cache-dir")
-    .arg(&ro);
+    let mut cmd = alone_with_cache(&bin, &ro);
     if root {
         std::os::unix::process::CommandExt::uid(&mut cmd, 65534);
         std::os::unix::process::CommandExt::gid(&mut cmd, 65534);

@@ -42,6 +42,16 @@ pub(super) fn plan(load_id: u64, nodes: &[&str]) -> DeploymentPlan<i64> {
     }
 }
 
+/// Prepares model 7 for `key` when no plan is cached: the plan asked for (its actions drained).
+fn pending(s: &mut S, key: u32, now: Instant) -> PlanId {
+    let p = match s.prepare(7, key, now).unwrap() {
+        Prepared::Pending(p) => p,
+        other => panic!("{other:?}"),
+    };
+    drain(s);
+    p
+}
+
 pub(super) fn unload(to: &str, load_id: u64, reason: &str) -> A {
     Action::Send {
         to: to.into(),
@@ -332,11 +342,7 @@ fn a_failed_load_waits_for_every_answer_then_unloads_the_loaded_and_names_the_fi
 fn a_death_while_loading_fails_the_load_even_if_that_node_had_loaded() {
     let mut s = submitter();
     let now = t0();
-    let p = match s.prepare(7, 0, now).unwrap() {
-        Prepared::Pending(p) => p,
-        other => panic!("{other:?}"),
-    };
-    drain(&mut s);
+    let p = pending(&mut s, 0, now);
     s.planned(p, plan(100, &ALL), now);
     drain(&mut s);
     s.load_result(100, "n1", Ok(()), now);
@@ -607,11 +613,7 @@ fn a_full_cache_unloads_its_oldest_plan() {
     s.add_model(7);
     let now = t0();
     for key in 0..3u32 {
-        let p = match s.prepare(7, key, now).unwrap() {
-            Prepared::Pending(p) => p,
-            other => panic!("{other:?}"),
-        };
-        drain(&mut s);
+        let p = pending(&mut s, key, now);
         let acts = go_live(&mut s, p, 100 + u64::from(key), &["n1"], now);
         let unloads: Vec<&A> = acts
             .iter()
@@ -636,11 +638,7 @@ fn a_full_cache_unloads_its_oldest_plan() {
 fn removing_a_model_retires_its_plans_and_fails_its_waiting_runs() {
     let mut s = submitter();
     let now = t0();
-    let p = match s.prepare(7, 0, now).unwrap() {
-        Prepared::Pending(p) => p,
-        other => panic!("{other:?}"),
-    };
-    drain(&mut s);
+    let p = pending(&mut s, 0, now);
     go_live(&mut s, p, 100, &["n1", "n2"], now);
     // A second plan loading, with a run waiting for it.
     let run = s.run(7, vec![1, 2]).unwrap();
@@ -684,11 +682,7 @@ fn removing_a_model_retires_its_plans_and_fails_its_waiting_runs() {
 fn a_plan_answered_twice_or_for_a_removed_model_is_not_taken() {
     let mut s = submitter();
     let now = t0();
-    let p = match s.prepare(7, 0, now).unwrap() {
-        Prepared::Pending(p) => p,
-        other => panic!("{other:?}"),
-    };
-    drain(&mut s);
+    let p = pending(&mut s, 0, now);
     assert!(s.planned(p, plan(100, &["n1"]), now));
     assert!(
         !s.planned(p, plan(101, &["n1"]), now),
@@ -721,11 +715,7 @@ fn an_unload_a_live_node_did_not_get_is_sent_again_until_it_does() {
     // retired plan; before, it kept its part and its reservation for good.
     let mut s = submitter();
     let now = t0();
-    let p = match s.prepare(7, 0, now).unwrap() {
-        Prepared::Pending(p) => p,
-        other => panic!("{other:?}"),
-    };
-    drain(&mut s);
+    let p = pending(&mut s, 0, now);
     go_live(&mut s, p, 100, &["n1", "n2"], now);
     s.remove_model(7).unwrap();
     let why = "unloaded by its client";
@@ -781,11 +771,7 @@ fn an_unload_is_given_up_after_its_tries_and_owed_to_a_node_declared_down() {
 fn what_a_model_reserves_counts_its_loading_and_live_plans_until_it_is_removed() {
     let mut s = submitter();
     let now = t0();
-    let p = match s.prepare(7, 0, now).unwrap() {
-        Prepared::Pending(p) => p,
-        other => panic!("{other:?}"),
-    };
-    drain(&mut s);
+    let p = pending(&mut s, 0, now);
     assert!(s.reserved(7).is_empty(), "nothing is planned yet");
     let mut loading = plan(100, &["n1", "n2"]);
     loading.reserves = BTreeMap::from([("n1".into(), 30), ("n2".into(), 5)]);
@@ -809,11 +795,7 @@ fn what_a_model_reserves_counts_its_loading_and_live_plans_until_it_is_removed()
 fn a_plan_that_no_longer_fits_after_a_node_left_names_the_node() {
     let mut s = submitter();
     let now = t0();
-    let p = match s.prepare(7, 0, now).unwrap() {
-        Prepared::Pending(p) => p,
-        other => panic!("{other:?}"),
-    };
-    drain(&mut s);
+    let p = pending(&mut s, 0, now);
     go_live(&mut s, p, 100, &ALL, now);
     s.member_down("n3", 0, "left", now);
     drain(&mut s);
