@@ -63,10 +63,7 @@ fn main() {
         std::fs::write(&path, csv).expect("writing --samples");
     }
     let lives = soak::growth(&report, warmup);
-    let judged = lives
-        .iter()
-        .filter(|g| g.window >= judged_from.as_secs_f64())
-        .count();
+    let judged = lives.iter().filter(|g| g.judged(judged_from)).count();
     println!("node lives judged for growth: {judged} of {}", lives.len());
     let grew = judged == 0 || lives.iter().any(|g| g.grew(judged_from));
     let broken = report.over_10s > 0

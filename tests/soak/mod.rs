@@ -113,12 +113,17 @@ pub struct Growth {
 }
 
 impl Growth {
+    /// Whether the life lasted long enough after its warmup to be judged.
+    pub fn judged(&self, judged_from: Duration) -> bool {
+        self.window >= judged_from.as_secs_f64()
+    }
+
     /// Whether this life grew: RSS trending up by more than 10% over its window, or a thread
     /// or open-file floor above the early peak (threads: by more than 2). Lives whose window
     /// is shorter than `judged_from` are not judged: a node restarted late takes over the
     /// share of each peer killed after it, and in a short window that step is all one sees.
     pub fn grew(&self, judged_from: Duration) -> bool {
-        self.window >= judged_from.as_secs_f64()
+        self.judged(judged_from)
             && (self.rss_trend > 0.10
                 || self.threads.1 > self.threads.0 + 2
                 || self.fds.1 > self.fds.0)
@@ -456,9 +461,18 @@ fn hostile(nodes: &Nodes, shared: &Shared, secret: &Secret) {
         .map(|e| e.unwrap().path())
         .collect();
     dirs.sort();
+    // Those whose expected outcome is success may load and run.
+    let may_run: Vec<bool> = dirs
+        .iter()
+        .map(|d| {
+            std::fs::read_to_string(d.join("expect"))
+                .unwrap_or_default()
+                .starts_with("ok")
+        })
+        .collect();
     let mut turn = 0;
     while !shared.stop.load(Ordering::Relaxed) {
-        let dir = &dirs[turn % dirs.len()];
+        let (dir, may_run) = (&dirs[turn % dirs.len()], may_run[turn % dirs.len()]);
         turn += 1;
         let Ok(client) = ClusterClient::connect(&nodes.addr(turn % 3), secret) else {
             std::thread::sleep(Duration::from_millis(200));
@@ -489,9 +503,8 @@ fn hostile(nodes: &Nodes, shared: &Shared, secret: &Secret) {
             r.other_messages
                 .push(format!("bad model {} took {took:?}", dir.display()));
         }
-        let expect = std::fs::read_to_string(dir.join("expect")).unwrap_or_default();
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        if accepted && !expect.starts_with("ok") && !r.bad_accepted.contains(&name) {
+        if accepted && !may_run && !r.bad_accepted.contains(&name) {
             r.bad_accepted.push(name);
         }
         drop(r);
@@ -726,7 +739,7 @@ pub fn summary(report: &Report, warmup: Duration, judged_from: Duration) -> Stri
         report.bad_accepted,
     );
     for g in growth(report, warmup) {
-        let verdict = if g.window < judged_from.as_secs_f64() {
+        let verdict = if !g.judged(judged_from) {
             "too short to judge"
         } else if g.grew(judged_from) {
             "GREW"
