@@ -1,6 +1,8 @@
 //! Models bigger than one machine (issue 19), on loopback clusters of real `vkml-node`
 //! processes: a model whose weights live in external-data files (two side files, one in a
-//! subfolder) submitted to three nodes each capped at 45% of its weights; the weight cache
+//! subfolder) submitted to three nodes each capped at 45% of its weights, each node receiving
+//! only its part (the one submitted to included); a lost node's part taken from the client
+//! again, through the node submitted to; the weight cache
 //! (a second submission, and one after a participant restarts, move no weight bytes); a
 //! `--models` folder mapped instead of received; and bad input (missing, truncated or
 //! changed side files, a location outside the model's folder, a cache too small for a
@@ -162,13 +164,15 @@ fn external_data_is_split_under_caps_and_stays_put() {
     assert_eq!(nodes_of(&model).len(), 3, "45% caps need all three nodes");
     run_all_sets(&model, "first submission", &r);
     let first = counters(&r);
-    // n1 received the whole model from the client; n2 and n3 only their parts.
+    // Every node received its own part only, n1 (submitted to) too: each weight crossed
+    // once (the side files hold the tensors back to back), and none more than a cap.
     let total = weight_bytes(&dir);
-    assert!(first[0].0 >= total, "n1 received {first:?} of {total}");
-    for (i, c) in first.iter().enumerate().skip(1) {
+    let sum: u64 = first.iter().map(|c| c.0).sum();
+    assert_eq!(sum, total, "each weight was received once: {first:?}");
+    for (i, c) in first.iter().enumerate() {
         assert!(
-            c.0 > 0 && c.0 < total,
-            "n{} received its part only: {first:?}",
+            c.0 > 0 && c.0 <= cap,
+            "n{} received its part only: {first:?} (cap {cap})",
             i + 1
         );
     }
@@ -228,6 +232,60 @@ fn external_data_is_split_under_caps_and_stays_put() {
         "the restarted n3 received nothing: {third:?}"
     );
     assert!(third[2].1 > 0, "n3 took its part from its cache: {third:?}");
+}
+
+/// A participant lost after the load: its part goes to a spare node on the retry, and the
+/// spare receives it from the client through n1 (which does not keep it): the client serves
+/// its model's weights for as long as the model is loaded.
+#[test]
+fn a_lost_participant_s_part_is_taken_from_the_client_again() {
+    let _serial = cluster_harness::serial();
+    let dir = common::fixture(FIXTURE);
+    let cap = weight_bytes(&dir) * 45 / 100;
+    let mut r = start("ext-lost", &[cap; 4], &[]);
+    let client = connect(&r);
+    let model = client
+        .load(&dir.join("model.onnx"), |_| {})
+        .unwrap_or_else(|e| panic!("load: {e}\n{}", r.logs()));
+    let used = nodes_of(&model);
+    let spare: Vec<usize> = (0..4)
+        .filter(|i| !used.contains(&format!("n{}", i + 1)))
+        .collect();
+    assert_eq!(spare.len(), 1, "45% caps need three of the four: {used:?}");
+    let spare = spare[0];
+    let victim = (1..4)
+        .find(|&i| i != spare)
+        .expect("a participant other than n1");
+    let before = counters(&r);
+    assert_eq!(before[spare].0, 0, "the spare took no part yet: {before:?}");
+    r.nodes[victim].kill9();
+    let set = &common::data_sets(FIXTURE)[0];
+    let out = model
+        .run(&set.feeds())
+        .unwrap_or_else(|e| panic!("run after the loss: {e}\n{}", r.logs()));
+    common::assert_outputs_match("after the loss", &out.outputs, &set.outputs);
+    let live: Vec<usize> = (0..4).filter(|&i| i != victim).collect();
+    let now: Vec<(u64, u64)> = live
+        .iter()
+        .map(|&i| {
+            let s = cluster_harness::status(&r.nodes[i], &r.cluster.key);
+            (
+                s["weight_bytes_received"].as_u64().unwrap(),
+                s["weight_bytes_cached"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let spare_now = now[live.iter().position(|&i| i == spare).unwrap()];
+    assert!(
+        spare_now.0 > 0 && spare_now.0 <= cap,
+        "the spare received its part: before {before:?}, now {now:?}"
+    );
+    assert!(
+        now[0].0 <= cap,
+        "n1 passed the spare's part on without keeping it: before {before:?}, now {now:?}"
+    );
+    model.unload().unwrap();
+    client.close();
 }
 
 /// A participant started with `--models DIR` holding the side files maps them: with every

@@ -54,7 +54,15 @@ pub fn build(model: &[u8], cluster: &Cluster) -> std::result::Result<Built, Stri
     let plan =
         vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).map_err(|e| e.to_string())?;
     let skeleton = Skeleton::new(&graph, &spec, &cost, &snapshot).map_err(|e| e.to_string())?;
-    let (mut f, weights) = skeleton.fragment(&graph, &spec, &plan, cluster.name(), 1, "fuzzer");
+    let (mut f, weights) = skeleton.fragment(
+        &graph,
+        &spec,
+        &plan,
+        cluster.name(),
+        1,
+        "fuzzer",
+        &Default::default(),
+    );
     f.tuning_fingerprint = tuning.fingerprint();
     f.plan_settings = tuning.plan_settings();
     Ok(Built {

@@ -203,6 +203,8 @@ pub fn submit(u: &mut Unstructured, model: &mut Vec<u8>) -> Result<Vec<u8>> {
         name,
         model_bytes: declared,
         weights,
+        // A client that serves nothing: every weight is asked for up front.
+        source: 0,
     }));
     out.extend_from_slice(model);
     Ok(out)

@@ -20,11 +20,25 @@ pub struct GraphDef {
     pub nodes: Vec<NodeDef>,
     /// Initializers (weights), in file order. Their bytes point into the model's mapping.
     pub initializers: Vec<(String, Tensor)>,
+    /// Initializers whose bytes are not here yet (a cluster node plans a model before its
+    /// external weights arrive): typed, and never folded while planning.
+    pub deferred: Vec<DeferredWeight>,
     /// Graph inputs the caller must feed: declared inputs that are not initializers.
     pub inputs: Vec<ValueDef>,
     pub outputs: Vec<ValueDef>,
     /// Declared types of intermediate values, where the file has them.
     pub value_info: Vec<ValueDef>,
+}
+
+/// An initializer stored in external data whose bytes have not been read: its type, and
+/// where they are (`location` as the model spells it, `offset`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeferredWeight {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub location: String,
+    pub offset: u64,
 }
 
 #[derive(Debug, Clone)]

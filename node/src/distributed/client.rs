@@ -16,13 +16,14 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use vkml_protocol::{Message, pb};
+use vkml_protocol::{Message, error_code, pb};
 
-use super::{DistError, wire};
+use super::side_files::SideWeights;
+use super::{DistError, lock, wire};
 use crate::cluster::client::Client;
 use crate::cluster::{Secret, transport};
 use crate::tensor::Tensor;
@@ -43,7 +44,12 @@ pub struct ClusterClient {
 struct Connected {
     rt: tokio::runtime::Runtime,
     client: Client,
+    /// The external weights of the models loaded through this connection, by submission
+    /// number: the node takes each node's part from here as it loads it (see `serve`).
+    served: Served,
 }
+
+type Served = Arc<Mutex<BTreeMap<u64, Arc<SideWeights>>>>;
 
 /// A model live on the cluster under `id`.
 pub struct RemoteModel {
@@ -53,6 +59,8 @@ pub struct RemoteModel {
     pub outputs: Vec<String>,
     /// Where the plan put it; None when its input sizes are symbolic (planned per run).
     pub placement: Option<pb::Placement>,
+    /// Its submission number, under which its external weights are served (0: none).
+    source: u64,
     unloaded: bool,
 }
 
@@ -71,8 +79,10 @@ impl ClusterClient {
             .build()
             .map_err(|e| DistError::Peer(format!("cannot start the async runtime: {e}")))?;
         let client = rt.block_on(Client::connect(addr, secret))?;
+        let served = Served::default();
+        rt.spawn(serve(client.conn.clone(), served.clone()));
         Ok(Arc::new(ClusterClient {
-            conn: Arc::new(Connected { rt, client }),
+            conn: Arc::new(Connected { rt, client, served }),
             abrupt: AtomicBool::new(true),
         }))
     }
@@ -125,11 +135,20 @@ impl Connected {
                 path.display()
             )))
         })?);
-        let side = super::side_files::prepare(path, &data, &mut progress)?;
+        let side = Arc::new(super::side_files::prepare(path, &data, &mut progress)?);
         let name = path
             .file_name()
             .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
         let to = self.client.node.clone();
+        // Served from now until the model is unloaded: the node asks for each node's part
+        // as it loads it, and again when a node is lost and its part goes elsewhere.
+        let source = if side.ranges.is_empty() {
+            0
+        } else {
+            let n = rand::random::<u64>().max(1);
+            lock(&self.served).insert(n, side.clone());
+            n
+        };
         let loaded = self.rt.block_on(self.naming(async {
             let (mut send, mut recv) = self
                 .client
@@ -141,6 +160,7 @@ impl Connected {
                 name,
                 model_bytes: data.len() as u64,
                 weights: side.ranges.clone(),
+                source,
             });
             transport::write_message(&mut send, &m).await?;
             let total = data.len() as u64;
@@ -184,13 +204,21 @@ impl Connected {
                     }
                 }
             }
-        }))?;
+        }));
+        let loaded = match loaded {
+            Ok(l) => l,
+            Err(e) => {
+                lock(&self.served).remove(&source);
+                return Err(e);
+            }
+        };
         Ok(RemoteModel {
             cluster: self.clone(),
             id: loaded.model_id,
             inputs: loaded.inputs,
             outputs: loaded.outputs,
             placement: loaded.placement,
+            source,
             unloaded: false,
         })
     }
@@ -252,7 +280,7 @@ impl Connected {
 
     /// Closes the connection, waiting up to 2 s for the node to hear of it.
     fn close(self) {
-        let Connected { rt, client } = self;
+        let Connected { rt, client, .. } = self;
         rt.block_on(async {
             let _ = tokio::time::timeout(Duration::from_secs(2), client.close()).await;
         });
@@ -301,6 +329,7 @@ impl RemoteModel {
     /// waiting for the answer.)
     pub fn unload(mut self) -> Result<(), DistError> {
         self.unloaded = true;
+        lock(&self.cluster.served).remove(&self.source);
         let cluster = self.cluster.clone();
         cluster
             .rt
@@ -310,6 +339,7 @@ impl RemoteModel {
 
 impl Drop for RemoteModel {
     fn drop(&mut self) {
+        lock(&self.cluster.served).remove(&self.source);
         if !self.unloaded {
             // Not block_on: a drop may happen inside someone's async context. The task holds
             // the connection, not the client: the last client reference dropped inside its
@@ -365,6 +395,47 @@ async fn send_wanted(
     };
     report(0);
     wire::send_weights(send, picked, report).await
+}
+
+/// Serves the weights of this connection's models to the node, on the streams it opens,
+/// until the connection closes.
+async fn serve(conn: quinn::Connection, served: Served) {
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        tokio::spawn(serve_one(send, recv, served.clone()));
+    }
+}
+
+/// One request: a `WeightsWanted` naming a submission, answered with the raw bytes asked
+/// for, in order, from the files' mappings. A request for a model no longer held (or any
+/// other) is refused by resetting the stream: the node's error says the client stopped
+/// serving.
+async fn serve_one(mut send: quinn::SendStream, mut recv: quinn::RecvStream, served: Served) {
+    let refuse = |send: &mut quinn::SendStream, why: &str| {
+        tracing::debug!("a weight request refused: {why}");
+        let _ = send.reset(quinn::VarInt::from_u32(error_code::FAILED));
+    };
+    let wanted = match wire::expect_message(&mut recv).await {
+        Ok(Message::WeightsWanted(w)) => w,
+        Ok(other) => return refuse(&mut send, &format!("{:?}", other.kind())),
+        Err(e) => return refuse(&mut send, &e.to_string()),
+    };
+    let Some(side) = lock(&served).get(&wanted.source).cloned() else {
+        return refuse(&mut send, "no such model");
+    };
+    let picked: Option<Vec<bytes::Bytes>> = wanted
+        .indices
+        .iter()
+        .map(|&i| side.bytes.get(i as usize).cloned())
+        .collect();
+    let Some(picked) = picked else {
+        return refuse(&mut send, "an index out of range");
+    };
+    match wire::send_weights(&mut send, picked, |_| {}).await {
+        Ok(()) => {
+            let _ = send.finish();
+        }
+        Err(e) => refuse(&mut send, &e.to_string()),
+    }
 }
 
 async fn unload(conn: quinn::Connection, id: u64) -> Result<(), DistError> {

@@ -43,9 +43,9 @@ impl DeployKey {
 /// One node's fragment and the weights that go with it.
 pub type Part = (pb::Fragment, Vec<(ValueId, Tensor)>);
 
-/// The weights of a model that came from external data, by value: how they are named on the
-/// wire, and their bytes as this node holds them.
-pub type External = BTreeMap<ValueId, (pb::WeightRange, bytes::Bytes)>;
+/// The weights of a model that travel by reference (its deferred initializers), by value:
+/// how they are named on the wire.
+pub type External = BTreeMap<ValueId, pb::WeightRange>;
 
 /// A deployment planned: what the machine decides with, and what the driver sends.
 pub struct Made {
@@ -93,6 +93,7 @@ pub async fn make(
     let load_id: u64 = rand::random();
     let me_name = me;
     let (graph, key, me) = (graph.clone(), key.clone(), me.to_string());
+    let external = external.clone();
     // The life of each node now: a verdict on an older life must not end this plan, and a
     // newer life means its part is gone.
     let lives: BTreeMap<String, u64> = cluster
@@ -114,7 +115,13 @@ pub async fn make(
         // reservations gossiped may be stale (a model unloaded a moment ago): plan over whole
         // budgets, and let the participants, which know what they hold, refuse if it is so.
         let fallback = (snapshot != gross).then_some(&gross);
-        cut(&graph, spec, &snapshot, fallback, load_id, &me, &tuning).map_err(failed)
+        let cut_with = Cut {
+            load_id,
+            me: &me,
+            tuning: &tuning,
+            external: &external,
+        };
+        cut(&graph, spec, &snapshot, fallback, &cut_with).map_err(failed)
     })
     .await
     .map_err(|e| failed(super::join_err(e)))??;
@@ -134,9 +141,8 @@ pub async fn make(
             generation,
         })
         .collect();
-    for (fragment, weights) in made.parts.values_mut() {
+    for (fragment, _) in made.parts.values_mut() {
         fragment.lives = wire.clone();
-        by_reference(fragment, weights, external);
     }
     tracing::info!(
         "model {name} planned as {load_id:016x} over {} node(s), plan {hash:016x}",
@@ -145,36 +151,30 @@ pub async fn make(
     Ok(made)
 }
 
-/// Weights that came from external data travel by reference: the fragment names them, and
-/// only those the participant lacks are streamed (`Submitter::load_on`).
-fn by_reference(f: &mut pb::Fragment, weights: &[(ValueId, Tensor)], external: &External) {
-    for (v, t) in weights {
-        let Some((range, bytes)) = external.get(v) else {
-            continue;
-        };
-        // The very bytes received, not a value specialisation made from them.
-        if t.bytes().as_ptr() == bytes.as_ptr() && t.bytes().len() == bytes.len() {
-            f.external.push(pb::WeightRef {
-                value: *v as u64,
-                range: Some(range.clone()),
-            });
-        }
-    }
-    f.weight_count -= f.external.len() as u64;
+/// What a plan's fragments are cut with besides the graph: the load's id, the submitter's
+/// name and plan settings, and where the weights that travel by reference are.
+pub(super) struct Cut<'a> {
+    pub load_id: u64,
+    pub me: &'a str,
+    pub tuning: &'a Tuning,
+    pub external: &'a External,
 }
 
-/// Plans a specialised graph with `tuning`'s plan settings and cuts it into fragments
+/// Plans a specialised graph with the plan settings of `with` and cuts it into fragments
 /// (blocking), each marked with those settings; with the plan's hash.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn cut(
     graph: &Graph,
     spec: Specialized,
     snapshot: &Snapshot,
     fallback: Option<&Snapshot>,
-    load_id: u64,
-    me: &str,
-    tuning: &Tuning,
+    with: &Cut<'_>,
 ) -> Result<(Made, u64), DistError> {
+    let Cut {
+        load_id,
+        me,
+        tuning,
+        external,
+    } = *with;
     let (cost, _) = crate::exec::cost_graph(graph, &spec, &tuning.kernels);
     let links = vkml_planner::LinkCosts::default();
     let (plan, snapshot) = match (vkml_planner::plan(&cost, snapshot, &links), fallback) {
@@ -193,7 +193,8 @@ pub(super) fn cut(
     let parts = nodes
         .iter()
         .map(|n| {
-            let (mut fragment, weights) = skeleton.fragment(graph, &spec, &plan, n, load_id, me);
+            let (mut fragment, weights) =
+                skeleton.fragment(graph, &spec, &plan, n, load_id, me, external);
             fragment.tuning_fingerprint = tuning.fingerprint();
             fragment.plan_settings = tuning.plan_settings();
             (n.clone(), (fragment, weights))

@@ -82,6 +82,8 @@ impl Skeleton {
     }
 
     /// Node `node`'s fragment, and the weights it needs (value id, tensor), in value order.
+    /// Weights whose bytes are not here (the graph's deferred ones) travel by reference:
+    /// `external` says where each is, and the fragment lists those its node reads.
     #[allow(clippy::too_many_arguments)]
     pub fn fragment(
         &self,
@@ -91,8 +93,10 @@ impl Skeleton {
         node: &str,
         model_id: u64,
         submitter: &str,
+        external: &BTreeMap<ValueId, pb::WeightRange>,
     ) -> (pb::Fragment, Vec<(ValueId, Tensor)>) {
         let mut wanted: BTreeSet<ValueId> = BTreeSet::new();
+        let mut refs: BTreeSet<ValueId> = BTreeSet::new();
         for (p, &n) in spec.live.iter().enumerate() {
             if plan.placement[p].node != node {
                 continue;
@@ -100,6 +104,8 @@ impl Skeleton {
             for &v in spec.node(graph, n).inputs.iter().flatten() {
                 if spec.consts[v].is_some() {
                     wanted.insert(v);
+                } else if external.contains_key(&v) {
+                    refs.insert(v);
                 }
             }
         }
@@ -107,6 +113,19 @@ impl Skeleton {
             .into_iter()
             .map(|v| (v, spec.consts[v].clone().expect("a const")))
             .collect();
+        let external: Vec<pb::WeightRef> = refs
+            .into_iter()
+            .map(|v| pb::WeightRef {
+                value: v as u64,
+                range: Some(external[&v].clone()),
+            })
+            .collect();
+        let inline: u64 = weights.iter().map(|(_, t)| t.bytes().len() as u64).sum();
+        let by_ref: u64 = external
+            .iter()
+            .filter_map(|r| r.range.as_ref())
+            .map(|r| r.length)
+            .sum();
         let f = pb::Fragment {
             model_id,
             submitter: submitter.to_string(),
@@ -120,13 +139,12 @@ impl Skeleton {
             inputs: graph.inputs.iter().map(|(v, _)| *v as u64).collect(),
             outputs: graph.outputs.iter().map(|(v, _)| *v as u64).collect(),
             weight_count: weights.len() as u64,
-            weight_bytes: weights.iter().map(|(_, t)| t.bytes().len() as u64).sum(),
+            weight_bytes: inline + by_ref,
             // Set by the submitter, which knows its settings and the nodes' lives.
             tuning_fingerprint: 0,
             plan_settings: String::new(),
             lives: Vec::new(),
-            // Set by the submitter, which knows where its weights came from.
-            external: Vec::new(),
+            external,
         };
         (f, weights)
     }
@@ -380,6 +398,7 @@ pub fn rebuild(
         value_names: f.value_names.clone(),
         nodes,
         initializers: vec![None; n],
+        deferred: BTreeMap::new(),
         inputs,
         outputs,
     };

@@ -30,6 +30,7 @@ pub mod offline;
 pub mod participant;
 pub mod placement;
 mod side_files;
+mod source;
 pub mod submitter;
 pub mod weights;
 pub mod wire;
@@ -109,6 +110,7 @@ impl Exec {
     ) -> Arc<Exec> {
         let rt = Handle::current();
         let link = Arc::new(Link::new(cluster.clone()));
+        let weights = Arc::new(weights);
         let participant = Arc::new(Participant::new(
             cluster.name().to_string(),
             devices,
@@ -122,11 +124,12 @@ impl Exec {
             cluster.clone(),
             link.clone(),
             participant.clone(),
+            weights.clone(),
         ));
         let exec = Arc::new(Exec {
             cluster: cluster.clone(),
             link: link.clone(),
-            weights: Arc::new(weights),
+            weights,
             participant,
             submitter,
         });
@@ -268,7 +271,9 @@ impl Exec {
                 Message::Submit(m) => {
                     let s = send.as_mut().ok_or_else(one_way)?;
                     let owner = client.then(|| self.lease_to(&conn));
-                    self.serve_submit(m, s, &mut recv, owner).await
+                    // Only a client serves its weights on streams opened to it.
+                    let source = (client && m.source != 0).then(|| conn.clone());
+                    self.serve_submit(m, s, &mut recv, owner, source).await
                 }
                 Message::Run(r) if client => {
                     let s = send.as_mut().ok_or_else(one_way)?;
@@ -364,28 +369,43 @@ impl Exec {
         owner
     }
 
+    /// A client's submission: the model's bytes, then (one `WeightsWanted`) the external
+    /// weights this node must have to plan it, or all it lacks when the client does not
+    /// serve its weights on request (no `source`); then planning and loading, with progress.
     async fn serve_submit(
         self: &Arc<Self>,
         m: pb::Submit,
         send: &mut quinn::SendStream,
         recv: &mut quinn::RecvStream,
         owner: Option<Owner>,
+        source: Option<quinn::Connection>,
     ) -> Result<(), DistError> {
         let buf = wire::read_announced(recv, m.model_bytes, "model").await?;
+        let now = match source {
+            Some(_) => planning_needs(&buf, &m.weights)?,
+            None => (0..m.weights.len()).collect(),
+        };
         let weights = self
-            .take_weights(&m.weights, send, recv, "the client")
+            .take_weights(&m.weights, &now, send, recv, "the client")
             .await?;
-        let received = m
-            .weights
+        let received = now
             .into_iter()
             .zip(weights)
-            .map(|(r, b)| ((r.location.clone(), r.offset), (r, b)))
+            .map(|(i, b)| {
+                let r = m.weights[i].clone();
+                ((r.location.clone(), r.offset), (r, b))
+            })
             .collect();
+        let offered = submitter::Offered {
+            source: source.map(|c| source::WeightSource::new(c, m.source, &m.weights)),
+            ranges: m.weights,
+            received,
+        };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let submitter = self.submitter.clone();
         let name = m.name.clone();
         let mut task =
-            tokio::spawn(async move { submitter.submit(name, buf, received, tx, owner).await });
+            tokio::spawn(async move { submitter.submit(name, buf, offered, tx, owner).await });
         let outcome = loop {
             tokio::select! {
                 Some(p) = rx.recv() => {
@@ -470,7 +490,8 @@ impl Exec {
             .map(|r| r.range.clone().unwrap_or_default())
             .collect();
         let from = format!("submitter {}", f.submitter);
-        let found = self.take_weights(&ranges, send, recv, &from).await?;
+        let all: Vec<usize> = (0..ranges.len()).collect();
+        let found = self.take_weights(&ranges, &all, send, recv, &from).await?;
         for (r, bytes) in f.external.iter().zip(found) {
             let v = r.value as usize;
             let t = match f.types.get(v) {
@@ -506,10 +527,12 @@ impl Exec {
     async fn take_weights(
         &self,
         ranges: &[pb::WeightRange],
+        needed: &[usize],
         send: &mut quinn::SendStream,
         recv: &mut quinn::RecvStream,
         from: &str,
     ) -> Result<Vec<Bytes>, DistError> {
+        // With nothing offered, nothing is asked (and no answer awaited).
         if ranges.is_empty() {
             return Ok(Vec::new());
         }
@@ -518,37 +541,42 @@ impl Exec {
             crate::onnx::check_location(&r.location)
                 .map_err(|e| DistError::Weights(format!("{} (from {from}): {e}", r.location)))?;
         }
-        let store = self.weights.clone();
-        let wanted = ranges.to_vec();
-        let mut found = crate::priority::heavy(move || {
-            wanted.iter().map(|r| store.lookup(r)).collect::<Vec<_>>()
-        })
-        .await
-        .map_err(join_err)?;
-        let indices: Vec<u32> = (0..ranges.len() as u32)
-            .filter(|&i| found[i as usize].is_none())
+        let subset: Vec<pb::WeightRange> = needed.iter().map(|&i| ranges[i].clone()).collect();
+        let found = self.weights.find_all(&subset, true).await?;
+        let indices: Vec<u32> = needed
+            .iter()
+            .zip(&found)
+            .filter(|(_, f)| f.is_none())
+            .map(|(&i, _)| i as u32)
             .collect();
-        let m = Message::WeightsWanted(pb::WeightsWanted {
-            indices: indices.clone(),
-        });
+        let m = Message::WeightsWanted(pb::WeightsWanted { indices, source: 0 });
         transport::write_message(send, &m).await?;
-        for i in indices {
-            let r = &ranges[i as usize];
-            let b = self
-                .weights
-                .receive(r, recv, |_| {})
-                .await
-                .map_err(|e| match e {
-                    DistError::Peer(p) => DistError::Peer(format!("{p} (from {from})")),
-                    other => other,
-                })?;
-            found[i as usize] = Some(b);
-        }
-        Ok(found
-            .into_iter()
-            .map(|b| b.expect("found or received"))
-            .collect())
+        self.weights
+            .receive_missing(&subset, found, recv, from, |_| {})
+            .await
     }
+}
+
+/// External tensors up to this size go to the node submitted to before it plans (with those
+/// outside the main graph's initializers): small constants are what shape rules and kernel
+/// choices read (a Reshape's shape, a Slice's starts), so planning folds them as a single
+/// node would. Larger initializers are planned by type alone and go only where they are read.
+const PLANNED_WITH_BYTES: u64 = 4 << 10;
+
+/// Of a submission's external weights, those its node must have before it plans (indices,
+/// increasing): see [`PLANNED_WITH_BYTES`].
+fn planning_needs(model: &Bytes, offered: &[pb::WeightRange]) -> Result<Vec<usize>, DistError> {
+    let tensors = crate::onnx::external_tensors(model).map_err(|e| DistError::Runtime(e.into()))?;
+    let mut fixed: std::collections::BTreeSet<(&str, u64)> = std::collections::BTreeSet::new();
+    for t in tensors.iter().filter(|t| !t.deferrable) {
+        fixed.insert((t.location.as_str(), t.offset));
+    }
+    Ok((0..offered.len())
+        .filter(|&i| {
+            let r = &offered[i];
+            r.length <= PLANNED_WITH_BYTES || fixed.contains(&(r.location.as_str(), r.offset))
+        })
+        .collect())
 }
 
 fn owner_name(conn: &quinn::Connection) -> String {

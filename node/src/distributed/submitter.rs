@@ -22,6 +22,8 @@ use super::deploy::{self, DeployKey, External, Made, Part, Unplanned};
 use super::link::Link;
 use super::participant::Participant;
 use super::placement::static_types;
+use super::source::WeightSource;
+use super::weights::WeightStore;
 use super::{DistError, join_err, lock, wire};
 use crate::cluster::{Cluster, transport};
 use crate::graph::{Graph, ValueId};
@@ -37,8 +39,18 @@ pub struct ClusterModel {
     pub id: u64,
     pub name: String,
     graph: Arc<Graph>,
-    /// Its weights from external data: they travel by reference.
+    /// Its weights that travel by reference (initializers in external data, deferred).
     external: External,
+    /// Who serves the bytes of `external` that no node has: the client that submitted it.
+    source: Option<WeightSource>,
+}
+
+/// What a client sent with a model's bytes: every external weight it offers, those of them
+/// it sent already, and whether it serves the rest on request.
+pub struct Offered {
+    pub ranges: Vec<pb::WeightRange>,
+    pub received: Received,
+    pub source: Option<WeightSource>,
 }
 
 /// Progress of a load, for the client's progress bar.
@@ -75,10 +87,11 @@ struct Submission {
     placement: Option<pb::Placement>,
 }
 
-/// A deployment's parts not yet handed to their sends.
+/// A deployment's parts not yet handed to their sends, and the model they are of.
 struct Load {
     parts: BTreeMap<String, Part>,
     sent: Option<Arc<Sent>>,
+    model: Arc<ClusterModel>,
 }
 
 /// The machine and what the driver keeps beside it, under one lock.
@@ -102,7 +115,7 @@ enum Todo {
         load_id: u64,
         node: String,
         // Boxed: a fragment is far larger than the other variants.
-        part: Option<Box<Part>>,
+        part: Option<Box<(Part, Arc<ClusterModel>)>>,
         sent: Option<Arc<Sent>>,
     },
     Send {
@@ -122,12 +135,19 @@ pub struct Submitter {
     cluster: Cluster,
     link: Arc<Link>,
     participant: Arc<Participant>,
+    /// This node's weights: its own parts' come from here when they are here.
+    weights: Arc<WeightStore>,
     state: Mutex<State>,
     alarm: Alarm,
 }
 
 impl Submitter {
-    pub fn new(cluster: Cluster, link: Arc<Link>, participant: Arc<Participant>) -> Submitter {
+    pub fn new(
+        cluster: Cluster,
+        link: Arc<Link>,
+        participant: Arc<Participant>,
+        weights: Arc<WeightStore>,
+    ) -> Submitter {
         let me = cluster.name().to_string();
         let state = State {
             core: core::Submitter::new(me.clone(), cluster.dist_config()),
@@ -141,6 +161,7 @@ impl Submitter {
             cluster,
             link,
             participant,
+            weights,
             state: Mutex::new(state),
             alarm: Alarm::default(),
         }
@@ -160,23 +181,32 @@ impl Submitter {
 
     /// Loads a model file's bytes: plans it now when its input shapes are fixed (so a model
     /// that does not fit fails here), otherwise at its first run. A model with an `owner`
-    /// is unloaded once the owner is gone (`owner_gone`).
+    /// is unloaded once the owner is gone (`owner_gone`). External weights not among those
+    /// `offered` sent are deferred: each node's part is taken from its `source` as it loads.
     pub async fn submit(
         self: &Arc<Self>,
         name: String,
         data: Bytes,
-        weights: Received,
+        offered: Offered,
         progress: Progress,
         owner: Option<Owner>,
     ) -> Result<(Arc<ClusterModel>, Option<pb::Placement>), DistError> {
-        let (graph, external) = crate::priority::heavy(move || decode(data, weights))
-            .await
-            .map_err(join_err)??;
+        let Offered {
+            ranges,
+            received,
+            source,
+        } = offered;
+        let defer = source.is_some();
+        let (graph, external) =
+            crate::priority::heavy(move || decode(data, received, &ranges, defer))
+                .await
+                .map_err(join_err)??;
         let model = Arc::new(ClusterModel {
             id: rand::random(),
             name,
             graph: Arc::new(graph),
             external,
+            source,
         });
         let id = model.id;
         let types = static_types(&model.graph);
@@ -391,7 +421,7 @@ impl Submitter {
                 let to = node.clone();
                 let loading = tokio::spawn(async move {
                     match part.map(|p| *p) {
-                        Some((f, w)) => me.load_on(&to, f, w, sent).await,
+                        Some(((f, w), model)) => me.load_on(&to, f, w, sent, &model).await,
                         None => Err(DistError::Protocol("the fragment is gone".into())),
                     }
                 });
@@ -483,7 +513,7 @@ impl Submitter {
         )
         .await;
         self.call(|st, now| match made {
-            Ok(made) => st.planned(plan, made, now),
+            Ok(made) => st.planned(plan, made, &model, now),
             Err(Unplanned::NeedsValues(more)) => {
                 let e = match st.models.get_mut(&model.id) {
                     Some(e) => {
@@ -505,13 +535,15 @@ impl Submitter {
     }
 
     /// Sends `node` its fragment and weights (on this node: loads it here) and waits for its
-    /// answer.
+    /// answer. Weights by reference go from this node's store when it has them, else from
+    /// the model's source: kept here for this node's own part, only passed on for others.
     async fn load_on(
         &self,
         node: &str,
         f: pb::Fragment,
         weights: Vec<(ValueId, Tensor)>,
         sent: Option<Arc<Sent>>,
+        model: &ClusterModel,
     ) -> Result<(), DistError> {
         let count = |n: u64| {
             let part = sent.as_ref().and_then(|s| s.nodes.get()?.get(node));
@@ -520,25 +552,26 @@ impl Submitter {
             }
         };
         if node == self.me {
-            let bytes = f.weight_bytes;
+            let inline: u64 = weights.iter().map(|(_, t)| t.bytes().len() as u64).sum();
+            let mut map: BTreeMap<ValueId, Tensor> = weights.into_iter().collect();
+            map.extend(self.take_own(&f, model, count).await?);
             let p = self.participant.clone();
-            let map: BTreeMap<ValueId, Tensor> = weights.into_iter().collect();
             crate::priority::heavy(move || p.load(&f, map))
                 .await
                 .map_err(join_err)??;
-            count(bytes);
+            count(inline);
             return Ok(());
         }
         let (mut send, mut recv) = self.cluster.open_bi(node).await?;
-        let model = f.model_id;
-        let by_ref: BTreeSet<u64> = f.external.iter().map(|r| r.value).collect();
-        let (external, inline): (Vec<_>, Vec<_>) = weights
-            .into_iter()
-            .partition(|(v, _)| by_ref.contains(&(*v as u64)));
-        let refs = f.external.clone();
+        let id = f.model_id;
+        let refs: Vec<pb::WeightRange> = f
+            .external
+            .iter()
+            .map(|r| r.range.clone().unwrap_or_default())
+            .collect();
         transport::write_message(&mut send, &Message::Fragment(Box::new(f))).await?;
-        for (v, t) in inline {
-            let h = wire::header(&t, pb::TensorRole::Weight, model, 0, v as u64);
+        for (v, t) in weights {
+            let h = wire::header(&t, pb::TensorRole::Weight, id, 0, v as u64);
             wire::write_tensor(&mut send, h, t.bytes()).await?;
             count(t.bytes().len() as u64);
         }
@@ -553,22 +586,10 @@ impl Submitter {
                     )));
                 }
             };
-            let by_value: BTreeMap<u64, &Tensor> =
-                external.iter().map(|(v, t)| (*v as u64, t)).collect();
-            let mut have = 0u64;
-            let mut picked = Vec::with_capacity(wanted.len());
-            for (i, r) in refs.iter().enumerate() {
-                let t = by_value.get(&r.value).ok_or_else(|| {
-                    DistError::Protocol(format!("no weight for value {}", r.value))
-                })?;
-                if wanted.binary_search(&(i as u32)).is_ok() {
-                    picked.push(t.bytes().clone());
-                } else {
-                    have += t.bytes().len() as u64;
-                }
-            }
-            count(have);
-            wire::send_weights(&mut send, picked, count).await?;
+            let asked = picked(&refs, &wanted, node)?;
+            let asked_bytes: u64 = asked.iter().map(|r| r.length).sum();
+            count(refs.iter().map(|r| r.length).sum::<u64>() - asked_bytes);
+            self.relay(model, &asked, &mut send, count).await?;
         }
         let _ = send.finish();
         match wire::expect_message(&mut recv).await? {
@@ -580,6 +601,86 @@ impl Submitter {
             ))),
         }
     }
+
+    /// The weights by reference of this node's own fragment `f`, as tensors.
+    async fn take_own(
+        &self,
+        f: &pb::Fragment,
+        model: &ClusterModel,
+        count: impl FnMut(u64),
+    ) -> Result<Vec<(ValueId, Tensor)>, DistError> {
+        if f.external.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ranges: Vec<pb::WeightRange> = f
+            .external
+            .iter()
+            .map(|r| r.range.clone().unwrap_or_default())
+            .collect();
+        let bytes = match &model.source {
+            Some(source) => source.take(&self.weights, &ranges, count).await?,
+            None => return Err(no_source(&ranges)),
+        };
+        f.external
+            .iter()
+            .zip(bytes)
+            .map(|(r, b)| {
+                let v = r.value as usize;
+                let ty = f.types.get(v).ok_or_else(|| {
+                    DistError::Protocol(format!("weight for value {v}, which has no type"))
+                })?;
+                Ok((v, wire::tensor_of(ty, b)?))
+            })
+            .collect()
+    }
+
+    /// Sends `ranges` to another node on `send`, from this node's store or the model's source.
+    async fn relay(
+        &self,
+        model: &ClusterModel,
+        ranges: &[pb::WeightRange],
+        send: &mut quinn::SendStream,
+        count: impl FnMut(u64),
+    ) -> Result<(), DistError> {
+        match &model.source {
+            Some(source) => source.relay(&self.weights, ranges, send, count).await,
+            None if ranges.is_empty() => Ok(()),
+            None => Err(no_source(ranges)),
+        }
+    }
+}
+
+/// The weights a participant asked for (`wanted`: increasing indices into `refs`).
+fn picked(
+    refs: &[pb::WeightRange],
+    wanted: &[u32],
+    node: &str,
+) -> Result<Vec<pb::WeightRange>, DistError> {
+    if wanted.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(DistError::Protocol(format!(
+            "{node} asked for weights out of order"
+        )));
+    }
+    wanted
+        .iter()
+        .map(|&i| {
+            refs.get(i as usize).cloned().ok_or_else(|| {
+                DistError::Protocol(format!(
+                    "{node} asked for weight {i}, which was not offered"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Weights by reference without a client to serve them: cannot happen, as only a served
+/// submission defers any.
+fn no_source(ranges: &[pb::WeightRange]) -> DistError {
+    let r = &ranges[0];
+    DistError::Protocol(format!(
+        "no one serves the weight at {} offset {}",
+        r.location, r.offset
+    ))
 }
 
 impl State {
@@ -652,7 +753,7 @@ impl State {
     }
 
     /// A deployment the machine asked for was made: it loads, if the machine still wants it.
-    fn planned(&mut self, plan: PlanId, made: Made, now: Instant) {
+    fn planned(&mut self, plan: PlanId, made: Made, model: &Arc<ClusterModel>, now: Instant) {
         let Made {
             plan: dp,
             parts,
@@ -671,15 +772,22 @@ impl State {
             let _ = s.sent.nodes.set(nodes);
             s.sent.clone()
         });
-        self.loads.insert(load_id, Load { parts, sent });
+        let model = model.clone();
+        self.loads.insert(load_id, Load { parts, sent, model });
     }
 
-    /// One node's part of a deployment, taken for sending (the last one frees the entry).
-    fn take_part(&mut self, load_id: u64, node: &str) -> (Option<Part>, Option<Arc<Sent>>) {
+    /// One node's part of a deployment and its model, taken for sending (the last one frees
+    /// the entry).
+    #[allow(clippy::type_complexity)]
+    fn take_part(
+        &mut self,
+        load_id: u64,
+        node: &str,
+    ) -> (Option<(Part, Arc<ClusterModel>)>, Option<Arc<Sent>>) {
         let Some(load) = self.loads.get_mut(&load_id) else {
             return (None, None);
         };
-        let part = load.parts.remove(node);
+        let part = load.parts.remove(node).map(|p| (p, load.model.clone()));
         let sent = load.sent.clone();
         if load.parts.is_empty() {
             self.loads.remove(&load_id);
@@ -702,15 +810,26 @@ impl State {
 /// them.
 pub type Received = BTreeMap<(String, u64), (pb::WeightRange, Bytes)>;
 
-/// A submitted model's graph, its external data resolved against the weights received.
-fn decode(data: Bytes, weights: Received) -> Result<(Graph, External), DistError> {
-    let bytes = weights
+/// A submitted model's graph, its external data resolved against the weights received, and
+/// (with `defer`) the initializers among `ranges` not received deferred, to travel by
+/// reference.
+fn decode(
+    data: Bytes,
+    received: Received,
+    ranges: &[pb::WeightRange],
+    defer: bool,
+) -> Result<(Graph, External), DistError> {
+    let bytes = received
         .iter()
         .map(|(k, (_, b))| (k.clone(), b.clone()))
         .collect();
-    let (model, used) =
-        crate::onnx::load_resolved(data, bytes).map_err(|e| DistError::Runtime(e.into()))?;
+    let (model, _) =
+        crate::onnx::load_resolved(data, bytes, defer).map_err(|e| DistError::Runtime(e.into()))?;
     let graph = Graph::from_model(&model)?;
+    let offered: BTreeMap<(&str, u64), &pb::WeightRange> = ranges
+        .iter()
+        .map(|r| ((r.location.as_str(), r.offset), r))
+        .collect();
     let ids: std::collections::HashMap<&str, ValueId> = graph
         .value_names
         .iter()
@@ -718,10 +837,25 @@ fn decode(data: Bytes, weights: Received) -> Result<(Graph, External), DistError
         .map(|(v, n)| (n.as_str(), v))
         .collect();
     let mut external = External::new();
-    for (label, key) in used {
-        if let (Some(&v), Some(w)) = (ids.get(label.as_str()), weights.get(&key)) {
-            external.insert(v, w.clone());
+    for d in &model.graph.deferred {
+        let bad = |why: String| {
+            DistError::Weights(format!(
+                "tensor '{}': external data {} offset {}: {why}",
+                d.name, d.location, d.offset
+            ))
+        };
+        let r = offered
+            .get(&(d.location.as_str(), d.offset))
+            .ok_or_else(|| bad("the client did not offer it".into()))?;
+        let ty = crate::ops::ValueType::new(d.dtype, d.shape.clone());
+        if ty.bytes() as u64 != r.length {
+            return Err(bad(format!(
+                "the range holds {} bytes, but {ty} needs {}",
+                r.length,
+                ty.bytes()
+            )));
         }
+        external.insert(ids[d.name.as_str()], (*r).clone());
     }
     Ok((graph, external))
 }

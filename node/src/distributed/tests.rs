@@ -91,7 +91,8 @@ fn fragments_rebuild_the_graph_with_only_their_weights() {
     );
     let mut weights_seen = 0;
     for node in ["a", "b"] {
-        let (f, weights) = skeleton.fragment(&graph, &spec, &plan, node, 7, "a");
+        let (f, weights) =
+            skeleton.fragment(&graph, &spec, &plan, node, 7, "a", &Default::default());
         assert_eq!(f.nodes.len(), spec.live.len());
         // Only consts read by this node's ops.
         for (v, _) in &weights {
@@ -140,7 +141,15 @@ fn a_malformed_fragment_is_an_error_not_a_panic() {
     let snapshot = inventory(&[Device::Cpu], None);
     let plan = vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).unwrap();
     let skeleton = fragment::Skeleton::new(&graph, &spec, &cost, &snapshot).unwrap();
-    let (f, _) = skeleton.fragment(&graph, &spec, &plan, "local", 1, "local");
+    let (f, _) = skeleton.fragment(
+        &graph,
+        &spec,
+        &plan,
+        "local",
+        1,
+        "local",
+        &Default::default(),
+    );
     let mut bad = f.clone();
     bad.nodes[0].inputs[0] = 1 << 40;
     assert!(fragment::rebuild(&bad, Default::default()).is_err());
@@ -158,16 +167,13 @@ fn a_malformed_fragment_is_an_error_not_a_panic() {
 #[test]
 fn a_split_plan_deploys_and_runs_through_the_submitter_machine() {
     let (graph, spec) = mnist();
-    let (made, _) = deploy::cut(
-        &graph,
-        spec,
-        &two_nodes(),
-        None,
-        7,
-        "a",
-        &Default::default(),
-    )
-    .unwrap();
+    let with = deploy::Cut {
+        load_id: 7,
+        me: "a",
+        tuning: &Default::default(),
+        external: &Default::default(),
+    };
+    let (made, _) = deploy::cut(&graph, spec, &two_nodes(), None, &with).unwrap();
     let nodes: Vec<String> = made.plan.nodes.iter().cloned().collect();
     assert_eq!(nodes, ["a", "b"], "the caps split the model");
     assert!(made.parts.keys().eq(made.plan.nodes.iter()));

@@ -63,9 +63,55 @@ impl WeightStore {
         let found = held
             .or_else(|| self.cache.as_ref().and_then(|c| c.get(&id)))
             .or_else(|| self.in_models_folder(r, id));
-        let found = found.filter(|b| b.len() as u64 == r.length)?;
-        self.cached.fetch_add(r.length, Ordering::Relaxed);
-        Some(found)
+        found.filter(|b| b.len() as u64 == r.length)
+    }
+
+    /// Each of `ranges` this node has already, on a heavy thread (a lookup may hash a file).
+    /// With `mine`, the bytes found count as this node's own taken from its cache (they are
+    /// not when this node passes them on to another).
+    pub async fn find_all(
+        self: &Arc<Self>,
+        ranges: &[pb::WeightRange],
+        mine: bool,
+    ) -> Result<Vec<Option<Bytes>>, DistError> {
+        let (me, wanted) = (self.clone(), ranges.to_vec());
+        let found =
+            crate::priority::heavy(move || wanted.iter().map(|r| me.lookup(r)).collect::<Vec<_>>())
+                .await
+                .map_err(super::join_err)?;
+        if mine {
+            let bytes: u64 = found.iter().flatten().map(|b| b.len() as u64).sum();
+            self.cached.fetch_add(bytes, Ordering::Relaxed);
+        }
+        Ok(found)
+    }
+
+    /// Fills the gaps of `found` (one entry per range, from [`WeightStore::find_all`]) with
+    /// the bytes `recv` carries, in order, each checked and kept as [`WeightStore::receive`]
+    /// does. `from` names the sender in errors.
+    pub async fn receive_missing(
+        self: &Arc<Self>,
+        ranges: &[pb::WeightRange],
+        found: Vec<Option<Bytes>>,
+        recv: &mut quinn::RecvStream,
+        from: &str,
+        mut progress: impl FnMut(u64),
+    ) -> Result<Vec<Bytes>, DistError> {
+        let mut out = Vec::with_capacity(found.len());
+        for (r, f) in ranges.iter().zip(found) {
+            let b = match f {
+                Some(b) => b,
+                None => self
+                    .receive(r, recv, &mut progress)
+                    .await
+                    .map_err(|e| match e {
+                        DistError::Peer(p) => DistError::Peer(format!("{p} (from {from})")),
+                        other => other,
+                    })?,
+            };
+            out.push(b);
+        }
+        Ok(out)
     }
 
     fn in_models_folder(&self, r: &pb::WeightRange, id: BlobId) -> Option<Bytes> {

@@ -137,7 +137,7 @@ pub fn cost_graph(
     let mut values: Vec<ValueCost> = (0..n)
         .map(|v| ValueCost {
             bytes: spec.types[v].as_ref().map_or(0, |t| t.bytes() as u64),
-            kind: if spec.consts[v].is_some() {
+            kind: if spec.consts[v].is_some() || graph.deferred.contains_key(&v) {
                 ValueKind::Weight
             } else if inputs.contains(&v) {
                 ValueKind::Input

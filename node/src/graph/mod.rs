@@ -43,6 +43,9 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     /// Initializer values.
     pub initializers: Vec<Option<Tensor>>,
+    /// Initializers whose bytes are not here (`GraphDef::deferred`), with their types: they
+    /// count as weights when planned, and are never folded.
+    pub deferred: BTreeMap<ValueId, ValueType>,
     pub inputs: Vec<(ValueId, ValueDef)>,
     pub outputs: Vec<(ValueId, ValueDef)>,
 }
@@ -99,6 +102,15 @@ impl Graph {
         for (name, t) in &g.initializers {
             init.insert(id(name, &mut names), t.clone());
         }
+        let deferred: BTreeMap<ValueId, ValueType> = g
+            .deferred
+            .iter()
+            .map(|d| {
+                let ty = ValueType::new(d.dtype, d.shape.clone());
+                (id(&d.name, &mut names), ty)
+            })
+            .collect();
+        let is_weight = |v: &ValueId| init.contains_key(v) || deferred.contains_key(v);
         let inputs: Vec<(ValueId, ValueDef)> = g
             .inputs
             .iter()
@@ -130,7 +142,7 @@ impl Graph {
                 .collect();
             let outs: Vec<ValueId> = node.outputs.iter().map(|s| id(s, &mut names)).collect();
             for &o in &outs {
-                if producer.insert(o, n).is_some() || init.contains_key(&o) {
+                if producer.insert(o, n).is_some() || is_weight(&o) {
                     return Err(node_err(
                         &node.name,
                         &node.op_type,
@@ -165,7 +177,7 @@ impl Graph {
         let mut users: BTreeMap<ValueId, Vec<usize>> = BTreeMap::new();
         for (n, (node, _, ins, _)) in raw.iter().enumerate() {
             for &v in ins.iter().flatten() {
-                if !producer.contains_key(&v) && !init.contains_key(&v) && !is_input[v] {
+                if !producer.contains_key(&v) && !is_weight(&v) && !is_input[v] {
                     return Err(node_err(
                         &node.name,
                         &node.op_type,
@@ -198,7 +210,7 @@ impl Graph {
             return Err(Error::Unsupported("the graph has a cycle".into()));
         }
         for (v, def) in &outputs {
-            if !producer.contains_key(v) && !init.contains_key(v) && !is_input[*v] {
+            if !producer.contains_key(v) && !is_weight(v) && !is_input[*v] {
                 return Err(Error::Unsupported(format!(
                     "graph output '{}' is produced by nothing",
                     def.name
@@ -229,6 +241,7 @@ impl Graph {
             value_names: names,
             nodes,
             initializers,
+            deferred,
             inputs,
             outputs,
             opset: model.opset,

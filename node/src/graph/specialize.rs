@@ -152,6 +152,9 @@ impl Graph {
                 types[v] = Some(ValueType::of(t));
             }
         }
+        for (&v, ty) in &self.deferred {
+            types[v] = Some(ty.clone());
+        }
         let mut syms: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, ((v, def), ty)) in self.inputs.iter().zip(inputs).enumerate() {
             check_input(def, ty, &mut syms)?;

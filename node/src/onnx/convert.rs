@@ -9,8 +9,8 @@ use super::proto::attribute_proto::AttributeType;
 use super::proto::tensor_shape_proto::dimension::Value as DimValue;
 use super::proto::type_proto::Value as TypeValue;
 use super::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
-use super::tensor::{convert_tensor, onnx_type_name};
-use crate::model::{Dim, GraphDef, ModelDef, NodeDef, ValueDef};
+use super::tensor::{convert_tensor, onnx_type_name, tensor_type};
+use crate::model::{DeferredWeight, Dim, GraphDef, ModelDef, NodeDef, ValueDef};
 use crate::ops::{AttrValue, Attrs};
 use crate::tensor::DType;
 
@@ -52,7 +52,7 @@ pub(crate) fn model(
         ir_version: m.ir_version,
         opset,
         producer,
-        graph: cx.graph(graph)?,
+        graph: cx.graph(graph, true)?,
     })
 }
 
@@ -128,7 +128,8 @@ struct Converter<'a> {
 }
 
 impl Converter<'_> {
-    fn graph(&self, g: &GraphProto) -> Result<GraphDef, LoadError> {
+    /// `main`: the model's own graph, whose initializers may be deferred (not a subgraph's).
+    fn graph(&self, g: &GraphProto, main: bool) -> Result<GraphDef, LoadError> {
         let gname = if g.name.is_empty() {
             "(unnamed)"
         } else {
@@ -141,6 +142,7 @@ impl Converter<'_> {
             )));
         }
         let mut initializers = Vec::with_capacity(g.initializer.len());
+        let mut deferred = Vec::new();
         let mut seen: HashSet<&str> = HashSet::new();
         for t in &g.initializer {
             if t.name.is_empty() {
@@ -155,7 +157,26 @@ impl Converter<'_> {
                     t.name
                 )));
             }
-            initializers.push((t.name.clone(), convert_tensor(t, &t.name, self.files)?));
+            let later = if main {
+                self.files.deferred(t, &t.name)?
+            } else {
+                None
+            };
+            match later {
+                Some((location, offset)) => {
+                    let (dtype, shape, _) = tensor_type(t, &t.name)?;
+                    deferred.push(DeferredWeight {
+                        name: t.name.clone(),
+                        dtype,
+                        shape,
+                        location,
+                        offset,
+                    });
+                }
+                None => {
+                    initializers.push((t.name.clone(), convert_tensor(t, &t.name, self.files)?))
+                }
+            }
         }
         let init_names: HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
 
@@ -205,6 +226,7 @@ impl Converter<'_> {
             name: g.name.clone(),
             nodes,
             initializers,
+            deferred,
             inputs,
             outputs,
             value_info,
@@ -284,7 +306,7 @@ impl Converter<'_> {
                 let Some(g) = &a.g else {
                     return Err(LoadError::Invalid(format!("{} has no graph", whose())));
                 };
-                AttrValue::Graph(Box::new(self.graph(g)?))
+                AttrValue::Graph(Box::new(self.graph(g, false)?))
             }
             AttributeType::Floats => AttrValue::Floats(a.floats.clone()),
             AttributeType::Ints => AttrValue::Ints(a.ints.clone()),

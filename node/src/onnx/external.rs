@@ -32,6 +32,9 @@ pub(crate) struct ExternalFiles {
 pub(crate) struct Resolved {
     pub(crate) weights: BTreeMap<(String, u64), Bytes>,
     pub(crate) used: RefCell<Vec<(String, (String, u64))>>,
+    /// Whether a graph initializer whose bytes are not in `weights` is deferred (typed, its
+    /// bytes to come) rather than an error.
+    pub(crate) defer: bool,
 }
 
 /// Where one tensor's bytes are, as its external_data entries say.
@@ -56,8 +59,9 @@ impl ExternalFiles {
         }
     }
 
-    /// Tensors take their bytes from `weights` rather than from files.
-    pub(crate) fn resolved(weights: BTreeMap<(String, u64), Bytes>) -> ExternalFiles {
+    /// Tensors take their bytes from `weights` rather than from files; when `defer`, the
+    /// graph's initializers missing there are deferred (see [`ExternalFiles::deferred`]).
+    pub(crate) fn resolved(weights: BTreeMap<(String, u64), Bytes>, defer: bool) -> ExternalFiles {
         ExternalFiles {
             dir: None,
             maps: RefCell::new(HashMap::new()),
@@ -66,8 +70,35 @@ impl ExternalFiles {
             resolved: Some(Resolved {
                 weights,
                 used: RefCell::new(Vec::new()),
+                defer,
             }),
         }
+    }
+
+    /// Where the bytes of graph initializer `t` are, when they are external, not at hand,
+    /// and may come later (resolved weights with `defer`): the location as the model spells
+    /// it (checked to stay inside the model's folder) and the offset.
+    pub(crate) fn deferred(
+        &self,
+        t: &TensorProto,
+        label: &str,
+    ) -> Result<Option<(String, u64)>, LoadError> {
+        let Some(r) = self.resolved.as_ref().filter(|r| r.defer) else {
+            return Ok(None);
+        };
+        if t.data_location != super::proto::tensor_proto::DataLocation::External as i32 {
+            return Ok(None);
+        }
+        let loc = parse_entries(t, label)?;
+        check_relative(&loc.file).map_err(|problem| LoadError::ExternalData {
+            tensor: label.to_string(),
+            file: loc.file.clone(),
+            offset: loc.offset,
+            length: loc.length,
+            problem,
+        })?;
+        let key = (loc.file.to_string_lossy().into_owned(), loc.offset);
+        Ok((!r.weights.contains_key(&key)).then_some(key))
     }
 
     /// Which tensor took which weight, when resolved.

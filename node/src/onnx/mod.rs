@@ -94,12 +94,18 @@ pub fn load_from_bytes(data: Bytes, model_dir: Option<&Path>) -> Result<ModelDef
 /// Decodes a model whose external data was received apart from it: each external tensor
 /// takes its bytes from `weights`, by (location as the model spells it, offset). Returns the
 /// model and, per tensor that took one, its label (an initializer's name) and key.
+///
+/// With `defer`, an initializer of the main graph whose bytes are not in `weights` becomes a
+/// [`crate::model::DeferredWeight`] (`graph.deferred`) instead of an error: a node plans a
+/// model before its weights arrive. Other external tensors (in attributes, subgraphs) must
+/// be in `weights` either way.
 #[allow(clippy::type_complexity)]
 pub fn load_resolved(
     data: Bytes,
     weights: std::collections::BTreeMap<(String, u64), Bytes>,
+    defer: bool,
 ) -> Result<(ModelDef, Vec<(String, (String, u64))>), LoadError> {
-    let files = external::ExternalFiles::resolved(weights);
+    let files = external::ExternalFiles::resolved(weights, defer);
     let model = decode(data, &files, Path::new("<model in memory>"))?;
     Ok((model, files.used()))
 }

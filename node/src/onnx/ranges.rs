@@ -20,6 +20,9 @@ pub struct ExternalTensor {
     pub offset: u64,
     /// `None`: from `offset` to the end of the file.
     pub length: Option<u64>,
+    /// An initializer of the main graph that is not itself a graph output: a node can plan
+    /// the model without its bytes (`load_resolved` with `defer`).
+    pub deferrable: bool,
 }
 
 /// Every tensor of the model (initializers, attribute tensors, subgraphs and functions) whose
@@ -31,7 +34,11 @@ pub fn external_tensors(data: &Bytes) -> Result<Vec<ExternalTensor>, LoadError> 
     })?;
     let mut out = Vec::new();
     if let Some(g) = &m.graph {
-        graph(g, &mut out)?;
+        for t in &g.initializer {
+            let deferrable = !g.output.iter().any(|o| o.name == t.name);
+            tensor(t, &t.name, deferrable, &mut out)?;
+        }
+        nodes(&g.node, &mut out)?;
     }
     for f in &m.functions {
         nodes(&f.node, &mut out)?;
@@ -41,7 +48,7 @@ pub fn external_tensors(data: &Bytes) -> Result<Vec<ExternalTensor>, LoadError> 
 
 fn graph(g: &GraphProto, out: &mut Vec<ExternalTensor>) -> Result<(), LoadError> {
     for t in &g.initializer {
-        tensor(t, &t.name, out)?;
+        tensor(t, &t.name, false, out)?;
     }
     nodes(&g.node, out)
 }
@@ -51,10 +58,10 @@ fn nodes(ns: &[NodeProto], out: &mut Vec<ExternalTensor>) -> Result<(), LoadErro
         for a in &n.attribute {
             let label = format!("attribute '{}' of node '{}'", a.name, n.name);
             if let Some(t) = &a.t {
-                tensor(t, &label, out)?;
+                tensor(t, &label, false, out)?;
             }
             for t in &a.tensors {
-                tensor(t, &label, out)?;
+                tensor(t, &label, false, out)?;
             }
             if let Some(g) = &a.g {
                 graph(g, out)?;
@@ -67,7 +74,12 @@ fn nodes(ns: &[NodeProto], out: &mut Vec<ExternalTensor>) -> Result<(), LoadErro
     Ok(())
 }
 
-fn tensor(t: &TensorProto, label: &str, out: &mut Vec<ExternalTensor>) -> Result<(), LoadError> {
+fn tensor(
+    t: &TensorProto,
+    label: &str,
+    deferrable: bool,
+    out: &mut Vec<ExternalTensor>,
+) -> Result<(), LoadError> {
     if t.data_location != DataLocation::External as i32 {
         return Ok(());
     }
@@ -78,6 +90,7 @@ fn tensor(t: &TensorProto, label: &str, out: &mut Vec<ExternalTensor>) -> Result
         location: loc.file.to_string_lossy().into_owned(),
         offset: loc.offset,
         length: loc.length,
+        deferrable,
     });
     Ok(())
 }

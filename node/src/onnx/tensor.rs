@@ -74,12 +74,11 @@ fn tensor_dtype(code: i32, label: &str) -> Result<DType, LoadError> {
     }
 }
 
-/// `label` names the tensor in errors: its own name, or where it sits when it has none.
-pub(crate) fn convert_tensor(
+/// A tensor's element type, shape and size in bytes, checked, without reading its data.
+pub(crate) fn tensor_type(
     t: &TensorProto,
     label: &str,
-    files: &ExternalFiles,
-) -> Result<Tensor, LoadError> {
+) -> Result<(DType, Vec<usize>, usize), LoadError> {
     let bad = |message: String| LoadError::BadTensor {
         tensor: label.to_string(),
         message,
@@ -102,6 +101,21 @@ pub(crate) fn convert_tensor(
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or_else(too_big)?;
     let nbytes = numel.checked_mul(dtype.size()).ok_or_else(too_big)?;
+    Ok((dtype, shape, nbytes))
+}
+
+/// `label` names the tensor in errors: its own name, or where it sits when it has none.
+pub(crate) fn convert_tensor(
+    t: &TensorProto,
+    label: &str,
+    files: &ExternalFiles,
+) -> Result<Tensor, LoadError> {
+    let bad = |message: String| LoadError::BadTensor {
+        tensor: label.to_string(),
+        message,
+    };
+    let (dtype, shape, nbytes) = tensor_type(t, label)?;
+    let numel = shape.iter().product::<usize>();
     let what = || format!("{dtype} {shape:?} needs {nbytes} bytes");
 
     if t.data_location == DataLocation::External as i32 {

@@ -183,3 +183,56 @@ fn bad_ranges_and_files_name_file_offset_and_length() {
     let e = tensor_from_proto(&t, None).unwrap_err().to_string();
     assert!(e.contains("not read from a file"), "{e}");
 }
+
+/// Resolved against weights received apart from the model, with `defer`: an initializer of
+/// the main graph whose bytes were not sent is deferred with its type and where its bytes
+/// are; one that was sent takes them; without `defer` a missing one is an error naming it.
+#[test]
+fn missing_initializers_are_deferred_only_when_asked() {
+    use prost::Message;
+    let graph = GraphProto {
+        name: "g".into(),
+        initializer: vec![
+            external_tensor(
+                "big",
+                1,
+                &[2, 3],
+                &[
+                    ("location", "sub/w.bin"),
+                    ("offset", "64"),
+                    ("length", "24"),
+                ],
+            ),
+            external_tensor(
+                "small",
+                1,
+                &[1],
+                &[("location", "sub/w.bin"), ("offset", "0"), ("length", "4")],
+            ),
+        ],
+        ..Default::default()
+    };
+    let data = bytes::Bytes::from(model_with(graph).encode_to_vec());
+    let sent: std::collections::BTreeMap<(String, u64), bytes::Bytes> =
+        [(("sub/w.bin".to_string(), 0), f32_bytes(&[7.0]).into())].into();
+    let (m, used) = super::super::load_resolved(data.clone(), sent.clone(), true).unwrap();
+    assert_eq!(m.graph.initializers.len(), 1);
+    assert_eq!(m.graph.initializers[0].0, "small");
+    assert_eq!(m.graph.initializers[0].1.view::<f32>().unwrap()[..], [7.0]);
+    assert_eq!(used, [("small".to_string(), ("sub/w.bin".to_string(), 0))]);
+    let d = &m.graph.deferred;
+    assert_eq!(d.len(), 1);
+    assert_eq!(
+        (
+            d[0].name.as_str(),
+            d[0].shape.as_slice(),
+            d[0].location.as_str(),
+            d[0].offset
+        ),
+        ("big", &[2usize, 3][..], "sub/w.bin", 64)
+    );
+    assert_eq!(d[0].dtype, crate::tensor::DType::F32);
+    let e = super::super::load_resolved(data, sent, false).unwrap_err();
+    let e = e.to_string();
+    assert!(e.contains("big") && e.contains("not sent"), "{e}");
+}
