@@ -169,9 +169,10 @@ pub enum PlanError {
         "the model does not fit: it needs {model_bytes} bytes on one device and the cluster's \
          devices allow {cluster_bytes} in all{}; placed greedily, op '{op}' fit on no device: \
          the one with the most room had {largest_free} bytes free and needed {needed} (its \
-         outputs, and inputs and weights not already there); contiguous stages did not fit \
+         outputs, and inputs and weights not already there){}; contiguous stages did not fit \
          either; use more or larger devices, or raise the memory limits",
-        shortfall(*model_bytes, *cluster_bytes)
+        shortfall(*model_bytes, *cluster_bytes),
+        shortfall(*needed, *largest_free)
     )]
     OutOfMemory {
         op: String,
