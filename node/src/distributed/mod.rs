@@ -79,6 +79,10 @@ pub enum DistError {
     /// A weight could not be received, kept or found (the message names it).
     #[error("{0}")]
     Weights(String),
+    /// A run this node could not start, already reported to its submitter (a `RunFailed`
+    /// naming the node that caused it).
+    #[error("{0}")]
+    Reported(String),
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -302,7 +306,11 @@ impl Exec {
                     // dropped on the way (a partition) is then an error there, not a run
                     // that waits for a part nobody started.
                     if let Some(s) = send.as_mut() {
-                        started?;
+                        // A failure the machine reported already (naming its cause) is not
+                        // answered as this node's: the report decides the run's fate.
+                        if !matches!(started, Err(DistError::Reported(_))) {
+                            started?;
+                        }
                         transport::write_message(s, &Message::Run(r)).await?;
                     }
                     Ok(())

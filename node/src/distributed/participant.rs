@@ -26,7 +26,7 @@ use super::alarm::Alarm;
 use super::link::Link;
 use super::{DistError, fragment, lock, wire};
 use crate::error::Error;
-use crate::exec::{Device, Executable, Kernels, RemoteHooks, RunLink};
+use crate::exec::{Device, Done, Executable, Kernels, RemoteHooks, RunLink};
 use crate::graph::{Graph, Specialized, ValueId};
 use crate::tensor::Tensor;
 use crate::tuning::Tuning;
@@ -251,9 +251,10 @@ impl Participant {
         })
     }
 
-    /// Starts run `run` of a loaded fragment on a blocking thread, as `from` (its submitter)
-    /// asked. A fragment not held here is reported to a remote submitter by the machine; the
-    /// error is for this node's own submitter.
+    /// Starts run `run` of a loaded fragment, as `from` (its submitter) asked, and returns:
+    /// no thread waits for the run (`Executable::start_fragment`), which reports to the
+    /// machine when it ends. A fragment not held here is reported to a remote submitter by
+    /// the machine; the error is for this node's own submitter.
     pub fn start_run(
         self: &Arc<Self>,
         from: &str,
@@ -267,37 +268,50 @@ impl Participant {
             Ok::<_, core::ParticipantError>((t, exe))
         })?;
         let exe = exe.ok_or(DistError::NoModel(model))?;
-        let me = Arc::clone(self);
-        crate::priority::spawn_heavy(&self.rt, move || {
-            let hooks = Arc::new(Hooks {
-                participant: me.clone(),
-                ticket: ticket.clone(),
+        let hooks = Arc::new(Hooks {
+            participant: self.clone(),
+            ticket: ticket.clone(),
+        });
+        let (me, t) = (Arc::clone(self), ticket.clone());
+        let done: Done = Box::new(move |result| {
+            me.call(|st, now| {
+                st.links.remove(&(model, run));
+                st.core
+                    .run_finished(&t, result.map_err(|e| e.to_string()), now);
             });
-            // A panic in an op must not take the run (and its peers) down with the thread:
-            // it fails the run, naming this node, like any error.
-            let injected = me
-                .panic_op
-                .as_ref()
-                .and_then(|name| exe.local_ops(&me.me).into_iter().find(|(n, _)| n == name));
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                if let Some((name, op)) = &injected {
-                    panic!("node '{name}' ({op}): a panic injected by VKML_FAULTS");
-                }
-                exe.run_fragment(inputs, hooks, |link| {
+        });
+        let injected = self
+            .panic_op
+            .as_ref()
+            .and_then(|name| exe.local_ops(&self.me).into_iter().find(|(n, _)| n == name));
+        let me = Arc::clone(self);
+        // A panic while the run starts must not take the caller (and the run's peers) down:
+        // it fails the run, naming this node, like any error. Panics in an op's kernel are
+        // caught where the kernel runs.
+        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Some((name, op)) = &injected {
+                panic!("node '{name}' ({op}): a panic injected by VKML_FAULTS");
+            }
+            exe.start_fragment(
+                inputs,
+                hooks,
+                |link| {
                     me.call(|st, now| {
                         st.links.insert((model, run), link);
                         st.core.run_ready(&ticket, now);
-                    });
-                })
-            }));
-            let result = match result {
-                Ok(r) => r.map_err(|e| e.to_string()),
-                Err(panic) => Err(format!("the run panicked: {}", panic_text(&*panic))),
-            };
-            me.call(|st, now| {
-                st.links.remove(&(model, run));
-                st.core.run_finished(&ticket, result, now);
-            });
+                    })
+                },
+                done,
+            )
+        }));
+        let failed = match started {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => e.to_string(),
+            Err(panic) => format!("the run panicked: {}", panic_text(&*panic)),
+        };
+        self.call(|st, now| {
+            st.links.remove(&(model, run));
+            st.core.run_finished(&ticket, Err(failed), now);
         });
         Ok(())
     }
@@ -459,6 +473,7 @@ impl From<core::ParticipantError> for DistError {
     fn from(e: core::ParticipantError) -> DistError {
         match e {
             core::ParticipantError::NoModel(m) => DistError::NoModel(m),
+            e @ core::ParticipantError::Dropped { .. } => DistError::Reported(e.to_string()),
             other => DistError::Placement(other.to_string()),
         }
     }

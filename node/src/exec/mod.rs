@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 pub use plan::{Device, Kernels, LOCAL_NODE, cost_graph, cpu_memory, inventory};
 pub use profile::NodeTime;
-pub use run::{RemoteHooks, RunLink};
+pub use run::{Done, RemoteHooks, RunLink};
 use topology::Topology;
 use vkml_planner::{LinkCosts, Plan, PlanError};
 
@@ -25,7 +25,7 @@ use crate::graph::{Graph, Specialized, ValueId};
 use crate::ops::{GpuKernel, ValueType};
 use crate::tensor::Tensor;
 use crate::tuning::Tuning;
-use gpu::{GpuContext, GpuLayout, GpuOps};
+use gpu::{GpuLayout, GpuOps};
 
 /// One GPU's layout, its ops as (plan position, chunk), the values it exports, and the
 /// kernels it runs (by plan position; its own choice among preferred ones).
@@ -54,7 +54,7 @@ pub struct Executable {
     /// Per GPU device index (in `devices`): its layout and the ops it runs.
     layouts: BTreeMap<usize, GpuShare>,
     /// Idle execution contexts; a run takes one, or makes one when all are busy.
-    pool: Mutex<Vec<BTreeMap<usize, GpuContext>>>,
+    pool: Mutex<Vec<run::Contexts>>,
     summary: PlanSummary,
     /// Per live op run on this node's CPU: its output types, worked out once rather than
     /// cloned on every run (empty for the others).
@@ -283,7 +283,7 @@ impl Executable {
             .collect()
     }
 
-    fn new_context(&self) -> Result<BTreeMap<usize, GpuContext>> {
+    fn new_context(&self) -> Result<run::Contexts> {
         let mut m = BTreeMap::new();
         for (d, (layout, ops, exported, kernels)) in &self.layouts {
             let on = GpuOps {
@@ -294,7 +294,7 @@ impl Executable {
             let armable = self.armable(ops);
             m.insert(*d, layout.context(&self.graph, &self.spec, &on, armable)?);
         }
-        Ok(m)
+        Ok(Arc::new(m))
     }
 
     /// The chunk a GPU may queue ahead of each run (exec/gpu.rs, `ArmSlot`): its only chunk,
@@ -339,40 +339,46 @@ impl Executable {
             .map(|(v, _)| *v)
             .zip(inputs)
             .collect();
-        self.run_with(inputs, None, |_| {})
+        self.run_with(inputs)
     }
 
-    /// Runs this node's fragment once: `inputs` are the graph inputs its chunks read (graph
-    /// input index, tensor); values from other nodes come through the [`RunLink`] handed to
-    /// `register` before anything starts, and what other nodes need leaves through `hooks`.
-    /// Returns when every local chunk has finished, or the run failed or was aborted.
-    pub fn run_fragment(
+    /// Starts this node's fragment once and returns: `inputs` are the graph inputs its chunks
+    /// read (graph input index, tensor); values from other nodes come through the
+    /// [`RunLink`] handed to `register` before anything starts, and what other nodes need
+    /// leaves through `hooks`. No thread waits for the run: `done` is called once every
+    /// local chunk has finished, or once the run failed or was aborted and nothing of it
+    /// runs any more. An error here (no execution context could be made) means nothing
+    /// started and `done` is never called.
+    pub fn start_fragment(
         self: &Arc<Self>,
         inputs: Vec<(usize, Tensor)>,
         hooks: Arc<dyn RemoteHooks>,
         register: impl FnOnce(RunLink),
+        done: Done,
     ) -> Result<()> {
         let inputs = inputs
             .into_iter()
             .filter_map(|(i, t)| self.graph.inputs.get(i).map(|(v, _)| (*v, t)))
             .collect();
-        self.run_with(inputs, Some(hooks), register).map(|_| ())
+        let ctx = self.context()?;
+        run::start_detached(self, ctx, inputs, hooks, register, done);
+        Ok(())
     }
 
-    fn run_with(
-        self: &Arc<Self>,
-        inputs: Vec<(ValueId, Tensor)>,
-        hooks: Option<Arc<dyn RemoteHooks>>,
-        register: impl FnOnce(RunLink),
-    ) -> Result<Vec<Tensor>> {
-        let ctx = self.pool.lock().expect("pool").pop();
-        let ctx = match ctx {
-            Some(c) => c,
-            None => self.new_context()?,
-        };
-        let (ctx, result) = run::run(self, ctx, inputs, hooks, register);
+    fn run_with(self: &Arc<Self>, inputs: Vec<(ValueId, Tensor)>) -> Result<Vec<Tensor>> {
+        let ctx = self.context()?;
+        let (ctx, result) = run::run(self, ctx, inputs);
         self.pool.lock().expect("pool").push(ctx);
         result
+    }
+
+    /// An execution context from the pool, or a new one.
+    fn context(&self) -> Result<run::Contexts> {
+        let ctx = self.pool.lock().expect("pool").pop();
+        match ctx {
+            Some(c) => Ok(c),
+            None => self.new_context(),
+        }
     }
 
     /// Graph inputs (indices) that this node's chunks read.

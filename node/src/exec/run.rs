@@ -3,15 +3,21 @@
 //! running a CPU chunk) decrements its successors' counters and starts those that reach zero.
 //! A transfer from another machine will decrement the same counters when it arrives.
 //!
-//! The calling thread submits the first chunks, then runs the run's CPU chunks as they become
-//! ready and otherwise waits for the last chunk; GPU chunks are submitted by whichever thread
-//! made them ready, so no GPU waits for the caller to notice anything.
+//! On one machine the calling thread submits the first chunks, then runs the run's CPU chunks
+//! as they become ready and otherwise waits for the last chunk; GPU chunks are submitted by
+//! whichever thread made them ready, so no GPU waits for the caller to notice anything.
 //!
 //! On a cluster the same run state serves one node's fragment of a plan: values from other
 //! nodes arrive through a [`RunLink`] and decrement the counters of the chunks that read
-//! them, and [`RemoteHooks`] carry away what other nodes need when a chunk finishes.
+//! them, and [`RemoteHooks`] carry away what other nodes need when a chunk finishes. No
+//! thread waits for such a run ([`start_detached`]): its CPU chunks run on rayon's pool as
+//! they become ready (one at a time per run), and whichever thread ends the run (the last
+//! chunk's, a GPU's completion thread, or the one that delivers an abort) calls its `done`.
+//! So a node's threads do not grow with the runs it has in flight, most of which are waiting
+//! for another node's values.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::Thread;
@@ -70,28 +76,53 @@ impl RunLink {
     pub fn abort(&self, e: Error) {
         if let Some(state) = self.0.upgrade() {
             state.fail(e);
-            state.caller.unpark();
+            state.wake();
         }
     }
+}
+
+/// A run's execution context: one per GPU, held by one run at a time.
+pub(super) type Contexts = Arc<BTreeMap<usize, GpuContext>>;
+
+/// What a detached run calls once, when it has ended: with its error, if it failed.
+pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// Who runs a run's CPU chunks and learns that it ended.
+enum Driver {
+    /// The thread that started the run: it runs the CPU chunks and waits for the end.
+    Caller(Thread),
+    /// No thread waits (see the module's comment).
+    Detached(Detached),
+}
+
+struct Detached {
+    /// A task of rayon's pool is running this run's ready CPU chunks.
+    draining: AtomicBool,
+    ended: AtomicBool,
+    done: Mutex<Option<Done>>,
+    /// The run itself, until it ends: while it waits for other nodes' values, nothing else
+    /// holds it (a [`RunLink`] holds it weakly, so that a finished run is gone).
+    keep: Mutex<Option<Arc<RunState>>>,
 }
 
 pub(super) struct RunState {
     exe: Arc<Executable>,
     hooks: Option<Arc<dyn RemoteHooks>>,
-    /// GPU chunks submitted and not finished: after a failure the run may end at zero.
-    ctx: BTreeMap<usize, GpuContext>,
+    ctx: Contexts,
     /// Every value of the graph produced or received on the host during this run, set once
     /// and dropped after its last reader here.
     host: Slots,
     counters: Vec<AtomicUsize>,
+    /// GPU chunks submitted (or about to be) and not finished: after a failure the run may
+    /// end at zero.
     in_flight: AtomicUsize,
     /// Local chunks not finished yet; the run is over at zero.
     remaining: AtomicUsize,
-    /// CPU chunks ready to run, taken by the calling thread.
+    /// CPU chunks ready to run, taken by the calling thread or the draining task.
     cpu_ready: SegQueue<usize>,
     failed: AtomicBool,
     error: Mutex<Option<Error>>,
-    caller: Thread,
+    driver: Driver,
 }
 
 impl RunState {
@@ -100,9 +131,94 @@ impl RunState {
     }
 
     fn fail(&self, e: Error) {
-        self.failed.store(true, Ordering::Release);
-        let mut slot = self.error.lock().expect("error lock");
-        slot.get_or_insert(e);
+        // The error first: whoever sees `failed` and ends the run reads it.
+        self.error.lock().expect("error lock").get_or_insert(e);
+        self.failed.store(true, SeqCst);
+    }
+
+    /// Something happened that may let the run go on or end: the caller is woken, or a
+    /// detached run that can end ends.
+    fn wake(self: &Arc<Self>) {
+        match &self.driver {
+            Driver::Caller(t) => t.unpark(),
+            Driver::Detached(_) => self.maybe_end(),
+        }
+    }
+
+    /// Ends a detached run once every local chunk has finished, or once it failed and no
+    /// work of it is running (chunks waiting for other nodes never start then): its context
+    /// goes back to the pool and `done` hears the result, exactly once.
+    fn maybe_end(self: &Arc<Self>) {
+        let Driver::Detached(d) = &self.driver else {
+            return;
+        };
+        let over = self.remaining.load(SeqCst) == 0
+            || (self.failed.load(SeqCst)
+                && self.in_flight.load(SeqCst) == 0
+                && !d.draining.load(SeqCst)
+                && self.cpu_ready.is_empty());
+        if !over || d.ended.swap(true, SeqCst) {
+            return;
+        }
+        let result = match self.error.lock().expect("error lock").take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
+        // No chunk of this run uses the context any more.
+        self.exe
+            .pool
+            .lock()
+            .expect("pool")
+            .push(Arc::clone(&self.ctx));
+        let done = d.done.lock().expect("done lock").take();
+        if let Some(done) = done {
+            done(result);
+        }
+        // The caller holds the run too: it is not dropped under its feet.
+        drop(d.keep.lock().expect("keep lock").take());
+    }
+
+    /// Runs the ready CPU chunks of a detached run on rayon's pool, unless a task already is.
+    fn drain_soon(self: &Arc<Self>) {
+        let Driver::Detached(d) = &self.driver else {
+            return;
+        };
+        if d.draining.swap(true, SeqCst) {
+            return;
+        }
+        let me = Arc::clone(self);
+        rayon::spawn(move || me.drain());
+    }
+
+    fn drain(self: &Arc<Self>) {
+        let Driver::Detached(d) = &self.driver else {
+            return;
+        };
+        loop {
+            while let Some(c) = self.cpu_ready.pop() {
+                let result = if self.failed.load(SeqCst) {
+                    Ok(())
+                } else {
+                    // A panic outside an op's kernel (which run_cpu_chunk catches) must not
+                    // unwind through rayon, which would abort the process.
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_cpu_chunk(c)))
+                        .unwrap_or_else(|p| {
+                            Err(Error::Device(format!(
+                                "a CPU chunk panicked: {}",
+                                panic_text(&*p)
+                            )))
+                        })
+                };
+                self.finish(c, result);
+            }
+            d.draining.store(false, SeqCst);
+            // A chunk made ready after the queue looked empty, and before the flag fell,
+            // found the flag up and left it to this task.
+            if self.cpu_ready.is_empty() || d.draining.swap(true, SeqCst) {
+                break;
+            }
+        }
+        self.maybe_end();
     }
 
     /// Marks chunks finished, iteratively: a finished chunk may make others ready, and after a
@@ -123,10 +239,13 @@ impl RunState {
                     self.launch(s, &mut stack);
                 }
             }
-            if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                self.caller.unpark();
+            if self.remaining.fetch_sub(1, SeqCst) == 1
+                && let Driver::Caller(t) = &self.driver
+            {
+                t.unpark();
             }
         }
+        self.maybe_end();
     }
 
     /// What other nodes need from a finished chunk leaves now.
@@ -161,19 +280,26 @@ impl RunState {
     /// thread; a CPU chunk is queued for the calling thread. Chunks that cannot run go on
     /// `stack` to be finished.
     fn launch(self: &Arc<Self>, c: usize, stack: &mut Vec<(usize, Result<()>)>) {
-        if self.failed.load(Ordering::Acquire) {
+        let d = self.exe.plan.chunks[c].device.index;
+        // Counted before `failed` is read: a run that fails meanwhile then waits for this
+        // chunk rather than handing its context on while the chunk is submitted.
+        self.in_flight.fetch_add(1, SeqCst);
+        if self.failed.load(SeqCst) {
+            self.in_flight.fetch_sub(1, SeqCst);
             stack.push((c, Ok(())));
             return;
         }
-        let d = self.exe.plan.chunks[c].device.index;
         match &self.exe.devices[d] {
             Device::Cpu | Device::CpuFallback => {
                 self.cpu_ready.push(c);
-                self.caller.unpark();
+                self.in_flight.fetch_sub(1, SeqCst);
+                match &self.driver {
+                    Driver::Caller(t) => t.unpark(),
+                    Driver::Detached(_) => self.drain_soon(),
+                }
             }
             Device::Gpu(g) => match self.submit(c, d, g) {
                 Ok((ticket, copy)) => {
-                    self.in_flight.fetch_add(1, Ordering::AcqRel);
                     let state = Arc::clone(self);
                     completion::on_complete(
                         g,
@@ -181,12 +307,15 @@ impl RunState {
                         Box::new(move |done| {
                             let done = done.and_then(|()| state.read_exports(c, d, copy));
                             state.finish(c, done);
-                            state.in_flight.fetch_sub(1, Ordering::AcqRel);
-                            state.caller.unpark();
+                            state.in_flight.fetch_sub(1, SeqCst);
+                            state.wake();
                         }),
                     );
                 }
-                Err(e) => stack.push((c, Err(e))),
+                Err(e) => {
+                    self.in_flight.fetch_sub(1, SeqCst);
+                    stack.push((c, Err(e)));
+                }
             },
         }
     }
@@ -372,7 +501,7 @@ fn direct_chunk(exe: &Executable) -> Option<(usize, usize, &Arc<Gpu>)> {
 /// a measurable part of a small model's run.
 fn run_direct(
     exe: &Executable,
-    ctx: &BTreeMap<usize, GpuContext>,
+    ctx: &Contexts,
     inputs: &[(ValueId, Tensor)],
     (c, d, g): (usize, usize, &Arc<Gpu>),
 ) -> Result<Vec<Tensor>> {
@@ -413,30 +542,20 @@ fn run_direct(
         .collect()
 }
 
-/// Runs `exe`'s local chunks once in the execution context `ctx`, which comes back with the
-/// outputs (all of them on a single machine; none for a fragment, whose outputs leave
-/// through `hooks`).
-pub(super) fn run(
+/// A run's state before anything starts: its inputs set, every counter at its start.
+fn new_state(
     exe: &Arc<Executable>,
-    ctx: BTreeMap<usize, GpuContext>,
+    ctx: Contexts,
     inputs: Vec<(ValueId, Tensor)>,
     hooks: Option<Arc<dyn RemoteHooks>>,
-    register: impl FnOnce(RunLink),
-) -> (BTreeMap<usize, GpuContext>, Result<Vec<Tensor>>) {
-    if hooks.is_none()
-        && let Some(direct) = direct_chunk(exe)
-    {
-        let result = run_direct(exe, &ctx, &inputs, direct);
-        return (ctx, result);
-    }
-    let chunks = &exe.plan.chunks;
+    driver: Driver,
+) -> Arc<RunState> {
     let topo = &exe.topo;
     let host = Slots::new(&exe.release);
     for (v, t) in inputs {
         host.set(v, t);
     }
-    let fragment = hooks.is_some();
-    let state = Arc::new(RunState {
+    Arc::new(RunState {
         exe: Arc::clone(exe),
         hooks,
         in_flight: AtomicUsize::new(0),
@@ -447,17 +566,64 @@ pub(super) fn run(
         cpu_ready: SegQueue::new(),
         failed: AtomicBool::new(false),
         error: Mutex::new(None),
-        caller: std::thread::current(),
-    });
+        driver,
+    })
+}
 
-    register(RunLink(Arc::downgrade(&state)));
+/// Launches the chunks that wait for nothing.
+fn launch_first(state: &Arc<RunState>) {
+    let topo = &state.exe.topo;
     let mut stack = Vec::new();
-    for c in (0..chunks.len()).filter(|&c| topo.is_local(c) && topo.initial[c] == 0) {
+    for c in (0..state.exe.plan.chunks.len()).filter(|&c| topo.is_local(c) && topo.initial[c] == 0)
+    {
         state.launch(c, &mut stack);
     }
     for (c, result) in stack {
         state.finish(c, result);
     }
+}
+
+/// Starts `exe`'s local chunks once, a fragment of a plan over several nodes, in the execution
+/// context `ctx`, and returns at once: no thread waits for the run. `done` is called once it
+/// has ended, after `ctx` went back to `exe`'s pool (see the module's comment).
+pub(super) fn start_detached(
+    exe: &Arc<Executable>,
+    ctx: Contexts,
+    inputs: Vec<(ValueId, Tensor)>,
+    hooks: Arc<dyn RemoteHooks>,
+    register: impl FnOnce(RunLink),
+    done: Done,
+) {
+    let driver = Driver::Detached(Detached {
+        draining: AtomicBool::new(false),
+        ended: AtomicBool::new(false),
+        done: Mutex::new(Some(done)),
+        keep: Mutex::new(None),
+    });
+    let state = new_state(exe, ctx, inputs, Some(hooks), driver);
+    if let Driver::Detached(d) = &state.driver {
+        *d.keep.lock().expect("keep lock") = Some(Arc::clone(&state));
+    }
+    register(RunLink(Arc::downgrade(&state)));
+    launch_first(&state);
+    // A fragment with no local chunk (its ops all elsewhere) is over already.
+    state.maybe_end();
+}
+
+/// Runs `exe`'s local chunks once in the execution context `ctx`, which comes back with the
+/// outputs, on the calling thread (see the module's comment).
+pub(super) fn run(
+    exe: &Arc<Executable>,
+    ctx: Contexts,
+    inputs: Vec<(ValueId, Tensor)>,
+) -> (Contexts, Result<Vec<Tensor>>) {
+    if let Some(direct) = direct_chunk(exe) {
+        let result = run_direct(exe, &ctx, &inputs, direct);
+        return (ctx, result);
+    }
+    let driver = Driver::Caller(std::thread::current());
+    let state = new_state(exe, ctx, inputs, None, driver);
+    launch_first(&state);
 
     // Poll briefly before sleeping when a real GPU is involved: its completion thread's
     // wake-up would otherwise add the kernel's scheduling latency to every run.
@@ -515,9 +681,6 @@ pub(super) fn run(
     };
     if let Some(e) = state.error.into_inner().expect("error lock") {
         return (state.ctx, Err(e));
-    }
-    if fragment {
-        return (state.ctx, Ok(Vec::new()));
     }
     let outputs = exe
         .graph

@@ -59,6 +59,22 @@ pub enum ParticipantError {
     NoDevice(usize),
     #[error("no model with id {0:016x} is loaded on this node (unloaded, or the node restarted)")]
     NoModel(u64),
+    /// The fragment was dropped a moment ago because another node of its plan went: the run
+    /// is reported to its submitter naming that node, not this one.
+    #[error("model {model:016x} was dropped on this node: {why}")]
+    Dropped { model: u64, why: String },
+}
+
+/// Fragments dropped because of another node, remembered for the runs still asked of them.
+const DROPPED_KEPT: usize = 256;
+
+/// Why a fragment went, when another node was the cause: a run asked of it in the moment
+/// before its submitter heard the news is failed naming that node.
+#[derive(Debug, Clone)]
+struct DroppedBy {
+    node: String,
+    why: String,
+    blame: Blame,
 }
 
 /// What the driver must do.
@@ -178,6 +194,8 @@ pub struct Participant<F, V> {
     reserved: Vec<u64>,
     next_load: u64,
     fragments: BTreeMap<u64, Fragment<F>>,
+    /// The last [`DROPPED_KEPT`] fragments dropped because of another node, oldest first.
+    dropped: VecDeque<(u64, DroppedBy)>,
     runs: BTreeMap<(u64, u64), Entry<V>>,
     actions: VecDeque<ParticipantAction<V>>,
 }
@@ -191,6 +209,7 @@ impl<F, V> Participant<F, V> {
             devices,
             next_load: 1,
             fragments: BTreeMap::new(),
+            dropped: VecDeque::new(),
             runs: BTreeMap::new(),
             actions: VecDeque::new(),
         }
@@ -294,6 +313,15 @@ impl<F, V> Participant<F, V> {
                 nodes: f.info.nodes.clone(),
             }),
             None => {
+                let by = self.dropped.iter().find(|(m, _)| *m == model);
+                if let Some((_, by)) = by.cloned() {
+                    // Its submitter has not heard yet: told whom to blame, it retries
+                    // without that node (or loads again with it, when it restarted).
+                    let reason = format!("{} dropped its part: {}", self.me, by.why);
+                    let m = failure(model, run, reason, &by.node, by.blame);
+                    self.send(from, m);
+                    return Err(ParticipantError::Dropped { model, why: by.why });
+                }
                 if from != self.me {
                     let reason = format!(
                         "{} does not hold model {model:016x} (it restarted?)",
@@ -414,10 +442,16 @@ impl<F, V> Participant<F, V> {
     /// with that life or an older one, as a node of its plan or as its submitter, is over
     /// (its submitter re-plans without it), and its runs end now.
     pub fn member_down(&mut self, node: &str, generation: u64, now: Instant) {
+        let by = DroppedBy {
+            node: node.to_string(),
+            why: format!("node {node} is gone"),
+            blame: Blame::Unreachable,
+        };
         self.end_fragments(
             |i| i.ended_by_death(node, generation),
-            &format!("node {node} is gone"),
+            &by.why.clone(),
             &format!("node {node} failed"),
+            Some(by),
             now,
         );
     }
@@ -425,10 +459,16 @@ impl<F, V> Participant<F, V> {
     /// Life `generation` of a member is up: fragments made with an older life of it are over
     /// (it restarted, or renewed after being declared dead, and holds no part of them).
     pub fn member_up(&mut self, node: &str, generation: u64, now: Instant) {
+        let by = DroppedBy {
+            node: node.to_string(),
+            why: format!("node {node} restarted"),
+            blame: Blame::Lost,
+        };
         self.end_fragments(
             |i| i.ended_by_return(node, generation),
-            &format!("node {node} restarted"),
-            &format!("node {node} restarted"),
+            &by.why.clone(),
+            &by.why.clone(),
+            Some(by),
             now,
         );
     }
@@ -443,6 +483,7 @@ impl<F, V> Participant<F, V> {
             |i| i.submitter != me || i.nodes.iter().any(|n| *n != me),
             "this node was declared dead: the other nodes retired its plans",
             "this node was declared dead",
+            None,
             now,
         );
     }
@@ -584,12 +625,14 @@ impl<F, V> Participant<F, V> {
         });
     }
 
-    /// Drops the fragments `doomed` picks (`why`) and ends their runs (`runs_why`).
+    /// Drops the fragments `doomed` picks (`why`) and ends their runs (`runs_why`),
+    /// remembering the node that was the cause (`by`), if any.
     fn end_fragments(
         &mut self,
         doomed: impl Fn(&FragmentInfo) -> bool,
         why: &str,
         runs_why: &str,
+        by: Option<DroppedBy>,
         now: Instant,
     ) {
         let gone: Vec<u64> = self
@@ -602,6 +645,12 @@ impl<F, V> Participant<F, V> {
             let f = self.fragments.remove(&m).expect("listed above");
             self.drop_fragment(m, f, why.to_string());
             self.abort_runs(m, runs_why, now);
+            if let Some(by) = &by {
+                if self.dropped.len() == DROPPED_KEPT {
+                    self.dropped.pop_front();
+                }
+                self.dropped.push_back((m, by.clone()));
+            }
         }
     }
 

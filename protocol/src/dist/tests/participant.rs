@@ -444,6 +444,41 @@ fn a_member_down_drops_every_fragment_it_is_in_or_submitted() {
     assert!(p.loaded_models().is_empty());
 }
 
+/// A run asked of a fragment dropped because another node went, in the moment before its
+/// submitter heard of it, fails naming that node, so the submitter retries without it (it
+/// named this node before: the retry left out a healthy node, and found no room).
+#[test]
+fn a_run_asked_of_a_part_dropped_for_another_node_names_that_node() {
+    let mut p = node();
+    let now = t0();
+    load(&mut p, 1, &[(0, 10)], &["n1", "n2", "n3"]);
+    load(&mut p, 2, &[(0, 10)], &["n1", "n2", "n3"]);
+    p.member_down("n3", 0, now);
+    drain(&mut p);
+    let e = p.start_run("n1", 1, 9).unwrap_err();
+    assert_eq!(
+        e,
+        ParticipantError::Dropped {
+            model: 1,
+            why: "node n3 is gone".into()
+        }
+    );
+    let why = "n2 dropped its part: node n3 is gone";
+    assert_eq!(drain(&mut p), [unreachable("n1", 1, 9, why, "n3")]);
+    // Its own submitter hears the same.
+    p.start_run("n2", 1, 10).unwrap_err();
+    assert_eq!(drain(&mut p), [unreachable("n2", 1, 10, why, "n3")]);
+    // A node that restarted: its part is to be loaded again, with it.
+    load_lives(&mut p, 3, "n1", &["n1", "n2", "n4"]);
+    p.member_up("n4", 6, now);
+    drain(&mut p);
+    p.start_run("n1", 3, 11).unwrap_err();
+    let why = "n2 dropped its part: node n4 restarted";
+    assert_eq!(drain(&mut p), [failed("n1", 3, 11, why, "n4", true)]);
+    // A model never held here is this node's loss, as before.
+    assert_eq!(p.start_run("n1", 7, 12), Err(ParticipantError::NoModel(7)));
+}
+
 #[test]
 fn verdicts_are_about_one_life_of_a_node() {
     let mut p = node();
