@@ -30,26 +30,54 @@ pub fn demote_this_thread() -> bool {
     }
 }
 
-/// Runs heavy work `f` on tokio's blocking pool, at the heavy priority: model loads, planning,
-/// and runs whose CPU kernels may take every core.
-pub fn spawn_heavy<F, R>(handle: &tokio::runtime::Handle, f: F) -> tokio::task::JoinHandle<R>
+/// Heavy work that panicked: the panic's message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("heavy work panicked: {0}")]
+pub struct Panicked(pub String);
+
+/// Runs CPU-bound heavy work `f` (model decoding, planning, building a model's part, hashing
+/// weights) on rayon's pool, the one the CPU kernels run on, and resolves to its result. That
+/// pool has a fixed number of threads (one per core, at the heavy priority where `vkml-node`
+/// starts it), so a node's threads do not grow with the loads and runs it has at once: a burst
+/// of work waits in the pool's queue instead of starting threads. `f` must not wait for
+/// anything but the CPU (use [`blocking`] for that): a pool thread it held would be lost to
+/// every kernel meanwhile.
+pub fn heavy<F, R>(f: F) -> impl std::future::Future<Output = Result<R, Panicked>>
 where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
-    handle.spawn_blocking(move || {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    rayon::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let _ = tx.send(r.map_err(|p| Panicked(panic_text(&*p))));
+    });
+    async move {
+        rx.await
+            .unwrap_or_else(|_| Err(Panicked("its task was dropped".into())))
+    }
+}
+
+/// Runs heavy work `f` that waits on more than the CPU (a channel fed by the network, a disk)
+/// on tokio's blocking pool, at the heavy priority. Call inside the runtime.
+pub fn blocking<F, R>(f: F) -> tokio::task::JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
         demote_this_thread();
         f()
     })
 }
 
-/// [`spawn_heavy`] on the current runtime. Call inside it.
-pub fn heavy<F, R>(f: F) -> tokio::task::JoinHandle<R>
-where
-    F: FnOnce() -> R + Send + 'static,
-    R: Send + 'static,
-{
-    spawn_heavy(&tokio::runtime::Handle::current(), f)
+/// A panic's message, when it has one.
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 #[cfg(all(test, target_os = "linux"))]

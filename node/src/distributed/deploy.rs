@@ -124,7 +124,7 @@ pub async fn make(
         cut(&graph, spec, &snapshot, fallback, &cut_with).map_err(failed)
     })
     .await
-    .map_err(|e| failed(super::join_err(e)))??;
+    .map_err(|e| failed(super::panicked(e)))??;
     let mut wanted: BTreeSet<&str> = made.plan.nodes.iter().map(String::as_str).collect();
     wanted.insert(me_name);
     made.plan.lives = lives

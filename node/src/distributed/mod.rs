@@ -89,6 +89,10 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+fn panicked(e: crate::priority::Panicked) -> DistError {
+    DistError::Protocol(e.to_string())
+}
+
 fn join_err(e: tokio::task::JoinError) -> DistError {
     DistError::Protocol(format!("a task failed: {e}"))
 }

@@ -307,7 +307,7 @@ impl Participant {
         let failed = match started {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(e)) => e.to_string(),
-            Err(panic) => format!("the run panicked: {}", panic_text(&*panic)),
+            Err(panic) => format!("the run panicked: {}", crate::priority::panic_text(&*panic)),
         };
         self.call(|st, now| {
             st.links.remove(&(model, run));
@@ -477,15 +477,6 @@ impl From<core::ParticipantError> for DistError {
             other => DistError::Placement(other.to_string()),
         }
     }
-}
-
-/// A panic's message, when it has one.
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// Where a run's finished values go: other participants, and the submitter.

@@ -24,7 +24,7 @@ use super::participant::Participant;
 use super::placement::static_types;
 use super::source::WeightSource;
 use super::weights::WeightStore;
-use super::{DistError, join_err, lock, wire};
+use super::{DistError, lock, panicked, wire};
 use crate::cluster::{Cluster, transport};
 use crate::graph::{Graph, ValueId};
 use crate::model::ValueDef;
@@ -200,7 +200,7 @@ impl Submitter {
         let (graph, external) =
             crate::priority::heavy(move || decode(data, received, &ranges, defer))
                 .await
-                .map_err(join_err)??;
+                .map_err(panicked)??;
         let model = Arc::new(ClusterModel {
             id: rand::random(),
             name,
@@ -558,7 +558,7 @@ impl Submitter {
             let p = self.participant.clone();
             crate::priority::heavy(move || p.load(&f, map))
                 .await
-                .map_err(join_err)??;
+                .map_err(panicked)??;
             count(inline);
             return Ok(());
         }

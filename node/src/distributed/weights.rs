@@ -78,7 +78,7 @@ impl WeightStore {
         let found =
             crate::priority::heavy(move || wanted.iter().map(|r| me.lookup(r)).collect::<Vec<_>>())
                 .await
-                .map_err(super::join_err)?;
+                .map_err(super::panicked)?;
         if mine {
             let bytes: u64 = found.iter().flatten().map(|b| b.len() as u64).sum();
             self.cached.fetch_add(bytes, Ordering::Relaxed);
@@ -170,7 +170,7 @@ impl WeightStore {
         };
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
         let (me, length) = (self.clone(), r.length);
-        let writer = crate::priority::heavy(move || -> Result<Bytes, CacheError> {
+        let writer = crate::priority::blocking(move || -> Result<Bytes, CacheError> {
             while let Some(chunk) = rx.blocking_recv() {
                 sink.write(&chunk)?;
             }

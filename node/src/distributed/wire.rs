@@ -141,7 +141,7 @@ pub async fn send_weights(
 ) -> Result<(), DistError> {
     const PIECE: usize = 4 << 20;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(4);
-    let reader = crate::priority::heavy(move || {
+    let reader = crate::priority::blocking(move || {
         for w in weights {
             for piece in w.chunks(PIECE) {
                 let copy = Bytes::copy_from_slice(piece);

@@ -205,7 +205,7 @@ impl RunState {
                         .unwrap_or_else(|p| {
                             Err(Error::Device(format!(
                                 "a CPU chunk panicked: {}",
-                                panic_text(&*p)
+                                crate::priority::panic_text(&*p)
                             )))
                         })
                 };
@@ -361,7 +361,12 @@ impl RunState {
                     .map_err(|e| e.to_string())
             }));
             let outs = ran
-                .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_text(&*panic))))
+                .unwrap_or_else(|panic| {
+                    Err(format!(
+                        "panicked: {}",
+                        crate::priority::panic_text(&*panic)
+                    ))
+                })
                 .map_err(|message| Error::Node {
                     node: node.name.clone(),
                     op_type: node.op_type.clone(),
@@ -395,15 +400,6 @@ impl RunState {
         }
         Ok(())
     }
-}
-
-/// A panic's message, when it has one.
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "without a message".into())
 }
 
 /// Writes the given imports (value, offset in the import buffer) of a GPU context, taking each
