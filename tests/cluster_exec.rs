@@ -331,7 +331,8 @@ fn kill_9_of_a_participant_is_retried_on_the_survivors_when_they_have_room() {
     let m = common::fixture("mnist_cnn").join("model.onnx");
     let mut caps = caps_for_three(&m);
     caps.push(*caps.iter().max().unwrap());
-    // Four nodes, three needed: n4 is spare (the planner fills nodes in name order).
+    // Four nodes, three needed: the survivors of n3 have room whether or not the plan uses n4
+    // (the planner may spread the model over all four for throughput).
     let mut r = start("exec-retry", &caps);
     let client = connect(&r.nodes[1], &r.key);
     let model = client.load(&m, |_| {}).unwrap();
@@ -343,7 +344,7 @@ fn kill_9_of_a_participant_is_retried_on_the_survivors_when_they_have_room() {
         .iter()
         .map(|p| p.node.clone())
         .collect();
-    assert!(used.contains("n3") && !used.contains("n4"), "plan {used:?}");
+    assert!(used.contains("n3"), "plan {used:?}");
     let (ok, retried, failed, _) = stream_while_killing(&mut r, &model, 2);
     assert!(ok > 0, "runs succeed");
     assert!(

@@ -18,6 +18,12 @@ pub struct LinkCosts {
     /// Per GPU chunk and run: one submission and its completion observed (about 20 us on an
     /// H100, measured by benches/gpu.sh as the one-op run).
     pub gpu_run_ns: u64,
+    /// What a cross-host transfer costs each end's host besides the wait: framing, encryption
+    /// and a copy, paid on the cores that also compute (the loopback benches measure 20-40 us
+    /// of CPU a cut edge a side). A pipeline's stages pay it per run, so it counts in their
+    /// busy time where the wait does not.
+    pub remote_cpu_ns: u64,
+    pub remote_cpu_bytes_per_us: u64,
 }
 
 impl Default for LinkCosts {
@@ -29,6 +35,8 @@ impl Default for LinkCosts {
             remote_bytes_per_us: 1_000,
             upload_latency_ns: 10_000,
             gpu_run_ns: 20_000,
+            remote_cpu_ns: 30_000,
+            remote_cpu_bytes_per_us: 2_000,
         }
     }
 }

@@ -4,9 +4,12 @@
 //! devices fill first, and the tail of the graph may find every device too full for its next
 //! op although the cluster as a whole has room to spare. Splitting a model the way llama.cpp
 //! and exo split layers avoids that for any ONNX graph: the ops, in topological order, are cut
-//! into one contiguous stage per device. Two sizings are tried:
+//! into one contiguous stage per device. Three sizings are tried:
+//! - balanced: the stages' compute times on their devices are as even as they can be, so the
+//!   slowest stage, which sets a pipeline's throughput, is as fast as it can be (a device twice
+//!   as fast takes twice the work), within each device's memory;
 //! - proportional: each device's stage holds a share of the weights in proportion to its
-//!   budget (the balanced pipeline);
+//!   budget;
 //! - filling: each device takes as much as fits (it fits where proportional shares do not,
 //!   e.g. when one op's activations are large next to a small device).
 //!
@@ -17,13 +20,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::cost::is_gpu;
+use crate::cost::{compute_ns, is_gpu};
 use crate::greedy::can_run;
 use crate::memory::{Ledger, last_uses};
 use crate::types::{CostGraph, DeviceInventory, DeviceRef, OpId, Snapshot, ValueKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sizing {
+    Balanced,
     Proportional,
     Filling,
 }
@@ -52,18 +56,24 @@ pub fn place(
     let mut budget_before: u128 = 0;
     let mut ledger = Ledger::new(graph);
     let mut placement: Vec<DeviceRef> = Vec::with_capacity(n);
+    let balanced = match sizing {
+        Sizing::Balanced => Some(balanced_ends(graph, &devices)?),
+        _ => None,
+    };
     let mut start = 0;
     for (i, (dref, dev)) in devices.iter().enumerate() {
         if start == n {
             break;
         }
         budget_before += u128::from(dev.memory_budget);
-        let fits = fitting_end(graph, start, dref, dev);
-        let end = if i + 1 == devices.len() {
+        let end = if let Some(ends) = &balanced {
+            ends[i]
+        } else if i + 1 == devices.len() {
             n
         } else {
+            let fits = fitting_end(graph, start, dref, dev);
             let hi = match sizing {
-                Sizing::Filling => fits,
+                Sizing::Filling | Sizing::Balanced => fits,
                 Sizing::Proportional => {
                     let share = weight[n] * budget_before / total_budget;
                     let target = weight.partition_point(|&w| w < share).min(n);
@@ -75,6 +85,9 @@ pub fn place(
             }
             narrowest_cut(&cut, start, hi)
         };
+        if end <= start {
+            continue;
+        }
         for o in start..end {
             let on = if can_run(&graph.ops[o], dev) {
                 dref.clone()
@@ -98,6 +111,68 @@ pub fn place(
             .is_some_and(|dev| used <= dev.memory_budget)
     });
     within.then_some((placement, memory))
+}
+
+/// Where each device's stage ends (`ends[i]` for the i-th of `devices`; a device whose stage
+/// is empty ends where the one before it did), for the stages whose slowest is fastest: the
+/// least time `t` for which, in device order, each device taking every op that fits its
+/// budget and its share of `t` covers the graph. Taking all it can is the best a device can do
+/// for the ones after it, so for a given `t` that pass finds a cover when any exists, and a
+/// binary search over `t` finds the best. None when no `t` covers the graph (memory).
+fn balanced_ends(
+    graph: &CostGraph,
+    devices: &[(DeviceRef, &DeviceInventory)],
+) -> Option<Vec<usize>> {
+    let n = graph.ops.len();
+    // Each device's compute time over the first `e` ops it runs (an op it cannot run goes to
+    // a helper and costs it nothing).
+    let prefix: Vec<Vec<u64>> = devices
+        .iter()
+        .map(|(_, dev)| {
+            let mut p = Vec::with_capacity(n + 1);
+            let mut sum = 0u64;
+            p.push(0);
+            for op in &graph.ops {
+                if can_run(op, dev) {
+                    sum = sum.saturating_add(compute_ns(op, dev));
+                }
+                p.push(sum);
+            }
+            p
+        })
+        .collect();
+    let mut fits: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    let mut cover = |t: u64| -> Option<Vec<usize>> {
+        let mut ends = Vec::with_capacity(devices.len());
+        let mut start = 0;
+        for (i, (dref, dev)) in devices.iter().enumerate() {
+            if start < n {
+                let hi = *fits
+                    .entry((i, start))
+                    .or_insert_with(|| fitting_end(graph, start, dref, dev));
+                let p = &prefix[i];
+                // The last end within the device's share of `t`, no further than fits.
+                let within = p.partition_point(|&x| x <= p[start].saturating_add(t)) - 1;
+                start = within.min(hi).max(start);
+            }
+            ends.push(start);
+        }
+        (start == n).then_some(ends)
+    };
+    let slowest = prefix.iter().map(|p| p[n]).max().unwrap_or(0);
+    let mut best = cover(slowest)?;
+    let (mut lo, mut hi) = (0u64, slowest);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match cover(mid) {
+            Some(ends) => {
+                best = ends;
+                hi = mid;
+            }
+            None => lo = mid + 1,
+        }
+    }
+    Some(best)
 }
 
 /// The end of the longest run of ops from `start` whose share on `dref` fits its budget; ops

@@ -59,6 +59,43 @@ pub fn estimate_ns(
     total
 }
 
+/// Nanoseconds each device of a plan is busy per run: its ops' compute, one submission per
+/// GPU chunk, and the host work of each cross-host transfer at both ends. A transfer's wait is
+/// left out: in a pipeline it overlaps with other runs' compute. The largest is the plan's
+/// bottleneck: with many runs in flight, one run in that time.
+pub fn device_ns(
+    graph: &CostGraph,
+    snapshot: &Snapshot,
+    links: &LinkCosts,
+    placement: &[DeviceRef],
+    chunks: &[Chunk],
+    transfers: &[Transfer],
+) -> BTreeMap<DeviceRef, u64> {
+    let mut busy: BTreeMap<DeviceRef, u64> = BTreeMap::new();
+    for (op, dref) in graph.ops.iter().zip(placement) {
+        if let Some(dev) = snapshot.device(dref) {
+            let t = busy.entry(dref.clone()).or_default();
+            *t = t.saturating_add(compute_ns(op, dev));
+        }
+    }
+    for c in chunks {
+        if snapshot.device(&c.device).is_some_and(is_gpu) {
+            let t = busy.entry(c.device.clone()).or_default();
+            *t = t.saturating_add(links.gpu_run_ns);
+        }
+    }
+    for tr in transfers.iter().filter(|t| t.cross_host) {
+        let host = move_ns(tr.bytes, links.remote_cpu_ns, links.remote_cpu_bytes_per_us);
+        for c in [tr.from_chunk, tr.to_chunk] {
+            if let Some(chunk) = chunks.get(c) {
+                let t = busy.entry(chunk.device.clone()).or_default();
+                *t = t.saturating_add(host);
+            }
+        }
+    }
+    busy
+}
+
 /// Every op on `dref`, with the memory that takes, when the device can run them all and hold
 /// them as the memory ledger charges it.
 pub fn on_one_device(

@@ -16,6 +16,11 @@ pub fn bytes(b: u64) -> String {
     }
 }
 
+/// Nanoseconds as microseconds, for estimates.
+fn micros(ns: u64) -> String {
+    format!("{:.1} us", ns as f64 / 1000.0)
+}
+
 pub fn render(p: &pb::Placement) -> String {
     let nodes: std::collections::BTreeSet<&str> = p.parts.iter().map(|x| x.node.as_str()).collect();
     let mut out = format!(
@@ -33,16 +38,28 @@ pub fn render(p: &pb::Placement) -> String {
         .unwrap_or(4)
         .max(4);
     out.push_str(&format!(
-        "  {:<w$}  {:<10} {:>6} {:>12}\n",
-        "node", "device", "ops", "memory"
+        "  {:<w$}  {:<10} {:>6} {:>12} {:>12}\n",
+        "node", "device", "ops", "memory", "est. busy"
     ));
     for part in &p.parts {
         out.push_str(&format!(
-            "  {:<w$}  {:<10} {:>6} {:>12}\n",
+            "  {:<w$}  {:<10} {:>6} {:>12} {:>12}\n",
             part.node,
             part.device,
             part.ops,
-            bytes(part.memory_bytes)
+            bytes(part.memory_bytes),
+            micros(part.busy_ns)
+        ));
+    }
+    // With several devices the plan is a pipeline: under load the busiest sets its pace.
+    let busiest = p.parts.iter().max_by_key(|x| x.busy_ns);
+    if let (true, Some(b)) = (p.parts.len() > 1, busiest) {
+        let per_s = 1e9 / b.busy_ns.max(1) as f64;
+        out.push_str(&format!(
+            "bottleneck: {} {} at {} a run, at most {per_s:.0} runs/s with many in flight (estimated)\n",
+            b.node,
+            b.device,
+            micros(b.busy_ns)
         ));
     }
     if !p.edges.is_empty() {

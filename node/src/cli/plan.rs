@@ -142,10 +142,10 @@ fn plan_given(
     let spec = graph
         .specialize_given(&refs, fuse, limit)
         .map_err(vkml::Error::from)?;
-    let (plan, _, spec) = plan_for(&graph, spec, snapshot, tuning)?;
+    let (plan, cost, spec) = plan_for(&graph, spec, snapshot, tuning)?;
     let ops = placed_ops(&graph, &spec, &plan, snapshot);
     Ok(PlanReport {
-        placement: describe(&graph, &plan, snapshot),
+        placement: describe(&graph, &cost, &plan, snapshot),
         ops,
         assumed: Vec::new(),
     })

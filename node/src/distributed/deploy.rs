@@ -215,7 +215,7 @@ pub(super) fn cut(
             reserves,
         },
         parts,
-        placement: describe(graph, &plan, snapshot),
+        placement: describe(graph, &cost, &plan, snapshot),
     };
     Ok((made, plan.hash))
 }

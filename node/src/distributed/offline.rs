@@ -98,8 +98,8 @@ pub fn plan_model(
         }
         Err(e) => return Err(DistError::Runtime(e.into())),
     };
-    let (plan, _, spec) = super::placement::plan_for(&graph, spec, snapshot, tuning)?;
-    let placement = super::placement::describe(&graph, &plan, snapshot);
+    let (plan, cost, spec) = super::placement::plan_for(&graph, spec, snapshot, tuning)?;
+    let placement = super::placement::describe(&graph, &cost, &plan, snapshot);
     let ops = placed_ops(&graph, &spec, &plan, snapshot);
     Ok(PlanReport {
         placement,

@@ -54,15 +54,24 @@ pub fn plan_for(
     Ok((plan, cost, spec))
 }
 
-/// Where a plan puts a model, for people: ops and memory per node and device, and the values
-/// that cross between nodes (once per value and receiving node, as they are sent).
-pub fn describe(graph: &Graph, plan: &Plan, snapshot: &Snapshot) -> pb::Placement {
-    let mut parts: BTreeMap<(String, usize), (u32, u64)> = BTreeMap::new();
+/// Where a plan puts a model, for people: ops, memory and estimated busy time per run per node
+/// and device, and the values that cross between nodes (once per value and receiving node, as
+/// they are sent).
+pub fn describe(
+    graph: &Graph,
+    cost: &CostGraph,
+    plan: &Plan,
+    snapshot: &Snapshot,
+) -> pb::Placement {
+    let mut parts: BTreeMap<(String, usize), (u32, u64, u64)> = BTreeMap::new();
     for d in &plan.placement {
         parts.entry((d.node.clone(), d.index)).or_default().0 += 1;
     }
     for (d, &bytes) in &plan.memory {
         parts.entry((d.node.clone(), d.index)).or_default().1 = bytes;
+    }
+    for (d, ns) in vkml_planner::device_ns(cost, snapshot, &LinkCosts::default(), plan) {
+        parts.entry((d.node.clone(), d.index)).or_default().2 = ns;
     }
     let mut edges = BTreeSet::new();
     let mut cut = Vec::new();
@@ -84,16 +93,19 @@ pub fn describe(graph: &Graph, plan: &Plan, snapshot: &Snapshot) -> pb::Placemen
         chunks: plan.chunks.len() as u32,
         parts: parts
             .into_iter()
-            .map(|((node, index), (ops, memory_bytes))| pb::PlacedPart {
-                device: snapshot
-                    .nodes
-                    .get(&node)
-                    .and_then(|d| d.get(index))
-                    .map_or_else(|| format!("device {index}"), |d| d.name.clone()),
-                node,
-                ops,
-                memory_bytes,
-            })
+            .map(
+                |((node, index), (ops, memory_bytes, busy_ns))| pb::PlacedPart {
+                    device: snapshot
+                        .nodes
+                        .get(&node)
+                        .and_then(|d| d.get(index))
+                        .map_or_else(|| format!("device {index}"), |d| d.name.clone()),
+                    node,
+                    ops,
+                    memory_bytes,
+                    busy_ns,
+                },
+            )
             .collect(),
         edges: cut,
     }
