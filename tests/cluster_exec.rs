@@ -6,7 +6,7 @@
 mod cluster_harness;
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -411,5 +411,128 @@ fn a_restarted_participant_gets_its_part_again() {
         panic!("after the restart: {e}\n{}", cluster_harness::logs(&all))
     });
     common::assert_outputs_match("after the restart", &out.outputs, &set.outputs);
+    client.close();
+}
+
+/// Each member's load as `vkml-node status --json` asked of `node` reports it, by name.
+fn loads(r: &Running) -> BTreeMap<String, serde_json::Value> {
+    let s = cluster_harness::status(&r.nodes[0], &r.key);
+    s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let name = m["name"].as_str().unwrap().to_string();
+            let load = m["load"].clone();
+            assert!(load.is_object(), "{name} gave no load: {s}");
+            (name, load)
+        })
+        .collect()
+}
+
+fn counter(load: &serde_json::Value, path: &[&str]) -> u64 {
+    path.iter().fold(load, |v, k| &v[*k]).as_u64().unwrap_or(0)
+}
+
+/// Issue 20: sixteen callers at once on a model split over three nodes, each stage working on
+/// a different run: every output matches onnxruntime's, and each node's counters in `status`
+/// add up to what the test made it do (runs ended, cut-edge bytes per peer as the placement
+/// lists them times the runs, busy time on the CPU of every node with a part).
+#[test]
+fn sixteen_callers_on_a_three_node_split_all_get_their_outputs_and_the_counters_add_up() {
+    const CALLERS: usize = 16;
+    const EACH: usize = 12;
+    let _serial = cluster_harness::serial();
+    let dir = common::fixture("mnist_cnn");
+    let m = dir.join("model.onnx");
+    let r = start("exec-sixteen", &caps_for_three(&m));
+    let client = connect(&r.nodes[1], &r.key);
+    let model = client.load(&m, |_| {}).unwrap();
+    let placement = model.placement.clone().unwrap();
+    let parts: BTreeSet<String> = placement.parts.iter().map(|p| p.node.clone()).collect();
+    assert_eq!(parts.len(), 3, "{placement:?}");
+    let sets = common::data_sets_in(&dir);
+    let before = loads(&r);
+    let retried = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for caller in 0..CALLERS {
+            let (model, sets, retried) = (&model, &sets, &retried);
+            s.spawn(move || {
+                for i in 0..EACH {
+                    let set = &sets[(caller + i) % sets.len()];
+                    let out = model
+                        .run(&set.feeds())
+                        .unwrap_or_else(|e| panic!("caller {caller} run {i}: {e}"));
+                    if out.retried {
+                        retried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    common::assert_outputs_match(
+                        &format!("caller {caller} run {i}"),
+                        &out.outputs,
+                        &set.outputs,
+                    );
+                }
+            });
+        }
+    });
+    assert_eq!(
+        retried.into_inner(),
+        0,
+        "no node failed, so no run was retried"
+    );
+    let runs = (CALLERS * EACH) as u64;
+    // A part's run ends just after it hands its last value on: wait for the counts to settle.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let after = loop {
+        let now = loads(&r);
+        let settled = parts.iter().all(|n| {
+            counter(&now[n], &["runs_in_flight"]) == 0
+                && counter(&now[n], &["runs_finished"]) - counter(&before[n], &["runs_finished"])
+                    >= runs
+        });
+        if settled || Instant::now() > deadline {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut want: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for e in &placement.edges {
+        *want
+            .entry((e.from_node.clone(), e.to_node.clone()))
+            .or_default() += e.bytes * runs;
+    }
+    for n in &parts {
+        let (a, b) = (&after[n], &before[n]);
+        let delta = |path: &[&str]| counter(a, path) - counter(b, path);
+        assert_eq!(delta(&["runs_finished"]), runs, "{n}: one part run per run");
+        assert_eq!(
+            counter(a, &["runs_in_flight"]),
+            0,
+            "{n}: nothing left running"
+        );
+        assert!(
+            delta(&["devices", "cpu", "busy_ms"]) > 0,
+            "{n}: its CPU worked: {a}"
+        );
+        for peer in r.nodes.iter().map(|x| &x.name).filter(|p| *p != n) {
+            let sent = want.get(&(n.clone(), peer.clone())).copied().unwrap_or(0);
+            let received = want.get(&(peer.clone(), n.clone())).copied().unwrap_or(0);
+            assert_eq!(
+                delta(&["peers", peer, "edge_bytes_sent"]),
+                sent,
+                "{n} -> {peer}: cut edges x runs"
+            );
+            assert_eq!(
+                delta(&["peers", peer, "edge_bytes_received"]),
+                received,
+                "{n} <- {peer}: cut edges x runs"
+            );
+        }
+    }
+    assert!(
+        want.values().sum::<u64>() > 0,
+        "a three-node split has cut edges"
+    );
+    model.unload().unwrap();
     client.close();
 }

@@ -312,8 +312,8 @@ fn slowest_stage(g: &CostGraph, s: &Snapshot, placement: &[DeviceRef]) -> u64 {
             let Some(&p) = producer.get(v) else { continue };
             let from = &placement[p];
             if from.node != to.node && crossing.insert((*v, to)) {
-                let host = links.remote_cpu_ns
-                    + g.values[*v].bytes * 1000 / links.remote_cpu_bytes_per_us;
+                let host =
+                    links.remote_cpu_ns + g.values[*v].bytes * 1000 / links.remote_cpu_bytes_per_us;
                 *busy.entry(from).or_default() += host;
                 *busy.entry(to).or_default() += host;
             }

@@ -78,6 +78,62 @@ struct JsonMember {
     weight_bytes_received: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     weight_bytes_cached: Option<u64>,
+    /// The member's load, asked of it (absent when it did not answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    load: Option<JsonLoad>,
+}
+
+#[derive(Serialize)]
+struct JsonLoad {
+    /// Runs (or parts of split runs) executing on the member now, and ended since it started.
+    runs_in_flight: u64,
+    runs_finished: u64,
+    /// Per device that has run work: the share of the last second or so it was busy (0-1),
+    /// and its busy time since the member started.
+    devices: std::collections::BTreeMap<String, JsonDeviceLoad>,
+    /// Cut-edge bytes the member sent to and received from each other node.
+    peers: std::collections::BTreeMap<String, JsonPeer>,
+}
+
+#[derive(Serialize)]
+struct JsonDeviceLoad {
+    busy: f64,
+    busy_ms: u64,
+}
+
+#[derive(Serialize)]
+struct JsonPeer {
+    edge_bytes_sent: u64,
+    edge_bytes_received: u64,
+}
+
+fn load(r: &pb::StatusReply) -> JsonLoad {
+    JsonLoad {
+        runs_in_flight: r.runs_in_flight,
+        runs_finished: r.runs_finished,
+        devices: r
+            .device_loads
+            .iter()
+            .map(|d| {
+                let l = JsonDeviceLoad {
+                    busy: f64::from(d.busy_ppm) / 1e6,
+                    busy_ms: d.busy_ns / 1_000_000,
+                };
+                (d.device.clone(), l)
+            })
+            .collect(),
+        peers: r
+            .peers
+            .iter()
+            .map(|p| {
+                let t = JsonPeer {
+                    edge_bytes_sent: p.edge_bytes_sent,
+                    edge_bytes_received: p.edge_bytes_received,
+                };
+                (p.node.clone(), t)
+            })
+            .collect(),
+    }
 }
 
 #[derive(Serialize)]
@@ -140,6 +196,7 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
                 generation: m.generation,
                 weight_bytes_received: None,
                 weight_bytes_cached: None,
+                load: None,
                 devices: m
                     .devices
                     .into_iter()
@@ -216,6 +273,7 @@ fn table(s: &JsonStatus) -> String {
         ]);
     }
     let mut out = columns(rows);
+    out.push_str(&load_table(s));
     if !s.models.is_empty() {
         let mut rows = vec![vec![
             "MODEL".to_string(),
@@ -258,6 +316,57 @@ fn table(s: &JsonStatus) -> String {
     out
 }
 
+/// Each member's load: runs, device figures and busy shares, cut-edge bytes per peer.
+fn load_table(s: &JsonStatus) -> String {
+    let mut rows = vec![vec![
+        "NAME".to_string(),
+        "RUNS (now / ended)".into(),
+        "DEVICES (rate, op cost: busy)".into(),
+        "EDGE BYTES OUT / IN BY PEER".into(),
+    ]];
+    for m in s.members.iter() {
+        let Some(l) = &m.load else { continue };
+        let devs = m
+            .devices
+            .iter()
+            .map(|d| {
+                let busy = l.devices.get(&d.name).map_or("idle".to_string(), |x| {
+                    format!("{:.0}% busy", x.busy * 100.0)
+                });
+                format!(
+                    "{} {:.1} GFLOP/s, {:.1} us: {busy}",
+                    d.name,
+                    d.flops_per_us as f64 / 1000.0,
+                    d.op_overhead_ns as f64 / 1000.0
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let peers = l
+            .peers
+            .iter()
+            .map(|(p, t)| {
+                format!(
+                    "{p} {} / {}",
+                    super::placement::bytes(t.edge_bytes_sent),
+                    super::placement::bytes(t.edge_bytes_received)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        rows.push(vec![
+            m.name.clone(),
+            format!("{} / {}", l.runs_in_flight, l.runs_finished),
+            devs,
+            if peers.is_empty() { "-".into() } else { peers },
+        ]);
+    }
+    if rows.len() == 1 {
+        return String::new();
+    }
+    format!("\nload (asked of each member):\n{}", columns(rows))
+}
+
 /// How long a member other than the one asked may take to give its counters.
 const MEMBER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -277,7 +386,7 @@ pub fn status(args: StatusArgs) -> Result<()> {
     let rt = super::runtime()?;
     let reply = rt.block_on(ask(&args.to, &secret))?;
     let mut s = to_json(reply);
-    // Each member's weight counters are its own: ask every live one, at once.
+    // Each member's counters are its own: ask every live one, at once.
     let counters = rt.block_on(async {
         let mut asks = tokio::task::JoinSet::new();
         for m in s.members.iter().filter(|m| m.state == "alive") {
@@ -293,6 +402,7 @@ pub fn status(args: StatusArgs) -> Result<()> {
         if let (Some(m), Some(r)) = (s.members.iter_mut().find(|m| m.name == name), reply) {
             m.weight_bytes_received = Some(r.weight_bytes_received);
             m.weight_bytes_cached = Some(r.weight_bytes_cached);
+            m.load = Some(load(&r));
         }
     }
     if args.json {

@@ -191,6 +191,35 @@ pub struct ExecStats {
     /// Payload bytes of values sent to / received from other nodes (a plan's cut edges).
     pub edge_bytes_sent: AtomicU64,
     pub edge_bytes_received: AtomicU64,
+    /// The same, per peer: (sent, received).
+    peers: Mutex<std::collections::BTreeMap<String, (u64, u64)>>,
+}
+
+impl ExecStats {
+    /// `bytes` of cut-edge values went to `peer`.
+    pub fn edge_sent(&self, peer: &str, bytes: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.edge_bytes_sent.fetch_add(bytes, Relaxed);
+        lock(&self.peers).entry(peer.to_string()).or_default().0 += bytes;
+    }
+
+    /// `bytes` of cut-edge values came from `peer`.
+    pub fn edge_received(&self, peer: &str, bytes: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.edge_bytes_received.fetch_add(bytes, Relaxed);
+        lock(&self.peers).entry(peer.to_string()).or_default().1 += bytes;
+    }
+
+    pub fn peers(&self) -> Vec<vkml_protocol::pb::PeerTraffic> {
+        lock(&self.peers)
+            .iter()
+            .map(|(node, &(sent, received))| vkml_protocol::pb::PeerTraffic {
+                node: node.clone(),
+                edge_bytes_sent: sent,
+                edge_bytes_received: received,
+            })
+            .collect()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

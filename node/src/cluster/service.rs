@@ -186,6 +186,7 @@ async fn reply_error(send: Option<&mut SendStream>, code: u32, message: &str) {
 pub(crate) fn status_reply(inner: &Inner) -> pb::StatusReply {
     use std::sync::atomic::Ordering::Relaxed;
     let exec = inner.exec_status();
+    let (runs_in_flight, runs_finished) = crate::exec::busy::runs();
     pb::StatusReply {
         models: exec.models,
         fragments: exec.fragments,
@@ -208,5 +209,16 @@ pub(crate) fn status_reply(inner: &Inner) -> pb::StatusReply {
             .collect(),
         tensor_bytes_sent: inner.tensors.bytes_sent(),
         tensor_bytes_received: inner.tensors.bytes_received(),
+        runs_in_flight,
+        runs_finished,
+        device_loads: crate::exec::busy::loads()
+            .into_iter()
+            .map(|l| pb::DeviceLoad {
+                device: l.device,
+                busy_ppm: (l.busy_fraction * 1e6).round() as u32,
+                busy_ns: l.busy_ns,
+            })
+            .collect(),
+        peers: inner.exec_stats.peers(),
     }
 }

@@ -73,10 +73,7 @@ impl Link {
         // Striped over several connections when large; resolves once the peer has it all.
         self.cluster.send_tensor(to, h, payload).await?;
         if edge {
-            self.cluster
-                .exec_stats()
-                .edge_bytes_sent
-                .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+            self.cluster.exec_stats().edge_sent(to, bytes);
         }
         Ok(())
     }

@@ -236,8 +236,7 @@ impl Exec {
                 if from != self.cluster.name() {
                     self.cluster
                         .exec_stats()
-                        .edge_bytes_received
-                        .fetch_add(t.bytes().len() as u64, std::sync::atomic::Ordering::Relaxed);
+                        .edge_received(from, t.bytes().len() as u64);
                 }
                 self.participant
                     .arrive(h.model_id, h.run_id, h.edge_id as ValueId, t)

@@ -3,6 +3,7 @@
 //! A chunk that finishes decrements its successors' counters; those that reach zero start.
 
 mod arena;
+pub mod busy;
 mod completion;
 mod gpu;
 mod plan;
@@ -63,6 +64,8 @@ pub struct Executable {
     profile: profile::Profile,
     /// Whether a short single-GPU chunk may be queued ahead of its inputs (`Tuning::arm`).
     arm: bool,
+    /// Per device (as `devices`): the meter its chunks charge (see busy.rs).
+    meters: Vec<Arc<busy::BusyMeter>>,
 }
 
 /// Where the ops of one plan ran: op count per device name, and the edges between devices.
@@ -224,6 +227,7 @@ impl Executable {
             })
             .collect::<Result<Vec<_>>>()?;
         let release = release::Release::new(&graph, &spec, &plan, &topo, &devices);
+        let meters = devices.iter().map(|d| busy::meter(&d.name())).collect();
         let exe = Executable {
             graph,
             spec,
@@ -237,6 +241,7 @@ impl Executable {
             cpu_out_types,
             profile: profile::Profile::default(),
             arm,
+            meters,
         };
         // One context up front, so the first run pays no recording.
         let ctx = exe.new_context()?;

@@ -123,6 +123,8 @@ pub(super) struct RunState {
     failed: AtomicBool,
     error: Mutex<Option<Error>>,
     driver: Driver,
+    /// Counts the run in `status` while it lives.
+    _count: super::busy::RunCount,
 }
 
 impl RunState {
@@ -301,10 +303,12 @@ impl RunState {
             Device::Gpu(g) => match self.submit(c, d, g) {
                 Ok((ticket, copy)) => {
                     let state = Arc::clone(self);
+                    let busy = self.exe.meters[d].guard();
                     completion::on_complete(
                         g,
                         ticket,
                         Box::new(move |done| {
+                            drop(busy);
                             let done = done.and_then(|()| state.read_exports(c, d, copy));
                             state.finish(c, done);
                             state.in_flight.fetch_sub(1, SeqCst);
@@ -343,6 +347,7 @@ impl RunState {
 
     fn run_cpu_chunk(&self, c: usize) -> Result<()> {
         let exe = &self.exe;
+        let _busy = exe.meters[exe.plan.chunks[c].device.index].guard();
         // The node's inputs, held for its call (refilled per node).
         let mut held: Vec<Option<Tensor>> = Vec::new();
         let mut times = Vec::new();
@@ -502,6 +507,8 @@ fn run_direct(
     (c, d, g): (usize, usize, &Arc<Gpu>),
 ) -> Result<Vec<Tensor>> {
     let gctx = &ctx[&d];
+    let _count = super::busy::RunCount::start();
+    let _busy = exe.meters[d].guard();
     let value = |v: ValueId| {
         inputs
             .iter()
@@ -563,6 +570,7 @@ fn new_state(
         failed: AtomicBool::new(false),
         error: Mutex::new(None),
         driver,
+        _count: super::busy::RunCount::start(),
     })
 }
 
