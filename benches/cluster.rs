@@ -7,6 +7,11 @@
 //! Environment: VKML_NODE_BIN (the vkml-node to start), VKML_BENCH_DEVICE (the nodes' --device, default cpu), VKML_BENCH_SECS
 //! (seconds per throughput point, default 3), VKML_BENCH_MODELS (comma-separated paths
 //! relative to the repository; default the MNIST CNN, the MLP and the BERT-style encoder).
+//!
+//! Scaling (issue 20): VKML_BENCH_SCALING=MODEL runs MODEL (a compute-bound one, e.g.
+//! `benches/big/make_chain.py --blocks 12 --dim 2048 --batch 32`) on 1, 2 and 3 CPU nodes, each
+//! pinned with taskset to VKML_BENCH_CORES cores of its own (default 5), at 1, 4, 16 and 64
+//! callers, and prints runs/s against one node.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -50,14 +55,24 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn start(caps: &[Option<u64>], device: &str) -> Nodes {
+/// Starts the nodes; with `cores`, node i runs on cores [i * cores, (i + 1) * cores) only
+/// (taskset), so that its CPU backend's pool and its network threads have those and no more.
+fn start_pinned(caps: &[Option<u64>], device: &str, cores: Option<usize>) -> Nodes {
     let mut nodes = Nodes {
         children: Vec::new(),
         addrs: Vec::new(),
     };
     for (i, cap) in caps.iter().enumerate() {
         let addr = format!("127.0.0.1:{}", free_port());
-        let mut cmd = Command::new(bin());
+        let mut cmd = match cores {
+            Some(k) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", &format!("{}-{}", i * k, (i + 1) * k - 1)])
+                    .arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
         cmd.args([
             "--listen",
             &addr,
@@ -66,6 +81,8 @@ fn start(caps: &[Option<u64>], device: &str) -> Nodes {
             "--insecure",
         ])
         .args(["--device", device])
+        .arg("--probe-cache")
+        .arg(caps::probe_cache())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -161,7 +178,19 @@ fn measure_cluster(
     secs: f64,
     label: &str,
 ) -> Row {
-    let nodes = start(caps, device);
+    measure_pinned(model, caps, device, secs, label, None, &[1, 4, 16])
+}
+
+fn measure_pinned(
+    model: &Path,
+    caps: &[Option<u64>],
+    device: &str,
+    secs: f64,
+    label: &str,
+    cores: Option<usize>,
+    concurrency: &[usize],
+) -> Row {
+    let nodes = start_pinned(caps, device, cores);
     // The node the model is submitted to: the second when there is one.
     let entry = &nodes.addrs[nodes.addrs.len().min(2) - 1];
     let client = connect(entry);
@@ -194,8 +223,8 @@ fn measure_cluster(
     let run = || {
         remote.run(&feeds).expect("run");
     };
-    let latency_us = latency(&run, 200);
-    let rates = [1, 4, 16]
+    let latency_us = latency(&run, if cores.is_some() { 40 } else { 200 });
+    let rates = concurrency
         .iter()
         .map(|&k| throughput(&run, k, secs))
         .collect();
@@ -251,10 +280,75 @@ fn measure_local(model: &Path, device: &str, secs: f64) -> Row {
     }
 }
 
+/// Issue 20's scaling: the same compute-bound model on 1, 2 and 3 nodes, each pinned to
+/// `cores` cores of its own, split by memory caps that leave no fewer nodes room (a node
+/// holds 1/N of the weights plus 15%), at 1, 4, 16 and 64 callers.
+fn scaling(model: &Path, cores: usize, secs: f64) {
+    let weights: u64 = std::fs::read_dir(model.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.path()
+                .extension()
+                .is_some_and(|x| x == "data" || x == "bin")
+        })
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    let concurrency = [1, 4, 16, 64];
+    let mut rows = Vec::new();
+    for n in 1..=3u64 {
+        let cap = (n > 1).then(|| weights / n + weights * 15 / 100);
+        let caps = vec![cap; n as usize];
+        let label = format!("{n} node(s) x {cores} cores");
+        rows.push(measure_pinned(
+            model,
+            &caps,
+            "cpu",
+            secs,
+            &label,
+            Some(cores),
+            &concurrency,
+        ));
+    }
+    println!(
+        "\n{:<24} {:>5} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "setup", "edges", "cut bytes", "latency us", "c1", "c4", "c16", "c64", "c16 x1"
+    );
+    let base = rows[0].rates[2];
+    for r in &rows {
+        println!(
+            "{:<24} {:>5} {:>10} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.2}",
+            r.setup,
+            r.edges,
+            r.cut_bytes,
+            r.latency_us,
+            r.rates[0],
+            r.rates[1],
+            r.rates[2],
+            r.rates[3],
+            r.rates[2] / base
+        );
+    }
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` runs us with no flag: stay quick.
     if !std::env::args().any(|a| a == "--bench") {
         println!("cluster bench: skipped (run with `cargo bench --bench cluster`)");
+        return;
+    }
+    let secs_or = |d: f64| {
+        std::env::var("VKML_BENCH_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    if let Ok(model) = std::env::var("VKML_BENCH_SCALING") {
+        let cores = std::env::var("VKML_BENCH_CORES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(5);
+        scaling(Path::new(&model), cores, secs_or(5.0));
         return;
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

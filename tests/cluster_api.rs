@@ -23,6 +23,7 @@ fn config(name: &str, join: Vec<String>, secret: &Secret, budget: u64) -> Cluste
             op_overhead_ns: 300,
             features: 0,
             reserved: 0,
+            bytes_per_us: 0,
         }],
         tuning: Default::default(),
         tensor_lanes: vkml::cluster::tensors::default_lanes(),

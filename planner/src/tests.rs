@@ -70,6 +70,7 @@ pub(crate) fn device(name: &str, kind: DeviceKind, budget: u64) -> DeviceInvento
             5_000
         },
         op_overhead_ns: if kind == DeviceKind::Gpu { 2_000 } else { 500 },
+        bytes_per_us: 0,
         features: 0,
     }
 }

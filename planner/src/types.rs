@@ -66,6 +66,9 @@ pub struct DeviceInventory {
     pub flops_per_us: u64,
     /// Fixed cost of one op on this device, in nanoseconds (a dispatch, a kernel call).
     pub op_overhead_ns: u64,
+    /// Memory bandwidth, in bytes per microsecond, as measured (0: not measured). Reported,
+    /// not yet used in costs.
+    pub bytes_per_us: u64,
     /// Optional features this device has, in the bits of [`OpCost::gpu_needs`].
     pub features: u32,
 }

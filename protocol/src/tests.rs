@@ -18,6 +18,7 @@ fn inventory() -> Message {
             op_overhead_ns: 1500,
             features: 3,
             reserved: 0,
+            bytes_per_us: 7,
         }],
     })
 }

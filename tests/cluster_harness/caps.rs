@@ -3,11 +3,20 @@
 
 use std::path::Path;
 
-/// The snapshot real CPU-only nodes with these caps advertise.
+/// The device figures file every node the tests and benches start shares (`--probe-cache`):
+/// in the temp folder, which exists wherever the binaries run.
+pub fn probe_cache() -> std::path::PathBuf {
+    std::env::temp_dir().join("vkml-test-devices.json")
+}
+
+/// The snapshot real CPU-only nodes with these caps advertise: with the figures they measured
+/// (or will: measured here first if the file has none yet).
 fn cpu_cluster(caps: &[u64]) -> vkml_planner::Snapshot {
+    let cpu = [vkml::exec::Device::Cpu];
+    let figures = vkml::exec::probe::figures(&cpu, Some(&probe_cache()), &vkml::Tuning::default());
     let mut s = vkml_planner::Snapshot::default();
     for (i, &cap) in caps.iter().enumerate() {
-        let devs = vkml::exec::inventory(&[vkml::exec::Device::Cpu], Some(cap))
+        let devs = vkml::exec::inventory_measured(&cpu, Some(cap), &figures)
             .nodes
             .into_values()
             .next()

@@ -49,11 +49,15 @@ impl Cluster {
 
     /// A node's default weight cache goes under the cluster's folder, never the user's (a
     /// --cache-dir among its flags still wins).
+    /// Each node its own weight cache, and all of them one file of device figures, the one
+    /// the tests' offline plans read (caps.rs): nodes measure their devices once per build
+    /// and plan with the same figures as the tests.
     fn own_cache(&self, cmd: &mut Command, name: &str) {
         cmd.env(
             "XDG_CACHE_HOME",
             self.dir.join(format!("{name}-cache-home")),
         );
+        cmd.arg("--probe-cache").arg(caps::probe_cache());
     }
 
     /// Starts `name` on a free port, joining through `seeds`.

@@ -49,6 +49,8 @@ impl Target {
             vkml::DeviceSelection::Cpu,
             Some(256 << 20),
             &tuning.vulkan,
+            // Estimated figures: the fuzz target plans nothing worth measuring for.
+            |_| Vec::new(),
         )
         .map_err(|e| e.to_string())?;
         let cfg = ClusterConfig {

@@ -27,6 +27,7 @@ struct FileConfig {
     cache_dir: Option<PathBuf>,
     cache_size: Option<String>,
     models: Option<PathBuf>,
+    probe_cache: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -43,6 +44,7 @@ pub struct Settings {
     pub cache_dir: Option<PathBuf>,
     pub cache_size: u64,
     pub models: Option<PathBuf>,
+    pub probe_cache: Option<PathBuf>,
 }
 
 /// The weight cache's bound when none is given.
@@ -154,6 +156,7 @@ impl Settings {
                 (None, None) => DEFAULT_CACHE_SIZE,
             },
             models: args.models.or(file.models.map(|p| base.join(p))),
+            probe_cache: args.probe_cache.or(file.probe_cache.map(|p| base.join(p))),
         })
     }
 }

@@ -76,6 +76,12 @@ pub struct NodeArgs {
     /// (checked by hash), is mapped. The files must not change while the node runs.
     #[arg(long, value_name = "DIR")]
     pub models: Option<PathBuf>,
+    /// Where the measured speed of this machine's devices is kept, by device identity: a
+    /// node measures its devices when it starts (a short GEMM, op cost and bandwidth probe,
+    /// about a second) unless this file has them (default:
+    /// $XDG_CACHE_HOME/vkml/devices.json, else ~/.cache/vkml/devices.json).
+    #[arg(long, value_name = "FILE")]
+    pub probe_cache: Option<PathBuf>,
     /// Settings from a TOML file (keys as the flags: listen, join, cluster_key...).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -128,10 +134,21 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
             vkml::priority::demote_this_thread();
         })
         .build_global();
+    // Before the devices are opened and measured: a cache folder that cannot be used fails
+    // at once.
+    let weights = weight_store(&settings)?;
     let (device, limit, vulkan) = (settings.device, settings.device_memory_limit, tuning.vulkan);
+    let probe_cache = settings.probe_cache.clone().or_else(|| {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let xdg = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
+        vkml::exec::probe::default_file(xdg.as_deref(), home.as_deref())
+    });
+    let probe_tuning = tuning;
     let (devices, inventory) = std::thread::spawn(move || {
         vkml::priority::demote_this_thread();
-        vkml::cluster::inventory::local_devices(device, limit, &vulkan)
+        vkml::cluster::inventory::local_devices(device, limit, &vulkan, |devices| {
+            vkml::exec::probe::figures(devices, probe_cache.as_deref(), &probe_tuning)
+        })
     })
     .join()
     .map_err(|_| anyhow::anyhow!("opening this node's devices panicked"))?
@@ -149,7 +166,6 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
         lease_grace: env::lease_grace(),
         data_listen: settings.data_listen,
     };
-    let weights = weight_store(&settings)?;
     let rt = runtime()?;
     let result = rt.block_on(async move {
         let cluster = Cluster::start(cfg).await?;

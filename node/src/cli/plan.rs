@@ -74,6 +74,8 @@ struct FileDevice {
     op_overhead_ns: Option<u64>,
     #[serde(default)]
     features: u32,
+    #[serde(default)]
+    bytes_per_us: u64,
 }
 
 fn snapshot_from_file(path: &Path) -> Result<Snapshot> {
@@ -111,6 +113,7 @@ fn snapshot_from_file(path: &Path) -> Result<Snapshot> {
                     op_overhead_ns: d.op_overhead_ns.unwrap_or(if gpu { 2_500 } else { 300 }),
                     features: d.features,
                     reserved: 0,
+                    bytes_per_us: d.bytes_per_us,
                 }))
             })
             .collect::<Result<Vec<_>>>()?;

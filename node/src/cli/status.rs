@@ -144,6 +144,8 @@ struct JsonDevice {
     memory_budget: u64,
     flops_per_us: u64,
     op_overhead_ns: u64,
+    /// Measured memory bandwidth (0: not measured).
+    bytes_per_us: u64,
     features: u32,
 }
 
@@ -211,6 +213,7 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
                         memory_budget: d.memory_budget,
                         flops_per_us: d.flops_per_us,
                         op_overhead_ns: d.op_overhead_ns,
+                        bytes_per_us: d.bytes_per_us,
                         features: d.features,
                     })
                     .collect(),

@@ -9,12 +9,14 @@ use crate::exec::Device;
 use crate::session::DeviceSelection;
 
 /// The devices `selection` names on this machine (Vulkan opened with `vulkan`), as the runtime
-/// uses them, and as the cluster sees them (budgets capped at `limit`): the same records
-/// (rates, overheads, features) the local planner uses, in the same order.
+/// uses them, and as the cluster sees them (budgets capped at `limit`), in the same order:
+/// with the figures `measure` gives for them (`exec::probe::figures`), or estimated ones where
+/// it gives none.
 pub fn local_devices(
     selection: DeviceSelection,
     limit: Option<u64>,
     vulkan: &VulkanOptions,
+    measure: impl FnOnce(&[Device]) -> Vec<Option<crate::exec::probe::Figures>>,
 ) -> Result<(Vec<Device>, Vec<pb::Device>), crate::Error> {
     let devices = crate::session::select_devices(selection, vulkan)?;
     let vendors: Vec<String> = devices
@@ -24,7 +26,8 @@ pub fn local_devices(
             _ => "cpu".to_string(),
         })
         .collect();
-    let snapshot = crate::exec::inventory(&devices, limit);
+    let figures = measure(&devices);
+    let snapshot = crate::exec::inventory_measured(&devices, limit, &figures);
     let wire = snapshot
         .nodes
         .into_values()
@@ -48,6 +51,7 @@ pub fn to_wire(d: &DeviceInventory, vendor: String) -> pb::Device {
         op_overhead_ns: d.op_overhead_ns,
         features: d.features,
         reserved: 0,
+        bytes_per_us: d.bytes_per_us,
     }
 }
 
@@ -64,6 +68,7 @@ pub fn to_planner(d: &pb::Device) -> DeviceInventory {
         memory_budget: d.memory_budget,
         flops_per_us: d.flops_per_us,
         op_overhead_ns: d.op_overhead_ns,
+        bytes_per_us: d.bytes_per_us,
         features: d.features,
     }
 }
@@ -80,6 +85,7 @@ mod tests {
             memory_budget: 1 << 30,
             flops_per_us: 7,
             op_overhead_ns: 9,
+            bytes_per_us: 11,
             features: 5,
         };
         let w = to_wire(&d, "AMD".into());
@@ -90,8 +96,13 @@ mod tests {
 
     #[test]
     fn cpu_selection_gives_one_cpu_capped_by_the_limit() {
-        let (_, devs) =
-            local_devices(DeviceSelection::Cpu, Some(12345), &VulkanOptions::default()).unwrap();
+        let (_, devs) = local_devices(
+            DeviceSelection::Cpu,
+            Some(12345),
+            &VulkanOptions::default(),
+            |_| Vec::new(),
+        )
+        .unwrap();
         assert_eq!(devs.len(), 1);
         assert_eq!(devs[0].name, "cpu");
         assert_eq!(devs[0].memory_budget, 12345);

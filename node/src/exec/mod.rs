@@ -7,6 +7,7 @@ pub mod busy;
 mod completion;
 mod gpu;
 mod plan;
+pub mod probe;
 mod profile;
 mod release;
 mod run;
@@ -15,7 +16,9 @@ mod topology;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-pub use plan::{Device, Kernels, LOCAL_NODE, cost_graph, cpu_memory, inventory};
+pub use plan::{
+    Device, Kernels, LOCAL_NODE, cost_graph, cpu_memory, inventory, inventory_measured,
+};
 pub use profile::NodeTime;
 pub use run::{Done, RemoteHooks, RunLink};
 use topology::Topology;

@@ -53,7 +53,31 @@ fn cpu_flops_per_us() -> u64 {
 /// The name of this machine in a single-node plan.
 pub const LOCAL_NODE: &str = "local";
 
+/// This machine's devices with estimated figures (see [`inventory_measured`]).
 pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
+    inventory_measured(devices, limit, &[])
+}
+
+/// This machine's devices as the planner sees them, budgets capped at `limit`: with the
+/// figures measured for them (`figures[i]` for `devices[i]`, see probe.rs) where there are
+/// some, else estimated from the kind of device.
+pub fn inventory_measured(
+    devices: &[Device],
+    limit: Option<u64>,
+    figures: &[Option<super::probe::Figures>],
+) -> Snapshot {
+    let mut s = estimated(devices, limit);
+    for (d, f) in s.nodes.values_mut().flatten().zip(figures) {
+        if let Some(f) = f {
+            d.flops_per_us = f.flops_per_us;
+            d.op_overhead_ns = f.op_overhead_ns;
+            d.bytes_per_us = f.bytes_per_us;
+        }
+    }
+    s
+}
+
+fn estimated(devices: &[Device], limit: Option<u64>) -> Snapshot {
     let cap = |b: u64| limit.map_or(b, |l| b.min(l));
     let devs = devices
         .iter()
@@ -74,6 +98,7 @@ pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
                     memory_budget: cap(info.memory_budget),
                     flops_per_us: rate,
                     op_overhead_ns: overhead,
+                    bytes_per_us: 0,
                     features: info.shader_features.0,
                 }
             }
@@ -88,6 +113,7 @@ pub fn inventory(devices: &[Device], limit: Option<u64>) -> Snapshot {
                 } else {
                     300
                 },
+                bytes_per_us: 0,
                 features: 0,
             },
         })
