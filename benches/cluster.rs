@@ -11,7 +11,8 @@
 //! Scaling (issue 20): VKML_BENCH_SCALING=MODEL runs MODEL (a compute-bound one, e.g.
 //! `benches/big/make_chain.py --blocks 12 --dim 2048 --batch 32`) on 1, 2 and 3 CPU nodes, each
 //! pinned with taskset to VKML_BENCH_CORES cores of its own (default 5), at 1, 4, 16 and 64
-//! callers, and prints runs/s against one node.
+//! callers, and prints runs/s against one node. VKML_BENCH_DEVICE=vulkan:{i} gives node i the
+//! i-th GPU instead (a machine with three or more).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -80,7 +81,8 @@ fn start_pinned(caps: &[Option<u64>], device: &str, cores: Option<usize>) -> Nod
             &format!("n{}", i + 1),
             "--insecure",
         ])
-        .args(["--device", device])
+        // `vulkan:{i}`: node i serves GPU i.
+        .args(["--device", &device.replace("{i}", &i.to_string())])
         .arg("--probe-cache")
         .arg(caps::probe_cache())
         .env("RUST_LOG", "warn")
@@ -283,7 +285,7 @@ fn measure_local(model: &Path, device: &str, secs: f64) -> Row {
 /// Issue 20's scaling: the same compute-bound model on 1, 2 and 3 nodes, each pinned to
 /// `cores` cores of its own, split by memory caps that leave no fewer nodes room (a node
 /// holds 1/N of the weights plus 15%), at 1, 4, 16 and 64 callers.
-fn scaling(model: &Path, cores: usize, secs: f64) {
+fn scaling(model: &Path, device: &str, cores: usize, secs: f64) {
     let weights: u64 = std::fs::read_dir(model.parent().unwrap())
         .unwrap()
         .filter_map(|e| e.ok())
@@ -303,7 +305,7 @@ fn scaling(model: &Path, cores: usize, secs: f64) {
         rows.push(measure_pinned(
             model,
             &caps,
-            "cpu",
+            device,
             secs,
             &label,
             Some(cores),
@@ -348,7 +350,8 @@ fn main() {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(5);
-        scaling(Path::new(&model), cores, secs_or(5.0));
+        let device = std::env::var("VKML_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
+        scaling(Path::new(&model), &device, cores, secs_or(5.0));
         return;
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

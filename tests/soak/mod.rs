@@ -65,6 +65,8 @@ pub struct Report {
     pub wrong: u64,
     pub slowest: Duration,
     pub over_10s: u64,
+    /// How long each successful run took, in microseconds (for percentiles).
+    pub latencies_us: Vec<u32>,
     pub loads: u64,
     pub unloads: u64,
     pub abandoned: u64,
@@ -254,6 +256,8 @@ fn record_run(
         Ok((out, retried)) => {
             r.runs += 1;
             r.ok += 1;
+            r.latencies_us
+                .push(u32::try_from(took.as_micros()).unwrap_or(u32::MAX));
             r.s_ok += u64::from(model.split);
             r.retried += u64::from(retried);
             if !model.matches(&out) {
@@ -712,8 +716,25 @@ fn trend(samples: &[&Sample]) -> f64 {
 }
 
 /// A readable summary of a report.
+/// The `p`-th percentile (0-100) of the successful runs' latencies, in milliseconds.
+pub fn percentile_ms(report: &Report, p: f64) -> f64 {
+    let mut v = report.latencies_us.clone();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    f64::from(v[i]) / 1000.0
+}
+
 pub fn summary(report: &Report, warmup: Duration, judged_from: Duration) -> String {
     let mut s = format!(
+        "latency of successful runs: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms\n",
+        percentile_ms(report, 50.0),
+        percentile_ms(report, 99.0),
+        percentile_ms(report, 99.9)
+    );
+    s += &format!(
         "runs {} (ok {} of which the split model {}, retried {}, failed naming a node {}, failed \
          otherwise {}, wrong {}), refused {}, slowest {:.2} s, over 10 s {}\nloads {}, unloads \
          {}, abandoned {}, kills {:?}, freezes {:?}, partitions {}\nbad models {} (slowest \
