@@ -31,11 +31,17 @@ os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
 t = numpy_helper.from_array(np.load(os.path.join(d, "x.npy")), "x")
 open(os.path.join(d, "test_data_set_0", "input_0.pb"), "wb").write(t.SerializeToString())
 PY
+  # NODE_LOGS=1: the nodes' trace logs (a run's life hop by hop), their first 3000 lines each.
+  logs=""
+  if [ -n "${NODE_LOGS:-}" ]; then logs=$out/logs; mkdir -p "$logs"; fi
   VKML_BENCH_SCALING="$m/chain.onnx" VKML_BENCH_CORES=${CORES:-5} VKML_BENCH_SECS=${SECS:-5} \
-    VKML_BENCH_DEVICE=${DEVICE:-cpu} timeout 420 .gpu/bench-cluster --bench \
-    > "$out/scaling.txt" 2>&1
+    VKML_BENCH_DEVICE=${DEVICE:-cpu} VKML_BENCH_GAP_MS=${GAP_MS:-} VKML_BENCH_NODE_LOGS=$logs \
+    timeout 420 .gpu/bench-cluster --bench > "$out/scaling.txt" 2>&1
+  if [ -n "$logs" ]; then
+    for f in "$logs"/*.log; do head -n 3000 "$f" > "$f.head"; rm "$f"; done
+  fi
   echo "== transport"; tail -4 "$out/transport.txt"
-  echo "== scaling"; head -1 "$out/make_chain.txt"; tail -5 "$out/scaling.txt"
+  echo "== scaling"; head -1 "$out/make_chain.txt"; grep "pause" "$out/scaling.txt"; tail -5 "$out/scaling.txt"
 }
 
 hops() {

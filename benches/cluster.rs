@@ -85,9 +85,24 @@ fn start_pinned(caps: &[Option<u64>], device: &str, cores: Option<usize>) -> Nod
         .args(["--device", &device.replace("{i}", &i.to_string())])
         .arg("--probe-cache")
         .arg(caps::probe_cache())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stdout(Stdio::null());
+        // VKML_BENCH_NODE_LOGS=DIR: each node's log in DIR/n<i>-of-<N>.log, with the trace events
+        // that time a run hop by hop (participant.rs, submitter.rs, exec/run.rs).
+        match std::env::var("VKML_BENCH_NODE_LOGS")
+            .ok()
+            .filter(|d| !d.is_empty())
+        {
+            Some(dir) => {
+                let name = format!("n{}-of-{}.log", i + 1, caps.len());
+                let file =
+                    std::fs::File::create(Path::new(&dir).join(name)).expect("a node log file");
+                cmd.env("RUST_LOG", "warn,vkml::distributed=trace,vkml::exec=trace")
+                    .stderr(file);
+            }
+            None => {
+                cmd.env("RUST_LOG", "warn").stderr(Stdio::null());
+            }
+        }
         if let Some(c) = cap {
             cmd.args(["--device-memory-limit", &c.to_string()]);
         }
@@ -126,6 +141,10 @@ fn connect(addr: &str) -> Arc<ClusterClient> {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+fn gap_ms() -> Option<u64> {
+    std::env::var("VKML_BENCH_GAP_MS").ok()?.parse().ok()
 }
 
 /// Median latency (us) of `n` runs one at a time.
@@ -226,6 +245,22 @@ fn measure_pinned(
         remote.run(&feeds).expect("run");
     };
     let latency_us = latency(&run, if cores.is_some() { 40 } else { 200 });
+    // VKML_BENCH_GAP_MS: the latency again with a pause before each run, as a stage of a split
+    // run sees between its runs at one caller (does a device idle for that long run slower?).
+    if let (Some(gap), Some(_)) = (gap_ms(), cores) {
+        let mut took = Vec::new();
+        for _ in 0..40 {
+            std::thread::sleep(Duration::from_millis(gap));
+            let t = Instant::now();
+            run();
+            took.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        println!(
+            "{label}: latency {:.2} ms back to back, {:.2} ms after a {gap} ms pause (medians)",
+            latency_us / 1e3,
+            median(took)
+        );
+    }
     let rates = concurrency
         .iter()
         .map(|&k| throughput(&run, k, secs))

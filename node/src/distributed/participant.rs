@@ -268,12 +268,16 @@ impl Participant {
             Ok::<_, core::ParticipantError>((t, exe))
         })?;
         let exe = exe.ok_or(DistError::NoModel(model))?;
+        // Trace events of a run's life on each node: with RUST_LOG=vkml::distributed=trace,
+        // their timestamps break a split run down hop by hop.
+        tracing::trace!("run {run}: part starting ({} inputs)", inputs.len());
         let hooks = Arc::new(Hooks {
             participant: self.clone(),
             ticket: ticket.clone(),
         });
         let (me, t) = (Arc::clone(self), ticket.clone());
         let done: Done = Box::new(move |result| {
+            tracing::trace!("run {run}: part ended");
             me.call(|st, now| {
                 st.links.remove(&(model, run));
                 st.core
@@ -318,6 +322,7 @@ impl Participant {
 
     /// A value another node produced for a run of ours.
     pub fn arrive(&self, model: u64, run: u64, value: ValueId, t: Tensor) {
+        tracing::trace!("run {run}: value {value} arrived");
         let arrival = self.call(|st, now| st.core.arrive(model, run, value as u64, t, now));
         match arrival {
             Arrival::UnknownModel => {
@@ -492,7 +497,9 @@ impl Hooks {
         let p = self.participant.clone();
         let (to, t) = (to.to_string(), self.ticket.clone());
         self.participant.rt.spawn(async move {
-            if let Err(e) = p.link.send_tensor(&to, h, payload).await {
+            let sent = p.link.send_tensor(&to, h, payload).await;
+            tracing::trace!("run {}: {what} to {to} sent", t.run);
+            if let Err(e) = sent {
                 let why = e.to_string();
                 tracing::warn!(
                     "cannot send {what} of run {} (model {:016x}) to {to}: {why}",
@@ -508,6 +515,7 @@ impl Hooks {
 impl RemoteHooks for Hooks {
     fn send(&self, value: ValueId, nodes: &[String], t: &Tensor) {
         let (model, run) = (self.ticket.model, self.ticket.run);
+        tracing::trace!("run {run}: value {value} made, for {nodes:?}");
         for node in nodes {
             let h = wire::header(t, pb::TensorRole::Edge, model, run, value as u64);
             self.send_to(node, format!("value {value}"), h, t.bytes().clone());

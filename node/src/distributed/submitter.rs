@@ -297,6 +297,7 @@ impl Submitter {
 
     /// An output of one of our runs arrived (from another node, or from this one).
     pub fn output_arrived(self: &Arc<Self>, model: u64, run: u64, index: usize, t: Tensor) {
+        tracing::trace!("run {run}: output {index} arrived");
         self.call(|st, _| st.core.output(model, run, index, t));
     }
 
@@ -727,17 +728,21 @@ impl State {
                     load_id,
                     run_id,
                     inputs,
-                } => todo.push(Todo::Start {
-                    node,
-                    load_id,
-                    run_id,
-                    inputs,
-                }),
+                } => {
+                    tracing::trace!("run {run_id}: start for {node}");
+                    todo.push(Todo::Start {
+                        node,
+                        load_id,
+                        run_id,
+                        inputs,
+                    });
+                }
                 Action::Deployed { plan, .. } => self.submitted(plan, Ok(())),
                 Action::DeployFailed { plan, error, .. } => self.submitted(plan, Err(error)),
                 // Live without a plan: its runs plan with their values.
                 Action::Deferred { plan, .. } => self.submitted(plan, Ok(())),
                 Action::RunDone { run, result } => {
+                    tracing::trace!("run {run:?}: done");
                     if let Some(answer) = self.runs.remove(&run) {
                         let _ = answer.send(result);
                     }

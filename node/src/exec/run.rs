@@ -302,12 +302,14 @@ impl RunState {
             }
             Device::Gpu(g) => match self.submit(c, d, g) {
                 Ok((ticket, copy)) => {
+                    tracing::trace!("chunk {c}: submitted to {}", g.info().name);
                     let state = Arc::clone(self);
                     let busy = self.exe.meters[d].guard();
                     completion::on_complete(
                         g,
                         ticket,
                         Box::new(move |done| {
+                            tracing::trace!("chunk {c}: completed");
                             drop(busy);
                             let done = done.and_then(|()| state.read_exports(c, d, copy));
                             state.finish(c, done);
@@ -338,7 +340,9 @@ impl RunState {
     }
 
     fn read_exports(&self, c: usize, d: usize, copy: usize) -> Result<()> {
-        for (v, t) in read_exports(&self.exe, &self.ctx[&d], d, c, copy)? {
+        let exports = read_exports(&self.exe, &self.ctx[&d], d, c, copy)?;
+        tracing::trace!("chunk {c}: results read back");
+        for (v, t) in exports {
             // Set once: each value has one producing chunk per run.
             self.host.set(v, t);
         }
