@@ -36,6 +36,7 @@ PY
   if [ -n "${NODE_LOGS:-}" ]; then logs=$out/logs; mkdir -p "$logs"; fi
   VKML_BENCH_SCALING="$m/chain.onnx" VKML_BENCH_CORES=${CORES:-5} VKML_BENCH_SECS=${SECS:-5} \
     VKML_BENCH_DEVICE=${DEVICE:-cpu} VKML_BENCH_GAP_MS=${GAP_MS:-} VKML_BENCH_NODE_LOGS=$logs \
+    VKML_BENCH_CAP_EXTRA=${CAP_EXTRA:-15} \
     timeout 420 .gpu/bench-cluster --bench > "$out/scaling.txt" 2>&1
   if [ -n "$logs" ]; then
     for f in "$logs"/*.log; do head -n 3000 "$f" > "$f.head"; rm "$f"; done

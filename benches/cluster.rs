@@ -332,9 +332,14 @@ fn scaling(model: &Path, device: &str, cores: usize, secs: f64) {
         .map(|e| e.metadata().unwrap().len())
         .sum();
     let concurrency = [1, 4, 16, 64];
+    // VKML_BENCH_CAP_EXTRA: the headroom over 1/N of the weights, in percent (default 15).
+    let extra: u64 = std::env::var("VKML_BENCH_CAP_EXTRA")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(15);
     let mut rows = Vec::new();
     for n in 1..=3u64 {
-        let cap = (n > 1).then(|| weights / n + weights * 15 / 100);
+        let cap = (n > 1).then(|| weights / n + weights * extra / 100);
         let caps = vec![cap; n as usize];
         let label = format!("{n} node(s) x {cores} cores");
         rows.push(measure_pinned(
