@@ -62,6 +62,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("VKML_QUEUE", "compute or graphics"),
     ("VKML_VALIDATION", "0 or 1"),
     (
+        "VKML_GPU_SPIN_US",
+        "microseconds a waiter polls a GPU before sleeping in the driver (default 100)",
+    ),
+    (
         "VKML_MAX_VALUE_BYTES",
         "a number of bytes, the most one value may take; unset: the largest device budget",
     ),
@@ -86,6 +90,10 @@ impl Tuning {
                 "VKML_ARM" => flag(v).map(|b| t.arm = b),
                 "VKML_QUEUE" => queue(v).map(|q| t.vulkan.queue = q),
                 "VKML_VALIDATION" => flag(v).map(|b| t.vulkan.validation = b),
+                "VKML_GPU_SPIN_US" => v
+                    .parse()
+                    .ok()
+                    .map(|us| t.vulkan.spin = Some(std::time::Duration::from_micros(us))),
                 "VKML_MAX_VALUE_BYTES" => v.parse().ok().map(|b| t.max_value_bytes = Some(b)),
                 _ => continue,
             };
@@ -205,6 +213,7 @@ mod tests {
             ("VKML_QUEUE", "graphics"),
             ("VKML_VALIDATION", "1"),
             ("VKML_MAX_VALUE_BYTES", "4096"),
+            ("VKML_GPU_SPIN_US", "250"),
             ("HOME", "/root"),
         ]));
         assert!(warnings.is_empty(), "{warnings:?}");
@@ -216,6 +225,7 @@ mod tests {
         assert_eq!(t.vulkan.queue, QueueFamily::Graphics);
         assert!(t.vulkan.validation);
         assert_eq!(t.max_value_bytes, Some(4096));
+        assert_eq!(t.vulkan.spin, Some(std::time::Duration::from_micros(250)));
 
         let (t, warnings) =
             Tuning::from_vars(vars(&[("VKML_GEMM_COOP", "fast"), ("VKML_FUSION", "no")]));

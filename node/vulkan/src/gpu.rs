@@ -54,7 +54,11 @@ pub(crate) struct QueueState {
 }
 
 impl Gpu {
-    pub(crate) fn new(instance: Arc<Instance>, c: Candidate) -> Result<Arc<Gpu>, VulkanError> {
+    pub(crate) fn new(
+        instance: Arc<Instance>,
+        c: Candidate,
+        spin: Option<Duration>,
+    ) -> Result<Arc<Gpu>, VulkanError> {
         let device = create_device(&instance, &c)?;
         // From here on, `Partial` destroys what was made if a later step fails.
         let mut partial = Partial {
@@ -97,7 +101,7 @@ impl Gpu {
             // A CPU device runs on the host's cores: spinning only steals them from it.
             Duration::ZERO
         } else {
-            Duration::from_micros(100)
+            spin.unwrap_or(Duration::from_micros(100))
         };
         let device = partial.device.take().expect("set above");
         let timeline = std::mem::replace(&mut partial.timeline, vk::Semaphore::null());

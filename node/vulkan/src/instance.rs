@@ -50,6 +50,9 @@ pub struct VulkanOptions {
     pub validation: bool,
     /// Which queue family work is submitted on.
     pub queue: QueueFamily,
+    /// How long a waiter polls a real GPU's progress before sleeping in the driver's wait
+    /// (`Gpu::spin_default`; None: 100 us). CPU devices never poll.
+    pub spin: Option<std::time::Duration>,
 }
 
 /// The queue family a GPU's work goes to.
@@ -99,7 +102,7 @@ impl Vulkan {
             // Indices stay dense even when a device fails to open.
             c.info.index = gpus.len();
             let name = c.info.name.clone();
-            match Gpu::new(instance.clone(), c) {
+            match Gpu::new(instance.clone(), c, options.spin) {
                 Ok(gpu) => gpus.push(gpu),
                 Err(e) => {
                     tracing::warn!("skipping Vulkan device {name}: cannot open it: {e}");
