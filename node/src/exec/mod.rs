@@ -67,8 +67,9 @@ pub struct Executable {
     profile: profile::Profile,
     /// Whether a short single-GPU chunk may be queued ahead of its inputs (`Tuning::arm`).
     arm: bool,
-    /// Per device (as `devices`): the meter its chunks charge (see busy.rs).
-    meters: Vec<Arc<busy::BusyMeter>>,
+    /// Per device (as `devices`): the meter its chunks charge (see busy.rs); none for the
+    /// device probe's executables, whose runs are not the node's load.
+    meters: Vec<Option<Arc<busy::BusyMeter>>>,
 }
 
 /// Where the ops of one plan ran: op count per device name, and the edges between devices.
@@ -230,7 +231,10 @@ impl Executable {
             })
             .collect::<Result<Vec<_>>>()?;
         let release = release::Release::new(&graph, &spec, &plan, &topo, &devices);
-        let meters = devices.iter().map(|d| busy::meter(&d.name())).collect();
+        let meters = devices
+            .iter()
+            .map(|d| Some(busy::meter(&d.name())))
+            .collect();
         let exe = Executable {
             graph,
             spec,
@@ -250,6 +254,23 @@ impl Executable {
         let ctx = exe.new_context()?;
         exe.pool.lock().expect("pool").push(ctx);
         Ok(exe)
+    }
+
+    /// Its runs are left out of the load `status` reports (runs and busy time): the device
+    /// probe's.
+    pub(crate) fn unmetered(mut self) -> Executable {
+        self.meters.iter_mut().for_each(|m| *m = None);
+        self
+    }
+
+    /// Whether its runs count in the load `status` reports.
+    fn metered(&self) -> bool {
+        self.meters.iter().any(Option::is_some)
+    }
+
+    /// The busy meter of device `d`, held until the guard drops (none when unmetered).
+    fn busy(&self, d: usize) -> Option<busy::BusyGuard> {
+        self.meters[d].as_ref().map(busy::BusyMeter::guard)
     }
 
     /// Times every op this node runs on its CPU from now on (see exec/profile.rs).

@@ -218,13 +218,9 @@ impl Probe<'_> {
         let spec = graph
             .specialize_with(&[ValueType::of(&x)], &[None], false, u64::MAX)
             .map_err(Error::from)?;
-        let exe = Arc::new(Executable::new(
-            graph,
-            spec,
-            vec![self.device.clone()],
-            None,
-            self.tuning,
-        )?);
+        let exe = Arc::new(
+            Executable::new(graph, spec, vec![self.device.clone()], None, self.tuning)?.unmetered(),
+        );
         exe.run(vec![x.clone()])?;
         let mut best = Duration::MAX;
         for _ in 0..REPEATS {

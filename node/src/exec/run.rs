@@ -123,8 +123,8 @@ pub(super) struct RunState {
     failed: AtomicBool,
     error: Mutex<Option<Error>>,
     driver: Driver,
-    /// Counts the run in `status` while it lives.
-    _count: super::busy::RunCount,
+    /// Counts the run in `status` while it lives (unless its executable is unmetered).
+    _count: Option<super::busy::RunCount>,
 }
 
 impl RunState {
@@ -304,7 +304,7 @@ impl RunState {
                 Ok((ticket, copy)) => {
                     tracing::trace!("chunk {c}: submitted to {}", g.info().name);
                     let state = Arc::clone(self);
-                    let busy = self.exe.meters[d].guard();
+                    let busy = self.exe.busy(d);
                     completion::on_complete(
                         g,
                         ticket,
@@ -351,7 +351,7 @@ impl RunState {
 
     fn run_cpu_chunk(&self, c: usize) -> Result<()> {
         let exe = &self.exe;
-        let _busy = exe.meters[exe.plan.chunks[c].device.index].guard();
+        let _busy = exe.busy(exe.plan.chunks[c].device.index);
         // The node's inputs, held for its call (refilled per node).
         let mut held: Vec<Option<Tensor>> = Vec::new();
         let mut times = Vec::new();
@@ -511,8 +511,8 @@ fn run_direct(
     (c, d, g): (usize, usize, &Arc<Gpu>),
 ) -> Result<Vec<Tensor>> {
     let gctx = &ctx[&d];
-    let _count = super::busy::RunCount::start();
-    let _busy = exe.meters[d].guard();
+    let _count = exe.metered().then(super::busy::RunCount::start);
+    let _busy = exe.busy(d);
     let value = |v: ValueId| {
         inputs
             .iter()
@@ -574,7 +574,7 @@ fn new_state(
         failed: AtomicBool::new(false),
         error: Mutex::new(None),
         driver,
-        _count: super::busy::RunCount::start(),
+        _count: exe.metered().then(super::busy::RunCount::start),
     })
 }
 
