@@ -143,6 +143,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The environment variable `name` parsed, or `default` when it is unset or does not parse.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 fn gap_ms() -> Option<u64> {
     std::env::var("VKML_BENCH_GAP_MS").ok()?.parse().ok()
 }
@@ -333,10 +341,7 @@ fn scaling(model: &Path, device: &str, cores: usize, secs: f64) {
         .sum();
     let concurrency = [1, 4, 16, 64];
     // VKML_BENCH_CAP_EXTRA: the headroom over 1/N of the weights, in percent (default 15).
-    let extra: u64 = std::env::var("VKML_BENCH_CAP_EXTRA")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(15);
+    let extra: u64 = env_or("VKML_BENCH_CAP_EXTRA", 15);
     let mut rows = Vec::new();
     for n in 1..=3u64 {
         let cap = (n > 1).then(|| weights / n + weights * extra / 100);
@@ -379,27 +384,19 @@ fn main() {
         println!("cluster bench: skipped (run with `cargo bench --bench cluster`)");
         return;
     }
-    let secs_or = |d: f64| {
-        std::env::var("VKML_BENCH_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(d)
-    };
+    let device = std::env::var("VKML_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
     if let Ok(model) = std::env::var("VKML_BENCH_SCALING") {
-        let cores = std::env::var("VKML_BENCH_CORES")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(5);
-        let device = std::env::var("VKML_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
-        scaling(Path::new(&model), &device, cores, secs_or(5.0));
+        let cores = env_or("VKML_BENCH_CORES", 5);
+        scaling(
+            Path::new(&model),
+            &device,
+            cores,
+            env_or("VKML_BENCH_SECS", 5.0),
+        );
         return;
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let device = std::env::var("VKML_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
-    let secs: f64 = std::env::var("VKML_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
+    let secs: f64 = env_or("VKML_BENCH_SECS", 3.0);
     let models: Vec<PathBuf> = std::env::var("VKML_BENCH_MODELS")
         .unwrap_or_else(|_| {
             "tests/fixtures/mnist_cnn/model.onnx,tests/fixtures/mlp/model.onnx,tests/models/bert_static/model.onnx".into()

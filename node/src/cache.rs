@@ -411,11 +411,16 @@ impl WeightCache {
 /// The default cache folder: `$XDG_CACHE_HOME/vkml/weights`, else `~/.cache/vkml/weights`
 /// (the binary resolves it; the library takes the folder as a value).
 pub fn default_dir(xdg_cache_home: Option<&Path>, home: Option<&Path>) -> Option<PathBuf> {
+    vkml_cache_home(xdg_cache_home, home).map(|c| c.join("weights"))
+}
+
+/// VKML's folder of caches: `$XDG_CACHE_HOME/vkml` (an absolute one), else `~/.cache/vkml`.
+pub fn vkml_cache_home(xdg_cache_home: Option<&Path>, home: Option<&Path>) -> Option<PathBuf> {
     xdg_cache_home
         .filter(|p| p.is_absolute())
         .map(Path::to_path_buf)
         .or_else(|| home.map(|h| h.join(".cache")))
-        .map(|c| c.join("vkml").join("weights"))
+        .map(|c| c.join("vkml"))
 }
 
 #[cfg(test)]

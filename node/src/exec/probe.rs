@@ -127,11 +127,7 @@ pub fn figures(devices: &[Device], cache: Option<&Path>, tuning: &Tuning) -> Vec
 /// The default cache file: `$XDG_CACHE_HOME/vkml/devices.json`, else
 /// `~/.cache/vkml/devices.json` (the binary resolves it; the library takes the path as a value).
 pub fn default_file(xdg_cache_home: Option<&Path>, home: Option<&Path>) -> Option<PathBuf> {
-    xdg_cache_home
-        .filter(|p| p.is_absolute())
-        .map(Path::to_path_buf)
-        .or_else(|| home.map(|h| h.join(".cache")))
-        .map(|c| c.join("vkml").join("devices.json"))
+    crate::cache::vkml_cache_home(xdg_cache_home, home).map(|c| c.join("devices.json"))
 }
 
 fn read_cache(path: &Path) -> BTreeMap<String, Figures> {
