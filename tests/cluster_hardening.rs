@@ -12,6 +12,7 @@
 mod cluster_harness;
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -635,5 +636,59 @@ fn sigterm_of_a_node_serving_a_split_model_exits_in_bounded_time() {
         assert!(e.contains("n3") || e.contains("n2"), "names the node: {e}");
     }
     drop(model);
+    client.close();
+}
+
+/// Bytes each member's devices reserve, as `on` last heard.
+fn reserved_as_seen_by(on: &Node, key: &Path) -> BTreeMap<String, u64> {
+    status(on, key)["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let bytes = m["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["reserved"].as_u64().unwrap())
+                .sum();
+            (m["name"].as_str().unwrap().to_string(), bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn once_an_unload_returns_the_submitter_sees_the_memory_free_everywhere() {
+    let _serial = cluster_harness::serial();
+    let m = mnist();
+    let caps = caps_for_three(&m);
+    let r = start("hard-unload-view", &caps, &[], &[]);
+    let key = &r.cluster.key;
+    let client = connect(&r.nodes[1], key);
+    for round in 0..3 {
+        let model = client.load(&m, |_| {}).unwrap();
+        // Gossip brings each part's reservation to the submitter in time.
+        let end = Instant::now() + PATIENCE;
+        while reserved_as_seen_by(&r.nodes[1], key)
+            .values()
+            .any(|&b| b == 0)
+        {
+            assert!(
+                Instant::now() < end,
+                "round {round}: reservations never gossiped: {:?}\n{}",
+                reserved_as_seen_by(&r.nodes[1], key),
+                r.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        model.unload().unwrap();
+        // No waiting here: the unload's answers carried each node's freed inventory.
+        let seen = reserved_as_seen_by(&r.nodes[1], key);
+        assert!(
+            seen.values().all(|&b| b == 0),
+            "round {round}: the submitter still counts the unloaded model: {seen:?}\n{}",
+            r.logs()
+        );
+    }
     client.close();
 }

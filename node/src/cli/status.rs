@@ -147,6 +147,9 @@ struct JsonDevice {
     /// Measured memory bandwidth (0: not measured).
     bytes_per_us: u64,
     features: u32,
+    /// What loaded models' parts reserve on it, as the answering node last heard (its
+    /// plans are made against `memory_budget - reserved`).
+    reserved: u64,
 }
 
 fn state(s: i32) -> &'static str {
@@ -215,6 +218,7 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
                         op_overhead_ns: d.op_overhead_ns,
                         bytes_per_us: d.bytes_per_us,
                         features: d.features,
+                        reserved: d.reserved,
                     })
                     .collect(),
             })

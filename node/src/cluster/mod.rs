@@ -461,6 +461,21 @@ impl Cluster {
         self.set_devices(devices);
     }
 
+    /// This node's inventory as it is now (its devices' reservations included).
+    pub fn own_inventory(&self) -> pb::Inventory {
+        lock(&self.inner.inventory).clone()
+    }
+
+    /// A member's inventory it sent us itself (answering an unload): taken like gossip if
+    /// newer than what we know. Only a node's own record is taken from it.
+    pub fn learn_inventory(&self, from: &str, inv: pb::Inventory) {
+        if inv.node == from {
+            self.inner.store_inventory(inv);
+        } else {
+            tracing::debug!("{from} sent the inventory of {}: ignored", inv.node);
+        }
+    }
+
     /// Changes this node's inventory (budgets, devices) and gossips the new version.
     pub fn set_devices(&self, devices: Vec<pb::Device>) {
         let inv = {

@@ -107,7 +107,7 @@ impl Link {
             for _ in 0..ANSWER_TRIES {
                 let sent = tokio::time::timeout(ANSWER_WAIT, exec.link.send_acked(&to, &m)).await;
                 match sent {
-                    Ok(Ok(())) => return,
+                    Ok(Ok(_)) => return,
                     Ok(Err(e)) => tracing::debug!("{:?} to {to} not answered: {e}", m.kind()),
                     Err(_) => tracing::debug!("{:?} to {to} not answered in time", m.kind()),
                 }
@@ -133,13 +133,16 @@ impl Link {
 
     /// An `Unload` or a `RunFailed` to `to`, resolving once `to` answered that it is done (an
     /// error when it could not be reached, refused the stream, or the connection was lost).
-    pub async fn send_acked(&self, to: &str, m: &Message) -> Result<(), DistError> {
+    /// The answer is the message itself, or for an `Unload` the node's inventory after it let
+    /// the model's memory go.
+    pub async fn send_acked(&self, to: &str, m: &Message) -> Result<Message, DistError> {
         let (mut s, mut r) = self.cluster.open_bi(to).await?;
         transport::write_message(&mut s, m).await?;
         s.finish()
             .map_err(|e| DistError::Peer(format!("{to}: {e}")))?;
         match wire::expect_message(&mut r).await? {
-            ack if ack.kind() == m.kind() => Ok(()),
+            ack if ack.kind() == m.kind() => Ok(ack),
+            inv @ Message::Inventory(_) if matches!(m, Message::Unload(_)) => Ok(inv),
             other => Err(DistError::Protocol(format!(
                 "{to} answered {:?} to {:?}",
                 other.kind(),

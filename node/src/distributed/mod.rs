@@ -288,7 +288,7 @@ impl Exec {
                 }
                 Message::Unload(u) if client => {
                     let s = send.as_mut().ok_or_else(one_way)?;
-                    self.submitter.unload(u.model_id)?;
+                    self.submitter.unload(u.model_id).await?;
                     transport::write_message(s, &Message::Unload(u)).await?;
                     Ok(())
                 }
@@ -325,9 +325,18 @@ impl Exec {
                 m @ (Message::RunFailed(_) | Message::Unload(_)) if !client => {
                     // On a stream with a way back the message is answered once it is done
                     // here: its sender sends it again until then (link.rs, `send_acked`).
-                    let ack = Some(m.clone());
+                    let unload = matches!(m, Message::Unload(_));
+                    let echo = m.clone();
                     self.message_from(&peer, m);
-                    if let (Some(s), Some(ack)) = (send.as_mut(), ack) {
+                    if let Some(s) = send.as_mut() {
+                        // An unload is answered with this node's inventory, its memory let
+                        // go: the submitter plans the next load against it at once, not
+                        // against gossip that may still say the memory is taken.
+                        let ack = if unload {
+                            Message::Inventory(self.cluster.own_inventory())
+                        } else {
+                            echo
+                        };
                         transport::write_message(s, &ack).await?;
                     }
                     Ok(())

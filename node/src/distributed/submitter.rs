@@ -34,6 +34,11 @@ use crate::tensor::Tensor;
 /// again (a live peer answers in milliseconds).
 const UNLOAD_ACK: Duration = Duration::from_secs(5);
 
+/// How long a client's unload waits for the nodes to confirm they let the model's memory go
+/// (a load right after then plans against free memory); one not confirmed by then is sent
+/// again in the background.
+const UNLOAD_WAIT: Duration = Duration::from_secs(2);
+
 /// A model submitted to this node, under the id its client uses.
 pub struct ClusterModel {
     pub id: u64,
@@ -101,6 +106,8 @@ struct State {
     runs: BTreeMap<RunId, Answer<RunOutput<Tensor>>>,
     submissions: BTreeMap<PlanId, Submission>,
     loads: BTreeMap<u64, Load>,
+    /// Unloads sent to other nodes and not yet answered, by plan.
+    unacked: BTreeMap<u64, usize>,
 }
 
 /// An action to carry out once the lock is released.
@@ -139,6 +146,8 @@ pub struct Submitter {
     weights: Arc<WeightStore>,
     state: Mutex<State>,
     alarm: Alarm,
+    /// Woken when an unload is answered or a load settles (a client's unload waits on it).
+    settled: tokio::sync::Notify,
 }
 
 impl Submitter {
@@ -155,6 +164,7 @@ impl Submitter {
             runs: BTreeMap::new(),
             submissions: BTreeMap::new(),
             loads: BTreeMap::new(),
+            unacked: BTreeMap::new(),
         };
         Submitter {
             me,
@@ -164,6 +174,7 @@ impl Submitter {
             weights,
             state: Mutex::new(state),
             alarm: Alarm::default(),
+            settled: tokio::sync::Notify::new(),
         }
     }
 
@@ -261,13 +272,34 @@ impl Submitter {
         Ok((model, placement))
     }
 
-    /// The client unloads a model: its plans are retired everywhere.
-    pub fn unload(self: &Arc<Self>, id: u64) -> Result<(), DistError> {
-        self.call(|st, _| {
+    /// The client unloads a model: its plans are retired everywhere. Resolves once every
+    /// node of them answered that it let their memory go (its answer, its inventory, is
+    /// what the next plan is made against), or after [`UNLOAD_WAIT`].
+    pub async fn unload(self: &Arc<Self>, id: u64) -> Result<(), DistError> {
+        let ids = self.call(|st, _| {
+            let ids = st.core.load_ids(id);
             st.core.remove_model(id)?;
             st.models.remove(&id);
-            Ok(())
-        })
+            Ok::<_, DistError>(ids)
+        })?;
+        let settled = || {
+            let st = lock(&self.state);
+            ids.iter()
+                .all(|l| !st.core.has_deployment(*l) && !st.unacked.contains_key(l))
+        };
+        let deadline = tokio::time::Instant::now() + UNLOAD_WAIT;
+        loop {
+            let notified = self.settled.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if settled() {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                tracing::debug!("model {id:016x}: unloads not all answered in {UNLOAD_WAIT:?}");
+                return Ok(());
+            }
+        }
     }
 
     pub fn inputs_outputs(model: &ClusterModel) -> (Vec<String>, Vec<String>) {
@@ -433,6 +465,7 @@ impl Submitter {
                         Err(e) => Err(format!("loading failed: {e}")),
                     };
                     me.call(|st, now| st.core.load_result(load_id, &node, r, now));
+                    me.settled.notify_waiters();
                 });
             }
             Todo::Send {
@@ -440,13 +473,27 @@ impl Submitter {
                 message: Message::Unload(u),
             } if to != self.me => {
                 // Acknowledged, and reported: an unload lost to a partition is sent again.
+                *lock(&self.state).unacked.entry(u.model_id).or_default() += 1;
                 let me = self.clone();
                 tokio::spawn(async move {
                     let m = Message::Unload(u);
                     let sent = tokio::time::timeout(UNLOAD_ACK, me.link.send_acked(&to, &m)).await;
                     let Message::Unload(u) = m else { return };
+                    if let Ok(Ok(Message::Inventory(inv))) = &sent {
+                        me.cluster.learn_inventory(&to, inv.clone());
+                    }
+                    {
+                        let mut st = lock(&me.state);
+                        if let Some(n) = st.unacked.get_mut(&u.model_id) {
+                            *n -= 1;
+                            if *n == 0 {
+                                st.unacked.remove(&u.model_id);
+                            }
+                        }
+                    }
+                    me.settled.notify_waiters();
                     match sent {
-                        Ok(Ok(())) => me.call(|st, _| st.core.unload_delivered(&to, u.model_id)),
+                        Ok(Ok(_)) => me.call(|st, _| st.core.unload_delivered(&to, u.model_id)),
                         Ok(Err(e)) => {
                             tracing::debug!(
                                 "unload of {:016x} not delivered to {to}: {e}",

@@ -212,15 +212,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
     /// settles.
     pub fn reserved(&self, model: u64) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
-        let Some(m) = self.models.get(&model) else {
-            return out;
-        };
-        let loading = self
-            .slots
-            .values()
-            .filter(|s| s.model == model)
-            .filter_map(|s| s.load_id);
-        for load_id in m.cache.iter().map(|&(_, l)| l).chain(loading) {
+        for load_id in self.load_ids(model) {
             if let Some(d) = self.deployments.get(&load_id) {
                 for (node, &b) in &d.plan().reserves {
                     *out.entry(node.clone()).or_insert(0) += b;
@@ -228,6 +220,25 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             }
         }
         out
+    }
+
+    /// A model's cached and loading plans.
+    pub fn load_ids(&self, model: u64) -> Vec<u64> {
+        let Some(m) = self.models.get(&model) else {
+            return Vec::new();
+        };
+        let loading = self
+            .slots
+            .values()
+            .filter(|s| s.model == model)
+            .filter_map(|s| s.load_id);
+        m.cache.iter().map(|&(_, l)| l).chain(loading).collect()
+    }
+
+    /// Whether plan `load_id` is still known: loading, cached, or used by a run. A plan
+    /// retired while it loads stays until the load settles (then what did load is unloaded).
+    pub fn has_deployment(&self, load_id: u64) -> bool {
+        self.deployments.contains_key(&load_id)
     }
 
     pub fn has_model(&self, model: u64) -> bool {
