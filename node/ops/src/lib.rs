@@ -340,7 +340,8 @@ pub struct NodeSpec<'a> {
     pub name: &'a str,
     pub op_type: &'a str,
     pub attrs: &'a Attrs,
-    /// Opset version of the node's domain.
+    /// Opset version of the default domain (also for [`MS_DOMAIN`] ops, which have one
+    /// version each: the loader refuses any other).
     pub opset: i64,
     pub num_inputs: usize,
     pub num_outputs: usize,
@@ -348,23 +349,49 @@ pub struct NodeSpec<'a> {
 
 pub type Builder = fn(&NodeSpec<'_>) -> Result<Box<dyn Op>, OpError>;
 
-/// Op type (default domain) to builder.
+/// The domain of ONNX Runtime's contrib ops (exporters' fused LLM ops, MatMulNBits...). Its
+/// ops have a single version each: a model importing any other version is refused at load.
+pub const MS_DOMAIN: &str = "com.microsoft";
+
+/// (domain, op type) to builder; "" is the default domain.
 pub struct Registry {
-    builders: BTreeMap<&'static str, Builder>,
+    builders: BTreeMap<(&'static str, &'static str), Builder>,
 }
 
 impl Registry {
+    /// An op of the default domain.
     pub fn add(&mut self, op_type: &'static str, builder: Builder) {
-        let previous = self.builders.insert(op_type, builder);
-        debug_assert!(previous.is_none(), "op {op_type} registered twice");
+        self.add_in("", op_type, builder);
     }
 
+    /// An op of `domain` ([`MS_DOMAIN`]).
+    pub fn add_in(&mut self, domain: &'static str, op_type: &'static str, builder: Builder) {
+        let previous = self.builders.insert((domain, op_type), builder);
+        debug_assert!(previous.is_none(), "op {domain}:{op_type} registered twice");
+    }
+
+    /// A default-domain op.
     pub fn get(&self, op_type: &str) -> Option<Builder> {
-        self.builders.get(op_type).copied()
+        self.get_in("", op_type)
     }
 
+    pub fn get_in(&self, domain: &str, op_type: &str) -> Option<Builder> {
+        self.builders.get(&(domain, op_type)).copied()
+    }
+
+    /// The default domain's op types.
     pub fn op_types(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.builders.keys().copied()
+        self.domain_op_types("")
+    }
+
+    pub fn domain_op_types<'a>(
+        &'a self,
+        domain: &'a str,
+    ) -> impl Iterator<Item = &'static str> + 'a {
+        self.builders
+            .keys()
+            .filter(move |(d, _)| *d == domain)
+            .map(|(_, o)| *o)
     }
 }
 
@@ -407,10 +434,25 @@ pub fn registry() -> &'static Registry {
 
 /// Builds the op for a node of the default domain.
 pub fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
-    match registry().get(spec.op_type) {
+    build_in("", spec)
+}
+
+/// Builds the op for a node of `domain` ("" for the default one).
+pub fn build_in(domain: &str, spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    match registry().get_in(domain, spec.op_type) {
         Some(builder) => builder(spec),
-        None => Err(OpError::unsupported(format!(
+        None if domain.is_empty() => Err(OpError::unsupported(format!(
             "op type '{}' is not implemented",
+            spec.op_type
+        ))),
+        None if registry().domain_op_types(domain).next().is_some() => {
+            Err(OpError::unsupported(format!(
+                "op type '{}' of domain '{domain}' is not implemented",
+                spec.op_type
+            )))
+        }
+        None => Err(OpError::unsupported(format!(
+            "not supported: operator domain '{domain}' (op '{}')",
             spec.op_type
         ))),
     }

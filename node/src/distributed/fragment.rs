@@ -314,14 +314,17 @@ pub fn rebuild(
     for fnode in &f.nodes {
         let def = crate::onnx::decode_node(Bytes::clone(&fnode.onnx_node))
             .map_err(|e| bad(&e.to_string()))?;
-        let op = ops::build(&NodeSpec {
-            name: &def.name,
-            op_type: &def.op_type,
-            attrs: &def.attrs,
-            opset: f.opset,
-            num_inputs: fnode.inputs.len(),
-            num_outputs: fnode.outputs.len(),
-        })
+        let op = ops::build_in(
+            &def.domain,
+            &NodeSpec {
+                name: &def.name,
+                op_type: &def.op_type,
+                attrs: &def.attrs,
+                opset: f.opset,
+                num_inputs: fnode.inputs.len(),
+                num_outputs: fnode.outputs.len(),
+            },
+        )
         .map_err(|e| {
             DistError::Unsupported(format!("node '{}' ({}): {e}", def.name, def.op_type))
         })?;

@@ -119,21 +119,17 @@ impl Graph {
         let mut producer: BTreeMap<ValueId, usize> = BTreeMap::new();
         let mut raw = Vec::new();
         for (n, node) in g.nodes.iter().enumerate() {
-            if !node.domain.is_empty() {
-                return Err(node_err(
-                    &node.name,
-                    &node.op_type,
-                    format!("not supported: operator domain '{}'", node.domain),
-                ));
-            }
-            let op = ops::build(&NodeSpec {
-                name: &node.name,
-                op_type: &node.op_type,
-                attrs: &node.attrs,
-                opset: model.opset,
-                num_inputs: node.inputs.len(),
-                num_outputs: node.outputs.len(),
-            })
+            let op = ops::build_in(
+                &node.domain,
+                &NodeSpec {
+                    name: &node.name,
+                    op_type: &node.op_type,
+                    attrs: &node.attrs,
+                    opset: model.opset,
+                    num_inputs: node.inputs.len(),
+                    num_outputs: node.outputs.len(),
+                },
+            )
             .map_err(|e| node_err(&node.name, &node.op_type, e))?;
             let ins: Vec<Option<ValueId>> = node
                 .inputs

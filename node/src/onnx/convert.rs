@@ -11,7 +11,7 @@ use super::proto::type_proto::Value as TypeValue;
 use super::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
 use super::tensor::{convert_tensor, onnx_type_name, tensor_type};
 use crate::model::{DeferredWeight, Dim, GraphDef, ModelDef, NodeDef, ValueDef};
-use crate::ops::{AttrValue, Attrs};
+use crate::ops::{self, AttrValue, Attrs};
 use crate::tensor::DType;
 
 /// The oldest IR version with opset imports (ONNX 1.0); older files cannot say what their
@@ -78,6 +78,14 @@ pub const MAX_OPSET: i64 = 27;
 fn default_opset(m: &ModelProto, path: &Path) -> Result<i64, LoadError> {
     let mut found: Option<i64> = None;
     for o in &m.opset_import {
+        if o.domain == ops::MS_DOMAIN && o.version != 1 {
+            return Err(LoadError::Unsupported(format!(
+                "{} imports version {} of the {} domain; its ops have one version, 1",
+                path.display(),
+                o.version,
+                ops::MS_DOMAIN
+            )));
+        }
         if !normalise_domain(&o.domain).is_empty() {
             continue;
         }
