@@ -38,11 +38,18 @@ def init(name, array):
     return numpy_helper.from_array(np.asarray(array), name=name)
 
 
+MS_DOMAIN = "com.microsoft"
+
+
 def make_model(name, nodes, inputs, outputs, initializers=(), opset=DEFAULT_OPSET, check=True):
     graph = helper.make_graph(list(nodes), name, list(inputs), list(outputs), list(initializers))
+    imports = [helper.make_opsetid("", opset)]
+    # onnxruntime's contrib ops (one version each): imported when a node uses them.
+    if any(n.domain == MS_DOMAIN for n in nodes):
+        imports.append(helper.make_opsetid(MS_DOMAIN, 1))
     model = helper.make_model(
         graph,
-        opset_imports=[helper.make_opsetid("", opset)],
+        opset_imports=imports,
         producer_name="vkml-fixtures",
         ir_version=IR_VERSION,
     )
