@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerates tests/models/: small-config models of the families people actually run, exported
+"""Regenerates tests/models/ (all but llama.py's folders): small-config models of the families people actually run, exported
 by PyTorch, with onnxruntime's outputs as the reference.
 
 Needs torch (any recent CPU build), onnxscript (for the dynamo exporter), onnx==1.22.0,
@@ -412,8 +412,12 @@ def main():
     p.add_argument("--out", default=os.path.join(REPO, "tests", "models"))
     p.add_argument("only", nargs="*", help="families to regenerate (default: all)")
     args = p.parse_args()
-    if not args.only and os.path.isdir(args.out):
-        shutil.rmtree(args.out)
+    # Only this script's folders: tests/models/ also holds llama.py's (llama_optimum, llama_genai).
+    for name, *_ in FAMILIES:
+        for suffix in ("static", "dynamic"):
+            d = os.path.join(args.out, f"{name}_{suffix}")
+            if (not args.only or name in args.only) and os.path.isdir(d):
+                shutil.rmtree(d)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, ".gitattributes"), "w") as f:
         f.write(common_gitattributes())
@@ -421,7 +425,7 @@ def main():
 
 
 def common_gitattributes():
-    return "# Generated binaries: never diffed or merged as text.\n*.onnx binary\n*.pb binary\n"
+    return "# Generated binaries: never diffed or merged as text.\n*.onnx binary\n*.pb binary\n*.data binary\n"
 
 
 if __name__ == "__main__":
