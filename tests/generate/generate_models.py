@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Regenerates tests/models/ (all but llama.py's folders): small-config models of the families people actually run, exported
-by PyTorch, with onnxruntime's outputs as the reference.
+"""Regenerates tests/models/ (all but llama.py's folders): small-config models of the families
+people actually run, exported by PyTorch, with onnxruntime's outputs as the reference.
 
 Needs torch (any recent CPU build), onnxscript (for the dynamo exporter), onnx==1.22.0,
 onnxruntime and numpy. Each family is exported twice:
