@@ -1,7 +1,9 @@
 //! Models of the families people run (ResNet, MobileNetV2, a YOLO-style detector, BERT, GPT-2,
 //! ViT, a Whisper-style encoder), exported by PyTorch's TorchScript exporter with static sizes
 //! and by its dynamo exporter with symbolic batch and sequence sizes, each on the CPU backend
-//! and on Vulkan against onnxruntime's outputs (tests/generate/generate_models.py).
+//! and on Vulkan against onnxruntime's outputs (tests/generate/generate_models.py); and a tiny
+//! Llama as Optimum and ONNX Runtime GenAI's model builder export it, a prefill and three
+//! decode steps (tests/generate/llama.py; generation itself is tests/llm.rs).
 
 mod common;
 
@@ -60,6 +62,8 @@ model_tests!(
     bert_static,
     gpt2_dynamic,
     gpt2_static,
+    llama_genai,
+    llama_optimum,
     mobilenetv2_dynamic,
     mobilenetv2_static,
     resnet_dynamic,

@@ -23,6 +23,7 @@ pub mod distributed;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod generate;
 pub mod graph;
 pub mod io;
 pub mod onnx;

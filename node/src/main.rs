@@ -74,6 +74,9 @@ enum Command {
     Submit(cli::SubmitArgs),
     /// Print where the cluster's planner puts a model (ops, devices, cut edges, memory).
     Plan(cli::PlanArgs),
+    /// Generate text with a language model folder (model.onnx + tokenizer.json), streaming
+    /// tokens as they are made; here, or on a cluster with --to.
+    Generate(cli::GenerateArgs),
 }
 
 fn main() -> ExitCode {
@@ -125,6 +128,7 @@ fn real_main(cli: Cli) -> Result<()> {
         Command::Status(args) => cli::status(args),
         Command::Submit(args) => cli::submit(args),
         Command::Plan(args) => cli::plan(args),
+        Command::Generate(args) => cli::generate_cmd(args),
         Command::Run {
             model,
             inputs,

@@ -372,6 +372,7 @@ fn template(u: &mut Unstructured) -> Result<Message> {
             model_id: id,
             ok: u.arbitrary()?,
             reason: name,
+            ..Default::default()
         }),
         9 => Message::Tensor(pb::TensorHeader {
             model_id: id,

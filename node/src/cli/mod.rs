@@ -3,6 +3,7 @@
 
 mod config;
 pub mod env;
+mod generate;
 mod placement;
 mod plan;
 mod status;
@@ -17,6 +18,7 @@ use clap::Args;
 use vkml::DeviceSelection;
 use vkml::cluster::{Cluster, ClusterConfig, Secret};
 
+pub use generate::{GenerateArgs, generate_cmd};
 pub use plan::{PlanArgs, plan};
 pub use status::{StatusArgs, status};
 pub use submit::{SubmitArgs, submit};

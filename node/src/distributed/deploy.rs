@@ -52,6 +52,8 @@ pub struct Made {
     pub plan: DeploymentPlan<Tensor>,
     pub parts: BTreeMap<String, Part>,
     pub placement: pb::Placement,
+    /// Planned over whole budgets: the memory loaded models leave could not hold it.
+    pub over_gross: bool,
 }
 
 /// Why no deployment was made.
@@ -177,13 +179,14 @@ pub(super) fn cut(
     } = *with;
     let (cost, _) = crate::exec::cost_graph(graph, &spec, &tuning.kernels);
     let links = vkml_planner::LinkCosts::default();
-    let (plan, snapshot) = match (vkml_planner::plan(&cost, snapshot, &links), fallback) {
-        (Ok(plan), _) => (plan, snapshot),
+    let (plan, snapshot, over_gross) = match (vkml_planner::plan(&cost, snapshot, &links), fallback)
+    {
+        (Ok(plan), _) => (plan, snapshot, false),
         (Err(e), Some(other)) => {
             tracing::debug!("no plan in the memory left ({e}); planning over whole budgets");
             let plan = vkml_planner::plan(&cost, other, &links)
                 .map_err(|e| DistError::Placement(e.to_string()))?;
-            (plan, other)
+            (plan, other, true)
         }
         (Err(e), None) => return Err(DistError::Placement(e.to_string())),
     };
@@ -216,6 +219,7 @@ pub(super) fn cut(
         },
         parts,
         placement: describe(graph, &cost, &plan, snapshot),
+        over_gross,
     };
     Ok((made, plan.hash))
 }

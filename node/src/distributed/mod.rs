@@ -533,6 +533,7 @@ impl Exec {
             model_id: model,
             ok: r.is_ok(),
             reason: r.err().map(|e| e.to_string()).unwrap_or_default(),
+            inventory: Some(self.cluster.own_inventory()),
         };
         transport::write_message(send, &Message::LoadAck(ack)).await?;
         Ok(())

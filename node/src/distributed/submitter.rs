@@ -282,6 +282,20 @@ impl Submitter {
             st.models.remove(&id);
             Ok::<_, DistError>(ids)
         })?;
+        self.wait_unloaded(&ids).await;
+        Ok(())
+    }
+
+    /// A node's inventory it sent with an answer: its reservations as they are now.
+    fn learn(&self, node: &str, inventory: Option<pb::Inventory>) {
+        if let Some(inv) = inventory {
+            self.cluster.learn_inventory(node, inv);
+        }
+    }
+
+    /// Waits until plans `ids` are gone and every node answered their unloads, or for
+    /// [`UNLOAD_WAIT`].
+    async fn wait_unloaded(&self, ids: &[u64]) {
         let settled = || {
             let st = lock(&self.state);
             ids.iter()
@@ -293,11 +307,11 @@ impl Submitter {
             tokio::pin!(notified);
             notified.as_mut().enable();
             if settled() {
-                return Ok(());
+                return;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                tracing::debug!("model {id:016x}: unloads not all answered in {UNLOAD_WAIT:?}");
-                return Ok(());
+                tracing::debug!("unloads of {ids:016x?} not all answered in {UNLOAD_WAIT:?}");
+                return;
             }
         }
     }
@@ -550,16 +564,32 @@ impl Submitter {
         key: DeployKey,
         avoid: BTreeSet<String>,
     ) {
-        let made = deploy::make(
-            &self.cluster,
-            &self.me,
-            &model.name,
-            &model.graph,
-            &model.external,
-            &key,
-            &avoid,
-        )
-        .await;
+        let make = || {
+            deploy::make(
+                &self.cluster,
+                &self.me,
+                &model.name,
+                &model.graph,
+                &model.external,
+                &key,
+                &avoid,
+            )
+        };
+        let mut made = make().await;
+        // No room left beside the model's plans for other input shapes (a language model
+        // makes one per sequence length): the idle ones give way, and it is planned again.
+        if matches!(&made, Ok(m) if m.over_gross) {
+            let evicted = self.call(|st, _| st.core.evict_idle(model.id));
+            if !evicted.is_empty() {
+                tracing::debug!(
+                    "model {}: {} idle plan(s) unloaded to make room",
+                    model.name,
+                    evicted.len()
+                );
+                self.wait_unloaded(&evicted).await;
+                made = make().await;
+            }
+        }
         self.call(|st, now| match made {
             Ok(made) => st.planned(plan, made, &model, now),
             Err(Unplanned::NeedsValues(more)) => {
@@ -626,7 +656,10 @@ impl Submitter {
         if !refs.is_empty() {
             let wanted = match wire::expect_message(&mut recv).await? {
                 Message::WeightsWanted(w) => w.indices,
-                Message::LoadAck(a) => return Err(DistError::Remote(a.reason)),
+                Message::LoadAck(a) => {
+                    self.learn(node, a.inventory);
+                    return Err(DistError::Remote(a.reason));
+                }
                 other => {
                     return Err(DistError::Protocol(format!(
                         "expected the weights {node} wants, got {:?}",
@@ -641,8 +674,14 @@ impl Submitter {
         }
         let _ = send.finish();
         match wire::expect_message(&mut recv).await? {
-            Message::LoadAck(a) if a.ok => Ok(()),
-            Message::LoadAck(a) => Err(DistError::Remote(a.reason)),
+            Message::LoadAck(a) => {
+                self.learn(node, a.inventory);
+                if a.ok {
+                    Ok(())
+                } else {
+                    Err(DistError::Remote(a.reason))
+                }
+            }
             other => Err(DistError::Protocol(format!(
                 "expected a load acknowledgement, got {:?}",
                 other.kind()
@@ -810,6 +849,7 @@ impl State {
             plan: dp,
             parts,
             placement,
+            ..
         } = made;
         let load_id = dp.load_id;
         if !self.core.planned(plan, dp, now) {

@@ -235,6 +235,24 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         m.cache.iter().map(|&(_, l)| l).chain(loading).collect()
     }
 
+    /// Retires the model's cached plans that no run uses, to make room for a new one; their
+    /// load ids.
+    pub fn evict_idle(&mut self, model: u64) -> Vec<u64> {
+        let Some(m) = self.models.get(&model) else {
+            return Vec::new();
+        };
+        let idle: Vec<u64> = m
+            .cache
+            .iter()
+            .map(|&(_, l)| l)
+            .filter(|&l| !self.attempts.keys().any(|&(a, _)| a == l))
+            .collect();
+        for &l in &idle {
+            self.retire(l, None, "replaced by a plan for other input shapes");
+        }
+        idle
+    }
+
     /// Whether plan `load_id` is still known: loading, cached, or used by a run. A plan
     /// retired while it loads stays until the load settles (then what did load is unloaded).
     pub fn has_deployment(&self, load_id: u64) -> bool {

@@ -816,3 +816,25 @@ fn a_plan_that_no_longer_fits_after_a_node_left_names_the_node() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn evicting_idle_plans_unloads_those_no_run_uses_and_keeps_the_busy_one() {
+    let mut s = submitter();
+    let now = t0();
+    // Plan 11 (key 0) has a run in flight; plan 12 (key 1) is live and idle.
+    let (_run, _) = started(&mut s, 11, &["n1", "n2"], now);
+    let p = pending(&mut s, 1, now);
+    go_live(&mut s, p, 12, &["n2", "n3"], now);
+    assert_eq!(s.evict_idle(7), [12]);
+    let why = "replaced by a plan for other input shapes";
+    assert_eq!(
+        drain(&mut s),
+        [unload("n2", 12, why), unload("n3", 12, why)]
+    );
+    assert!(!s.has_deployment(12));
+    assert!(s.has_deployment(11));
+    assert_eq!(s.load_ids(7), [11]);
+    // Nothing idle is left to evict.
+    assert!(s.evict_idle(7).is_empty());
+    assert!(s.evict_idle(99).is_empty());
+}

@@ -1,0 +1,155 @@
+//! A model folder as exporters write it (model.onnx beside tokenizer.json and a config that
+//! names the end-of-sequence tokens), and generation from text to text.
+
+use std::path::{Path, PathBuf};
+
+use tokenizers::Tokenizer;
+
+use super::{GenerateError, GenerateOptions, Generation, LlmIo, StepModel, generate};
+
+/// The files of a model folder.
+pub struct ModelFolder {
+    pub model: PathBuf,
+    pub tokenizer: Tokenizer,
+    /// From generation_config.json, config.json or genai_config.json, the first that names
+    /// them.
+    pub eos: Vec<u32>,
+}
+
+fn file_err(path: &Path, message: impl ToString) -> GenerateError {
+    GenerateError::File {
+        path: path.display().to_string(),
+        message: message.to_string(),
+    }
+}
+
+impl ModelFolder {
+    /// Reads `dir`: `model.onnx` (or the folder's only .onnx file) and `tokenizer.json`.
+    pub fn open(dir: &Path) -> Result<ModelFolder, GenerateError> {
+        let model = find_model(dir)?;
+        let tok_path = dir.join("tokenizer.json");
+        if !tok_path.is_file() {
+            return Err(file_err(
+                dir,
+                "no tokenizer.json here: export the model with its tokenizer (Hugging Face's \
+                 tokenizer.json format)",
+            ));
+        }
+        let tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| file_err(&tok_path, e))?;
+        Ok(ModelFolder {
+            model,
+            tokenizer,
+            eos: eos_tokens(dir)?,
+        })
+    }
+
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, GenerateError> {
+        let enc = self
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| GenerateError::Tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32]) -> Result<String, GenerateError> {
+        self.tokenizer
+            .decode(ids, true)
+            .map_err(|e| GenerateError::Tokenizer(e.to_string()))
+    }
+}
+
+fn find_model(dir: &Path) -> Result<PathBuf, GenerateError> {
+    let preferred = dir.join("model.onnx");
+    if preferred.is_file() {
+        return Ok(preferred);
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| file_err(dir, e))?;
+    let onnx: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "onnx"))
+        .collect();
+    match onnx.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(file_err(dir, "no .onnx model in this folder")),
+        _ => Err(file_err(
+            dir,
+            "several .onnx files and no model.onnx: name the one to run model.onnx",
+        )),
+    }
+}
+
+/// `eos_token_id` (a number or a list) of the first config file that has one.
+fn eos_tokens(dir: &Path) -> Result<Vec<u32>, GenerateError> {
+    let sources: [(&str, &[&str]); 3] = [
+        ("generation_config.json", &["eos_token_id"]),
+        ("config.json", &["eos_token_id"]),
+        ("genai_config.json", &["model", "eos_token_id"]),
+    ];
+    for (file, path) in sources {
+        let p = dir.join(file);
+        let Ok(text) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| file_err(&p, e))?;
+        let value = path.iter().try_fold(&json, |v, k| v.get(k));
+        let ids: Vec<u32> = match value {
+            Some(serde_json::Value::Number(n)) => {
+                n.as_u64().into_iter().map(|n| n as u32).collect()
+            }
+            Some(serde_json::Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_u64().map(|n| n as u32))
+                .collect(),
+            _ => continue,
+        };
+        if !ids.is_empty() {
+            return Ok(ids);
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// Text in, text out, over any [`StepModel`].
+pub struct TextGenerator {
+    pub folder: ModelFolder,
+    pub io: LlmIo,
+}
+
+impl TextGenerator {
+    /// Generates after `prompt`, calling `on_text` with each new piece of text as it is made
+    /// (the decoded text grows; only the new end is passed).
+    pub fn generate<M: StepModel + ?Sized>(
+        &self,
+        model: &M,
+        prompt: &str,
+        options: &GenerateOptions,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<Generation, GenerateError> {
+        let ids = self.folder.encode(prompt)?;
+        let mut made: Vec<u32> = Vec::new();
+        let mut shown = 0;
+        let mut failed = None;
+        let out = generate(model, &self.io, &ids, options, |t| {
+            made.push(t);
+            match self.folder.decode(&made) {
+                // A token may end inside a character: wait until the text is whole.
+                Ok(text) if !text.ends_with('\u{fffd}') && text.len() >= shown => {
+                    if let Some(new) = text.get(shown..) {
+                        on_text(new);
+                        shown = text.len();
+                    }
+                    true
+                }
+                Ok(_) => true,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+}
