@@ -19,6 +19,7 @@ import onnx  # noqa: E402
 
 import models  # noqa: E402
 import op_models  # noqa: E402
+import llm_op_models  # noqa: E402,F401  (adds its fixtures to op_models')
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 # Past this, the fixture set stops being "small" and the repository starts to bloat.
