@@ -79,6 +79,7 @@ mod gather_nd;
 mod generate;
 mod integer;
 mod matmul;
+mod matmul_nbits;
 mod norm;
 mod numeric;
 mod pad;
@@ -415,6 +416,7 @@ pub fn registry() -> &'static Registry {
         generate::register(&mut r);
         integer::register(&mut r);
         matmul::register(&mut r);
+        matmul_nbits::register(&mut r);
         norm::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);
