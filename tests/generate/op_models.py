@@ -418,6 +418,47 @@ FIXTURES["op_squeeze_opset13"] = unsqueeze_like("Squeeze", (3, 1, 4, 1), [-1, 1]
 FIXTURES["op_squeeze_opset13_all"] = unsqueeze_like("Squeeze", (1, 3, 1, 4), None, 13)
 
 
+# ---- com.microsoft MatMulNBits: block-quantized weights (int4 LLMs) ----
+
+def matmul_nbits(a_shape, n, bits, block, zero_points=None, bias=False, flat=False):
+    """Random packed weights and per-block scales; zero_points None, "uint8" (packed like B)
+    or "float"; `flat` gives scales and zero points as 1-D, as older exporters wrote them."""
+    def make(rng):
+        k = a_shape[-1]
+        k_blocks = -(-k // block)
+        b = rng.integers(0, 256, (n, k_blocks, block * bits // 8), dtype=np.uint8)
+        scales = rng.uniform(0.01, 0.2, (n, k_blocks)).astype(F32)
+        shape = (lambda cols: (n * cols,)) if flat else (lambda cols: (n, cols))
+        inits = {"b": b, "scales": scales.reshape(shape(k_blocks))}
+        inputs = ["a", "b", "scales"]
+        if zero_points == "uint8":
+            row = -(-k_blocks * bits // 8)
+            inits["zero_points"] = rng.integers(0, 256, shape(row), dtype=np.uint8)
+            inputs.append("zero_points")
+        elif zero_points == "float":
+            zp = rng.uniform(0, 2 ** bits - 1, (n, k_blocks)).astype(F32)
+            inits["zero_points"] = zp.reshape(shape(k_blocks))
+            inputs.append("zero_points")
+        if bias:
+            inputs += [""] * (5 - len(inputs)) + ["bias"]
+            inits["bias"] = randn(rng, n)
+        mm = helper.make_node("MatMulNBits", inputs, ["y"], name="matmulnbits_node",
+                              domain="com.microsoft", K=k, N=n, bits=bits, block_size=block)
+        return Spec(mm, {"a": randn(rng, *a_shape)}, inits)
+
+    return make
+
+
+FIXTURES["op_matmulnbits_4bit_decode"] = matmul_nbits((1, 1, 64), 24, 4, 32)
+FIXTURES["op_matmulnbits_4bit_zero_points_bias"] = matmul_nbits((2, 3, 40), 10, 4, 16, "uint8",
+                                                                bias=True)
+FIXTURES["op_matmulnbits_4bit_float_zero_points"] = matmul_nbits((3, 48), 8, 4, 16, "float",
+                                                                 flat=True)
+FIXTURES["op_matmulnbits_4bit_prefill"] = matmul_nbits((2, 20, 36), 20, 4, 32, "uint8", bias=True)
+FIXTURES["op_matmulnbits_8bit"] = matmul_nbits((2, 32), 6, 8, 16, "uint8")
+FIXTURES["op_matmulnbits_2bit"] = matmul_nbits((1, 50), 5, 2, 16, "uint8", flat=True)
+
+
 # ---- Cast ----
 
 def cast(src, dst):

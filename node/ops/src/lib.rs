@@ -81,6 +81,7 @@ mod generate;
 mod integer;
 mod llm_norm;
 mod matmul;
+mod matmul_nbits;
 mod norm;
 mod numeric;
 mod pad;
@@ -420,6 +421,7 @@ pub fn registry() -> &'static Registry {
         integer::register(&mut r);
         llm_norm::register(&mut r);
         matmul::register(&mut r);
+        matmul_nbits::register(&mut r);
         norm::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);

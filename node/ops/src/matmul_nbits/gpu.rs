@@ -1,0 +1,170 @@
+//! MatMulNBits on the GPU: matmul_nbits_gemv.comp for up to [`GEMV_ROWS`] rows of A (decode),
+//! matmul_nbits_gemm.comp's 64 x 64 tiles past that (prefill). Both read B as the packed words
+//! it is stored in and share one push-constant block (shaders/matmul_nbits.glsl).
+
+use super::{B, BIAS, Geometry, SCALES, ZERO_POINTS, ZeroPoints};
+use crate::tensor::DType;
+use crate::{BufRef, Dispatch, GpuKernel};
+use vkml_shaders::{matmul_nbits_gemm, matmul_nbits_gemv};
+
+/// Rows of A up to which the GEMV kernel runs: it reads B once per 4 rows (a workgroup's z),
+/// where the tiled kernel reads it once per 64 but with 64 times fewer workgroups at this
+/// size, too few to keep a large GPU's memory busy.
+const GEMV_ROWS: usize = 4;
+/// Rows of A one GEMV workgroup covers (ROWS in the shader).
+const GEMV_GROUP_ROWS: usize = 4;
+/// Columns of Y one GEMV workgroup computes (COLS in the shader).
+const GEMV_COLS: usize = 8;
+/// The tiled kernel's output tile (both ways).
+const TILE: usize = 64;
+const MAX_GROUPS: usize = 65_535;
+
+/// The kernel for a checked product, or `None` when an index it forms would not fit 32 bits
+/// or A is not f32 or f16 (bf16 stays on the CPU).
+pub fn kernel(g: &Geometry) -> Option<GpuKernel> {
+    let half = match g.dtype {
+        DType::F32 => false,
+        DType::F16 => true,
+        _ => return None,
+    };
+    // Every index the shaders form: A's, Y's, B's bytes (more than its words), the scales'
+    // (more than the packed zero points' bytes).
+    for size in [
+        g.m.checked_mul(g.k)?,
+        g.m.checked_mul(g.n)?,
+        g.n.checked_mul(g.row_bytes())?,
+        g.n.checked_mul(g.k_blocks)?,
+    ] {
+        u32::try_from(size).ok()?;
+    }
+    if g.m == 0 || g.n == 0 {
+        return Some(GpuKernel {
+            scratch: vec![],
+            dispatches: vec![],
+        });
+    }
+    let (zp_mode, zpq, zpf, zp_row_bytes) = match g.zp {
+        // Stand-ins: present buffers the flags keep the shaders from reading.
+        ZeroPoints::Default => (0, BufRef::Input(B), BufRef::Input(SCALES), 0),
+        ZeroPoints::Packed { row_bytes } => (
+            1,
+            BufRef::Input(ZERO_POINTS),
+            BufRef::Input(SCALES),
+            row_bytes,
+        ),
+        ZeroPoints::Float => (2, BufRef::Input(B), BufRef::Input(ZERO_POINTS), 0),
+    };
+    let bias = if g.bias {
+        BufRef::Input(BIAS)
+    } else {
+        BufRef::Input(SCALES)
+    };
+    let params = Words {
+        m: g.m as u32,
+        n: g.n as u32,
+        k: g.k as u32,
+        k_blocks: g.k_blocks as u32,
+        row_words: (g.row_bytes() / 4) as u32,
+        bits: g.bits as u32,
+        block: g.block as u32,
+        zp_row_bytes: zp_row_bytes as u32,
+        flags: zp_mode | u32::from(g.bias) << 2,
+    };
+    let buffers = [
+        BufRef::Input(super::A),
+        BufRef::Input(B),
+        BufRef::Input(SCALES),
+        zpq,
+        zpf,
+        bias,
+        BufRef::Output(0),
+    ];
+    let dispatch = if g.m <= GEMV_ROWS {
+        gemv(half, buffers, &params, g)?
+    } else {
+        gemm(half, buffers, &params, g)?
+    };
+    Some(GpuKernel {
+        scratch: vec![],
+        dispatches: vec![dispatch],
+    })
+}
+
+/// The shared push constants after the buffers.
+struct Words {
+    m: u32,
+    n: u32,
+    k: u32,
+    k_blocks: u32,
+    row_words: u32,
+    bits: u32,
+    block: u32,
+    zp_row_bytes: u32,
+    flags: u32,
+}
+
+/// One module's `Params` and `Buffers` from the shared ones (the two shaders' blocks are the
+/// same include, so the fields match by construction).
+macro_rules! module_dispatch {
+    ($module:ident, $variant:expr, $b:expr, $w:expr, $groups:expr) => {{
+        let [a, b, scales, zpq, zpf, bias, y] = $b;
+        let w = $w;
+        Dispatch::new(
+            $variant,
+            $module::Buffers {
+                a,
+                b,
+                scales,
+                zpq,
+                zpf,
+                bias,
+                y,
+            },
+            $module::Params {
+                M: w.m,
+                N: w.n,
+                K: w.k,
+                kBlocks: w.k_blocks,
+                rowWords: w.row_words,
+                bits: w.bits,
+                blockSize: w.block,
+                zpRowBytes: w.zp_row_bytes,
+                flags: w.flags,
+            },
+            $groups,
+        )
+    }};
+}
+
+fn gemv(half: bool, b: [BufRef; 7], w: &Words, g: &Geometry) -> Option<Dispatch> {
+    let groups = g.n.div_ceil(GEMV_COLS);
+    let gy = groups.div_ceil(MAX_GROUPS);
+    let gx = groups.div_ceil(gy);
+    let gz = g.m.div_ceil(GEMV_GROUP_ROWS);
+    let grid = [gx as u32, u32::try_from(gy).ok()?, u32::try_from(gz).ok()?];
+    let variant = if half {
+        matmul_nbits_gemv::Variant::F16
+    } else {
+        matmul_nbits_gemv::Variant::F32
+    };
+    Some(module_dispatch!(matmul_nbits_gemv, variant, b, w, grid))
+}
+
+fn gemm(half: bool, b: [BufRef; 7], w: &Words, g: &Geometry) -> Option<Dispatch> {
+    let (gx, gy) = (g.n.div_ceil(TILE), g.m.div_ceil(TILE));
+    if gx > MAX_GROUPS || gy > MAX_GROUPS {
+        return None;
+    }
+    let variant = if half {
+        matmul_nbits_gemm::Variant::F16
+    } else {
+        matmul_nbits_gemm::Variant::F32
+    };
+    Some(module_dispatch!(
+        matmul_nbits_gemm,
+        variant,
+        b,
+        w,
+        [gx as u32, gy as u32, 1]
+    ))
+}
