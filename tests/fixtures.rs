@@ -221,6 +221,29 @@ fn mlp_on_vulkan_index_0() {
     common::check_fixture("mlp", DeviceSelection::VulkanIndex(0));
 }
 
+/// The MatMulNBits fixtures pass on Vulkan because their op runs there, not on the CPU
+/// fallback: each plan puts its one op on a GPU (the GEMV kernel for the decode fixture's
+/// single row, the tiled one for the 40 rows of the prefill fixture).
+#[test]
+fn matmulnbits_runs_on_the_gpu() {
+    if common::skip_vulkan() {
+        return;
+    }
+    for name in common::all_fixture_names() {
+        if !name.starts_with("op_matmulnbits_") {
+            continue;
+        }
+        let session = common::load(&name, DeviceSelection::Vulkan);
+        for set in common::data_sets(&name) {
+            let plan = session.plan_summary(&set.feeds()).unwrap();
+            assert!(
+                !plan.ops_per_device.is_empty() && !plan.ops_per_device.contains_key("cpu"),
+                "{name}: {plan:?}"
+            );
+        }
+    }
+}
+
 /// The comparison itself must be able to fail: every reference matches itself, and a copy with
 /// one element nudged past the tolerance does not.
 #[test]
