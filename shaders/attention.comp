@@ -142,8 +142,10 @@ void main() {
     for (int j0 = lo; j0 < hi; j0 += int(BK)) {
         uint nk = uint(min(int(BK), hi - j0));
         barrier();
+        // Key rows D + 1 apart in shared memory: the score threads of a warp read one
+        // element of consecutive keys, which D apart would all fall in one bank.
         for (uint i = tid; i < nk * D; i += WG) {
-            ks[i] = float(p.k.v[kbase + (uint(j0) + i / D) * tw(13u) + i % D]);
+            ks[(i / D) * (D + 1u) + i % D] = float(p.k.v[kbase + (uint(j0) + i / D) * tw(13u) + i % D]);
         }
         for (uint i = tid; i < nk * DV; i += WG) {
             vs[i] = float(p.v.v[vbase + (uint(j0) + i / DV) * tw(17u) + i % DV]);
@@ -164,7 +166,7 @@ void main() {
                 if ((flags & F_WINDOW) != 0u) seen = seen && j > pos - int(tw(25u));
                 if (seen) {
                     float dot = 0.0;
-                    for (uint d = 0u; d < D; ++d) dot += qs[srl * D + d] * ks[jl * D + d];
+                    for (uint d = 0u; d < D; ++d) dot += qs[srl * D + d] * ks[jl * (D + 1u) + d];
                     if ((flags & F_SOFTCAP) != 0u) dot = softcap * safe_tanh(dot / softcap);
                     if ((flags & F_LENS) != 0u && (flags & F_EXCLUDE) == 0u && j >= len_b) {
                         dot += uintBitsToFloat(tw(23u));

@@ -34,8 +34,9 @@ pub fn tiles(p: &Plan) -> (usize, usize) {
     while bq * p.head_dim > QS {
         bq /= 2;
     }
+    // Key rows are head_dim + 1 apart in shared memory (no bank conflicts).
     let bk = (256 / bq)
-        .min(KV / p.head_dim.max(p.v_head_dim).max(1))
+        .min(KV / (p.head_dim + 1).max(p.v_head_dim).max(1))
         .min(64);
     (bq, bk)
 }

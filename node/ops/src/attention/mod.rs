@@ -110,7 +110,7 @@ impl<M: Mapping> Op for Attention<M> {
         }
     }
 
-    fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
+    fn flops(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
         let types: Vec<Option<InferInput<'_>>> = inputs
             .iter()
             .map(|t| t.map(|ty| InferInput { ty, value: None }))
@@ -120,7 +120,13 @@ impl<M: Mapping> Op for Attention<M> {
                 let rows = (p.batch * p.q_heads * p.q_len) as u64;
                 2 * rows * p.kv_len as u64 * (p.head_dim + p.v_head_dim) as u64
             }
-            Err(_) => 0,
+            // A value the plan needs is unknown here (GQA's total length): the present's
+            // length still gives the keys per row, about as many products as y has values.
+            Err(_) => {
+                let keys = outputs.get(1).and_then(|p| p.shape.get(2)).copied();
+                let y = outputs.first().map_or(0, ValueType::numel);
+                4 * y as u64 * keys.unwrap_or(1) as u64
+            }
         }
     }
 }

@@ -58,6 +58,10 @@ fn gqa_refuses_what_it_does_not_implement() {
     ));
     let out = infer_partly(&*op, ins, &[6]).unwrap();
     assert_eq!(out[1], ValueType::new(DType::F32, vec![1, 1, 2, 8]));
+    // Its cost still counts while the total is unknown: y's 32 values over 2 keys.
+    let types: Vec<Option<ValueType>> = ins.iter().map(|t| t.map(ValueType::of)).collect();
+    let refs: Vec<Option<&ValueType>> = types.iter().map(Option::as_ref).collect();
+    assert_eq!(op.flops(&refs, &out), 4 * 32 * 2);
 }
 
 #[test]
