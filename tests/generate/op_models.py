@@ -3,7 +3,7 @@
 import numpy as np
 from onnx import helper
 
-from common import NP_TO_ONNX, init, make_model, run_reference, rng_for, save_fixture, value_info
+from common import MS_DOMAIN, NP_TO_ONNX, init, make_model, run_reference, rng_for, save_fixture, value_info
 
 F32 = np.float32
 FIXTURES = {}
@@ -24,12 +24,13 @@ class Spec:
 
     def __init__(self, nodes, feeds, inits=None, outputs=("y",), out_dtypes=None, opset=13, check=True):
         self.nodes = nodes if isinstance(nodes, list) else [nodes]
+        # onnx's checker knows no com.microsoft op: their models skip it.
+        self.check = check
         self.feeds = feeds
         self.inits = inits or {}
         self.outputs = list(outputs)
         self.out_dtypes = out_dtypes or {}
         self.opset = opset
-        self.check = check
 
 
 def build(name, spec):
@@ -483,6 +484,106 @@ for _src, _dst in ((F32, np.int64), (F32, np.int32), (np.int64, F32), (np.int32,
     _names = {F32: "float", np.int64: "int64", np.int32: "int32", np.bool_: "bool"}
     FIXTURES[f"op_cast_{_names[_src]}_to_{_names[_dst]}"] = cast(_src, _dst)
 
+
+
+# ---- attention (com.microsoft GroupQueryAttention and MultiHeadAttention) ----
+
+def ms_node(op, inputs, outputs, **attrs):
+    return helper.make_node(op, list(inputs), list(outputs), name=f"{op.lower()}_node",
+                            domain=MS_DOMAIN, **attrs)
+
+
+def rope_tables(rng, positions, half):
+    angles = rng.uniform(0.0, 3.0, (positions, half))
+    return np.cos(angles).astype(F32), np.sin(angles).astype(F32)
+
+
+def gqa(b, s, hq, hkv, d, total, seqlens, past=None, packed=False, rotary=None, **attrs):
+    """GroupQueryAttention: total_sequence_length a weight (exporters compute it from shapes,
+    so it is known when planning), seqlens_k fed; rotary (interleaved) adds cos/sin tables."""
+    def make(rng):
+        feeds = {}
+        if packed:
+            feeds["query"] = randn(rng, b, s, (hq + 2 * hkv) * d)
+        else:
+            feeds["query"] = randn(rng, b, s, hq * d)
+            feeds["key"] = randn(rng, b, s, hkv * d)
+            feeds["value"] = randn(rng, b, s, hkv * d)
+        if past is not None:
+            feeds["past_key"] = randn(rng, b, hkv, past, d)
+            feeds["past_value"] = randn(rng, b, hkv, past, d)
+        feeds["seqlens_k"] = np.array(seqlens, np.int32)
+        inits = {"total_sequence_length": np.array(total, np.int32)}
+        names = ["query", "key", "value", "past_key", "past_value", "seqlens_k",
+                 "total_sequence_length"]
+        extra = {}
+        if rotary is not None:
+            cos, sin = rope_tables(rng, max(total, past or 0) + 2, d // 2)
+            inits["cos_cache"], inits["sin_cache"] = cos, sin
+            names += ["cos_cache", "sin_cache"]
+            extra = {"do_rotary": 1, "rotary_interleaved": int(rotary)}
+        ins = [n if n in feeds or n in inits else "" for n in names]
+        outs = ("y", "present_key", "present_value")
+        n = ms_node("GroupQueryAttention", ins, outs, num_heads=hq, kv_num_heads=hkv,
+                    **extra, **attrs)
+        return Spec(n, feeds, inits, outputs=outs, opset=21, check=False)
+
+    return make
+
+
+# A prompt, right-padded: entry 1 has 3 valid tokens of 5.
+FIXTURES["op_gqa_prompt_padded"] = gqa(2, 5, 4, 2, 16, 5, [4, 2])
+FIXTURES["op_gqa_prompt_packed_rotary"] = gqa(1, 6, 4, 2, 16, 6, [5], packed=True, rotary=False)
+# Decoding over a separate past (present = past + 1): ragged lengths, interleaved rotary.
+FIXTURES["op_gqa_decode_past_rotary"] = gqa(2, 1, 4, 2, 16, 7, [6, 3], past=6, rotary=True)
+# Decoding with the buffer GenAI shares between past and present: past holds the maximum
+# length (10); a local window and softcap on top.
+FIXTURES["op_gqa_decode_shared_buffer"] = gqa(2, 1, 4, 1, 16, 8, [7, 4], past=10,
+                                              local_window_size=4, softcap=2.0)
+
+
+def mha(b, s, l, n, d, bias=False, mask=None, attn_bias=False, past=None, bnsh=False, **attrs):
+    """MultiHeadAttention; `mask` is the key padding mask's form: "lens" [B], "2d" [B, T]."""
+    def make(rng):
+        t = (past or 0) + l
+        feeds = {"query": randn(rng, b, s, n * d)}
+        if bnsh:
+            feeds["key"] = randn(rng, b, n, l, d)
+            feeds["value"] = randn(rng, b, n, l, d)
+        else:
+            feeds["key"] = randn(rng, b, l, n * d)
+            feeds["value"] = randn(rng, b, l, n * d)
+        if bias:
+            feeds["bias"] = randn(rng, 3 * n * d)
+        if mask == "lens":
+            feeds["key_padding_mask"] = np.array([t - 1 - i for i in range(b)], np.int32)
+        elif mask == "2d":
+            m = (rng.random((b, t)) < 0.75).astype(np.int32)
+            m[:, 0] = 1
+            feeds["key_padding_mask"] = m
+        if attn_bias:
+            feeds["attention_bias"] = randn(rng, 1, n, s, t)
+        outs = ("y",)
+        if past is not None:
+            feeds["past_key"] = randn(rng, b, n, past, d)
+            feeds["past_value"] = randn(rng, b, n, past, d)
+            outs = ("y", "present_key", "present_value")
+        names = ["query", "key", "value", "bias", "key_padding_mask", "attention_bias",
+                 "past_key", "past_value"]
+        ins = [x if x in feeds else "" for x in names]
+        while ins[-1] == "":
+            ins.pop()
+        node_ = ms_node("MultiHeadAttention", ins, outs, num_heads=n, **attrs)
+        return Spec(node_, feeds, outputs=outs, opset=21, check=False)
+
+    return make
+
+
+FIXTURES["op_mha_bias_padding_mask"] = mha(2, 3, 5, 2, 8, bias=True, mask="2d")
+FIXTURES["op_mha_past_unidirectional"] = mha(2, 2, 2, 2, 8, attn_bias=True, past=4,
+                                             unidirectional=1)
+FIXTURES["op_mha_cross_bnsh_lengths"] = mha(2, 3, 6, 2, 8, bias=True, mask="lens", bnsh=True,
+                                            scale=0.25)
 
 def gen_ops(root):
     names = sorted(FIXTURES)

@@ -65,6 +65,7 @@ pub mod util;
 #[cfg(test)]
 mod testkit;
 
+mod attention;
 mod batchnorm;
 mod cast;
 mod concat;
@@ -406,6 +407,7 @@ pub fn registry() -> &'static Registry {
         let mut r = Registry {
             builders: BTreeMap::new(),
         };
+        attention::register(&mut r);
         batchnorm::register(&mut r);
         cast::register(&mut r);
         concat::register(&mut r);

@@ -136,7 +136,18 @@ impl Graph {
                 .iter()
                 .map(|s| (!s.is_empty()).then(|| id(s, &mut names)))
                 .collect();
-            let outs: Vec<ValueId> = node.outputs.iter().map(|s| id(s, &mut names)).collect();
+            // An omitted optional output ("") still gets a value of its own, which nothing
+            // reads: ops see their outputs by position (Attention's Y, '', '', qk), and two
+            // omitted ones must not count as one value produced twice.
+            let outs: Vec<ValueId> = node
+                .outputs
+                .iter()
+                .enumerate()
+                .map(|(k, s)| match s.is_empty() {
+                    true => id(&format!("\0omitted:{n}:{k}"), &mut names),
+                    false => id(s, &mut names),
+                })
+                .collect();
             for &o in &outs {
                 if producer.insert(o, n).is_some() || is_weight(&o) {
                     return Err(node_err(

@@ -83,3 +83,37 @@ fn a_value_still_unknown_with_its_inputs_known_is_an_error_naming_node_and_produ
         "{e}"
     );
 }
+
+/// Omitted optional outputs ("") get values of their own: Attention's outputs Y, '', '', qk
+/// are not one value produced twice, and the named ones keep their positions.
+#[test]
+fn omitted_outputs_are_values_of_their_own() {
+    let four = [D::V(1), D::V(1), D::V(2), D::V(4)];
+    let g = GraphProto {
+        name: "g".into(),
+        node: vec![node(
+            "Attention",
+            "attn",
+            &["q", "k", "v"],
+            &["y", "", "", "qk"],
+        )],
+        input: ["q", "k", "v"]
+            .iter()
+            .map(|n| tensor_value(n, FLOAT, Some(&four)))
+            .collect(),
+        output: vec![
+            tensor_value("y", FLOAT, None),
+            tensor_value("qk", FLOAT, None),
+        ],
+        ..Default::default()
+    };
+    let mut m = model_with(g);
+    m.opset_import[0].version = 23;
+    let dir = TempDir::new("graph-omitted");
+    let path = write_model(&dir, "m.onnx", &m);
+    let g = Graph::from_model(&crate::onnx::load(&path).unwrap()).unwrap();
+    let outs = &g.nodes[0].outputs;
+    assert_eq!(outs.len(), 4);
+    assert!(outs[1] != outs[2]);
+    assert_eq!(g.value_names[outs[3]], "qk");
+}
