@@ -1,10 +1,9 @@
 //! Language models end to end: greedy generation by `vkml::generate`'s loop on the tiny Llama
-//! of tests/models/llama_optimum (tests/generate/llama.py: Optimum's torch export) is token for
-//! token onnxruntime's own loop (the ids in the folder's reference.json), on the CPU backend,
+//! exports of tests/models/llama_* (tests/generate/llama.py: Optimum's torch export, and ONNX
+//! Runtime GenAI's model builder with GroupQueryAttention and int4 MatMulNBits) is token for
+//! token onnxruntime's own loop (the ids in each folder's reference.json), on the CPU backend,
 //! on Vulkan, through `vkml-node generate`, and split over three loopback nodes. The logits of
-//! each step are checked against onnxruntime's by tests/models.rs (the folder's data sets).
-//! The GenAI-builder form (tests/models_pending/llama_genai: GroupQueryAttention, int4
-//! MatMulNBits) joins once GroupQueryAttention runs.
+//! each step are checked against onnxruntime's by tests/models.rs (the folders' data sets).
 
 mod cluster_harness;
 mod common;
@@ -79,7 +78,7 @@ fn greedy_in_process(name: &str, devices: DeviceSelection) {
         },
     )
     .unwrap_or_else(|e| panic!("{name} on {devices:?}: {e}"));
-    let io = LlmIo::detect(&session.inputs(), &session.outputs()).unwrap();
+    let io = LlmIo::detect_with(&session.inputs(), &session.outputs(), &f.hints).unwrap();
     greedy_on(&session, &io, &r, &format!("{name} on {devices:?}"));
 }
 
@@ -94,6 +93,19 @@ fn optimum_export_generates_onnxruntime_s_tokens_on_vulkan() {
         return;
     }
     greedy_in_process("llama_optimum", DeviceSelection::Vulkan);
+}
+
+#[test]
+fn genai_int4_export_generates_onnxruntime_s_tokens_on_the_cpu() {
+    greedy_in_process("llama_genai", DeviceSelection::Cpu);
+}
+
+#[test]
+fn genai_int4_export_generates_onnxruntime_s_tokens_on_vulkan() {
+    if common::skip_vulkan() {
+        return;
+    }
+    greedy_in_process("llama_genai", DeviceSelection::Vulkan);
 }
 
 #[test]
@@ -198,20 +210,33 @@ fn three_nodes(test: &str, cap: u64) -> (Cluster, Vec<Node>) {
     (cluster, nodes)
 }
 
-#[test]
-fn optimum_export_split_over_three_nodes_generates_onnxruntime_s_tokens() {
+/// The model's bytes: its .onnx file and any external data beside it.
+fn model_bytes(dir: &Path) -> u64 {
+    ["model.onnx", "model.onnx.data"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// `percent` of the model's bytes per node: under half, so that it takes all three nodes,
+/// and enough for its largest weight (the GenAI form's f32 embedding is 45% of its bytes).
+fn split_over_three_nodes(name: &str, percent: u64) {
     let _serial = cluster_harness::serial();
-    let dir = folder("llama_optimum");
+    let dir = folder(name);
     let r = reference(&dir);
     let model_path = dir.join("model.onnx");
-    let weights = std::fs::metadata(&model_path).unwrap().len();
-    let (cluster, nodes) = three_nodes("llm-split", weights * 45 / 100);
+    let (cluster, nodes) = three_nodes(
+        &format!("llm-split-{name}"),
+        model_bytes(&dir) * percent / 100,
+    );
     let secret = Secret::read(&cluster.key).unwrap();
     let client = ClusterClient::connect(&nodes[1].addr, &secret).unwrap();
     let model = client.load(&model_path, |_| {}).unwrap();
     let def = vkml::onnx::load(&model_path).unwrap();
-    let io = LlmIo::detect(&def.graph.inputs, &def.graph.outputs).unwrap();
-    greedy_on(&model, &io, &r, "llama_optimum over three nodes");
+    let hints = ModelFolder::open(&dir).unwrap().hints;
+    let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &hints).unwrap();
+    greedy_on(&model, &io, &r, &format!("{name} over three nodes"));
     // Every node ran a part of every step (the members' loads, as n1 asked them).
     let refs: Vec<&Node> = nodes.iter().collect();
     let s = cluster_harness::status(&nodes[0], &cluster.key);
@@ -228,4 +253,14 @@ fn optimum_export_split_over_three_nodes_generates_onnxruntime_s_tokens() {
     }
     model.unload().unwrap();
     client.close();
+}
+
+#[test]
+fn optimum_export_split_over_three_nodes_generates_onnxruntime_s_tokens() {
+    split_over_three_nodes("llama_optimum", 45);
+}
+
+#[test]
+fn genai_int4_export_split_over_three_nodes_generates_onnxruntime_s_tokens() {
+    split_over_three_nodes("llama_genai", 48);
 }

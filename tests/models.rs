@@ -2,9 +2,9 @@
 //! ViT, a Whisper-style encoder), exported by PyTorch's TorchScript exporter with static sizes
 //! and by its dynamo exporter with symbolic batch and sequence sizes, each on the CPU backend
 //! and on Vulkan against onnxruntime's outputs (tests/generate/generate_models.py); and a tiny
-//! Llama as Optimum exports it, a prefill and three decode steps (tests/generate/llama.py;
-//! generation itself is tests/llm.rs; its GenAI-builder form waits in tests/models_pending/
-//! for GroupQueryAttention).
+//! Llama as Optimum and as ONNX Runtime GenAI's model builder export it (GroupQueryAttention,
+//! int4 MatMulNBits), a prefill and three decode steps each (tests/generate/llama.py;
+//! generation itself is tests/llm.rs).
 
 mod common;
 
@@ -63,6 +63,7 @@ model_tests!(
     bert_static,
     gpt2_dynamic,
     gpt2_static,
+    llama_genai,
     llama_optimum,
     mobilenetv2_dynamic,
     mobilenetv2_static,

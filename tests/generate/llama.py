@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/models/llama_optimum/ and tests/models_pending/llama_genai/ (there until GroupQueryAttention runs): one tiny Llama-architecture
+"""Writes tests/models/llama_optimum/ and tests/models/llama_genai/: one tiny Llama-architecture
 model (random weights, seeded) exported the two ways people get LLMs as ONNX, each with a byte-level
 BPE tokenizer.json and onnxruntime's references.
 
@@ -389,9 +389,7 @@ def make_optimum(out_root, hf_dir, model, prompt_ids, torch_ids, optimum_python,
 def make_genai(out_root, hf_dir, prompt_ids, torch_ids, work):
     """Form 2: onnxruntime-genai's builder, int4; its Generator and the plain loop must agree."""
     genai_dir = export_genai(hf_dir, os.path.join(work, "genai"), os.path.join(work, "cache"))
-    # Beside tests/models/, not in it, until GroupQueryAttention runs (issue 21): every folder
-    # of tests/models/ is a test that must pass.
-    folder = os.path.join(out_root, "..", "models_pending", "llama_genai")
+    folder = os.path.join(out_root, "llama_genai")
     copy_files(genai_dir, folder, ["model.onnx", "model.onnx.data", "genai_config.json",
                                    "tokenizer.json", "tokenizer_config.json"])
     dec = Decoder(os.path.join(folder, "model.onnx"))

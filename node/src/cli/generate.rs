@@ -85,13 +85,17 @@ pub fn generate_cmd(args: GenerateArgs) -> Result<()> {
             },
         )
         .with_context(|| format!("cannot load {}", folder.model.display()))?;
-        let io = LlmIo::detect(&session.inputs(), &session.outputs())?;
+        let io = LlmIo::detect_with(&session.inputs(), &session.outputs(), &folder.hints)?;
         return run(&session, TextGenerator { folder, io }, &args, &options);
     };
     let secret = super::secret_for_tool(args.cluster_key.as_deref(), args.insecure, "generate")?;
     let model_def = vkml::onnx::load(&folder.model)
         .with_context(|| format!("cannot read {}", folder.model.display()))?;
-    let io = LlmIo::detect(&model_def.graph.inputs, &model_def.graph.outputs)?;
+    let io = LlmIo::detect_with(
+        &model_def.graph.inputs,
+        &model_def.graph.outputs,
+        &folder.hints,
+    )?;
     drop(model_def);
     let cluster = vkml::distributed::client::ClusterClient::connect(&to, &secret)
         .with_context(|| format!("cannot reach {to}"))?;

@@ -57,10 +57,29 @@ fn int_dtype(d: &ValueDef, what: &str) -> Result<DType, GenerateError> {
     }
 }
 
+/// Cache sizes a model's config gives, for caches whose declared shape leaves them symbolic
+/// (the GenAI builder declares the head size as `kv_cache_dim`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheHints {
+    /// Key/value heads.
+    pub heads: Option<usize>,
+    pub head_size: Option<usize>,
+}
+
 impl LlmIo {
     /// Finds the roles; an input it does not know, or a cache without its pair, is an error
     /// naming it (the loop could not feed it).
     pub fn detect(inputs: &[ValueDef], outputs: &[ValueDef]) -> Result<LlmIo, GenerateError> {
+        LlmIo::detect_with(inputs, outputs, &CacheHints::default())
+    }
+
+    /// [`LlmIo::detect`], taking cache sizes the declarations leave symbolic from `hints`
+    /// ([`super::ModelFolder`] reads them from the folder's config).
+    pub fn detect_with(
+        inputs: &[ValueDef],
+        outputs: &[ValueDef],
+        hints: &CacheHints,
+    ) -> Result<LlmIo, GenerateError> {
         let find_in = |n: &str| inputs.iter().find(|d| d.name == n);
         let ids = find_in("input_ids").ok_or_else(|| {
             GenerateError::Model(format!(
@@ -94,7 +113,11 @@ impl LlmIo {
                              past key/value cache: this loop cannot feed it"
                         ))
                     })?;
-                    slots.push((layer, kind == "value", cache_pair(d, layer, kind, outputs)?));
+                    slots.push((
+                        layer,
+                        kind == "value",
+                        cache_pair(d, layer, kind, outputs, hints)?,
+                    ));
                 }
             }
         }
@@ -109,6 +132,7 @@ fn cache_pair(
     layer: usize,
     kind: &str,
     outputs: &[ValueDef],
+    hints: &CacheHints,
 ) -> Result<CachePair, GenerateError> {
     let present = outputs
         .iter()
@@ -142,18 +166,20 @@ fn cache_pair(
              supported yet; export with a growing cache"
         )));
     }
-    let fixed = |d: &Dim, what: &str| match d {
-        Dim::Fixed(n) => Ok(*n),
-        Dim::Sym(s) => Err(bad(&format!(
-            "its {what} is symbolic ('{s}'), not a number"
+    let fixed = |d: &Dim, hint: Option<usize>, what: &str| match (d, hint) {
+        (Dim::Fixed(n), _) => Ok(*n),
+        (Dim::Sym(_), Some(n)) => Ok(n),
+        (Dim::Sym(s), None) => Err(bad(&format!(
+            "its {what} is symbolic ('{s}') and no config gives it: put config.json \
+             (num_key_value_heads, head_dim) or genai_config.json beside the model"
         ))),
     };
     Ok(CachePair {
         past: past.name.clone(),
         present: present.name.clone(),
         dtype,
-        heads: fixed(heads, "head count")?,
-        head_size: fixed(size, "head size")?,
+        heads: fixed(heads, hints.heads, "head count")?,
+        head_size: fixed(size, hints.head_size, "head size")?,
     })
 }
 

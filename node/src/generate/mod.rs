@@ -22,7 +22,7 @@ use crate::distributed::client::RemoteModel;
 use crate::session::Session;
 use crate::tensor::{DType, Tensor};
 
-pub use io::{CachePair, LlmIo};
+pub use io::{CacheHints, CachePair, LlmIo};
 pub use sample::{Sampler, Sampling};
 pub use text::{ModelFolder, TextGenerator};
 

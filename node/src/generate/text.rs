@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tokenizers::Tokenizer;
 
-use super::{GenerateError, GenerateOptions, Generation, LlmIo, StepModel, generate};
+use super::{CacheHints, GenerateError, GenerateOptions, Generation, LlmIo, StepModel, generate};
 
 /// The files of a model folder.
 pub struct ModelFolder {
@@ -14,6 +14,8 @@ pub struct ModelFolder {
     /// From generation_config.json, config.json or genai_config.json, the first that names
     /// them.
     pub eos: Vec<u32>,
+    /// Cache sizes from genai_config.json or config.json, for [`LlmIo::detect_with`].
+    pub hints: CacheHints,
 }
 
 fn file_err(path: &Path, message: impl ToString) -> GenerateError {
@@ -40,6 +42,7 @@ impl ModelFolder {
             model,
             tokenizer,
             eos: eos_tokens(dir)?,
+            hints: cache_hints(dir)?,
         })
     }
 
@@ -107,6 +110,38 @@ fn eos_tokens(dir: &Path) -> Result<Vec<u32>, GenerateError> {
         }
     }
     Ok(Vec::new())
+}
+
+/// Key/value heads and head size: genai_config.json's decoder, else config.json's
+/// `num_key_value_heads` (or `num_attention_heads`) and `head_dim` (or hidden size / heads).
+fn cache_hints(dir: &Path) -> Result<CacheHints, GenerateError> {
+    let read = |file: &str| -> Result<Option<serde_json::Value>, GenerateError> {
+        let p = dir.join(file);
+        match std::fs::read_to_string(&p) {
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| file_err(&p, e)),
+            Err(_) => Ok(None),
+        }
+    };
+    let num =
+        |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_u64()).map(|n| n as usize);
+    if let Some(g) = read("genai_config.json")? {
+        let d = &g["model"]["decoder"];
+        return Ok(CacheHints {
+            heads: num(d, "num_key_value_heads"),
+            head_size: num(d, "head_size"),
+        });
+    }
+    let Some(c) = read("config.json")? else {
+        return Ok(CacheHints::default());
+    };
+    let q_heads = num(&c, "num_attention_heads");
+    let head_size = num(&c, "head_dim").or_else(|| Some(num(&c, "hidden_size")? / q_heads?));
+    Ok(CacheHints {
+        heads: num(&c, "num_key_value_heads").or(q_heads),
+        head_size,
+    })
 }
 
 /// Text in, text out, over any [`StepModel`].
