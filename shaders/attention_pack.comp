@@ -1,5 +1,6 @@
 #version 460
 #extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_scalar_block_layout : require
 #extension GL_GOOGLE_include_directive : require
 // @variant f32 DT_F32
@@ -21,6 +22,8 @@
 // 8 off, 9 sb, 10 sh, 11 ss, 12 bias_off, 13 fixed offset (int), 14 lens words per entry,
 // 15 lens plus (int), 16 positions.
 // flags: 1 past present, 2 into past, 4 bias, 8 rotary, 16 interleaved, 32 offset from lens.
+// In place (dst is the past's buffer: a bound cache, exec/bound.rs) only the new rows are
+// written: the past rows are there already, and the rows after them are never read.
 layout(local_size_x = 256) in;
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
 layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
@@ -91,6 +94,8 @@ void main() {
     // Lengths out of range were refused on the host when known; here they only must not
     // read outside the past cache.
     uint past_b = uint(clamp(offset, 0, int(past_len)));
+    bool in_place = (flags & 3u) == 3u && uvec2(p.past) == uvec2(p.dst);
+    if (in_place && (t < past_b || t >= past_b + rows)) return;
     T y = T(0.0);
     if ((flags & 2u) != 0u && (flags & 1u) != 0u && t < past_b) {
         y = p.past.v[((b * heads + h) * past_len + t) * dim + d];

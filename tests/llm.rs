@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use cluster_harness::{BIN, Cluster, Node};
 use vkml::cluster::Secret;
 use vkml::distributed::client::ClusterClient;
-use vkml::generate::{GenerateOptions, LlmIo, ModelFolder, StepModel, generate};
+use vkml::generate::{
+    GenerateOptions, LlmIo, ModelFolder, Sequence, SharedCache, StepModel, generate,
+};
 use vkml::{DeviceSelection, Session, SessionOptions};
 
 struct Reference {
@@ -106,6 +108,66 @@ fn genai_int4_export_generates_onnxruntime_s_tokens_on_vulkan() {
         return;
     }
     greedy_in_process("llama_genai", DeviceSelection::Vulkan);
+}
+
+/// The GenAI form's caches are one buffer that past and present share (its genai_config.json
+/// says so): on Vulkan a session keeps them on the GPU and writes each step's rows in place.
+/// They hold what the CPU backend's caches hold, fed back through the host, after the same
+/// prompt and three greedy steps.
+#[test]
+fn genai_caches_stay_on_the_gpu_in_place_and_match_the_cpu_backend_s() {
+    if common::skip_vulkan() {
+        return;
+    }
+    let dir = folder("llama_genai");
+    let r = reference(&dir);
+    let f = ModelFolder::open(&dir).unwrap();
+    let run = |devices: DeviceSelection| {
+        let session = Session::load(
+            &f.model,
+            SessionOptions {
+                devices,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let io = LlmIo::detect_with(&session.inputs(), &session.outputs(), &f.hints).unwrap();
+        assert_eq!(io.shared_cache, SharedCache::Yes);
+        let mut seq = Sequence::new(&session, &io, Some(48)).unwrap();
+        seq.feed(&r.prompt_ids).unwrap();
+        for &t in &r.greedy_ids[..3] {
+            seq.feed(&[t]).unwrap();
+        }
+        assert_eq!(seq.len(), r.prompt_ids.len() + 3);
+        (seq.state().on_gpu(), seq.state().values().unwrap())
+    };
+    let (gpu_home, on_vulkan) = run(DeviceSelection::Vulkan);
+    let (cpu_home, on_cpu) = run(DeviceSelection::Cpu);
+    assert!(gpu_home, "on Vulkan the caches stay on the GPU");
+    assert!(!cpu_home);
+    assert_eq!(on_vulkan.len(), 8);
+    for (k, (a, b)) in on_vulkan.iter().zip(&on_cpu).enumerate() {
+        assert_eq!(a.shape(), [1, 2, 48, 16]);
+        assert_eq!(a.shape(), b.shape());
+        let (a, b) = (a.to_f64_vec().unwrap(), b.to_f64_vec().unwrap());
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 1e-3, "cache {k}: differs by {worst}");
+        // Rows past the sequence's length were never written.
+        let row = |i: usize| &a[i * 16..(i + 1) * 16];
+        let used = r.prompt_ids.len() + 3;
+        assert!(
+            row(used - 1).iter().any(|&x| x != 0.0),
+            "cache {k}: the last row is empty"
+        );
+        assert!(
+            (used..48).all(|i| row(i).iter().all(|&x| x == 0.0)),
+            "cache {k}"
+        );
+    }
 }
 
 #[test]
@@ -219,8 +281,10 @@ fn model_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-/// `percent` of the model's bytes per node: under half, so that it takes all three nodes,
-/// and enough for its largest weight (the GenAI form's f32 embedding is 45% of its bytes).
+/// `percent` of the model's bytes per node: too little for two nodes to hold the model and
+/// its caches, so that it takes all three (the test checks that each ran every step), and
+/// enough for its largest weight (the GenAI form's f32 embedding is 45% of its bytes; its
+/// shared caches are as long as the whole generation).
 fn split_over_three_nodes(name: &str, percent: u64) {
     let _serial = cluster_harness::serial();
     let dir = folder(name);
@@ -262,5 +326,5 @@ fn optimum_export_split_over_three_nodes_generates_onnxruntime_s_tokens() {
 
 #[test]
 fn genai_int4_export_split_over_three_nodes_generates_onnxruntime_s_tokens() {
-    split_over_three_nodes("llama_genai", 48);
+    split_over_three_nodes("llama_genai", 55);
 }

@@ -8,10 +8,13 @@
 //! # Ok::<(), vkml::Error>(())
 //! ```
 
+mod bound;
 mod plans;
 #[cfg(test)]
 mod tests;
 mod values;
+
+pub use bound::BoundState;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -184,10 +187,11 @@ impl Session {
         }
         match self.specialize(&types, &[]) {
             Ok(spec) if is_static => {
-                let exe = self.new_executable(spec)?;
+                let exe = self.new_executable(spec, &[])?;
                 let key = PlanKey {
                     types,
                     values: Vec::new(),
+                    bound: Vec::new(),
                 };
                 self.plans.lock().expect("plans").insert(key, exe);
                 Ok(())
@@ -212,14 +216,36 @@ impl Session {
         }
     }
 
-    fn new_executable(&self, spec: Specialized) -> Result<Arc<Executable>> {
-        let exe = Arc::new(Executable::new(
-            self.graph.clone(),
-            spec,
-            self.devices.clone(),
-            self.limit,
-            &self.tuning,
-        )?);
+    /// A plan for `spec`; `bound` (graph input index, graph output index) are pairs fed back
+    /// across runs (see [`Session::bind`]).
+    fn new_executable(
+        &self,
+        spec: Specialized,
+        bound: &[(usize, usize)],
+    ) -> Result<Arc<Executable>> {
+        let exe = if bound.is_empty() {
+            Executable::new(
+                self.graph.clone(),
+                spec,
+                self.devices.clone(),
+                self.limit,
+                &self.tuning,
+            )?
+        } else {
+            let pairs: Vec<_> = bound
+                .iter()
+                .map(|&(i, o)| (self.graph.inputs[i].0, self.graph.outputs[o].0))
+                .collect();
+            Executable::new_bound(
+                self.graph.clone(),
+                spec,
+                self.devices.clone(),
+                self.limit,
+                &self.tuning,
+                &pairs,
+            )?
+        };
+        let exe = Arc::new(exe);
         if self.profile {
             exe.enable_profiling();
             self.profiled.lock().expect("profiled").push(exe.clone());
@@ -263,25 +289,45 @@ impl Session {
     /// The plan for these inputs (in graph order): cached, or made now.
     fn executable(&self, inputs: &[&Tensor]) -> Result<Arc<Executable>> {
         let types: Vec<ValueType> = inputs.iter().map(|t| ValueType::of(t)).collect();
+        let values: Vec<Option<&Tensor>> = inputs.iter().map(|&t| Some(t)).collect();
+        self.executable_for(types, &values, &[])
+    }
+
+    /// The plan for inputs of `types` (graph order) whose values, where known, are `values`;
+    /// `bound` as in [`Session::new_executable`].
+    fn executable_for(
+        &self,
+        types: Vec<ValueType>,
+        values: &[Option<&Tensor>],
+        bound: &[(usize, usize)],
+    ) -> Result<Arc<Executable>> {
         // Each round either plans or learns new inputs to specialize on; there are finitely many.
         loop {
             let wanted = self.value_inputs.lock().expect("value inputs").clone();
+            let mut key_values = Vec::with_capacity(wanted.len());
+            for &i in &wanted {
+                let t = values[i].ok_or_else(|| {
+                    Error::Unsupported(format!(
+                        "the value of input '{}' decides shapes, so it cannot be bound",
+                        self.graph.inputs[i].1.name
+                    ))
+                })?;
+                key_values.push((i, t.bytes().clone()));
+            }
             let key = PlanKey {
                 types: types.clone(),
-                values: wanted
-                    .iter()
-                    .map(|&i| (i, inputs[i].bytes().clone()))
-                    .collect(),
+                values: key_values,
+                bound: bound.to_vec(),
             };
             if let Some(e) = self.plans.lock().expect("plans").get(&key) {
                 return Ok(e);
             }
-            let known: Vec<Option<&Tensor>> = (0..inputs.len())
-                .map(|i| wanted.contains(&i).then_some(inputs[i]))
+            let known: Vec<Option<&Tensor>> = (0..values.len())
+                .map(|i| values[i].filter(|_| wanted.contains(&i)))
                 .collect();
             match self.specialize(&types, &known) {
                 Ok(spec) => {
-                    let exe = self.new_executable(spec)?;
+                    let exe = self.new_executable(spec, bound)?;
                     self.plans.lock().expect("plans").insert(key, exe.clone());
                     return Ok(exe);
                 }
@@ -339,7 +385,8 @@ impl Session {
         self.files.check()?;
         let ordered = self.order(inputs)?;
         let exe = self.executable(&ordered)?;
-        self.value_checks.check(&self.graph, exe.spec(), &ordered)?;
+        let known: Vec<Option<&Tensor>> = ordered.iter().map(|&t| Some(t)).collect();
+        self.value_checks.check(&self.graph, exe.spec(), &known)?;
         let outs = exe.run(ordered.into_iter().cloned().collect())?;
         Ok(self
             .graph

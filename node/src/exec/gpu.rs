@@ -10,6 +10,7 @@ use crate::graph::{Graph, Specialized, ValueId};
 use crate::ops::{BufRef, FAULT_RECORD_BYTES, GpuKernel, IndexFault};
 
 use super::arena::{self, Interval};
+use super::bound::StateLayout;
 
 pub(super) fn dev_err(e: impl std::fmt::Display) -> Error {
     Error::Device(e.to_string())
@@ -23,6 +24,8 @@ pub enum Region {
     Arena,
     /// The context's readback buffer: small exported values are written there directly.
     Readback,
+    /// The caller's state buffer: bound values (exec/bound.rs), in place across runs.
+    State,
 }
 
 /// Exported values up to this size that nothing else on their GPU reads are written by their
@@ -64,6 +67,8 @@ pub struct GpuOps<'a> {
     /// Values produced on this GPU that must be read back: graph outputs and cut edges.
     pub exported: Vec<ValueId>,
     pub kernels: &'a [Option<GpuKernel>],
+    /// Bound values kept in the caller's state buffer, if the plan has any.
+    pub state: Option<&'a StateLayout>,
 }
 
 impl GpuLayout {
@@ -96,7 +101,16 @@ impl GpuLayout {
                     continue;
                 }
                 let b = bytes(r);
-                if spec.consts[r].is_some() {
+                if let Some(slot) = on.state.and_then(|s| s.slot_of_input(r)) {
+                    locs.insert(
+                        r,
+                        Loc {
+                            region: Region::State,
+                            offset: slot.offset,
+                            bytes: b,
+                        },
+                    );
+                } else if spec.consts[r].is_some() {
                     weight_list.push(r);
                     locs.insert(
                         r,
@@ -127,6 +141,18 @@ impl GpuLayout {
                 continue;
             }
             for &o in &node.outputs {
+                // A bound output is written over its input, in the state buffer.
+                if let Some(slot) = on.state.and_then(|s| s.slot_of_output(o)) {
+                    locs.insert(
+                        o,
+                        Loc {
+                            region: Region::State,
+                            offset: slot.offset,
+                            bytes: bytes(o),
+                        },
+                    );
+                    continue;
+                }
                 interval_of.insert(o, intervals.len());
                 intervals.push(Interval {
                     bytes: bytes(o),
@@ -315,8 +341,19 @@ impl GpuLayout {
         spec: &Specialized,
         on: &GpuOps<'_>,
         armable: Option<usize>,
+        state: Option<&GpuBuffer>,
     ) -> Result<GpuContext> {
         let g = &self.gpu;
+        let state = match state {
+            Some(s) => s,
+            None if on.state.is_some() => {
+                return Err(Error::Device(
+                    "a plan with bound values runs only with a state buffer".into(),
+                ));
+            }
+            // No value lives in the State region: any buffer serves as its name.
+            None => &self.weights,
+        };
         let arena = g
             .create_buffer(self.arena_size.max(4), MemoryUse::Device, "arena")
             .map_err(dev_err)?;
@@ -342,6 +379,7 @@ impl GpuLayout {
                 Region::Import => &import,
                 Region::Arena => &arena,
                 Region::Readback => &readback,
+                Region::State => state,
             };
             let mut steps: Vec<Step<'_>> = Vec::new();
             let mut hazards = Hazards::default();

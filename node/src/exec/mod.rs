@@ -3,6 +3,7 @@
 //! A chunk that finishes decrements its successors' counters; those that reach zero start.
 
 mod arena;
+pub mod bound;
 pub mod busy;
 mod completion;
 mod gpu;
@@ -24,6 +25,7 @@ pub use run::{Done, RemoteHooks, RunLink};
 use topology::Topology;
 use vkml_planner::{LinkCosts, Plan, PlanError};
 
+use crate::device::vulkan::GpuBuffer;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Specialized, ValueId};
 use crate::ops::{GpuKernel, ValueType};
@@ -70,6 +72,41 @@ pub struct Executable {
     /// Per device (as `devices`): the meter its chunks charge (see busy.rs); none for the
     /// device probe's executables, whose runs are not the node's load.
     meters: Vec<Option<Arc<busy::BusyMeter>>>,
+    /// Where bound values stay between runs, when the plan keeps them on its GPU.
+    state: Option<bound::StateLayout>,
+}
+
+/// An execution context tied to one state buffer ([`Executable::bound_context`]).
+pub struct BoundContext(run::Contexts);
+
+/// The state layout for `pairs` when the whole plan is one GPU chunk of this node and the
+/// pairs can share buffers; otherwise none, and why is logged.
+fn bound_state(
+    graph: &Graph,
+    spec: &Specialized,
+    devices: &[Device],
+    plan: &Plan,
+    pairs: &[(ValueId, ValueId)],
+) -> Option<bound::StateLayout> {
+    if pairs.is_empty() {
+        return None;
+    }
+    let first = plan.chunks.first()?;
+    let why = if plan.chunks.len() != 1 {
+        Err(format!("the plan has {} chunks", plan.chunks.len()))
+    } else if !matches!(devices.get(first.device.index), Some(Device::Gpu(_))) {
+        Err("the plan runs on the CPU".to_string())
+    } else {
+        let ops: Vec<usize> = (0..spec.live.len()).collect();
+        bound::layout(graph, spec, first.device.index, &ops, pairs)
+    };
+    match why {
+        Ok(s) => Some(s),
+        Err(why) => {
+            tracing::debug!("bound values go through the host between runs: {why}");
+            None
+        }
+    }
 }
 
 /// Where the ops of one plan ran: op count per device name, and the edges between devices.
@@ -127,6 +164,28 @@ impl Executable {
         Executable::with_plan(graph, spec, devices, plan, kernels, LOCAL_NODE, tuning.arm)
     }
 
+    /// [`Executable::new`] for runs whose graph outputs `pairs` (input, output) feed back as
+    /// inputs: when the plan is one GPU chunk and each pair can share a buffer (exec/bound.rs),
+    /// they stay in a state buffer between runs ([`Executable::state_layout`] says so, and
+    /// runs go through [`Executable::run_bound`]); otherwise the plan is [`Executable::new`]'s.
+    pub fn new_bound(
+        graph: Arc<Graph>,
+        spec: Specialized,
+        devices: Vec<Device>,
+        memory_limit: Option<u64>,
+        tuning: &Tuning,
+        pairs: &[(ValueId, ValueId)],
+    ) -> Result<Executable> {
+        let (cost, kernels) = plan::cost_graph(&graph, &spec, &tuning.kernels);
+        let snapshot = plan::inventory(&devices, memory_limit);
+        let plan =
+            vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).map_err(plan_error)?;
+        let state = bound_state(&graph, &spec, &devices, &plan, pairs);
+        Executable::build(
+            graph, spec, devices, plan, kernels, LOCAL_NODE, tuning.arm, state,
+        )
+    }
+
     /// The part of `plan` placed on node `local` (whose devices are `devices`, in the order
     /// the plan's snapshot lists them): the whole plan on a single machine, one fragment of
     /// it on a cluster, where the other nodes' chunks feed this one's through [`RunLink`].
@@ -138,6 +197,20 @@ impl Executable {
         kernels: Kernels,
         local: &str,
         arm: bool,
+    ) -> Result<Executable> {
+        Executable::build(graph, spec, devices, plan, kernels, local, arm, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        graph: Arc<Graph>,
+        spec: Specialized,
+        devices: Vec<Device>,
+        plan: Plan,
+        kernels: Kernels,
+        local: &str,
+        arm: bool,
+        state: Option<bound::StateLayout>,
     ) -> Result<Executable> {
         let mine = |p: usize| plan.placement[p].node == local;
         check_sizes(
@@ -188,9 +261,17 @@ impl Executable {
                     exported.push(t.value);
                 }
             }
+            let bound_here = |o: ValueId| {
+                state
+                    .as_ref()
+                    .is_some_and(|s| s.slot_of_output(o).is_some())
+            };
             for &(p, _) in &ops {
                 for &o in &spec.node(&graph, spec.live[p]).outputs {
-                    if graph.outputs.iter().any(|(v, _)| *v == o) && !exported.contains(&o) {
+                    if graph.outputs.iter().any(|(v, _)| *v == o)
+                        && !exported.contains(&o)
+                        && !bound_here(o)
+                    {
                         exported.push(o);
                     }
                 }
@@ -200,6 +281,7 @@ impl Executable {
                 ops: ops.clone(),
                 exported: exported.clone(),
                 kernels: &mine,
+                state: state.as_ref().filter(|s| s.device == d),
             };
             let layout = GpuLayout::new(g.clone(), &graph, &spec, &on)?;
             layouts.insert(d, (layout, ops, exported, mine));
@@ -249,10 +331,14 @@ impl Executable {
             profile: profile::Profile::default(),
             arm,
             meters,
+            state,
         };
-        // One context up front, so the first run pays no recording.
-        let ctx = exe.new_context()?;
-        exe.pool.lock().expect("pool").push(ctx);
+        // One context up front, so the first run pays no recording (a bound plan's contexts
+        // belong to the state buffers they are made for).
+        if exe.state.is_none() {
+            let ctx = exe.new_context(None)?;
+            exe.pool.lock().expect("pool").push(ctx);
+        }
         Ok(exe)
     }
 
@@ -312,18 +398,72 @@ impl Executable {
             .collect()
     }
 
-    fn new_context(&self) -> Result<run::Contexts> {
+    fn new_context(&self, state: Option<&GpuBuffer>) -> Result<run::Contexts> {
         let mut m = BTreeMap::new();
         for (d, (layout, ops, exported, kernels)) in &self.layouts {
             let on = GpuOps {
                 ops: ops.clone(),
                 exported: exported.clone(),
                 kernels,
+                state: self.state.as_ref().filter(|s| s.device == *d),
             };
-            let armable = self.armable(ops);
-            m.insert(*d, layout.context(&self.graph, &self.spec, &on, armable)?);
+            // A state buffer's runs follow one another: nothing to queue ahead.
+            let armable = if on.state.is_some() {
+                None
+            } else {
+                self.armable(ops)
+            };
+            let state = state.filter(|_| on.state.is_some());
+            m.insert(
+                *d,
+                layout.context(&self.graph, &self.spec, &on, armable, state)?,
+            );
         }
         Ok(Arc::new(m))
+    }
+
+    /// Where this plan keeps bound values between runs: none when it was not made with
+    /// [`Executable::new_bound`], or its pairs could not stay on a GPU (then it runs as any).
+    pub fn state_layout(&self) -> Option<&bound::StateLayout> {
+        self.state.as_ref()
+    }
+
+    /// The GPU that holds the state buffer.
+    pub fn state_gpu(&self) -> Option<&Arc<crate::device::vulkan::Gpu>> {
+        match &self.devices[self.state.as_ref()?.device] {
+            Device::Gpu(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// An execution context that reads and writes the bound values in `state` (a buffer
+    /// made for [`Executable::state_layout`], or one compatible with it).
+    pub fn bound_context(&self, state: &GpuBuffer) -> Result<BoundContext> {
+        if self.state.is_none() {
+            return Err(Error::Device("this plan keeps no bound values".into()));
+        }
+        Ok(BoundContext(self.new_context(Some(state))?))
+    }
+
+    /// Runs once in a [`Executable::bound_context`]: `inputs` are the graph inputs that are
+    /// not bound (graph input index, tensor); the outputs come back in graph order, `None`
+    /// for the bound ones, which stay in the state buffer.
+    pub fn run_bound(
+        self: &Arc<Self>,
+        ctx: &BoundContext,
+        inputs: Vec<(usize, Tensor)>,
+    ) -> Result<Vec<Option<Tensor>>> {
+        let state = self
+            .state
+            .as_ref()
+            .ok_or_else(|| Error::Device("this plan keeps no bound values".into()))?;
+        let direct = run::direct_chunk(self)
+            .ok_or_else(|| Error::Device("a bound plan must be one GPU chunk".into()))?;
+        let inputs: Vec<(ValueId, Tensor)> = inputs
+            .into_iter()
+            .filter_map(|(i, t)| self.graph.inputs.get(i).map(|(v, _)| (*v, t)))
+            .collect();
+        run::run_direct_bound(self, &ctx.0, &inputs, direct, state)
     }
 
     /// The chunk a GPU may queue ahead of each run (exec/gpu.rs, `ArmSlot`): its only chunk,
@@ -361,6 +501,11 @@ impl Executable {
     /// Runs once with inputs in the graph's input order. Concurrent runs each take an
     /// execution context of their own from the pool (or make one).
     pub fn run(self: &Arc<Self>, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        if self.state.is_some() {
+            return Err(Error::Device(
+                "a plan with bound values runs through run_bound".into(),
+            ));
+        }
         let inputs = self
             .graph
             .inputs
@@ -406,7 +551,7 @@ impl Executable {
         let ctx = self.pool.lock().expect("pool").pop();
         match ctx {
             Some(c) => Ok(c),
-            None => self.new_context(),
+            None => self.new_context(None),
         }
     }
 

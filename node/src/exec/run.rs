@@ -488,7 +488,7 @@ fn read_exports(
 
 /// The one local chunk and its GPU, when this node's whole share of the plan is a single GPU
 /// chunk that waits for nothing but graph inputs: a model on one GPU, the usual case.
-fn direct_chunk(exe: &Executable) -> Option<(usize, usize, &Arc<Gpu>)> {
+pub(super) fn direct_chunk(exe: &Executable) -> Option<(usize, usize, &Arc<Gpu>)> {
     if exe.topo.local_chunks != 1 {
         return None;
     }
@@ -508,8 +508,66 @@ fn run_direct(
     exe: &Executable,
     ctx: &Contexts,
     inputs: &[(ValueId, Tensor)],
-    (c, d, g): (usize, usize, &Arc<Gpu>),
+    direct: (usize, usize, &Arc<Gpu>),
 ) -> Result<Vec<Tensor>> {
+    let exports = direct_exports(exe, ctx, inputs, direct)?;
+    exe.graph
+        .outputs
+        .iter()
+        .map(|(v, def)| {
+            direct_output(exe, &exports, inputs, *v)
+                .ok_or_else(|| Error::Device(format!("output '{}' was not produced", def.name)))
+        })
+        .collect()
+}
+
+/// [`run_direct`] for a plan with bound values: they stay in the state buffer of `ctx`, and
+/// their outputs come back as `None`.
+pub(super) fn run_direct_bound(
+    exe: &Executable,
+    ctx: &Contexts,
+    inputs: &[(ValueId, Tensor)],
+    direct: (usize, usize, &Arc<Gpu>),
+    state: &super::bound::StateLayout,
+) -> Result<Vec<Option<Tensor>>> {
+    let exports = direct_exports(exe, ctx, inputs, direct)?;
+    exe.graph
+        .outputs
+        .iter()
+        .map(|(v, def)| {
+            if state.slot_of_output(*v).is_some() {
+                return Ok(None);
+            }
+            direct_output(exe, &exports, inputs, *v)
+                .map(Some)
+                .ok_or_else(|| Error::Device(format!("output '{}' was not produced", def.name)))
+        })
+        .collect()
+}
+
+/// Output `v` of a direct run: exported, or a graph input or constant passed through.
+fn direct_output(
+    exe: &Executable,
+    exports: &[(ValueId, Tensor)],
+    inputs: &[(ValueId, Tensor)],
+    v: ValueId,
+) -> Option<Tensor> {
+    exports
+        .iter()
+        .chain(inputs)
+        .find(|(e, _)| *e == v)
+        .map(|(_, t)| t)
+        .or(exe.spec.consts[v].as_ref())
+        .cloned()
+}
+
+/// Writes the inputs of a [`direct_chunk`], runs it and waits, and reads its exports back.
+fn direct_exports(
+    exe: &Executable,
+    ctx: &Contexts,
+    inputs: &[(ValueId, Tensor)],
+    (c, d, g): (usize, usize, &Arc<Gpu>),
+) -> Result<Vec<(ValueId, Tensor)>> {
     let gctx = &ctx[&d];
     let _count = exe.metered().then(super::busy::RunCount::start);
     let _busy = exe.busy(d);
@@ -533,20 +591,7 @@ fn run_direct(
             completion::DEADLINE.as_secs()
         )));
     }
-    let exports = read_exports(exe, gctx, d, c, copy)?;
-    exe.graph
-        .outputs
-        .iter()
-        .map(|(v, def)| {
-            exports
-                .iter()
-                .find(|(e, _)| e == v)
-                .map(|(_, t)| t)
-                .or_else(|| value(*v))
-                .cloned()
-                .ok_or_else(|| Error::Device(format!("output '{}' was not produced", def.name)))
-        })
-        .collect()
+    read_exports(exe, gctx, d, c, copy)
 }
 
 /// A run's state before anything starts: its inputs set, every counter at its start.

@@ -33,6 +33,7 @@ pub struct LlmIo {
     pub logits: String,
     /// In layer order, key before value.
     pub caches: Vec<CachePair>,
+    pub shared_cache: SharedCache,
 }
 
 /// (layer, "key" | "value") of a cache name with one of `prefixes`.
@@ -64,6 +65,22 @@ pub struct CacheHints {
     /// Key/value heads.
     pub heads: Option<usize>,
     pub head_size: Option<usize>,
+    /// Past and present share one buffer (GenAI's `past_present_share_buffer`).
+    pub shared: bool,
+}
+
+/// Whether a model's past and present caches are one buffer, allocated once at the sequence's
+/// greatest length (the present is the past with the new rows written at the sequence's
+/// length; the attention mask spans the buffer), or the present is the past plus the new rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SharedCache {
+    /// The present grows by the rows fed.
+    #[default]
+    No,
+    /// Shared, as long as the sequence asks for.
+    Yes,
+    /// Shared, of the length the model declares.
+    Fixed(usize),
 }
 
 impl LlmIo {
@@ -97,6 +114,11 @@ impl LlmIo {
             position_ids: None,
             logits: logits.name.clone(),
             caches: Vec::new(),
+            shared_cache: if hints.shared {
+                SharedCache::Yes
+            } else {
+                SharedCache::No
+            },
         };
         let mut slots = Vec::new();
         for d in inputs {
@@ -113,11 +135,20 @@ impl LlmIo {
                              past key/value cache: this loop cannot feed it"
                         ))
                     })?;
-                    slots.push((
-                        layer,
-                        kind == "value",
-                        cache_pair(d, layer, kind, outputs, hints)?,
-                    ));
+                    let (pair, fixed) = cache_pair(d, layer, kind, outputs, hints)?;
+                    if let Some(n) = fixed {
+                        match io.shared_cache {
+                            SharedCache::Fixed(m) if m != n => {
+                                return Err(GenerateError::Model(format!(
+                                    "cache input '{}' is {n} long where another is {m}: \
+                                     caches of one buffer length expected",
+                                    d.name
+                                )));
+                            }
+                            _ => io.shared_cache = SharedCache::Fixed(n),
+                        }
+                    }
+                    slots.push((layer, kind == "value", pair));
                 }
             }
         }
@@ -133,7 +164,7 @@ fn cache_pair(
     kind: &str,
     outputs: &[ValueDef],
     hints: &CacheHints,
-) -> Result<CachePair, GenerateError> {
+) -> Result<(CachePair, Option<usize>), GenerateError> {
     let present = outputs
         .iter()
         .find(|o| cache_slot(&o.name, PRESENT) == Some((layer, kind)))
@@ -158,14 +189,11 @@ fn cache_pair(
             dims.len()
         )));
     };
-    if let Dim::Fixed(n) = length {
-        // A fixed length is a preallocated cache that past and present share (GenAI's
-        // `past_present_share_buffer`): positions are then fed separately.
-        return Err(bad(&format!(
-            "has a fixed length of {n}: caches shared between past and present are not \
-             supported yet; export with a growing cache"
-        )));
-    }
+    // A fixed length is a cache that past and present share, allocated once.
+    let fixed_len = match length {
+        Dim::Fixed(n) => Some(*n),
+        Dim::Sym(_) => None,
+    };
     let fixed = |d: &Dim, hint: Option<usize>, what: &str| match (d, hint) {
         (Dim::Fixed(n), _) => Ok(*n),
         (Dim::Sym(_), Some(n)) => Ok(n),
@@ -174,13 +202,14 @@ fn cache_pair(
              (num_key_value_heads, head_dim) or genai_config.json beside the model"
         ))),
     };
-    Ok(CachePair {
+    let pair = CachePair {
         past: past.name.clone(),
         present: present.name.clone(),
         dtype,
         heads: fixed(heads, hints.heads, "head count")?,
         head_size: fixed(size, hints.head_size, "head size")?,
-    })
+    };
+    Ok((pair, fixed_len))
 }
 
 fn names(defs: &[ValueDef]) -> String {

@@ -4,10 +4,10 @@
 //! ([`io::LlmIo`] finds which is which). The same loop drives a local [`Session`] and a model
 //! on a cluster ([`RemoteModel`]), through [`StepModel`].
 //!
-//! Today a step's caches come back to the caller and go out again with the next step (on a
-//! cluster, through the submitting node): correct, but every step moves the whole cache.
-//! Keeping each layer's cache on the device (and node) that produced it is the next step of
-//! this module; see docs/LLM.md.
+//! A [`Session`] keeps a sequence's caches in a [`BoundState`]: on the GPU, in place, when the
+//! model's past and present share one buffer (GenAI's `past_present_share_buffer` form) and
+//! the plan is one GPU chunk; else on the host, fed back step by step. On a cluster the
+//! caches still travel through the submitting node with every step; see docs/LLM.md.
 
 pub mod io;
 pub mod sample;
@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use crate::distributed::DistError;
 use crate::distributed::client::RemoteModel;
-use crate::session::Session;
+use crate::session::{BoundState, Session};
 use crate::tensor::{DType, Tensor};
 
-pub use io::{CacheHints, CachePair, LlmIo};
+pub use io::{CacheHints, CachePair, LlmIo, SharedCache};
 pub use sample::{Sampler, Sampling};
 pub use text::{ModelFolder, TextGenerator};
 
@@ -45,20 +45,108 @@ pub enum GenerateError {
     TooLong { wanted: usize, limit: usize },
 }
 
-/// A model that runs one step: named inputs in, named outputs back.
+/// A model that runs one step of a sequence whose caches it keeps between steps.
 pub trait StepModel: Send + Sync {
-    fn run_step(&self, feeds: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>, GenerateError>;
+    /// What one sequence keeps between steps: its caches.
+    type State: Send;
+
+    /// A sequence whose caches (`pairs`: present output, past input) start as `initial`.
+    fn begin(
+        &self,
+        pairs: &[(&str, &str)],
+        initial: Vec<Tensor>,
+    ) -> Result<Self::State, GenerateError>;
+
+    /// Runs one step: `feeds` are the inputs other than the caches; the outputs other than
+    /// the caches come back, and the presents become the next step's pasts.
+    fn step(
+        &self,
+        state: &mut Self::State,
+        feeds: &[(&str, Tensor)],
+    ) -> Result<Vec<(String, Tensor)>, GenerateError>;
 }
 
+/// A session keeps a sequence's caches where its plan runs: in place in a GPU buffer when the
+/// model's past and present share one (session/bound.rs), else on the host.
 impl StepModel for Session {
-    fn run_step(&self, feeds: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>, GenerateError> {
-        Ok(self.run(feeds)?)
+    type State = BoundState;
+
+    fn begin(
+        &self,
+        pairs: &[(&str, &str)],
+        initial: Vec<Tensor>,
+    ) -> Result<BoundState, GenerateError> {
+        Ok(self.bind(pairs, initial)?)
+    }
+
+    fn step(
+        &self,
+        state: &mut BoundState,
+        feeds: &[(&str, Tensor)],
+    ) -> Result<Vec<(String, Tensor)>, GenerateError> {
+        Ok(self.run_bound(state, feeds)?)
     }
 }
 
+/// Caches that come back with each step's outputs and go out with the next step's inputs.
+pub struct HostCaches {
+    /// (present output, past input) per cache.
+    pairs: Vec<(String, String)>,
+    values: Vec<Tensor>,
+}
+
+impl HostCaches {
+    fn new(pairs: &[(&str, &str)], initial: Vec<Tensor>) -> HostCaches {
+        HostCaches {
+            pairs: pairs
+                .iter()
+                .map(|&(o, i)| (o.to_string(), i.to_string()))
+                .collect(),
+            values: initial,
+        }
+    }
+
+    fn step(
+        &mut self,
+        feeds: &[(&str, Tensor)],
+        run: impl FnOnce(&[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>, GenerateError>,
+    ) -> Result<Vec<(String, Tensor)>, GenerateError> {
+        let mut all: Vec<(&str, Tensor)> = feeds.to_vec();
+        for ((_, past), t) in self.pairs.iter().zip(std::mem::take(&mut self.values)) {
+            all.push((past, t));
+        }
+        let mut outputs = run(&all)?;
+        for (present, _) in &self.pairs {
+            let i = outputs
+                .iter()
+                .position(|(n, _)| n == present)
+                .ok_or_else(|| {
+                    GenerateError::Model(format!("the run returned no output '{present}'"))
+                })?;
+            self.values.push(outputs.swap_remove(i).1);
+        }
+        Ok(outputs)
+    }
+}
+
+/// On a cluster the caches travel through the submitting node with every step (docs/LLM.md).
 impl StepModel for RemoteModel {
-    fn run_step(&self, feeds: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>, GenerateError> {
-        Ok(self.run(feeds)?.outputs)
+    type State = HostCaches;
+
+    fn begin(
+        &self,
+        pairs: &[(&str, &str)],
+        initial: Vec<Tensor>,
+    ) -> Result<HostCaches, GenerateError> {
+        Ok(HostCaches::new(pairs, initial))
+    }
+
+    fn step(
+        &self,
+        state: &mut HostCaches,
+        feeds: &[(&str, Tensor)],
+    ) -> Result<Vec<(String, Tensor)>, GenerateError> {
+        state.step(feeds, |all| Ok(self.run(all)?.outputs))
     }
 }
 
@@ -66,26 +154,55 @@ impl StepModel for RemoteModel {
 pub struct Sequence<'m, M: StepModel + ?Sized> {
     model: &'m M,
     io: &'m LlmIo,
-    caches: Vec<Tensor>,
+    state: M::State,
     len: usize,
+    /// The most tokens it may hold.
     max_len: Option<usize>,
+    /// A shared cache's length (its buffer's rows); 0 for a growing one.
+    rows: usize,
 }
 
 impl<'m, M: StepModel + ?Sized> Sequence<'m, M> {
-    /// An empty sequence: caches of length 0. `max_len` bounds prompt plus generation.
-    pub fn new(model: &'m M, io: &'m LlmIo, max_len: Option<usize>) -> Sequence<'m, M> {
-        let caches = io
+    /// An empty sequence. `max_len` bounds prompt plus generation; a cache that past and
+    /// present share (GenAI's `past_present_share_buffer`) is allocated at that length once,
+    /// so it needs one (or the model's fixed cache length).
+    pub fn new(
+        model: &'m M,
+        io: &'m LlmIo,
+        max_len: Option<usize>,
+    ) -> Result<Sequence<'m, M>, GenerateError> {
+        let (rows, max_len) = match io.shared_cache {
+            SharedCache::No => (0, max_len),
+            SharedCache::Fixed(n) => (n, Some(max_len.map_or(n, |m| m.min(n)))),
+            SharedCache::Yes => {
+                let n = max_len.ok_or_else(|| {
+                    GenerateError::Model(
+                        "the model's past and present caches share one buffer, allocated once: \
+                         give the sequence's greatest length (--max-seq-len)"
+                            .into(),
+                    )
+                })?;
+                (n, Some(n))
+            }
+        };
+        let initial = io
             .caches
             .iter()
-            .map(|c| Tensor::zeros(c.dtype, vec![1, c.heads, 0, c.head_size]))
+            .map(|c| Tensor::zeros(c.dtype, vec![1, c.heads, rows, c.head_size]))
             .collect();
-        Sequence {
+        let pairs: Vec<(&str, &str)> = io
+            .caches
+            .iter()
+            .map(|c| (c.present.as_str(), c.past.as_str()))
+            .collect();
+        Ok(Sequence {
             model,
             io,
-            caches,
+            state: model.begin(&pairs, initial)?,
             len: 0,
             max_len,
-        }
+            rows,
+        })
     }
 
     /// Tokens in the caches.
@@ -95,6 +212,11 @@ impl<'m, M: StepModel + ?Sized> Sequence<'m, M> {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The sequence's caches state (for a [`Session`], where they are).
+    pub fn state(&self) -> &M::State {
+        &self.state
     }
 
     /// Runs `ids` after the tokens so far; returns the logits of the last one.
@@ -120,39 +242,26 @@ impl<'m, M: StepModel + ?Sized> Sequence<'m, M> {
             ints(io.ids_dtype, vec![1, ids.len()], tokens),
         )];
         if let Some((name, dtype)) = &io.attention_mask {
-            feeds.push((name, ints(*dtype, vec![1, total], vec![1; total])));
+            // A shared cache's mask spans the whole buffer: ones over the tokens so far.
+            let width = match io.shared_cache {
+                SharedCache::No => total,
+                _ => self.rows,
+            };
+            let mask = (0..width).map(|j| i64::from(j < total)).collect();
+            feeds.push((name, ints(*dtype, vec![1, width], mask)));
         }
         if let Some((name, dtype)) = &io.position_ids {
             let pos = (start as i64..total as i64).collect();
             feeds.push((name, ints(*dtype, vec![1, ids.len()], pos)));
         }
-        for (c, t) in io.caches.iter().zip(std::mem::take(&mut self.caches)) {
-            feeds.push((&c.past, t));
-        }
-        let mut outputs = self.model.run_step(&feeds)?;
-        let mut take = |name: &str| {
-            let i = outputs.iter().position(|(n, _)| n == name).ok_or_else(|| {
-                GenerateError::Model(format!("the run returned no output '{name}'"))
+        let mut outputs = self.model.step(&mut self.state, &feeds)?;
+        let i = outputs
+            .iter()
+            .position(|(n, _)| *n == io.logits)
+            .ok_or_else(|| {
+                GenerateError::Model(format!("the run returned no output '{}'", io.logits))
             })?;
-            Ok::<Tensor, GenerateError>(outputs.swap_remove(i).1)
-        };
-        let logits = take(&io.logits)?;
-        let mut caches = Vec::with_capacity(io.caches.len());
-        for c in &io.caches {
-            let t = take(&c.present)?;
-            if t.shape() != [1, c.heads, total, c.head_size] {
-                return Err(GenerateError::Model(format!(
-                    "output '{}' has shape {:?}; [1, {}, {total}, {}] expected: the model's \
-                     cache does not grow by the tokens fed",
-                    c.present,
-                    t.shape(),
-                    c.heads,
-                    c.head_size
-                )));
-            }
-            caches.push(t);
-        }
-        self.caches = caches;
+        let logits = outputs.swap_remove(i).1;
         self.len = total;
         last_row(&logits, ids.len())
     }
@@ -217,7 +326,16 @@ pub fn generate<M: StepModel + ?Sized>(
     options: &GenerateOptions,
     mut on_token: impl FnMut(u32) -> bool,
 ) -> Result<Generation, GenerateError> {
-    let mut seq = Sequence::new(model, io, options.max_seq_len);
+    // A cache allocated once is as long as this generation can get.
+    let max_len = match io.shared_cache {
+        SharedCache::Yes => Some(
+            options
+                .max_seq_len
+                .unwrap_or(prompt.len() + options.max_new_tokens),
+        ),
+        _ => options.max_seq_len,
+    };
+    let mut seq = Sequence::new(model, io, max_len)?;
     let mut sampler = Sampler::new(options.sampling);
     let mut out = Generation {
         tokens: Vec::new(),

@@ -1,7 +1,7 @@
 //! Role detection against hand-written declarations, and the sampler against hand-derived
 //! distributions.
 
-use super::io::LlmIo;
+use super::io::{LlmIo, SharedCache};
 use super::sample::{argmax, nucleus};
 use crate::model::{Dim, ValueDef};
 use crate::tensor::DType;
@@ -75,7 +75,7 @@ fn optimum_names_pair_each_past_with_its_present_in_layer_order() {
 }
 
 #[test]
-fn unknown_inputs_missing_presents_and_shared_buffers_are_named() {
+fn unknown_inputs_missing_presents_and_uneven_shared_buffers_are_named() {
     let (mut ins, outs) = optimum(1);
     ins.push(def("token_type_ids", DType::I64, &[sym("b"), sym("s")]));
     let e = LlmIo::detect(&ins, &outs).unwrap_err().to_string();
@@ -89,15 +89,23 @@ fn unknown_inputs_missing_presents_and_shared_buffers_are_named() {
         "{e}"
     );
 
+    // Caches of a fixed length are one buffer that past and present share: all one length.
+    let fixed = |n: usize| {
+        Some(vec![
+            Dim::Fixed(1),
+            Dim::Fixed(2),
+            Dim::Fixed(n),
+            Dim::Fixed(16),
+        ])
+    };
     let (mut ins, outs) = optimum(1);
-    ins[3].dims = Some(vec![
-        Dim::Fixed(1),
-        Dim::Fixed(2),
-        Dim::Fixed(128),
-        Dim::Fixed(16),
-    ]);
+    ins[3].dims = fixed(128);
+    ins[4].dims = fixed(64);
     let e = LlmIo::detect(&ins, &outs).unwrap_err().to_string();
-    assert!(e.contains("fixed length of 128"), "{e}");
+    assert!(e.contains("64 long where another is 128"), "{e}");
+    ins[4].dims = fixed(128);
+    let io = LlmIo::detect(&ins, &outs).unwrap();
+    assert_eq!(io.shared_cache, SharedCache::Fixed(128));
 
     let (mut ins, outs) = optimum(1);
     ins[0].dtype = Some(DType::F32);

@@ -131,6 +131,7 @@ fn cache_hints(dir: &Path) -> Result<CacheHints, GenerateError> {
         return Ok(CacheHints {
             heads: num(d, "num_key_value_heads"),
             head_size: num(d, "head_size"),
+            shared: g["search"]["past_present_share_buffer"].as_bool() == Some(true),
         });
     }
     let Some(c) = read("config.json")? else {
@@ -141,6 +142,7 @@ fn cache_hints(dir: &Path) -> Result<CacheHints, GenerateError> {
     Ok(CacheHints {
         heads: num(&c, "num_key_value_heads").or(q_heads),
         head_size,
+        shared: false,
     })
 }
 

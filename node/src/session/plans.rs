@@ -15,6 +15,8 @@ pub(super) struct PlanKey {
     pub types: Vec<ValueType>,
     /// (graph input index, its bytes) for each input the plan was specialized on.
     pub values: Vec<(usize, Bytes)>,
+    /// (graph input, graph output) pairs that stay bound across runs (session/bound.rs).
+    pub bound: Vec<(usize, usize)>,
 }
 
 /// Least recently used first out.
@@ -62,6 +64,7 @@ mod tests {
         PlanKey {
             types: vec![ValueType::new(DType::F32, vec![n])],
             values: vec![(0, Bytes::from_static(value))],
+            bound: Vec::new(),
         }
     }
 

@@ -41,12 +41,13 @@ impl ValueChecks {
         )
     }
 
-    /// `inputs` in graph order; `spec` the plan's types and constants.
+    /// `inputs` in graph order (`None` where the value stays on a device: bound state);
+    /// `spec` the plan's types and constants.
     pub(super) fn check(
         &self,
         graph: &Graph,
         spec: &Specialized,
-        inputs: &[&Tensor],
+        inputs: &[Option<&Tensor>],
     ) -> Result<()> {
         for &n in &self.0 {
             let node = &graph.nodes[n];
@@ -62,7 +63,7 @@ impl ValueChecks {
                     break;
                 };
                 let value = match graph.inputs.iter().position(|(g, _)| *g == v) {
-                    Some(i) => inputs.get(i).copied(),
+                    Some(i) => inputs.get(i).copied().flatten(),
                     None => spec.consts[v].as_ref(),
                 };
                 args.push(Some(InferInput { ty, value }));

@@ -1,0 +1,282 @@
+//! Bound runs: graph outputs fed back as graph inputs of the next run, one [`BoundState`] per
+//! sequence (a language model's `present.N.key` -> `past_key_values.N.key`).
+//!
+//! Where the plan is one GPU chunk and each pair can share one buffer (exec/bound.rs: same
+//! type, and the output written by the input's last reader, as GroupQueryAttention does with
+//! a cache that past and present share), the values live in a GPU buffer of the state's own
+//! and never come back to the host: the output is written over the input, in place. Otherwise
+//! (the CPU backend, a plan over several devices, a cache that grows by concatenation) they
+//! come back with the outputs and go out again with the next run's inputs, as the caller
+//! would do by hand. A state moves between the two homes when plans of both kinds run on it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::Session;
+use crate::device::vulkan::{Gpu, GpuBuffer};
+use crate::error::{Error, Result};
+use crate::exec::bound::{StateLayout, download, upload};
+use crate::exec::{BoundContext, Executable};
+use crate::ops::ValueType;
+use crate::tensor::Tensor;
+
+/// Plans whose execution contexts a state keeps (one per input shape it ran with: a prompt
+/// and single tokens, usually); the least recently used goes first.
+const CONTEXTS_KEPT: usize = 4;
+
+/// The bound values of one sequence of runs: see [`Session::bind`].
+pub struct BoundState {
+    /// (graph input index, graph output index) per pair, in the order they were bound.
+    pairs: Vec<(usize, usize)>,
+    home: Home,
+}
+
+enum Home {
+    /// One value per pair.
+    Host(Vec<Tensor>),
+    Gpu {
+        layout: StateLayout,
+        gpu: Arc<Gpu>,
+        buffer: Arc<GpuBuffer>,
+        /// Execution contexts recorded against `buffer`, most recently used first.
+        contexts: Vec<(Arc<Executable>, BoundContext)>,
+    },
+}
+
+impl BoundState {
+    /// Whether the values are in a GPU buffer now (else on the host).
+    pub fn on_gpu(&self) -> bool {
+        matches!(self.home, Home::Gpu { .. })
+    }
+
+    /// The bound values, in the order they were bound, copied to the host.
+    pub fn values(&self) -> Result<Vec<Tensor>> {
+        match &self.home {
+            Home::Host(v) => Ok(v.clone()),
+            Home::Gpu {
+                layout,
+                gpu,
+                buffer,
+                ..
+            } => download(gpu, layout, buffer),
+        }
+    }
+
+    fn types(&self) -> Vec<ValueType> {
+        match &self.home {
+            Home::Host(v) => v.iter().map(ValueType::of).collect(),
+            Home::Gpu { layout, .. } => layout.slots.iter().map(|s| s.ty.clone()).collect(),
+        }
+    }
+
+    /// Brings the values to the host.
+    fn move_to_host(&mut self) -> Result<&[Tensor]> {
+        if let Home::Gpu { .. } = self.home {
+            self.home = Home::Host(self.values()?);
+        }
+        match &self.home {
+            Home::Host(v) => Ok(v),
+            Home::Gpu { .. } => unreachable!("moved to the host above"),
+        }
+    }
+
+    /// Puts the values in a buffer laid out as `exe` wants, and returns `exe`'s context for it.
+    fn move_to_gpu(&mut self, exe: &Arc<Executable>) -> Result<&BoundContext> {
+        let layout = exe.state_layout().expect("a bound plan");
+        let gpu = exe.state_gpu().expect("state on a GPU");
+        let fits = matches!(&self.home, Home::Gpu { layout: l, gpu: g, .. }
+            if l.compatible(layout) && Arc::ptr_eq(g, gpu));
+        if !fits {
+            let values = self.move_to_host()?.to_vec();
+            let refs: Vec<&Tensor> = values.iter().collect();
+            let buffer = Arc::new(upload(gpu, layout, &refs)?);
+            self.home = Home::Gpu {
+                layout: layout.clone(),
+                gpu: gpu.clone(),
+                buffer,
+                contexts: Vec::new(),
+            };
+        }
+        let Home::Gpu {
+            buffer, contexts, ..
+        } = &mut self.home
+        else {
+            unreachable!("on the GPU now");
+        };
+        match contexts.iter().position(|(e, _)| Arc::ptr_eq(e, exe)) {
+            Some(i) => {
+                let entry = contexts.remove(i);
+                contexts.insert(0, entry);
+            }
+            None => {
+                let ctx = exe.bound_context(buffer)?;
+                contexts.insert(0, (exe.clone(), ctx));
+                contexts.truncate(CONTEXTS_KEPT);
+            }
+        }
+        Ok(&contexts[0].1)
+    }
+}
+
+impl Session {
+    /// A state for runs in which each output of `pairs` (output name, input name) becomes
+    /// that input of the next run, starting from `initial` (one value per pair). Run with
+    /// [`Session::run_bound`]; one state per sequence, dropped when the sequence ends.
+    pub fn bind(&self, pairs: &[(&str, &str)], initial: Vec<Tensor>) -> Result<BoundState> {
+        if pairs.len() != initial.len() {
+            return Err(Error::Input(format!(
+                "{} bound pairs but {} initial values",
+                pairs.len(),
+                initial.len()
+            )));
+        }
+        let mut seen = BTreeMap::new();
+        let mut indices = Vec::with_capacity(pairs.len());
+        for (&(output, input), value) in pairs.iter().zip(&initial) {
+            let i = self
+                .graph
+                .inputs
+                .iter()
+                .position(|(_, d)| d.name == input)
+                .ok_or_else(|| Error::Input(format!("the model has no input named '{input}'")))?;
+            let o = self
+                .graph
+                .outputs
+                .iter()
+                .position(|(_, d)| d.name == output)
+                .ok_or_else(|| Error::Input(format!("the model has no output named '{output}'")))?;
+            if seen.insert(i, output).is_some() {
+                return Err(Error::Input(format!("input '{input}' is bound twice")));
+            }
+            let declared = self.graph.inputs[i].1.dtype;
+            if declared.is_some_and(|d| d != value.dtype()) {
+                return Err(Error::Input(format!(
+                    "the initial value of '{input}' is {}, the model declares {}",
+                    value.dtype(),
+                    declared.expect("checked")
+                )));
+            }
+            indices.push((i, o));
+        }
+        Ok(BoundState {
+            pairs: indices,
+            home: Home::Host(initial),
+        })
+    }
+
+    /// Runs once with `inputs` (every input that is not bound) and the state's bound values;
+    /// the bound outputs become the state's values, the other outputs come back in graph order.
+    pub fn run_bound(
+        &self,
+        state: &mut BoundState,
+        inputs: &[(&str, Tensor)],
+    ) -> Result<Vec<(String, Tensor)>> {
+        self.files.check()?;
+        let given = self.order_bound(state, inputs)?;
+        let mut types = Vec::with_capacity(given.len());
+        let bound_types = state.types();
+        for (i, t) in given.iter().enumerate() {
+            match t {
+                Some(t) => types.push(ValueType::of(t)),
+                None => {
+                    let k = state
+                        .pairs
+                        .iter()
+                        .position(|&(b, _)| b == i)
+                        .expect("bound");
+                    types.push(bound_types[k].clone());
+                }
+            }
+        }
+        let host_values: Option<Vec<Tensor>> = match &state.home {
+            Home::Host(v) => Some(v.clone()),
+            Home::Gpu { .. } => None,
+        };
+        let known: Vec<Option<&Tensor>> = (0..given.len())
+            .map(|i| {
+                given[i].or_else(|| {
+                    let k = state.pairs.iter().position(|&(b, _)| b == i)?;
+                    host_values.as_ref().map(|v| &v[k])
+                })
+            })
+            .collect();
+        let exe = self.executable_for(types, &known, &state.pairs)?;
+        self.value_checks.check(&self.graph, exe.spec(), &known)?;
+        let names = self.graph.outputs.iter().map(|(_, d)| d.name.clone());
+        if exe.state_layout().is_some() {
+            let unbound: Vec<(usize, Tensor)> = given
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| t.map(|t| (i, t.clone())))
+                .collect();
+            let ctx = state.move_to_gpu(&exe)?;
+            let outs = exe.run_bound(ctx, unbound)?;
+            return Ok(names
+                .zip(outs)
+                .filter_map(|(n, t)| t.map(|t| (n, t)))
+                .collect());
+        }
+        let values = state.move_to_host()?.to_vec();
+        let full: Vec<Tensor> = (0..given.len())
+            .map(|i| match given[i] {
+                Some(t) => t.clone(),
+                None => {
+                    let k = state
+                        .pairs
+                        .iter()
+                        .position(|&(b, _)| b == i)
+                        .expect("bound");
+                    values[k].clone()
+                }
+            })
+            .collect();
+        drop(values);
+        let mut outs: Vec<Option<Tensor>> = exe.run(full)?.into_iter().map(Some).collect();
+        let next: Vec<Tensor> = state
+            .pairs
+            .iter()
+            .map(|&(_, o)| outs[o].take().expect("each output bound once"))
+            .collect();
+        state.home = Home::Host(next);
+        Ok(names
+            .zip(outs)
+            .filter_map(|(n, t)| t.map(|t| (n, t)))
+            .collect())
+    }
+
+    /// `inputs` in graph order, `None` for the bound ones; errors name a missing, unknown,
+    /// repeated or bound input.
+    fn order_bound<'a>(
+        &self,
+        state: &BoundState,
+        inputs: &'a [(&str, Tensor)],
+    ) -> Result<Vec<Option<&'a Tensor>>> {
+        let mut by_name: BTreeMap<&str, &Tensor> = BTreeMap::new();
+        for (name, t) in inputs {
+            if by_name.insert(name, t).is_some() {
+                return Err(Error::Input(format!("'{name}' is given twice")));
+            }
+        }
+        let mut ordered = Vec::with_capacity(self.graph.inputs.len());
+        for (i, (_, d)) in self.graph.inputs.iter().enumerate() {
+            let bound = state.pairs.iter().find(|&&(b, _)| b == i);
+            match (bound, by_name.remove(d.name.as_str())) {
+                (Some(&(_, o)), Some(_)) => {
+                    return Err(Error::Input(format!(
+                        "'{}' is bound to output '{}': its value comes from the state",
+                        d.name, self.graph.outputs[o].1.name
+                    )));
+                }
+                (Some(_), None) => ordered.push(None),
+                (None, Some(t)) => ordered.push(Some(t)),
+                (None, None) => return Err(Error::Input(format!("missing input '{}'", d.name))),
+            }
+        }
+        if let Some(name) = by_name.keys().next() {
+            return Err(Error::Input(format!(
+                "the model has no input named '{name}'"
+            )));
+        }
+        Ok(ordered)
+    }
+}
