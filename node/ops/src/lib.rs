@@ -98,6 +98,7 @@ mod simd;
 mod slice;
 mod softmax;
 mod splitk;
+mod tensor_scatter;
 mod tile_expand;
 mod topk;
 mod transpose;
@@ -251,6 +252,14 @@ pub trait Op: Send + Sync + fmt::Debug {
     /// True when output 0 is input 0's bytes under another shape (Reshape, Flatten, Squeeze,
     /// Unsqueeze, Identity): on a GPU such an op costs nothing, its output aliases its input.
     fn is_view(&self) -> bool {
+        false
+    }
+
+    /// True when the GPU kernels may write output `output` over input `input` (one buffer,
+    /// same type) and still compute the op: nothing of the input is read after its bytes are
+    /// overwritten. A value bound across runs then stays in one buffer (the executor's bound
+    /// state): GroupQueryAttention's cache that past and present share is the case it is for.
+    fn writes_in_place(&self, _input: usize, _output: usize) -> bool {
         false
     }
 
@@ -435,6 +444,7 @@ pub fn registry() -> &'static Registry {
         shape_ops::register(&mut r);
         slice::register(&mut r);
         softmax::register(&mut r);
+        tensor_scatter::register(&mut r);
         tile_expand::register(&mut r);
         topk::register(&mut r);
         transpose::register(&mut r);

@@ -6,9 +6,9 @@
 //! into the same slot, in place. Nothing is uploaded, read back or copied between runs, and
 //! plans for other input shapes (a prompt, then single tokens) share the buffer, because a
 //! slot's place depends only on the pairs' types. An op may write its output over the input it
-//! reads only when the kernel allows it (GroupQueryAttention's cache update writes just the
-//! new rows); the output's producer must also be the last reader of the input, or a later
-//! reader would see the new value.
+//! reads only when its kernel says it can (`Op::writes_in_place`: GroupQueryAttention's cache
+//! update writes just the new rows); the output's producer must also be the last reader of the
+//! input, or a later reader would see the new value.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -119,6 +119,26 @@ pub(super) fn layout(
                 name(input),
                 name(output)
             ));
+        }
+        // The op that writes the output over the input must be made for it.
+        let writer = spec.node(graph, spec.live[made_at]);
+        if readers.get(&input).is_some_and(|r| r.contains(&made_at)) {
+            let at_in = writer
+                .inputs
+                .iter()
+                .position(|v| v.is_some_and(|v| *root.get(&v).unwrap_or(&v) == input));
+            let at_out = writer.outputs.iter().position(|&o| o == output);
+            let in_place = matches!((at_in, at_out), (Some(i), Some(o))
+                if writer.op.writes_in_place(i, o));
+            if !in_place {
+                return Err(format!(
+                    "{} ({}) reads '{}' and writes '{}', and its kernel does not write in place",
+                    writer.name,
+                    writer.op_type,
+                    name(input),
+                    name(output)
+                ));
+            }
         }
         slots.push(Slot {
             input,

@@ -277,10 +277,15 @@ fn last_row(logits: &Tensor, n: usize) -> Result<Vec<f32>, GenerateError> {
             "logits of shape {shape:?} for {n} token(s): [1, {n}, vocab] expected"
         )));
     }
-    let all = logits.to_f64_vec().map_err(crate::Error::from)?;
-    Ok(all[(rows - 1) * vocab..]
-        .iter()
-        .map(|&v| v as f32)
+    // Only the last row is converted: a prompt's logits are prompt x vocab values.
+    let width = vocab * logits.dtype().size();
+    let row = logits.bytes().slice((rows - 1) * width..rows * width);
+    let last = Tensor::from_bytes(logits.dtype(), vec![vocab], row).map_err(crate::Error::from)?;
+    Ok(last
+        .to_f64_vec()
+        .map_err(crate::Error::from)?
+        .into_iter()
+        .map(|v| v as f32)
         .collect())
 }
 

@@ -211,3 +211,79 @@ fn a_model_file_truncated_after_loading_never_crashes_a_run() {
         "{e}"
     );
 }
+
+/// acc_out = acc + x, y = acc_out * 2: a running sum bound as `acc_out -> acc`.
+fn accumulator() -> GraphProto {
+    let two: Vec<u8> = 2f32.to_le_bytes().to_vec();
+    GraphProto {
+        name: "g".into(),
+        node: vec![
+            node("Add", "add", &["acc", "x"], &["acc_out"]),
+            node("Mul", "mul", &["acc_out", "two"], &["y"]),
+        ],
+        initializer: vec![raw_tensor("two", FLOAT, &[], &two)],
+        input: vec![
+            tensor_value("acc", FLOAT, Some(&[D::V(2)])),
+            tensor_value("x", FLOAT, Some(&[D::V(2)])),
+        ],
+        output: vec![
+            tensor_value("y", FLOAT, None),
+            tensor_value("acc_out", FLOAT, None),
+        ],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn bound_runs_feed_each_output_back_and_name_what_they_refuse() {
+    let dir = TempDir::new("session-bound");
+    let session = load(&dir, accumulator()).unwrap();
+    let zero = Tensor::from_vec(vec![2], vec![0.0f32, 0.0]);
+    let mut state = session
+        .bind(&[("acc_out", "acc")], vec![zero.clone()])
+        .unwrap();
+    let x = |a: f32, b: f32| Tensor::from_vec(vec![2], vec![a, b]);
+    for (step, want) in [
+        (1.0f32, [2.0f32, 4.0]),
+        (2.0, [6.0, 12.0]),
+        (3.0, [12.0, 24.0]),
+    ] {
+        let out = session
+            .run_bound(&mut state, &[("x", x(step, 2.0 * step))])
+            .unwrap();
+        // Only y comes back; the sum stays in the state.
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, "y");
+        assert_eq!(out[0].1.to_f64_vec().unwrap(), want.map(f64::from));
+    }
+    assert!(!state.on_gpu());
+    let acc = state.values().unwrap();
+    assert_eq!(acc[0].to_f64_vec().unwrap(), [6.0, 12.0]);
+
+    let e = session
+        .run_bound(&mut state, &[("x", x(0.0, 0.0)), ("acc", zero.clone())])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("'acc' is bound to output 'acc_out'"), "{e}");
+    let e = session.run_bound(&mut state, &[]).unwrap_err().to_string();
+    assert!(e.contains("missing input 'x'"), "{e}");
+    let e = session
+        .bind(&[("acc_out", "acc")], Vec::new())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("1 bound pairs but 0 initial values"), "{e}");
+    let e = session
+        .bind(&[("nope", "acc")], vec![zero.clone()])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("no output named 'nope'"), "{e}");
+    let ints = Tensor::from_vec(vec![2], vec![0i64, 0]);
+    let e = session
+        .bind(&[("acc_out", "acc")], vec![ints])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("the initial value of 'acc' is int64"), "{e}");
+}

@@ -324,6 +324,13 @@ impl Gqa {
 }
 
 impl Mapping for Gqa {
+    /// past_key -> present_key and past_value -> present_value: the cache pass
+    /// (attention_pack.comp) writes only the new rows when the present is the past's buffer,
+    /// and attention reads the present after it.
+    fn writes_in_place(&self, input: usize, output: usize) -> bool {
+        matches!((input, output), (3, 1) | (4, 2))
+    }
+
     fn plan(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(Plan, Vec<ValueType>), OpError> {
         let g = self.geometry(inputs)?;
         let (hq, hkv, d) = (self.q_heads, self.kv_heads, g.d);

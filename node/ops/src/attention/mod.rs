@@ -49,6 +49,11 @@ pub fn register(r: &mut Registry) {
 /// How an op maps a node's inputs onto a [`Plan`], and the output types that go with it.
 trait Mapping: Send + Sync + std::fmt::Debug {
     fn plan(&self, inputs: &[Option<InferInput<'_>>]) -> Result<(Plan, Vec<ValueType>), OpError>;
+
+    /// See [`Op::writes_in_place`].
+    fn writes_in_place(&self, _input: usize, _output: usize) -> bool {
+        false
+    }
 }
 
 /// An attention op: its mapping, run by the shared kernels.
@@ -69,6 +74,10 @@ fn infer_inputs<'a>(
 impl<M: Mapping> Op for Attention<M> {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         Ok(self.0.plan(inputs)?.1)
+    }
+
+    fn writes_in_place(&self, input: usize, output: usize) -> bool {
+        self.0.writes_in_place(input, output)
     }
 
     fn run_cpu(
