@@ -4,6 +4,8 @@
 # decode on it (benches/generation.rs, staged as .gpu/bench-generation), then PyTorch's on the
 # same weights (transformers, static cache, CUDA). Prints a table last; JSON lines under $OUT.
 # Usage, there: OUT=dir bash benches/llm/llm-gpu.sh [1b|8b|tiny] [vkml|torch|both]
+# Environment: VKML_LLM_PROMPTS (128,512,2048), VKML_LLM_DECODE (64), VKML_LLM_DTYPES ("f16 int4"),
+# VKML_LLM_RUNS (3).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 shape=${1:-1b}
@@ -12,10 +14,12 @@ out=${OUT:-/tmp/llm-out}
 work=${VKML_LLM_WORK:-/tmp/vkml-llm-models}
 prompts=${VKML_LLM_PROMPTS:-128,512,2048}
 decode=${VKML_LLM_DECODE:-64}
+dtypes=${VKML_LLM_DTYPES:-f16 int4}
+runs=${VKML_LLM_RUNS:-3}
 mkdir -p "$out" "$work"
 
 if [ "$what" != torch ]; then
-    for dt in f16 int4; do
+    for dt in $dtypes; do
         dir="$work/$shape-$dt"
         if [ ! -f "$dir/model.onnx" ]; then
             start=$SECONDS
@@ -24,7 +28,7 @@ if [ "$what" != torch ]; then
             echo "made $dir in $((SECONDS - start)) s ($(du -sh "$dir" | cut -f1))"
         fi
         .gpu/bench-generation "$dir" --device vulkan:0 --prompt "$prompts" --decode "$decode" \
-            --runs 3 2>"$out/vkml-$shape-$dt.log" | tee "$out/vkml-$shape-$dt.jsonl"
+            --runs "$runs" 2>"$out/vkml-$shape-$dt.log" | tee "$out/vkml-$shape-$dt.jsonl"
     done
 fi
 if [ "$what" != vkml ]; then
