@@ -296,7 +296,8 @@ pub struct GenerateOptions {
     pub sampling: Sampling,
     /// Tokens that end the generation (not emitted). Empty: none.
     pub eos: Vec<u32>,
-    /// Prompt plus generation at most this long.
+    /// Prompt plus generation at most this long; for a cache that past and present share, its
+    /// length (default: the prompt plus `max_new_tokens`).
     pub max_seq_len: Option<usize>,
 }
 
