@@ -157,11 +157,7 @@ impl Executable {
         memory_limit: Option<u64>,
         tuning: &Tuning,
     ) -> Result<Executable> {
-        let (cost, kernels) = plan::cost_graph(&graph, &spec, &tuning.kernels);
-        let snapshot = plan::inventory(&devices, memory_limit);
-        let plan =
-            vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).map_err(plan_error)?;
-        Executable::with_plan(graph, spec, devices, plan, kernels, LOCAL_NODE, tuning.arm)
+        Executable::new_bound(graph, spec, devices, memory_limit, tuning, &[])
     }
 
     /// [`Executable::new`] for runs whose graph outputs `pairs` (input, output) feed back as
@@ -463,7 +459,7 @@ impl Executable {
             .into_iter()
             .filter_map(|(i, t)| self.graph.inputs.get(i).map(|(v, _)| (*v, t)))
             .collect();
-        run::run_direct_bound(self, &ctx.0, &inputs, direct, state)
+        run::run_direct_bound(self, &ctx.0, &inputs, direct, Some(state))
     }
 
     /// The chunk a GPU may queue ahead of each run (exec/gpu.rs, `ArmSlot`): its only chunk,

@@ -510,32 +510,28 @@ fn run_direct(
     inputs: &[(ValueId, Tensor)],
     direct: (usize, usize, &Arc<Gpu>),
 ) -> Result<Vec<Tensor>> {
-    let exports = direct_exports(exe, ctx, inputs, direct)?;
-    exe.graph
-        .outputs
-        .iter()
-        .map(|(v, def)| {
-            direct_output(exe, &exports, inputs, *v)
-                .ok_or_else(|| Error::Device(format!("output '{}' was not produced", def.name)))
-        })
-        .collect()
+    // Without bound values every output comes back: none is `None`.
+    Ok(run_direct_bound(exe, ctx, inputs, direct, None)?
+        .into_iter()
+        .flatten()
+        .collect())
 }
 
-/// [`run_direct`] for a plan with bound values: they stay in the state buffer of `ctx`, and
+/// [`run_direct`] for a plan whose bound values (`state`) stay in the state buffer of `ctx`:
 /// their outputs come back as `None`.
 pub(super) fn run_direct_bound(
     exe: &Executable,
     ctx: &Contexts,
     inputs: &[(ValueId, Tensor)],
     direct: (usize, usize, &Arc<Gpu>),
-    state: &super::bound::StateLayout,
+    state: Option<&super::bound::StateLayout>,
 ) -> Result<Vec<Option<Tensor>>> {
     let exports = direct_exports(exe, ctx, inputs, direct)?;
     exe.graph
         .outputs
         .iter()
         .map(|(v, def)| {
-            if state.slot_of_output(*v).is_some() {
+            if state.is_some_and(|s| s.slot_of_output(*v).is_some()) {
                 return Ok(None);
             }
             direct_output(exe, &exports, inputs, *v)
