@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use crate::device::vulkan::{QueueFamily, VulkanOptions};
 use crate::ops::KernelTuning;
-use crate::ops::tuning::{CoopKernels, GemmTiles, SplitK};
+use crate::ops::tuning::{CoopKernels, GemmTiles, Gemv, SplitK};
 
 /// How a session plans and runs. The default is what VKML measured fastest; the rest is for
 /// A/B measurements and debugging.
@@ -58,6 +58,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "VKML_GEMM_KERNEL",
         "auto, gemm (64x64 tiles) or gemm_big (128x128)",
     ),
+    (
+        "VKML_GEMV",
+        "auto, off, or 1, 2, 4 or 8 (column vectors per workgroup of the few-row MatMul kernel)",
+    ),
     ("VKML_ARM", "0 or 1"),
     ("VKML_QUEUE", "compute or graphics"),
     ("VKML_VALIDATION", "0 or 1"),
@@ -87,6 +91,7 @@ impl Tuning {
                 "VKML_GEMM_SPLITK" => split(v).map(|s| t.kernels.gemm_splitk = s),
                 "VKML_GEMM_COOP" => coop(v).map(|c| t.kernels.gemm_coop = c),
                 "VKML_GEMM_KERNEL" => tiles(v).map(|g| t.kernels.gemm_tiles = g),
+                "VKML_GEMV" => gemv(v).map(|g| t.kernels.gemv = g),
                 "VKML_ARM" => flag(v).map(|b| t.arm = b),
                 "VKML_QUEUE" => queue(v).map(|q| t.vulkan.queue = q),
                 "VKML_VALIDATION" => flag(v).map(|b| t.vulkan.validation = b),
@@ -128,12 +133,13 @@ impl Tuning {
         let mut s = String::new();
         let _ = write!(
             s,
-            "fusion={} conv_splitk={} gemm_splitk={} gemm_coop={:?} gemm_tiles={:?}",
+            "fusion={} conv_splitk={} gemm_splitk={} gemm_coop={:?} gemm_tiles={:?} gemv={:?}",
             if self.fusion { "on" } else { "off" },
             split_text(k.conv_splitk),
             split_text(k.gemm_splitk),
             k.gemm_coop,
             k.gemm_tiles,
+            k.gemv,
         );
         s
     }
@@ -179,6 +185,15 @@ fn tiles(v: &str) -> Option<GemmTiles> {
         "auto" => GemmTiles::Auto,
         "gemm" => GemmTiles::Small,
         "gemm_big" => GemmTiles::Big,
+        _ => return None,
+    })
+}
+
+fn gemv(v: &str) -> Option<Gemv> {
+    Some(match v {
+        "auto" => Gemv::Auto,
+        "off" => Gemv::Off,
+        "1" | "2" | "4" | "8" => Gemv::Lanes(v.parse().ok()?),
         _ => return None,
     })
 }
@@ -257,7 +272,7 @@ mod tests {
         // The fingerprint hashes this text (FNV-1a), not anything build-dependent.
         assert_eq!(
             base.plan_settings(),
-            "fusion=on conv_splitk=auto gemm_splitk=auto gemm_coop=Any gemm_tiles=Auto"
+            "fusion=on conv_splitk=auto gemm_splitk=auto gemm_coop=Any gemm_tiles=Auto gemv=Auto"
         );
     }
 }

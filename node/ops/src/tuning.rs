@@ -15,6 +15,8 @@ pub struct KernelTuning {
     pub gemm_coop: CoopKernels,
     /// The tile of the f32 matrix-product kernel.
     pub gemm_tiles: GemmTiles,
+    /// Products of a few rows (decode) through gemv.comp (matmul/gemv.rs).
+    pub gemv: Gemv,
 }
 
 /// Which tensor-core kernels f16/bf16 products are offered.
@@ -45,4 +47,17 @@ pub enum GemmTiles {
     Small,
     /// 128x128 (gemm_big) always.
     Big,
+}
+
+/// Whether MatMul products of a few rows of A take the matrix-vector kernel (matmul/gemv.rs),
+/// and how many 16-byte column vectors one of its workgroups owns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Gemv {
+    /// As many as keep enough workgroups to fill a large GPU.
+    #[default]
+    Auto,
+    /// This many (1, 2, 4 or 8).
+    Lanes(u8),
+    /// Never: such products take the GEMM kernels.
+    Off,
 }

@@ -35,8 +35,12 @@ const MIN_WORK: usize = 1 << 18;
 /// The tensor-core kernels for `g` (best first), or none when the operands are not f16/bf16,
 /// the product is small, or an operand is strided along both axes (the shaders read each
 /// operand as a row-major or a transposed matrix).
-pub(super) fn kernels((dtype, g): (DType, GpuGemm), which: CoopKernels) -> Vec<GpuKernel> {
-    kernels_in(&g, dtype, which)
+pub(super) fn kernels((dtype, g): (DType, GpuGemm), tuning: &KernelTuning) -> Vec<GpuKernel> {
+    // A few rows read B once through gemv.comp, faster than any tile (gemv.rs).
+    if super::gemv::applies(dtype, &g, tuning.gemv) {
+        return Vec::new();
+    }
+    kernels_in(&g, dtype, tuning.gemm_coop)
 }
 
 /// Whether every offset and stride of A and B is a multiple of 8 elements (16 bytes), as

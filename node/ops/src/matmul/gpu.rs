@@ -3,6 +3,7 @@
 //! (splitk.rs) or a tensor-core kernel (coop.rs), all sharing gemm.comp's push constants.
 
 use super::Strided;
+use super::gemv;
 use super::splitk;
 use crate::elementwise::collapse;
 use crate::splitk::split_k;
@@ -192,9 +193,13 @@ fn tiled_kernel(m: usize, n: usize, batch: usize, tiles: GemmTiles) -> (GemmKern
     }
 }
 
-/// The kernel every GPU can run for a described product: gemm.comp's family for f32 and f16;
-/// none for bf16, which has only the tensor-core kernels (coop.rs).
+/// The kernel every GPU can run for a described product: gemv.comp for a few rows of f32 or
+/// f16 (gemv.rs), else gemm.comp's family for f32 and f16; none for bf16, which has only the
+/// tensor-core kernels (coop.rs).
 pub(super) fn plain_kernel((dtype, g): (DType, GpuGemm), t: &KernelTuning) -> Option<GpuKernel> {
+    if gemv::applies(dtype, &g, t.gemv) {
+        return gemv::kernel(dtype, &g, t.gemv);
+    }
     (dtype != DType::BF16).then(|| gemm_kernel(&g, t)).flatten()
 }
 

@@ -340,8 +340,7 @@ impl Op for MatMul {
         _outputs: &[ValueType],
         tuning: &KernelTuning,
     ) -> Vec<GpuKernel> {
-        MatMul::describe(&types_of(inputs))
-            .map_or_else(Vec::new, |g| coop::kernels(g, tuning.gemm_coop))
+        MatMul::describe(&types_of(inputs)).map_or_else(Vec::new, |g| coop::kernels(g, tuning))
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
@@ -582,7 +581,7 @@ impl Op for Gemm {
         tuning: &KernelTuning,
     ) -> Vec<GpuKernel> {
         self.describe(&types_of(inputs), outputs)
-            .map_or_else(Vec::new, |g| coop::kernels(g, tuning.gemm_coop))
+            .map_or_else(Vec::new, |g| coop::kernels(g, tuning))
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
@@ -638,6 +637,7 @@ impl Gemm {
 mod coop;
 #[cfg(test)]
 mod coop_tests;
+mod gemv;
 mod gpu;
 mod splitk;
 #[cfg(test)]

@@ -469,8 +469,9 @@ fn split_of(op: &dyn Op, inputs: &[&Tensor]) -> (crate::Kernel, u32) {
 #[test]
 fn gpu_split_k_matmul_matches_cpu() {
     let cases: &[(&[usize], &[usize], u32)] = &[
-        // ResNet-50's classifier at batch 1: 16 tiles, K = 2048 -> 32 slices of 4 steps.
-        (&[1, 2048], &[2048, 1000], 32),
+        // ResNet-50's classifier at batch 5 (one row would take gemv.comp): 16 tiles,
+        // K = 2048 -> 32 slices of 4 steps.
+        (&[5, 2048], &[2048, 1000], 32),
         // 3 batches x 2 tiles, K = 300 (19 steps) -> 4 slices of 5 steps, the last of 4.
         (&[3, 5, 300], &[3, 300, 70], 4),
         // B broadcast over a [2, 3] batch: 12 tiles, K = 200 (13 steps) -> 3 slices.

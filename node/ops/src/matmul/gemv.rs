@@ -1,0 +1,233 @@
+//! MatMul of a few rows of A on the GPU (a decode step's projections): gemv.comp reads each
+//! element of B once, 16 bytes at a time, with all of K inside one workgroup so that one
+//! dispatch does the whole product. The GEMM kernels spend most of their tiles on rows that do
+//! not exist at this size and launch too few workgroups to keep the memory busy (the f16 tiles
+//! reached about 185 GB/s of an H200's 4.8 TB/s in a Llama-1B-shaped decode).
+
+use super::GpuGemm;
+use crate::tensor::{DType, numel};
+use crate::tuning::Gemv;
+use crate::{BufRef, Dispatch, GpuKernel};
+use vkml_shaders::gemv;
+
+/// Rows of A up to which the kernel is taken: B is read once per [`GROUP_ROWS`] of them, where
+/// the tiled kernels read it once per 64 or 128.
+pub(super) const MAX_ROWS: usize = 4;
+/// Rows of A one workgroup covers (ROWS in the shader).
+const GROUP_ROWS: usize = 4;
+/// Workgroups the automatic choice of lanes keeps at least, where it can: enough for several
+/// per multiprocessor of a large GPU (an H100 has 132).
+const TARGET_GROUPS: usize = 512;
+const MAX_GROUPS: usize = 65_535;
+
+/// Elements of one 16-byte vector of B.
+fn vec_elems(dtype: DType) -> Option<usize> {
+    match dtype {
+        DType::F16 => Some(8),
+        DType::F32 => Some(4),
+        _ => None,
+    }
+}
+
+/// Whether `g` is a product gemv.comp computes: f16 or f32, at most [`MAX_ROWS`] rows, one
+/// matrix (no batch), no C term or scaling, and B's rows contiguous and made of whole 16-byte
+/// vectors.
+pub(super) fn applies(dtype: DType, g: &GpuGemm, mode: Gemv) -> bool {
+    let Some(vec) = vec_elems(dtype) else {
+        return false;
+    };
+    mode != Gemv::Off
+        && g.m <= MAX_ROWS
+        && g.m > 0
+        && g.k > 0
+        && numel(&g.batch) == 1
+        && g.c.is_none()
+        && g.alpha == 1.0
+        && g.b.cs == 1
+        && g.b.rs.is_multiple_of(vec)
+        && g.b.off.is_multiple_of(vec)
+        && g.n.is_multiple_of(vec)
+        && g.sizes.iter().all(|&s| u32::try_from(s).is_ok())
+}
+
+/// Column vectors per workgroup: the most (up to 8, a 128-byte segment of a row per step)
+/// that still leave [`TARGET_GROUPS`] workgroups, else 1.
+fn auto_lanes(vecs: usize) -> usize {
+    [8, 4, 2]
+        .into_iter()
+        .find(|&l| vecs / l >= TARGET_GROUPS)
+        .unwrap_or(1)
+}
+
+/// The dispatch for a product [`applies`] accepted.
+pub(super) fn kernel(dtype: DType, g: &GpuGemm, mode: Gemv) -> Option<GpuKernel> {
+    let vec = vec_elems(dtype)?;
+    let vecs = g.n / vec;
+    let lanes = match mode {
+        Gemv::Lanes(l) if matches!(l, 1 | 2 | 4 | 8) => usize::from(l),
+        _ => auto_lanes(vecs),
+    };
+    let groups = vecs.div_ceil(lanes);
+    let gy = groups.div_ceil(MAX_GROUPS);
+    let gx = groups.div_ceil(gy);
+    let gz = g.m.div_ceil(GROUP_ROWS);
+    let word = |v: usize| u32::try_from(v).ok();
+    let params = gemv::Params {
+        M: word(g.m)?,
+        N: word(g.n)?,
+        K: word(g.k)?,
+        rsA: word(g.a.rs)?,
+        csA: word(g.a.cs)?,
+        offA: word(g.a.off)?,
+        rsB: word(g.b.rs / vec)?,
+        offB: word(g.b.off / vec)?,
+        lanes: lanes as u32,
+    };
+    let variant = match dtype {
+        DType::F16 => gemv::Variant::F16,
+        _ => gemv::Variant::F32,
+    };
+    let buffers = gemv::Buffers {
+        a: BufRef::Input(0),
+        b: BufRef::Input(1),
+        y: BufRef::Output(0),
+    };
+    Some(GpuKernel {
+        scratch: vec![],
+        dispatches: vec![Dispatch::new(
+            variant,
+            buffers,
+            params,
+            [word(gx)?, word(gy)?, word(gz)?],
+        )],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::MatMul;
+    use super::*;
+    use crate::testkit::gpu::run_kernel_on;
+    use crate::testkit::{Rng, assert_close, build, f64s};
+    use crate::{KernelTuning, Tensor, ValueType};
+    use vkml_testkit::test_gpu;
+
+    #[test]
+    fn lanes_keep_enough_workgroups() {
+        // A Llama-1B decode: lm_head (N 128,256), the MLP's up (8,192) and down (2,048).
+        assert_eq!(auto_lanes(128_256 / 8), 8);
+        assert_eq!(auto_lanes(8_192 / 8), 2);
+        assert_eq!(auto_lanes(2_048 / 8), 1);
+    }
+
+    fn random(rng: &mut Rng, shape: &[usize], dtype: DType) -> Tensor {
+        let v: Vec<f64> = (0..numel(shape))
+            .map(|_| (rng.next_u64() % 2_001) as f64 / 1_000.0 - 1.0)
+            .collect();
+        match dtype {
+            DType::F16 => Tensor::from_vec(
+                shape.to_vec(),
+                v.iter().map(|&x| half::f16::from_f64(x)).collect(),
+            ),
+            _ => Tensor::from_vec(shape.to_vec(), v.iter().map(|&x| x as f32).collect()),
+        }
+    }
+
+    /// A [m, k] x B [k, n] in f64 from the (rounded) inputs.
+    fn product(a: &Tensor, b: &Tensor, (m, k, n): (usize, usize, usize)) -> Vec<f64> {
+        let (a, b) = (f64s(a), f64s(b));
+        let mut y = vec![0.0; m * n];
+        for i in 0..m {
+            for p in 0..k {
+                for j in 0..n {
+                    y[i * n + j] += a[i * k + p] * b[p * n + j];
+                }
+            }
+        }
+        y
+    }
+
+    fn kernel_for(a: &ValueType, b: &ValueType, mode: Gemv) -> Option<GpuKernel> {
+        let (dtype, g) = MatMul::describe(&[Some(a), Some(b)])?;
+        applies(dtype, &g, mode).then(|| kernel(dtype, &g, mode))?
+    }
+
+    #[test]
+    fn few_rows_match_a_reference_for_every_lane_count() {
+        let Some(gpu) = test_gpu() else {
+            eprintln!("no GPU: the gemv kernel is not run");
+            return;
+        };
+        let mut rng = Rng::new(71);
+        // K: shorter than one step of the workgroup, not a multiple of the four-load
+        // unrolling, and several rounds of it; N: one vector, and groups that fold in y.
+        let shapes = [
+            (1, 37, 64),
+            (2, 300, 24),
+            (3, 1100, 136),
+            (4, 513, 8),
+            (1, 64, 2056),
+        ];
+        for dtype in [DType::F16, DType::F32] {
+            for (m, k, n) in shapes {
+                let (a, b) = (
+                    random(&mut rng, &[1, m, k], dtype),
+                    random(&mut rng, &[k, n], dtype),
+                );
+                let want = product(&a, &b, (m, k, n));
+                let out = ValueType::new(dtype, vec![1, m, n]);
+                for lanes in [1, 2, 4, 8] {
+                    let mode = Gemv::Lanes(lanes);
+                    let kernel = kernel_for(&ValueType::of(&a), &ValueType::of(&b), mode)
+                        .unwrap_or_else(|| panic!("{dtype} {m}x{k}x{n}: no gemv"));
+                    let got = run_kernel_on(
+                        gpu,
+                        &kernel,
+                        &[Some(&a), Some(&b)],
+                        std::slice::from_ref(&out),
+                    )
+                    .unwrap();
+                    // f16 outputs round to 11 bits.
+                    let tol = if dtype == DType::F16 { 2e-3 } else { 1e-5 };
+                    assert_close(&f64s(&got[0]), &want, tol);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_few_row_products_with_contiguous_whole_vectors_take_it() {
+        let op = build("MatMul", 13, &[]).unwrap();
+        let t = |dtype, s: &[usize]| ValueType::new(dtype, s.to_vec());
+        let gemv_kernel = gemv::Variant::F16.kernel();
+        let first = |a: &ValueType, b: &ValueType| {
+            let out = [t(a.dtype, &[1])];
+            op.gpu(&[Some(a), Some(b)], &out)
+                .map(|k| k.dispatches[0].kernel())
+        };
+        let f16 = DType::F16;
+        assert_eq!(
+            first(&t(f16, &[1, 1, 64]), &t(f16, &[64, 16])),
+            Some(gemv_kernel)
+        );
+        // Five rows, N not whole vectors, a batched B, integers: not taken.
+        assert_ne!(
+            first(&t(f16, &[5, 64]), &t(f16, &[64, 16])),
+            Some(gemv_kernel)
+        );
+        assert_ne!(
+            first(&t(f16, &[1, 64]), &t(f16, &[64, 12])),
+            Some(gemv_kernel)
+        );
+        assert_ne!(
+            first(&t(f16, &[2, 1, 64]), &t(f16, &[2, 64, 16])),
+            Some(gemv_kernel)
+        );
+        let g = MatMul::describe(&[Some(&t(f16, &[1, 64])), Some(&t(f16, &[64, 16]))]).unwrap();
+        assert!(applies(g.0, &g.1, Gemv::Auto));
+        assert!(!applies(g.0, &g.1, Gemv::Off));
+        assert!(!applies(DType::BF16, &g.1, Gemv::Auto));
+        // And the tensor-core kernels step aside for it.
+        assert!(super::super::coop::kernels(g, &KernelTuning::default()).is_empty());
+    }
+}
