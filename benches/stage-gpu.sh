@@ -24,6 +24,7 @@ cp "$(newest transport)" .gpu/bench-transport
 cp "$(newest timing)" .gpu/bench-timing
 cp "$(newest coop)" .gpu/bench-coop
 cp "$(newest coop_gemm)" .gpu/bench-coop-gemm
+cp "$(newest decode_matmul)" .gpu/bench-decode-matmul
 cp "$(newest generation)" .gpu/bench-generation
 cp "$(newest llm)" .gpu/llm
 # Unstripped, the binaries exceed what a device call may carry.

@@ -13,37 +13,12 @@ use std::time::Instant;
 
 use vkml_ops::tuning::CoopKernels;
 use vkml_ops::{
-    AttrValue, Attrs, BufRef, DType, GpuKernel, InferInput, KernelTuning, NodeSpec, Op, Tensor,
-    ValueType,
+    AttrValue, Attrs, DType, GpuKernel, InferInput, KernelTuning, NodeSpec, Op, Tensor, ValueType,
 };
-use vkml_testkit::kernel::{KernelDispatch, KernelRun, KernelTimer, Slot};
+use vkml_testkit::kernel::KernelTimer;
 
-/// An op's kernel in the test kit's terms.
-fn kernel_run(k: &GpuKernel) -> KernelRun {
-    KernelRun {
-        scratch: k.scratch.clone(),
-        dispatches: k
-            .dispatches
-            .iter()
-            .map(|d| KernelDispatch {
-                kernel: d.kernel(),
-                slots: d
-                    .buffers()
-                    .iter()
-                    .map(|b| match b {
-                        BufRef::Input(i) => Slot::Input(*i),
-                        BufRef::Output(i) => Slot::Output(*i),
-                        BufRef::Scratch(i) => Slot::Scratch(*i),
-                        BufRef::Table(t) => Slot::Table(t.clone()),
-                        BufRef::Fault => Slot::Fault,
-                    })
-                    .collect(),
-                params: d.params().to_vec(),
-                groups: d.groups,
-            })
-            .collect(),
-    }
-}
+mod common;
+use common::kernel_run;
 
 fn op(op_type: &str, attrs: Vec<(&str, AttrValue)>, inputs: usize) -> Box<dyn Op> {
     let attrs = Attrs(attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect());

@@ -7,41 +7,16 @@
 use std::time::Instant;
 
 use vkml_ops::{
-    AttrValue, Attrs, BufRef, DType, GpuKernel, InferInput, KernelTuning, MS_DOMAIN, NodeSpec, Op,
-    Tensor, ValueType,
+    AttrValue, Attrs, DType, InferInput, KernelTuning, MS_DOMAIN, NodeSpec, Op, Tensor, ValueType,
 };
-use vkml_testkit::kernel::{KernelDispatch, KernelRun, KernelTimer, Slot};
+use vkml_testkit::kernel::KernelTimer;
+
+mod common;
+use common::kernel_run;
 
 const K: usize = 4096;
 const N: usize = 4096;
 const BLOCK: usize = 32;
-
-/// An op's kernel in the test kit's terms.
-fn kernel_run(k: &GpuKernel) -> KernelRun {
-    KernelRun {
-        scratch: k.scratch.clone(),
-        dispatches: k
-            .dispatches
-            .iter()
-            .map(|d| KernelDispatch {
-                kernel: d.kernel(),
-                slots: d
-                    .buffers()
-                    .iter()
-                    .map(|b| match b {
-                        BufRef::Input(i) => Slot::Input(*i),
-                        BufRef::Output(i) => Slot::Output(*i),
-                        BufRef::Scratch(i) => Slot::Scratch(*i),
-                        BufRef::Table(t) => Slot::Table(t.clone()),
-                        BufRef::Fault => Slot::Fault,
-                    })
-                    .collect(),
-                params: d.params().to_vec(),
-                groups: d.groups,
-            })
-            .collect(),
-    }
-}
 
 fn op() -> Box<dyn Op> {
     let attrs = Attrs(
