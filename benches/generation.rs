@@ -4,16 +4,21 @@
 //! plans, records and compiles). Prints one JSON object per prompt length; the median of the
 //! timed runs.
 //!
-//!     cargo bench --bench generation -- DIR [--device vulkan:0] [--prompt 128,2048] [--decode 64] [--runs 3]
+//!     cargo bench --bench generation -- DIR [--device vulkan:0] [--prompt 128,2048] [--decode 64] [--runs 3] [--profile]
+//!
+//! `VKML_*` variables set the tuning as for `vkml-node` (e.g. `VKML_GEMV=off`). `--profile` loads the model once per prompt length with op profiling on (GPU ops timed by
+//! timestamps between dispatches, which slows the runs down: its tokens/s are not the
+//! figures to quote) and prints, after each JSON line, a decode step's time by op type.
 //!
 //! The prompt is `prompt` ids drawn from a fixed sequence; generation ignores end-of-sequence
 //! tokens, so every run makes `decode` tokens.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use vkml::generate::{GenerateOptions, Generation, LlmIo, ModelFolder, generate};
-use vkml::{DeviceSelection, Session, SessionOptions};
+use vkml::{DeviceSelection, Session, SessionOptions, Tuning};
 
 struct Args {
     dir: PathBuf,
@@ -21,6 +26,7 @@ struct Args {
     prompts: Vec<usize>,
     decode: usize,
     runs: usize,
+    profile: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -31,6 +37,7 @@ fn parse() -> Result<Args, String> {
         prompts: vec![128],
         decode: 64,
         runs: 3,
+        profile: false,
     };
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or(format!("{a} needs a value"));
@@ -44,13 +51,15 @@ fn parse() -> Result<Args, String> {
             }
             "--decode" => args.decode = value()?.parse().map_err(|e| format!("--decode: {e}"))?,
             "--runs" => args.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
+            "--profile" => args.profile = true,
             _ if a.starts_with('-') => return Err(format!("unknown option {a}")),
             _ => args.dir = PathBuf::from(a),
         }
     }
     if args.dir.as_os_str().is_empty() {
         return Err(
-            "usage: generation DIR [--device D] [--prompt N,M] [--decode N] [--runs N]".into(),
+            "usage: generation DIR [--device D] [--prompt N,M] [--decode N] [--runs N] [--profile]"
+                .into(),
         );
     }
     Ok(args)
@@ -59,6 +68,53 @@ fn parse() -> Result<Args, String> {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// The `VKML_*` settings of the environment, as `vkml-node` reads them (for A/B runs).
+fn tuning() -> Tuning {
+    let (tuning, warnings) = Tuning::from_vars(std::env::vars());
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    tuning
+}
+
+fn load(folder: &ModelFolder, args: &Args) -> (Session, f64) {
+    let t = Instant::now();
+    let session = Session::load(
+        &folder.model,
+        SessionOptions {
+            devices: args.device,
+            profile: args.profile,
+            tuning: tuning(),
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    (session, t.elapsed().as_secs_f64())
+}
+
+/// A decode step's op times by op type, largest first. The decode plan's ops are those that
+/// ran more often than the prompt's (once per generation).
+fn print_profile(session: &Session, generations: usize) {
+    let times = session.profile();
+    let mut by_type: BTreeMap<(String, bool), (f64, usize)> = BTreeMap::new();
+    for t in times.iter().filter(|t| t.runs > generations) {
+        let e = by_type.entry((t.op_type.clone(), t.gpu)).or_default();
+        e.0 += t.median_us;
+        e.1 += 1;
+    }
+    let total: f64 = by_type.values().map(|v| v.0).sum();
+    let mut rows: Vec<_> = by_type.into_iter().collect();
+    rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+    println!("a decode step by op type (sum of per-node medians {total:.0} us):");
+    for ((op, gpu), (us, nodes)) in rows {
+        let on = if gpu { "gpu" } else { "cpu" };
+        println!(
+            "  {op:<36} {on}  {nodes:>4} nodes  {us:>9.1} us  {:>5.1}%",
+            100.0 * us / total.max(f64::MIN_POSITIVE)
+        );
+    }
 }
 
 fn main() {
@@ -70,20 +126,17 @@ fn main() {
         }
     };
     let folder = ModelFolder::open(&args.dir).unwrap_or_else(|e| panic!("{e}"));
-    let t = Instant::now();
-    let session = Session::load(
-        &folder.model,
-        SessionOptions {
-            devices: args.device,
-            ..Default::default()
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let load_s = t.elapsed().as_secs_f64();
-    let io = LlmIo::detect_with(&session.inputs(), &session.outputs(), &folder.hints)
-        .unwrap_or_else(|e| panic!("{e}"));
+    // Profiled, each prompt length gets a session of its own, so that each table covers
+    // that length's plans alone.
+    let mut loaded = (!args.profile).then(|| load(&folder, &args));
     let vocab = 1000u32;
     for &prompt in &args.prompts {
+        if loaded.is_none() {
+            loaded = Some(load(&folder, &args));
+        }
+        let (session, load_s) = loaded.as_ref().map(|(s, t)| (s, *t)).expect("loaded");
+        let io = LlmIo::detect_with(&session.inputs(), &session.outputs(), &folder.hints)
+            .unwrap_or_else(|e| panic!("{e}"));
         let ids: Vec<u32> = (0..prompt as u32).map(|i| 3 + (i * 7919) % vocab).collect();
         let options = GenerateOptions {
             max_new_tokens: args.decode,
@@ -92,7 +145,7 @@ fn main() {
             max_seq_len: Some(prompt + args.decode),
         };
         let run = || -> Generation {
-            generate(&session, &io, &ids, &options, |_| true).unwrap_or_else(|e| panic!("{e}"))
+            generate(session, &io, &ids, &options, |_| true).unwrap_or_else(|e| panic!("{e}"))
         };
         let t = Instant::now();
         run();
@@ -111,7 +164,13 @@ fn main() {
                 "load_s": load_s,
                 "first_generation_s": warm_s,
                 "runs": args.runs,
+                "profiled": args.profile,
             })
         );
+        if args.profile {
+            print_profile(session, args.runs + 1);
+            // The next prompt length loads its own session.
+            loaded = None;
+        }
     }
 }

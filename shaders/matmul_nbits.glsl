@@ -9,7 +9,7 @@
 // a word holds at most 16. scales (and float zero points) are [N, kBlocks] in T; packed
 // zero points are uint8, zpRowBytes per row, block b's at bit b * bits of the row.
 // flags: bits 0-1 the zero points (0: 2^(bits - 1), 1: packed uint8 zpq, 2: float zpf),
-// bit 2 a bias. Absent buffers are stood in for by present ones that flags keep unread.
+// bit 2 a bias, bits 3-8 (matmul_nbits_gemv4.comp) invocations per column. Absent buffers are stood in for by present ones that flags keep unread.
 
 #extension GL_EXT_shader_8bit_storage : require
 
@@ -17,9 +17,17 @@ layout(buffer_reference, scalar) readonly buffer In { T v[]; };
 layout(buffer_reference, scalar) readonly buffer Words { uint v[]; };
 layout(buffer_reference, scalar) readonly buffer Bytes { uint8_t v[]; };
 layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
+// A shader may read A and B through other views of the same addresses (the 16-byte loads of
+// matmul_nbits_gemv4.comp): it defines NBITS_A / NBITS_B as its types before the include.
+#ifndef NBITS_A
+#define NBITS_A In
+#endif
+#ifndef NBITS_B
+#define NBITS_B Words
+#endif
 layout(push_constant, scalar) uniform P {
-    In a;
-    Words b;
+    NBITS_A a;
+    NBITS_B b;
     In scales;
     Bytes zpq;
     In zpf;

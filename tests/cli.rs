@@ -239,21 +239,21 @@ fn repeat_prints_a_latency_summary() {
     );
 }
 
-#[test]
-fn profile_lists_every_cpu_node_once_with_its_run_count() {
+/// `run --profile` on `device`: every compute node of the MNIST CNN has one row, with its op
+/// type and where it ran (`on`), and the shares add up to about 100%.
+fn profile_lists_every_node_once(device: &str, on: &str) {
     let (stdout, _) = run_test_data_with(
-        "profile",
+        &format!("profile-{on}"),
         "mnist_cnn",
         0,
-        "cpu",
+        device,
         &["--repeat", "4", "--profile"],
     );
     assert!(
-        stdout.contains("profile of the CPU ops over 4 runs"),
+        stdout.contains("profile of the ops over 4 runs"),
         "no profile header in:\n{stdout}"
     );
-    // Every compute node of the model (generate_models.py names them) has one row, with
-    // its op type, and the shares add up to about 100%.
+    // generate_models.py names the nodes.
     let rows: Vec<Vec<&str>> = stdout
         .lines()
         .filter(|l| l.trim_end().ends_with('%'))
@@ -268,7 +268,7 @@ fn profile_lists_every_cpu_node_once_with_its_run_count() {
     ] {
         let found: Vec<_> = rows.iter().filter(|r| r[0] == node).collect();
         assert_eq!(found.len(), 1, "{node} in:\n{stdout}");
-        assert_eq!(found[0][1], op, "{stdout}");
+        assert_eq!(found[0][1..3], [op, on], "{stdout}");
     }
     let share: f64 = rows
         .iter()
@@ -278,6 +278,19 @@ fn profile_lists_every_cpu_node_once_with_its_run_count() {
         (share - 100.0).abs() < 1.0,
         "shares add up to {share}:\n{stdout}"
     );
+}
+
+#[test]
+fn profile_lists_every_cpu_node_once_with_its_run_count() {
+    profile_lists_every_node_once("cpu", "cpu");
+}
+
+#[test]
+fn profile_times_gpu_ops_from_timestamps() {
+    if common::skip_vulkan() {
+        return;
+    }
+    profile_lists_every_node_once("vulkan:0", "gpu");
 }
 
 #[test]

@@ -55,8 +55,8 @@ enum Command {
         /// Cap every device's memory budget, in bytes.
         #[arg(long, value_name = "BYTES")]
         device_memory_limit: Option<u64>,
-        /// After the runs, print the median and p90 time of every op run on the CPU (ops on a
-        /// GPU run as whole command buffers and are not timed one by one).
+        /// After the runs, print the median and p90 time of every op (GPU ops from timestamps
+        /// between their dispatches, which keep dispatches from overlapping).
         #[arg(long)]
         profile: bool,
     },
@@ -201,10 +201,10 @@ fn real_main(cli: Cli) -> Result<()> {
     }
 }
 
-/// The `--profile` table: one row per CPU node, its share of the CPU ops' summed medians.
+/// The `--profile` table: one row per node, its device and its share of the summed medians.
 fn print_profile(times: &[vkml::NodeTime]) {
     if times.is_empty() {
-        println!("profile: no op ran on the CPU (--profile times CPU ops only)");
+        println!("profile: no op was timed (a GPU whose queue writes no timestamps is not)");
         return;
     }
     let total: f64 = times.iter().map(|t| t.median_us).sum();
@@ -216,18 +216,19 @@ fn print_profile(times: &[vkml::NodeTime]) {
         .unwrap_or(2)
         .max(2);
     println!(
-        "profile of the CPU ops over {} runs (sum of medians {total:.1} us):",
+        "profile of the ops over {} runs (sum of medians {total:.1} us):",
         times[0].runs
     );
     println!(
-        "  {:<width$}  {:<op_width$}  {:>10}  {:>10}  {:>6}",
-        "node", "op", "median us", "p90 us", "share"
+        "  {:<width$}  {:<op_width$}  {:<3}  {:>10}  {:>10}  {:>6}",
+        "node", "op", "on", "median us", "p90 us", "share"
     );
     for t in times {
         println!(
-            "  {:<width$}  {:<op_width$}  {:>10.2}  {:>10.2}  {:>5.1}%",
+            "  {:<width$}  {:<op_width$}  {:<3}  {:>10.2}  {:>10.2}  {:>5.1}%",
             t.node,
             t.op_type,
+            if t.gpu { "gpu" } else { "cpu" },
             t.median_us,
             t.p90_us,
             100.0 * t.median_us / total.max(f64::MIN_POSITIVE)

@@ -66,7 +66,7 @@ pub struct SessionOptions {
     pub devices: DeviceSelection,
     /// Caps every device's memory budget (bytes), to force a model to split across devices.
     pub device_memory_limit: Option<u64>,
-    /// Time every op run on the CPU (see [`Session::profile`]).
+    /// Time every op (see [`Session::profile`]).
     pub profile: bool,
     /// How to plan and run (fusion, kernel choices, arming, Vulkan diagnostics).
     pub tuning: Tuning,
@@ -254,8 +254,9 @@ impl Session {
     }
 
     /// With [`SessionOptions::profile`], the median and 90th-percentile time of every op run
-    /// on the CPU so far, in plan order (nodes of plans for other input shapes after those of
-    /// the first); empty otherwise. Ops on a GPU are not timed one by one.
+    /// so far, in plan order (nodes of plans for other input shapes after those of the
+    /// first); empty otherwise. GPU ops are timed by timestamps in their command buffers
+    /// (exec/profile.rs); a GPU whose queue writes none leaves its ops out.
     pub fn profile(&self) -> Vec<NodeTime> {
         let profiled = self.profiled.lock().expect("profiled");
         profiled.iter().flat_map(|e| e.profile()).collect()

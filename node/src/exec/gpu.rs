@@ -335,6 +335,7 @@ impl GpuLayout {
     /// short (at most [`ARM_MAX_DISPATCHES`]) and all its exports are written straight into
     /// readback memory (no copies), so that a second recording needs only its own readback
     /// buffer.
+    /// `timed`: the lists are recorded with timestamps (profiling; nothing is armed then).
     pub fn context(
         &self,
         graph: &Graph,
@@ -342,8 +343,11 @@ impl GpuLayout {
         on: &GpuOps<'_>,
         armable: Option<usize>,
         state: Option<&GpuBuffer>,
+        timed: bool,
     ) -> Result<GpuContext> {
         let g = &self.gpu;
+        // A GPU without timestamps runs its chunks untimed: its ops stay out of the profile.
+        let timed = timed && g.info().timestamp_period.is_some();
         let state = match state {
             Some(s) => s,
             None if on.state.is_some() => {
@@ -368,6 +372,7 @@ impl GpuLayout {
         }
         let mut tables = Vec::new();
         let mut lists = BTreeMap::new();
+        let mut dispatch_ops = BTreeMap::new();
         let mut arm = None;
         let mut chunks: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for &(pos, c) in &on.ops {
@@ -382,6 +387,7 @@ impl GpuLayout {
                 Region::State => state,
             };
             let mut steps: Vec<Step<'_>> = Vec::new();
+            let mut ops_of_dispatches = Vec::new();
             let mut hazards = Hazards::default();
             for pos in positions {
                 let node = spec.node(graph, spec.live[pos]);
@@ -460,6 +466,7 @@ impl GpuLayout {
                         hazards = Hazards::default();
                     }
                     hazards.add(reads, writes);
+                    ops_of_dispatches.push(pos);
                     steps.push(Step::Dispatch {
                         kernel: d.kernel(),
                         addrs,
@@ -500,7 +507,10 @@ impl GpuLayout {
             let copies = steps
                 .iter()
                 .any(|s| !matches!(s, Step::Dispatch { .. } | Step::Barrier));
-            let list = if armable == Some(c) && !copies && dispatches <= ARM_MAX_DISPATCHES {
+            let list = if timed {
+                dispatch_ops.insert(c, ops_of_dispatches);
+                Arc::new(g.record_timed(&steps).map_err(dev_err)?)
+            } else if armable == Some(c) && !copies && dispatches <= ARM_MAX_DISPATCHES {
                 // Two recordings, armed in turn (ArmSlot), the second writing into a readback
                 // buffer of its own; the first also serves `lists`.
                 let first = Arc::new(g.record_gated(&steps).map_err(dev_err)?);
@@ -529,6 +539,7 @@ impl GpuLayout {
         Ok(GpuContext {
             arm,
             lists,
+            dispatch_ops,
             import,
             readback,
             _arena: arena,
@@ -684,6 +695,8 @@ pub struct GpuContext {
     /// Declared first so that it is dropped (released and waited for) before the lists.
     pub arm: Option<Arc<ArmSlot>>,
     pub lists: BTreeMap<usize, Arc<CommandList>>,
+    /// In a timed context, per chunk: the op (live position) of each dispatch, in order.
+    pub dispatch_ops: BTreeMap<usize, Vec<usize>>,
     pub import: GpuBuffer,
     pub readback: GpuBuffer,
     _arena: GpuBuffer,

@@ -355,16 +355,23 @@ impl Executable {
         self.meters[d].as_ref().map(busy::BusyMeter::guard)
     }
 
-    /// Times every op this node runs on its CPU from now on (see exec/profile.rs).
+    /// Times every op this node runs from now on (see exec/profile.rs): CPU ops by the
+    /// clock, GPU ops by timestamps in their command buffers (contexts recorded from now on
+    /// are timed; the pooled ones, untimed, are dropped).
     pub fn enable_profiling(&self) {
         self.profile.enable();
+        self.pool.lock().expect("pool").clear();
     }
 
-    /// The times of the CPU ops profiled so far, in plan order.
+    /// The times of the ops profiled so far, in plan order.
     pub fn profile(&self) -> Vec<NodeTime> {
         self.profile.report(|p| {
             let node = self.spec.node(&self.graph, self.spec.live[p]);
-            (node.name.clone(), node.op_type.clone())
+            let gpu = matches!(
+                self.devices.get(self.plan.placement[p].index),
+                Some(Device::Gpu(_))
+            );
+            (node.name.clone(), node.op_type.clone(), gpu)
         })
     }
 
@@ -403,8 +410,10 @@ impl Executable {
                 kernels,
                 state: self.state.as_ref().filter(|s| s.device == *d),
             };
-            // A state buffer's runs follow one another: nothing to queue ahead.
-            let armable = if on.state.is_some() {
+            let timed = self.profile.is_on();
+            // A state buffer's runs follow one another: nothing to queue ahead; a timed
+            // list is never armed.
+            let armable = if on.state.is_some() || timed {
                 None
             } else {
                 self.armable(ops)
@@ -412,7 +421,7 @@ impl Executable {
             let state = state.filter(|_| on.state.is_some());
             m.insert(
                 *d,
-                layout.context(&self.graph, &self.spec, &on, armable, state)?,
+                layout.context(&self.graph, &self.spec, &on, armable, state, timed)?,
             );
         }
         Ok(Arc::new(m))

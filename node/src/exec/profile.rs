@@ -1,19 +1,20 @@
-//! Per-node times of the ops a node runs on its CPU, for `vkml-node run --profile`: which op
-//! a small model's time goes to. Off unless asked for; when on, each CPU node is timed with
-//! two clock reads and a chunk's times are merged under one lock.
-//!
-//! GPU ops are not timed one by one: a GPU chunk is one command buffer, and the run's latency
-//! already covers it.
+//! Per-node times of the ops a node runs, for `vkml-node run --profile`: which op a model's
+//! time goes to. Off unless asked for; when on, each CPU node is timed with two clock reads,
+//! and a GPU chunk's command buffer is recorded with a timestamp after each dispatch (which
+//! keeps dispatches that could overlap apart: the sum may exceed an unprofiled run); a chunk's
+//! times are merged under one lock.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// One CPU node's times over the runs it was profiled in.
+/// One node's times over the runs it was profiled in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeTime {
     pub node: String,
     pub op_type: String,
+    /// Timed on a GPU (from its timestamps) rather than on the CPU.
+    pub gpu: bool,
     pub runs: usize,
     pub median_us: f64,
     pub p90_us: f64,
@@ -43,9 +44,9 @@ impl Profile {
         }
     }
 
-    /// Median and 90th percentile per node, in plan order; `name` gives a node's name and op
-    /// type from its live op index.
-    pub fn report(&self, name: impl Fn(usize) -> (String, String)) -> Vec<NodeTime> {
+    /// Median and 90th percentile per node, in plan order; `name` gives a node's name, op
+    /// type and whether it runs on a GPU from its live op index.
+    pub fn report(&self, name: impl Fn(usize) -> (String, String, bool)) -> Vec<NodeTime> {
         let samples = self.samples.lock().expect("profile lock");
         samples
             .iter()
@@ -54,10 +55,11 @@ impl Profile {
                 let mut v = v.clone();
                 v.sort_unstable();
                 let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
-                let (node, op_type) = name(p);
+                let (node, op_type, gpu) = name(p);
                 NodeTime {
                     node,
                     op_type,
+                    gpu,
                     runs: v.len(),
                     median_us: at(0.5),
                     p90_us: at(0.9),
@@ -82,7 +84,7 @@ mod tests {
             p.record(&[(3, i * 1000)]);
         }
         p.record(&[(1, 500)]);
-        let r = p.report(|i| (format!("n{i}"), "Op".into()));
+        let r = p.report(|i| (format!("n{i}"), "Op".into(), false));
         assert_eq!(r.len(), 2);
         assert_eq!(
             (r[0].node.as_str(), r[0].runs, r[0].median_us),

@@ -452,6 +452,9 @@ fn read_exports(
     c: usize,
     copy: usize,
 ) -> Result<Vec<(ValueId, Tensor)>> {
+    if let Some(ops) = gctx.dispatch_ops.get(&c) {
+        record_gpu_times(exe, gctx, c, ops)?;
+    }
     let layout = &exe.layouts[&d].0;
     // An index out of range that a kernel met (shaders/index.glsl) fails the run as the CPU
     // kernel would have, naming the node.
@@ -484,6 +487,22 @@ fn read_exports(
         ));
     }
     Ok(out)
+}
+
+/// Adds a completed timed chunk's dispatch times to the profile, summed per op.
+fn record_gpu_times(exe: &Executable, gctx: &GpuContext, c: usize, ops: &[usize]) -> Result<()> {
+    let Some(times) = gctx.lists[&c].dispatch_times().map_err(dev_err)? else {
+        return Ok(());
+    };
+    let mut per_op: Vec<(usize, u64)> = Vec::new();
+    for (&pos, ns) in ops.iter().zip(times) {
+        match per_op.last_mut() {
+            Some((p, t)) if *p == pos => *t += ns,
+            _ => per_op.push((pos, ns)),
+        }
+    }
+    exe.profile.record(&per_op);
+    Ok(())
 }
 
 /// The one local chunk and its GPU, when this node's whole share of the plan is a single GPU

@@ -17,6 +17,8 @@ mod text;
 
 use std::time::{Duration, Instant};
 
+use half::slice::HalfFloatSliceExt;
+
 use crate::distributed::DistError;
 use crate::distributed::client::RemoteModel;
 use crate::session::{BoundState, Session};
@@ -281,12 +283,23 @@ fn last_row(logits: &Tensor, n: usize) -> Result<Vec<f32>, GenerateError> {
     let width = vocab * logits.dtype().size();
     let row = logits.bytes().slice((rows - 1) * width..rows * width);
     let last = Tensor::from_bytes(logits.dtype(), vec![vocab], row).map_err(crate::Error::from)?;
-    Ok(last
-        .to_f64_vec()
-        .map_err(crate::Error::from)?
-        .into_iter()
-        .map(|v| v as f32)
-        .collect())
+    Ok(match logits.dtype() {
+        // A Llama vocabulary is 128k values a token: the slice conversion (F16C where the
+        // CPU has it) rather than one value at a time.
+        DType::F16 => {
+            let halves = last.view::<half::f16>().map_err(crate::Error::from)?;
+            let mut out = vec![0f32; halves.len()];
+            halves.convert_to_f32_slice(&mut out);
+            out
+        }
+        DType::F32 => last.view::<f32>().map_err(crate::Error::from)?.into_owned(),
+        _ => last
+            .to_f64_vec()
+            .map_err(crate::Error::from)?
+            .into_iter()
+            .map(|v| v as f32)
+            .collect(),
+    })
 }
 
 /// What to generate.

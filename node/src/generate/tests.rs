@@ -136,3 +136,26 @@ fn nucleus_keeps_the_smallest_set_reaching_top_p() {
     assert_eq!(nucleus(&logits, 0.5, 1.0, 15.9 / 22.0), 0);
     assert_eq!(nucleus(&logits, 0.5, 1.0, 16.1 / 22.0), 1);
 }
+
+#[test]
+fn the_last_row_of_the_logits_comes_back_as_f32_from_each_float_type() {
+    use crate::tensor::Tensor;
+    // [1, 3, 4]: rows 0, 1, 2; the last is 2.5, -1, 0.125, 65504 (f16's largest).
+    let values = [
+        0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 2.5, -1.0, 0.125, 65504.0,
+    ];
+    let want = vec![2.5f32, -1.0, 0.125, 65504.0];
+    let halves: Vec<half::f16> = values.iter().map(|&v| half::f16::from_f32(v)).collect();
+    let f16 = Tensor::from_vec(vec![1, 3, 4], halves);
+    assert_eq!(super::last_row(&f16, 3).unwrap(), want);
+    let f32 = Tensor::from_vec(vec![1, 3, 4], values.to_vec());
+    assert_eq!(super::last_row(&f32, 3).unwrap(), want);
+    let f64s: Vec<f64> = values.iter().map(|&v| f64::from(v)).collect();
+    assert_eq!(
+        super::last_row(&Tensor::from_vec(vec![1, 3, 4], f64s), 3).unwrap(),
+        want
+    );
+    // One row for one token is [1, vocab] too; a row count that is neither is refused.
+    let refused = super::last_row(&f32, 1).unwrap_err().to_string();
+    assert!(refused.contains("[1, 1, vocab]"), "{refused}");
+}

@@ -62,6 +62,9 @@ pub struct GpuInfo {
     pub rebar: bool,
     /// A CPU implementation (lavapipe, SwiftShader): it shares the cores with the host.
     pub is_cpu: bool,
+    /// Nanoseconds per timestamp tick, when the queue VKML submits to writes timestamps
+    /// ([`super::Gpu::record_timed`]); `None` when it does not.
+    pub timestamp_period: Option<f32>,
 }
 
 /// A device that meets the requirements, with what to enable when opening it.
@@ -399,6 +402,9 @@ pub(crate) fn inspect(
         shader_features: features.shader_needs_met(),
         rebar,
         is_cpu,
+        timestamp_period: (families[queue_family as usize].timestamp_valid_bits > 0
+            && limits.timestamp_period > 0.0)
+            .then_some(limits.timestamp_period),
     };
     Ok(Candidate {
         physical: pd,

@@ -86,6 +86,16 @@ pub struct CommandList {
     /// Recorded by [`Gpu::record_gated`]: may be armed (gate.rs).
     pub(crate) gated: bool,
     dispatches: usize,
+    /// Recorded by [`Gpu::record_timed`]: its timestamps.
+    timing: Option<Timing>,
+}
+
+/// The timestamps of a timed list: one when it starts and one after each dispatch step.
+struct Timing {
+    pool: vk::QueryPool,
+    count: u32,
+    /// Nanoseconds per tick.
+    period: f32,
 }
 
 impl CommandList {
@@ -97,6 +107,38 @@ impl CommandList {
     /// Number of dispatches recorded (those with an empty grid are left out).
     pub fn dispatches(&self) -> usize {
         self.dispatches
+    }
+
+    /// For a list from [`Gpu::record_timed`] whose last submission has completed: the
+    /// nanoseconds each dispatch step added, in order (one per `Step::Dispatch`, empty grids
+    /// included). A dispatch's time runs from the completion of everything before it to its
+    /// own, so work that overlapped it is counted where it ended. `None` for other lists, or
+    /// when the submission has not completed.
+    pub fn dispatch_times(&self) -> Result<Option<Vec<u64>>, VulkanError> {
+        let Some(t) = &self.timing else {
+            return Ok(None);
+        };
+        let mut ticks = vec![0u64; t.count as usize];
+        // SAFETY: the pool belongs to this list's device and holds `count` queries; without
+        // WAIT the call returns NOT_READY rather than blocking when some are not written.
+        let got = unsafe {
+            self.gpu.device.get_query_pool_results(
+                t.pool,
+                0,
+                &mut ticks,
+                vk::QueryResultFlags::TYPE_64,
+            )
+        };
+        match got {
+            Ok(()) => Ok(Some(
+                ticks
+                    .windows(2)
+                    .map(|w| (w[1].saturating_sub(w[0]) as f64 * f64::from(t.period)) as u64)
+                    .collect(),
+            )),
+            Err(vk::Result::NOT_READY) => Ok(None),
+            Err(e) => Err(vk_error("vkGetQueryPoolResults")(e)),
+        }
     }
 }
 
@@ -118,8 +160,14 @@ impl Drop for CommandList {
             let _ = self.gpu.wait(last, Duration::MAX);
         }
         // SAFETY: the list's last submission is complete (or the device is lost), so the
-        // command buffer is not pending; destroying the pool frees it.
-        unsafe { self.gpu.device.destroy_command_pool(self.pool, None) };
+        // command buffer is not pending; destroying the pool frees it, and nothing uses the
+        // query pool any more.
+        unsafe {
+            self.gpu.device.destroy_command_pool(self.pool, None);
+            if let Some(t) = &self.timing {
+                self.gpu.device.destroy_query_pool(t.pool, None);
+            }
+        }
     }
 }
 
@@ -164,7 +212,15 @@ impl Gpu {
     /// Records `steps` into one command buffer. Pipelines are created here on first use of a
     /// shader; nothing is created or written when the list is later submitted.
     pub fn record(&self, steps: &[Step<'_>]) -> Result<CommandList, VulkanError> {
-        self.record_list(steps, false)
+        self.record_list(steps, false, false)
+    }
+
+    /// As [`Gpu::record`], with a timestamp before the first step and after each dispatch,
+    /// for profiling ([`CommandList::dispatch_times`]). The timestamps may keep dispatches
+    /// that could overlap from overlapping. Fails where the queue writes no timestamps
+    /// ([`GpuInfo::timestamp_period`](super::GpuInfo::timestamp_period)).
+    pub fn record_timed(&self, steps: &[Step<'_>]) -> Result<CommandList, VulkanError> {
+        self.record_list(steps, false, true)
     }
 
     /// As [`Gpu::record`], for a list that may be armed ([`Gpu::arm`]): it begins with a
@@ -173,10 +229,15 @@ impl Gpu {
     /// list runs in full on whatever its inputs hold then (gate.rs): record only steps whose
     /// outputs nobody reads unless this list is submitted or fired again.
     pub fn record_gated(&self, steps: &[Step<'_>]) -> Result<CommandList, VulkanError> {
-        self.record_list(steps, true)
+        self.record_list(steps, true, false)
     }
 
-    fn record_list(&self, steps: &[Step<'_>], gated: bool) -> Result<CommandList, VulkanError> {
+    fn record_list(
+        &self,
+        steps: &[Step<'_>],
+        gated: bool,
+        timed: bool,
+    ) -> Result<CommandList, VulkanError> {
         self.check_alive()?;
         let device = &self.device;
         let pool_info = vk::CommandPoolCreateInfo::default().queue_family_index(self.queue_family);
@@ -192,7 +253,11 @@ impl Gpu {
             last: Mutex::new(0),
             gated,
             dispatches: 0,
+            timing: None,
         };
+        if timed {
+            list.timing = Some(self.timing_for(steps)?);
+        }
         let alloc = vk::CommandBufferAllocateInfo::default()
             .command_pool(pool)
             .level(vk::CommandBufferLevel::PRIMARY)
@@ -223,6 +288,19 @@ impl Gpu {
             };
         }
 
+        if let Some(t) = &list.timing {
+            // SAFETY: the command buffer is recording; the pool is this device's and holds
+            // `count` queries, reset here before the first is written.
+            unsafe {
+                device.cmd_reset_query_pool(list.cmd, t.pool, 0, t.count);
+                device.cmd_write_timestamp(
+                    list.cmd,
+                    vk::PipelineStageFlags::TOP_OF_PIPE,
+                    t.pool,
+                    0,
+                );
+            }
+        }
         let mut recorder = Recorder {
             gpu: self,
             cmd: list.cmd,
@@ -231,6 +309,7 @@ impl Gpu {
             since: vk::PipelineStageFlags::empty(),
             used: vk::PipelineStageFlags::empty(),
             dispatches: 0,
+            timestamps: list.timing.as_ref().map(|t| (t.pool, 1)),
         };
         // Stages of the steps between each barrier and the next: a barrier waits only for the
         // kinds of work before it and blocks only the kinds after it (on NVIDIA a barrier that
@@ -258,6 +337,33 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// A query pool for a timed list of `steps`: one timestamp at the start, one per dispatch.
+    fn timing_for(&self, steps: &[Step<'_>]) -> Result<Timing, VulkanError> {
+        let period = self.info.timestamp_period.ok_or_else(|| {
+            VulkanError::invalid(format!(
+                "{} writes no timestamps on the queue VKML uses: GPU work cannot be timed",
+                self.info.name
+            ))
+        })?;
+        let count = 1 + steps
+            .iter()
+            .filter(|s| matches!(s, Step::Dispatch { .. }))
+            .count() as u32;
+        let info = vk::QueryPoolCreateInfo::default()
+            .query_type(vk::QueryType::TIMESTAMP)
+            .query_count(count);
+        // SAFETY: valid create info on a live device.
+        let pool = unsafe { self.device.create_query_pool(&info, None) }
+            .map_err(vk_error("vkCreateQueryPool"))?;
+        Ok(Timing {
+            pool,
+            count,
+            period,
+        })
+    }
+}
+
 fn prefix(e: VulkanError, p: &str) -> VulkanError {
     match e {
         VulkanError::Invalid(m) => VulkanError::Invalid(format!("{p}{m}")),
@@ -276,6 +382,8 @@ struct Recorder<'g> {
     /// Stages recorded in the whole list.
     used: vk::PipelineStageFlags,
     dispatches: usize,
+    /// A timed list's query pool and the next query to write.
+    timestamps: Option<(vk::QueryPool, u32)>,
 }
 
 impl Recorder<'_> {
@@ -287,7 +395,23 @@ impl Recorder<'_> {
                 addrs,
                 params,
                 groups,
-            } => self.dispatch(*kernel, addrs, params, *groups),
+            } => {
+                self.dispatch(*kernel, addrs, params, *groups)?;
+                if let Some((pool, next)) = &mut self.timestamps {
+                    // SAFETY: the command buffer is recording; the pool holds a query per
+                    // dispatch step plus the first (timing_for), reset at the list's start.
+                    unsafe {
+                        self.gpu.device.cmd_write_timestamp(
+                            self.cmd,
+                            vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                            *pool,
+                            *next,
+                        )
+                    };
+                    *next += 1;
+                }
+                Ok(())
+            }
             Step::Copy {
                 src,
                 src_offset,

@@ -180,6 +180,39 @@ fn a_thousand_dispatch_list_replays() {
 }
 
 #[test]
+fn a_timed_list_says_what_each_dispatch_took() {
+    let Some(gpu) = gpu() else { return };
+    let n = 1 << 16;
+    let a = upload_f32(gpu, &vec![0.0; n], "a");
+    let b = gpu
+        .create_buffer(4 * n as u64, MemoryUse::Device, "b")
+        .unwrap();
+    let mut steps = Vec::new();
+    for k in 0..4 {
+        let (src, dst) = if k % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        steps.push(add_scalar(src.address(), dst.address(), n, 1.0));
+        steps.push(Step::Barrier);
+    }
+    let plain = gpu.record(&steps).unwrap();
+    assert_eq!(plain.dispatch_times().unwrap(), None);
+    if gpu.info().timestamp_period.is_none() {
+        assert!(gpu.record_timed(&steps).is_err());
+        return;
+    }
+    let timed = gpu.record_timed(&steps).unwrap();
+    // Never submitted: no times yet.
+    assert_eq!(timed.dispatch_times().unwrap(), None);
+    let v = gpu.submit(&timed).unwrap();
+    assert!(gpu.wait(v, LONG).unwrap());
+    let times = timed.dispatch_times().unwrap().expect("completed");
+    assert_eq!(times.len(), 4);
+    // Each dispatch adds 65,536 floats: more than nothing, less than the test's patience.
+    let total: u64 = times.iter().sum();
+    assert!(total > 0 && total < 10_000_000_000, "{times:?}");
+    assert_eq!(read_f32(&a)[..2], [4.0, 4.0]);
+}
+
+#[test]
 fn large_launches_fold_into_y() {
     let Some(gpu) = gpu() else { return };
     let n = 256 * 70_000 + 3;

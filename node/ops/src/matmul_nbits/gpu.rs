@@ -1,11 +1,13 @@
-//! MatMulNBits on the GPU: matmul_nbits_gemv.comp for up to [`GEMV_ROWS`] rows of A (decode),
-//! matmul_nbits_gemm.comp's 64 x 64 tiles past that (prefill). Both read B as the packed words
+//! MatMulNBits on the GPU: for up to [`GEMV_ROWS`] rows of A (decode) matmul_nbits_gemv4.comp
+//! where the weights have the usual int4 layout (16-byte loads of whole 32-value pieces of a
+//! block) and matmul_nbits_gemv.comp otherwise (a 32-bit word at a time), and
+//! matmul_nbits_gemm.comp's 64 x 64 tiles past that (prefill). All read B as the packed words
 //! it is stored in and share one push-constant block (shaders/matmul_nbits.glsl).
 
 use super::{B, BIAS, Geometry, SCALES, ZERO_POINTS, ZeroPoints};
 use crate::tensor::DType;
 use crate::{BufRef, Dispatch, GpuKernel};
-use vkml_shaders::{matmul_nbits_gemm, matmul_nbits_gemv};
+use vkml_shaders::{matmul_nbits_gemm, matmul_nbits_gemv, matmul_nbits_gemv4};
 
 /// Rows of A up to which the GEMV kernel runs: it reads B once per 4 rows (a workgroup's z),
 /// where the tiled kernel reads it once per 64 but with 64 times fewer workgroups at this
@@ -79,7 +81,9 @@ pub fn kernel(g: &Geometry) -> Option<GpuKernel> {
         bias,
         BufRef::Output(0),
     ];
-    let dispatch = if g.m <= GEMV_ROWS {
+    let dispatch = if g.m <= GEMV_ROWS && gemv4_fits(g) {
+        gemv4(half, buffers, params, g)?
+    } else if g.m <= GEMV_ROWS {
         gemv(half, buffers, &params, g)?
     } else {
         gemm(half, buffers, &params, g)?
@@ -148,6 +152,39 @@ fn gemv(half: bool, b: [BufRef; 7], w: &Words, g: &Geometry) -> Option<Dispatch>
         matmul_nbits_gemv::Variant::F32
     };
     Some(module_dispatch!(matmul_nbits_gemv, variant, b, w, grid))
+}
+
+/// Whether matmul_nbits_gemv4.comp takes `g`: 4-bit values, blocks of a multiple of 32 (so a
+/// 16-byte piece lies in one block, and rows of B start 16-byte aligned) and K a multiple of
+/// 32 (no partial piece; A's rows 16-byte aligned).
+fn gemv4_fits(g: &Geometry) -> bool {
+    g.bits == 4 && g.block.is_multiple_of(32) && g.k.is_multiple_of(32)
+}
+
+/// Invocations per column of matmul_nbits_gemv4.comp for K: enough that each reads about
+/// four 16-byte pieces of its row, between 8 and 32.
+fn gemv4_lanes(k: usize) -> usize {
+    match k / 32 / 4 {
+        l if l >= 32 => 32,
+        l if l >= 16 => 16,
+        _ => 8,
+    }
+}
+
+fn gemv4(half: bool, b: [BufRef; 7], mut w: Words, g: &Geometry) -> Option<Dispatch> {
+    let lanes = gemv4_lanes(g.k);
+    w.flags |= (lanes as u32) << 3;
+    let groups = g.n.div_ceil(256 / lanes);
+    let gy = groups.div_ceil(MAX_GROUPS);
+    let gx = groups.div_ceil(gy);
+    let gz = g.m.div_ceil(GEMV_GROUP_ROWS);
+    let grid = [gx as u32, u32::try_from(gy).ok()?, u32::try_from(gz).ok()?];
+    let variant = if half {
+        matmul_nbits_gemv4::Variant::F16
+    } else {
+        matmul_nbits_gemv4::Variant::F32
+    };
+    Some(module_dispatch!(matmul_nbits_gemv4, variant, b, &w, grid))
 }
 
 fn gemm(half: bool, b: [BufRef; 7], w: &Words, g: &Geometry) -> Option<Dispatch> {

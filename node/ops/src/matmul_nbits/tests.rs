@@ -504,6 +504,23 @@ fn gpu_kernels_match_cpu() {
             }
         }
     }
+    // The usual int4 layout takes matmul_nbits_gemv4.comp: each lane count (K 512, 2048,
+    // 4096 give 8, 16 and 32 invocations per column), blocks of 32, 64 and 128, 1 to 4 rows.
+    let usual: [(&[usize], Dims); 4] = [
+        (&[1], (512, 33, 4, 32)),
+        (&[2], (2048, 19, 4, 64)),
+        (&[4], (4096, 9, 4, 128)),
+        (&[1, 3], (128, 70, 4, 32)),
+    ];
+    for (lead, geom) in usual {
+        for (dtype, tol) in [(DType::F32, 1e-4), (DType::F16, 2e-3)] {
+            for zp in ZPS {
+                seed += 1;
+                let c = Case::new(seed, lead, geom, zp, seed % 2 == 0, dtype);
+                gpu_matches_cpu(&*c.op, &c.inputs(), tol);
+            }
+        }
+    }
     // Two bits on the GEMV kernel, and a single row with a bias and packed zero points.
     for (i, zp) in ZPS.into_iter().enumerate() {
         let c = Case::new(300 + i as u64, &[2], (64, 10, 2, 32), zp, true, DType::F32);
@@ -515,15 +532,13 @@ fn gpu_kernels_match_cpu() {
 /// on the same mistake.
 #[test]
 fn gpu_matches_the_reference() {
-    for (seed, lead) in [(400u64, &[2usize][..]), (401, &[67][..])] {
-        let c = Case::new(
-            seed,
-            lead,
-            (60, 70, 4, 32),
-            ZpKind::Packed,
-            true,
-            DType::F32,
-        );
+    // K 60: the word-at-a-time GEMV kernel and the tiles; K 128: matmul_nbits_gemv4.comp.
+    for (seed, lead, k) in [
+        (400u64, &[2usize][..], 60),
+        (401, &[67][..], 60),
+        (402, &[3][..], 128),
+    ] {
+        let c = Case::new(seed, lead, (k, 70, 4, 32), ZpKind::Packed, true, DType::F32);
         let refs = c.inputs();
         let out = infer_known(&*c.op, &refs).unwrap();
         match run_op(&*c.op, &refs, &out) {
@@ -532,4 +547,41 @@ fn gpu_matches_the_reference() {
             Err(e) => panic!("{e}"),
         }
     }
+}
+
+/// Which GEMV kernel the op takes: 16-byte pieces for the usual int4 layout, words otherwise.
+#[test]
+fn the_usual_int4_layout_takes_the_sixteen_byte_kernel() {
+    let first = |m: usize, (k, n, bits, block): Dims| {
+        let c = Case::new(
+            1,
+            &[m],
+            (k, n, bits, block),
+            ZpKind::Packed,
+            false,
+            DType::F16,
+        );
+        let types: Vec<Option<ValueType>> =
+            c.inputs().iter().map(|t| t.map(ValueType::of)).collect();
+        let refs: Vec<Option<&ValueType>> = types.iter().map(Option::as_ref).collect();
+        let out = [ValueType::new(DType::F16, vec![m, n])];
+        c.op.gpu(&refs, &out).unwrap().dispatches[0].kernel()
+    };
+    use vkml_shaders::{matmul_nbits_gemm, matmul_nbits_gemv, matmul_nbits_gemv4};
+    assert_eq!(
+        first(1, (128, 8, 4, 32)),
+        matmul_nbits_gemv4::Variant::F16.kernel()
+    );
+    assert_eq!(
+        first(4, (256, 8, 4, 64)),
+        matmul_nbits_gemv4::Variant::F16.kernel()
+    );
+    // Blocks of 16, K off a multiple of 32, 8 bits: a word at a time.
+    for geom in [(128, 8, 4, 16), (96 + 16, 8, 4, 16), (128, 8, 8, 32)] {
+        assert_eq!(first(1, geom), matmul_nbits_gemv::Variant::F16.kernel());
+    }
+    assert_eq!(
+        first(5, (128, 8, 4, 32)),
+        matmul_nbits_gemm::Variant::F16.kernel()
+    );
 }
