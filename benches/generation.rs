@@ -8,7 +8,8 @@
 //!
 //! `VKML_*` variables set the tuning as for `vkml-node` (e.g. `VKML_GEMV=off`). `--profile` loads the model once per prompt length with op profiling on (GPU ops timed by
 //! timestamps between dispatches, which slows the runs down: its tokens/s are not the
-//! figures to quote) and prints, after each JSON line, a decode step's time by op type.
+//! figures to quote) and prints, after each JSON line, the time of the prompt's run and of a
+//! decode step by op type.
 //!
 //! The prompt is `prompt` ids drawn from a fixed sequence; generation ignores end-of-sequence
 //! tokens, so every run makes `decode` tokens.
@@ -94,26 +95,28 @@ fn load(folder: &ModelFolder, args: &Args) -> (Session, f64) {
     (session, t.elapsed().as_secs_f64())
 }
 
-/// A decode step's op times by op type, largest first. The decode plan's ops are those that
-/// ran more often than the prompt's (once per generation).
+/// A prompt's run and a decode step, their op times by op type, largest first. The decode
+/// plan's ops are those that ran more often than the prompt's (once per generation).
 fn print_profile(session: &Session, generations: usize) {
     let times = session.profile();
-    let mut by_type: BTreeMap<(String, bool), (f64, usize)> = BTreeMap::new();
-    for t in times.iter().filter(|t| t.runs > generations) {
-        let e = by_type.entry((t.op_type.clone(), t.gpu)).or_default();
-        e.0 += t.median_us;
-        e.1 += 1;
-    }
-    let total: f64 = by_type.values().map(|v| v.0).sum();
-    let mut rows: Vec<_> = by_type.into_iter().collect();
-    rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
-    println!("a decode step by op type (sum of per-node medians {total:.0} us):");
-    for ((op, gpu), (us, nodes)) in rows {
-        let on = if gpu { "gpu" } else { "cpu" };
-        println!(
-            "  {op:<36} {on}  {nodes:>4} nodes  {us:>9.1} us  {:>5.1}%",
-            100.0 * us / total.max(f64::MIN_POSITIVE)
-        );
+    for (what, decode) in [("the prompt", false), ("a decode step", true)] {
+        let mut by_type: BTreeMap<(String, bool), (f64, usize)> = BTreeMap::new();
+        for t in times.iter().filter(|t| (t.runs > generations) == decode) {
+            let e = by_type.entry((t.op_type.clone(), t.gpu)).or_default();
+            e.0 += t.median_us;
+            e.1 += 1;
+        }
+        let total: f64 = by_type.values().map(|v| v.0).sum();
+        let mut rows: Vec<_> = by_type.into_iter().collect();
+        rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+        println!("{what} by op type (sum of per-node medians {total:.0} us):");
+        for ((op, gpu), (us, nodes)) in rows {
+            let on = if gpu { "gpu" } else { "cpu" };
+            println!(
+                "  {op:<36} {on}  {nodes:>4} nodes  {us:>9.1} us  {:>5.1}%",
+                100.0 * us / total.max(f64::MIN_POSITIVE)
+            );
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 # same weights (transformers, static cache, CUDA). Prints a table last; JSON lines under $OUT.
 # Usage, there: OUT=dir bash benches/llm/llm-gpu.sh [1b|8b|tiny] [vkml|torch|both]
 # Environment: VKML_LLM_PROMPTS (128,512,2048), VKML_LLM_DECODE (64), VKML_LLM_DTYPES ("f16 int4"),
-# VKML_LLM_RUNS (3).
+# VKML_LLM_RUNS (3), VKML_LLM_PROFILE (1: also a decode step's GPU time by op type, from a
+# profiled run of the first prompt length, into $OUT/profile-SHAPE-DTYPE.txt).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 shape=${1:-1b}
@@ -29,6 +30,10 @@ if [ "$what" != torch ]; then
         fi
         .gpu/bench-generation "$dir" --device vulkan:0 --prompt "$prompts" --decode "$decode" \
             --runs "$runs" 2>"$out/vkml-$shape-$dt.log" | tee "$out/vkml-$shape-$dt.jsonl"
+        if [ "${VKML_LLM_PROFILE:-0}" = 1 ]; then
+            .gpu/bench-generation "$dir" --device vulkan:0 --prompt "${prompts%%,*}" \
+                --decode "$decode" --runs 1 --profile >"$out/profile-$shape-$dt.txt" 2>&1
+        fi
     done
 fi
 if [ "$what" != vkml ]; then
