@@ -6,10 +6,11 @@
 //!
 //!     cargo bench --bench generation -- DIR [--device vulkan:0] [--prompt 128,2048] [--decode 64] [--runs 3] [--profile]
 //!
-//! `VKML_*` variables set the tuning as for `vkml-node` (e.g. `VKML_GEMV=off`). `--profile` loads the model once per prompt length with op profiling on (GPU ops timed by
-//! timestamps between dispatches, which slows the runs down: its tokens/s are not the
-//! figures to quote) and prints, after each JSON line, the time of the prompt's run and of a
-//! decode step by op type.
+//! `VKML_*` variables set the tuning as for `vkml-node` (e.g. `VKML_GEMV=off`). `--profile`
+//! loads the model once per prompt length with op profiling on (GPU ops timed by timestamps
+//! between dispatches, which slows the runs down: its tokens/s are not the figures to quote)
+//! and prints, after each JSON line, the time of the prompt's run and of a decode step by op
+//! type.
 //!
 //! The prompt is `prompt` ids drawn from a fixed sequence; generation ignores end-of-sequence
 //! tokens, so every run makes `decode` tokens.
