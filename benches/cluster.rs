@@ -13,6 +13,9 @@
 //! pinned with taskset to VKML_BENCH_CORES cores of its own (default 5), at 1, 4, 16 and 64
 //! callers, and prints runs/s against one node. VKML_BENCH_DEVICE=vulkan:{i} gives node i the
 //! i-th GPU instead (a machine with three or more).
+//!
+//! Language models (issue 21): VKML_BENCH_LLM=DIR generates with the model folder DIR on one
+//! node and split over three (see `llm` for its settings), and prints the cost per cut.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -378,6 +381,86 @@ fn scaling(model: &Path, device: &str, cores: usize, secs: f64) {
     }
 }
 
+/// VKML_BENCH_LLM=DIR (a folder benches/llm/llama.py made): greedy generation through the
+/// cluster API on one node, then split over three by memory caps (each node's budget
+/// VKML_BENCH_LLM_PERCENT of the model's bytes, default 40, so that no two hold it), at
+/// VKML_BENCH_LLM_PROMPT tokens of prompt (128) and VKML_BENCH_LLM_DECODE steps (32). Prints a
+/// JSON line per setup and the cost per cut per token: the decode step's time on three nodes
+/// less one node's, over the two cuts of a three-stage pipeline.
+fn llm(dir: &Path, device: &str) {
+    use vkml::generate::{GenerateOptions, LlmIo, ModelFolder, generate};
+    let folder = ModelFolder::open(dir).unwrap_or_else(|e| panic!("{e}"));
+    let def = vkml::onnx::load(&folder.model).unwrap_or_else(|e| panic!("{e}"));
+    let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &folder.hints)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let bytes: u64 = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
+    let percent: u64 = env_or("VKML_BENCH_LLM_PERCENT", 40);
+    let prompt: usize = env_or("VKML_BENCH_LLM_PROMPT", 128);
+    let decode: usize = env_or("VKML_BENCH_LLM_DECODE", 32);
+    let ids: Vec<u32> = (0..prompt as u32).map(|i| 3 + (i * 7919) % 1000).collect();
+    let options = GenerateOptions {
+        max_new_tokens: decode,
+        sampling: Default::default(),
+        eos: Vec::new(),
+        max_seq_len: Some(prompt + decode),
+    };
+    let mut step_ms = Vec::new();
+    for (label, caps) in [
+        ("1 node", vec![None]),
+        ("3 nodes", vec![Some(bytes * percent / 100); 3]),
+    ] {
+        let nodes = start_pinned(&caps, device, None);
+        let client = connect(&nodes.addrs[0]);
+        // Every node has joined and told the others its devices before the first run plans.
+        std::thread::sleep(Duration::from_secs(3));
+        let t = Instant::now();
+        let model = client
+            .load(&folder.model, |_| {})
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        let load_s = t.elapsed().as_secs_f64();
+        let run =
+            || generate(&model, &io, &ids, &options, |_| true).unwrap_or_else(|e| panic!("{e}"));
+        let t = Instant::now();
+        let first = run();
+        let first_s = t.elapsed().as_secs_f64();
+        let runs: Vec<_> = (0..2).map(|_| run()).collect();
+        assert_eq!(runs[0].tokens, first.tokens, "{label}: generations differ");
+        let decode_tps = median(runs.iter().map(|g| g.decode_tokens_per_s()).collect());
+        let prefill_tps = median(runs.iter().map(|g| g.prompt_tokens_per_s()).collect());
+        step_ms.push(1e3 / decode_tps);
+        println!(
+            "{}",
+            serde_json::json!({
+                "model": dir.display().to_string(),
+                "setup": label,
+                "device": device,
+                "cap_bytes": caps[0],
+                "model_bytes": bytes,
+                "prompt": prompt,
+                "decode_tokens": decode,
+                "load_s": load_s,
+                "first_generation_s": first_s,
+                "prefill_tokens_per_s": prefill_tps,
+                "decode_tokens_per_s": decode_tps,
+            })
+        );
+        let _ = model.unload();
+        client.close();
+        drop(nodes);
+    }
+    println!(
+        "cost per cut per token: {:.2} ms (decode step {:.2} ms on 3 nodes, {:.2} on 1)",
+        (step_ms[1] - step_ms[0]) / 2.0,
+        step_ms[1],
+        step_ms[0]
+    );
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` runs us with no flag: stay quick.
     if !std::env::args().any(|a| a == "--bench") {
@@ -385,6 +468,10 @@ fn main() {
         return;
     }
     let device = std::env::var("VKML_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
+    if let Ok(dir) = std::env::var("VKML_BENCH_LLM") {
+        llm(Path::new(&dir), &device);
+        return;
+    }
     if let Ok(model) = std::env::var("VKML_BENCH_SCALING") {
         let cores = env_or("VKML_BENCH_CORES", 5);
         scaling(

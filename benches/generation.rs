@@ -10,7 +10,7 @@
 //! loads the model once per prompt length with op profiling on (GPU ops timed by timestamps
 //! between dispatches, which slows the runs down: its tokens/s are not the figures to quote)
 //! and prints, after each JSON line, the time of the prompt's run and of a decode step by op
-//! type.
+//! type, and of a decode step by GPU kernel.
 //!
 //! The prompt is `prompt` ids drawn from a fixed sequence; generation ignores end-of-sequence
 //! tokens, so every run makes `decode` tokens.
@@ -116,6 +116,20 @@ fn print_profile(session: &Session, generations: usize) {
             println!(
                 "  {op:<36} {on}  {nodes:>4} nodes  {us:>9.1} us  {:>5.1}%",
                 100.0 * us / total.max(f64::MIN_POSITIVE)
+            );
+        }
+    }
+    // The plan run most often is the decode step's.
+    if let Some(kernels) = session
+        .kernel_profile()
+        .into_iter()
+        .max_by_key(|k| k.first().map_or(0, |t| t.runs))
+    {
+        println!("a decode step by GPU kernel:");
+        for k in kernels {
+            println!(
+                "  {:<36} {:>5} dispatches  {:>9.1} us",
+                k.kernel, k.dispatches, k.median_us
             );
         }
     }

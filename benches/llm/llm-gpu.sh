@@ -3,7 +3,9 @@
 # model with random weights in f16 and in int4 (benches/llm/llama.py), times vkml's prefill and
 # decode on it (benches/generation.rs, staged as .gpu/bench-generation), then PyTorch's on the
 # same weights (transformers, static cache, CUDA). Prints a table last; JSON lines under $OUT.
-# Usage, there: OUT=dir bash benches/llm/llm-gpu.sh [1b|8b|tiny] [vkml|torch|both]
+# Usage, there: OUT=dir bash benches/llm/llm-gpu.sh [1b|8b|tiny] [vkml|torch|both|cluster]
+# `cluster`: each dtype's model on one vkml-node and split over three (all on GPU 0), through
+# the cluster API (benches/cluster.rs, VKML_BENCH_LLM): decode tokens/s and the cost per cut.
 # Environment: VKML_LLM_PROMPTS (128,512,2048), VKML_LLM_DECODE (64), VKML_LLM_DTYPES ("f16 int4"),
 # VKML_LLM_RUNS (3), VKML_LLM_PROFILE (1: also a decode step's GPU time by op type, from a
 # profiled run of the first prompt length, into $OUT/profile-SHAPE-DTYPE.txt).
@@ -19,6 +21,17 @@ dtypes=${VKML_LLM_DTYPES:-f16 int4}
 runs=${VKML_LLM_RUNS:-3}
 mkdir -p "$out" "$work"
 
+if [ "$what" = cluster ]; then
+    for dt in $dtypes; do
+        dir="$work/$shape-$dt"
+        [ -f "$dir/model.onnx" ] || python3 benches/llm/llama.py make --shape "$shape" \
+            --dtype "$dt" --out "$dir" >"$out/make-$shape-$dt.log" 2>&1
+        VKML_NODE_BIN=.gpu/vkml-node VKML_BENCH_DEVICE=vulkan:0 VKML_BENCH_LLM="$dir" \
+            VKML_BENCH_LLM_PROMPT="${prompts%%,*}" VKML_BENCH_LLM_DECODE="$decode" \
+            .gpu/bench-cluster --bench 2>"$out/cluster-$shape-$dt.log" | tee "$out/cluster-$shape-$dt.txt"
+    done
+    exit 0
+fi
 if [ "$what" != torch ]; then
     for dt in $dtypes; do
         dir="$work/$shape-$dt"

@@ -35,7 +35,7 @@ pub use vkml_ops as ops;
 pub use vkml_ops::{model, tensor};
 
 pub use error::Error;
-pub use exec::NodeTime;
+pub use exec::{KernelTime, NodeTime};
 pub use session::{DeviceSelection, Session, SessionOptions};
 pub use tensor::{DType, Tensor};
 pub use tuning::Tuning;

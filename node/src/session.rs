@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::device::vulkan::{Vulkan, VulkanOptions};
 use crate::error::{Error, Result};
 pub use crate::exec::PlanSummary;
-use crate::exec::{Device, Executable, NodeTime};
+use crate::exec::{Device, Executable, KernelTime, NodeTime};
 use crate::graph::{Graph, SpecializeError, Specialized};
 use crate::model::{Dim, ValueDef};
 use crate::ops::{OpError, ValueType};
@@ -260,6 +260,13 @@ impl Session {
     pub fn profile(&self) -> Vec<NodeTime> {
         let profiled = self.profiled.lock().expect("profiled");
         profiled.iter().flat_map(|e| e.profile()).collect()
+    }
+
+    /// With [`SessionOptions::profile`], per plan made so far (one per input shape, in the
+    /// order they were made), each GPU kernel's median time in a run, largest first.
+    pub fn kernel_profile(&self) -> Vec<Vec<KernelTime>> {
+        let profiled = self.profiled.lock().expect("profiled");
+        profiled.iter().map(|e| e.kernel_profile()).collect()
     }
 
     fn specialize(

@@ -466,7 +466,7 @@ impl GpuLayout {
                         hazards = Hazards::default();
                     }
                     hazards.add(reads, writes);
-                    ops_of_dispatches.push(pos);
+                    ops_of_dispatches.push((pos, d.kernel().name()));
                     steps.push(Step::Dispatch {
                         kernel: d.kernel(),
                         addrs,
@@ -695,8 +695,9 @@ pub struct GpuContext {
     /// Declared first so that it is dropped (released and waited for) before the lists.
     pub arm: Option<Arc<ArmSlot>>,
     pub lists: BTreeMap<usize, Arc<CommandList>>,
-    /// In a timed context, per chunk: the op (live position) of each dispatch, in order.
-    pub dispatch_ops: BTreeMap<usize, Vec<usize>>,
+    /// In a timed context, per chunk: the op (live position) and kernel of each dispatch,
+    /// in order.
+    pub dispatch_ops: BTreeMap<usize, Vec<(usize, &'static str)>>,
     pub import: GpuBuffer,
     pub readback: GpuBuffer,
     _arena: GpuBuffer,

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 pub use plan::{
     Device, Kernels, LOCAL_NODE, cost_graph, cpu_memory, inventory, inventory_measured,
 };
-pub use profile::NodeTime;
+pub use profile::{KernelTime, NodeTime};
 pub use run::{Done, RemoteHooks, RunLink};
 use topology::Topology;
 use vkml_planner::{LinkCosts, Plan, PlanError};
@@ -373,6 +373,11 @@ impl Executable {
             );
             (node.name.clone(), node.op_type.clone(), gpu)
         })
+    }
+
+    /// The GPU kernels profiled so far, each one's median time in a run, largest first.
+    pub fn kernel_profile(&self) -> Vec<KernelTime> {
+        self.profile.kernel_report()
     }
 
     /// The ops this node runs of the plan: (node name, op type).

@@ -20,11 +20,24 @@ pub struct NodeTime {
     pub p90_us: f64,
 }
 
+/// One GPU kernel's time in a run (all its dispatches added) over the runs it was profiled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelTime {
+    /// The kernel's name (shader and variant).
+    pub kernel: String,
+    pub runs: usize,
+    /// Its dispatches in one run.
+    pub dispatches: usize,
+    pub median_us: f64,
+}
+
 #[derive(Default)]
 pub(super) struct Profile {
     on: AtomicBool,
     /// Nanoseconds per run, by position in the plan (live op index).
     samples: Mutex<BTreeMap<usize, Vec<u64>>>,
+    /// Per GPU kernel: its dispatches in a run, and nanoseconds per run.
+    kernels: Mutex<BTreeMap<String, (usize, Vec<u64>)>>,
 }
 
 impl Profile {
@@ -42,6 +55,36 @@ impl Profile {
         for &(p, ns) in times {
             samples.entry(p).or_default().push(ns);
         }
+    }
+
+    /// Adds one timed GPU chunk's times by kernel: (kernel, dispatches, nanoseconds).
+    pub fn record_kernels(&self, times: BTreeMap<String, (usize, u64)>) {
+        let mut kernels = self.kernels.lock().expect("profile lock");
+        for (k, (n, ns)) in times {
+            let e = kernels.entry(k).or_default();
+            e.0 = n;
+            e.1.push(ns);
+        }
+    }
+
+    /// Each GPU kernel's median time in a run, largest first.
+    pub fn kernel_report(&self) -> Vec<KernelTime> {
+        let kernels = self.kernels.lock().expect("profile lock");
+        let mut out: Vec<KernelTime> = kernels
+            .iter()
+            .map(|(k, (n, v))| {
+                let mut v = v.clone();
+                v.sort_unstable();
+                KernelTime {
+                    kernel: k.clone(),
+                    runs: v.len(),
+                    dispatches: *n,
+                    median_us: v[v.len() / 2] as f64 / 1e3,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| b.median_us.total_cmp(&a.median_us));
+        out
     }
 
     /// Median and 90th percentile per node, in plan order; `name` gives a node's name, op
@@ -94,5 +137,22 @@ mod tests {
         // p90 at round(8.1) = 8.
         assert_eq!((r[1].node.as_str(), r[1].runs), ("n3", 10));
         assert_eq!((r[1].median_us, r[1].p90_us), (6.0, 9.0));
+    }
+
+    #[test]
+    fn kernels_report_their_median_per_run_largest_first() {
+        let p = Profile::default();
+        for ns in [3000u64, 1000, 2000] {
+            let mut run = BTreeMap::new();
+            run.insert("gemv_f16".to_string(), (7, ns));
+            run.insert("rms_rows_f16".to_string(), (2, 5000));
+            p.record_kernels(run);
+        }
+        let r = p.kernel_report();
+        let rows: Vec<_> = r
+            .iter()
+            .map(|k| (k.kernel.as_str(), k.runs, k.dispatches, k.median_us))
+            .collect();
+        assert_eq!(rows, [("rms_rows_f16", 3, 2, 5.0), ("gemv_f16", 3, 7, 2.0)]);
     }
 }

@@ -489,19 +489,30 @@ fn read_exports(
     Ok(out)
 }
 
-/// Adds a completed timed chunk's dispatch times to the profile, summed per op.
-fn record_gpu_times(exe: &Executable, gctx: &GpuContext, c: usize, ops: &[usize]) -> Result<()> {
+/// Adds a completed timed chunk's dispatch times to the profile, summed per op and per
+/// kernel.
+fn record_gpu_times(
+    exe: &Executable,
+    gctx: &GpuContext,
+    c: usize,
+    ops: &[(usize, &'static str)],
+) -> Result<()> {
     let Some(times) = gctx.lists[&c].dispatch_times().map_err(dev_err)? else {
         return Ok(());
     };
     let mut per_op: Vec<(usize, u64)> = Vec::new();
-    for (&pos, ns) in ops.iter().zip(times) {
+    let mut per_kernel: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    for (&(pos, kernel), ns) in ops.iter().zip(times) {
         match per_op.last_mut() {
             Some((p, t)) if *p == pos => *t += ns,
             _ => per_op.push((pos, ns)),
         }
+        let k = per_kernel.entry(kernel.to_string()).or_default();
+        k.0 += 1;
+        k.1 += ns;
     }
     exe.profile.record(&per_op);
+    exe.profile.record_kernels(per_kernel);
     Ok(())
 }
 

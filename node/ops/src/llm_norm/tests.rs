@@ -262,6 +262,9 @@ fn gpu_rms_norms_match_cpu() {
     // More rows than one grid axis holds.
     let o = op("", "RMSNormalization", &[], 1);
     gpu_check(&*o, &[Some(&[66_000, 3]), Some(&[3])], &mut rng);
+    // Rows of 4096 (the longest the shader keeps in registers) and 5000 (read in each pass).
+    gpu_check(&*o, &[Some(&[2, 4096]), Some(&[4096])], &mut rng);
+    gpu_check(&*o, &[Some(&[2, 5000]), Some(&[5000])], &mut rng);
 }
 
 #[test]
@@ -289,4 +292,12 @@ fn gpu_skip_norms_match_cpu() {
         gpu_check(&*o, &[Some(x), Some(x), Some(h), Some(h)], &mut rng);
         gpu_check(&*o, &[Some(&[6, 300]), Some(&[6, 300]), Some(h)], &mut rng);
     }
+    // A layer norm (mean subtracted) over rows longer than the registers keep.
+    let (x, h): (&[usize], &[usize]) = (&[2, 4200], &[4200]);
+    let o = op(MS_DOMAIN, "SkipLayerNormalization", &[], 4);
+    gpu_check(
+        &*o,
+        &[Some(x), Some(x), Some(h), Some(h), Some(h)],
+        &mut rng,
+    );
 }

@@ -308,14 +308,15 @@ fn split_key_ranges_merge() {
 }
 
 #[test]
-fn the_split_rule_fills_the_gpu_and_keeps_slices_long() {
+fn the_split_rule_fills_the_gpu_with_slices_of_whole_tiles() {
     // Plenty of workgroups: no split.
     assert_eq!(gpu::splits(512, 4096, 16), 1);
     // One decode row per kv head of a small model over a long cache: split.
     assert_eq!(gpu::splits(8, 4096, 16), 32);
-    // A short cache: slices of at least four tiles.
-    assert_eq!(gpu::splits(8, 128, 16), 2);
-    assert_eq!(gpu::splits(8, 40, 16), 1);
+    // A short cache: slices of at least one tile.
+    assert_eq!(gpu::splits(8, 128, 16), 8);
+    assert_eq!(gpu::splits(8, 40, 16), 2);
+    assert_eq!(gpu::splits(8, 15, 16), 1);
 }
 
 #[test]
