@@ -383,7 +383,7 @@ fn scaling(model: &Path, device: &str, cores: usize, secs: f64) {
 
 /// VKML_BENCH_LLM=DIR (a folder benches/llm/llama.py made): greedy generation through the
 /// cluster API on one node, then split over three by memory caps (each node's budget
-/// VKML_BENCH_LLM_PERCENT of the model's bytes, default 40, so that no two hold it), at
+/// VKML_BENCH_LLM_PERCENT of the model's bytes, default 45, so that no two hold it), at
 /// VKML_BENCH_LLM_PROMPT tokens of prompt (128) and VKML_BENCH_LLM_DECODE steps (32). Prints a
 /// JSON line per setup and the cost per cut per token: the decode step's time on three nodes
 /// less one node's, over the two cuts of a three-stage pipeline.
@@ -399,7 +399,7 @@ fn llm(dir: &Path, device: &str) {
         .filter(|m| m.is_file())
         .map(|m| m.len())
         .sum();
-    let percent: u64 = env_or("VKML_BENCH_LLM_PERCENT", 40);
+    let percent: u64 = env_or("VKML_BENCH_LLM_PERCENT", 45);
     let prompt: usize = env_or("VKML_BENCH_LLM_PROMPT", 128);
     let decode: usize = env_or("VKML_BENCH_LLM_DECODE", 32);
     let ids: Vec<u32> = (0..prompt as u32).map(|i| 3 + (i * 7919) % 1000).collect();

@@ -12,7 +12,8 @@
 //   v = x + skip[i % skip_n] + bias[j]            (skip and bias when flagged)
 //   RMS:   inv = 1 / sqrt(mean(v^2) + eps),            y = v * inv * gamma[k]
 //   layer: inv = 1 / sqrt(mean((v - mean)^2) + eps),   y = (v - mean) * inv * gamma[k] + beta[j]
-// with k = (j / gd) % gs: a scale that covers one block of the row's axes.
+// with k = (j / gd) % gs: a scale that covers one block of the row's axes. v is read again in
+// every pass rather than kept, so rows of any length fit the shared memory.
 // flags: 1 skip, 2 bias, 4 beta, 8 layer (subtract the mean), 16 write the mean (0 for RMS, as
 // onnxruntime), 32 write inv, 64 write v (input_skip_bias_sum).
 layout(local_size_x = 256) in;
@@ -63,19 +64,6 @@ float value(uint i0, uint j) {
     return v;
 }
 
-// Writes element j of the row: its norm, and v itself when asked.
-void write(uint base, uint j, float v, float mean, float inv) {
-    if ((p.flags & 64u) != 0u) p.sum.v[base + j] = T(v);
-    float r = (v - mean) * inv * float(p.gamma.v[(j / p.gd) % p.gs]);
-    if ((p.flags & 4u) != 0u) r += float(p.beta.v[j]);
-    p.y.v[base + j] = T(r);
-}
-
-// Rows of up to KEEP * WG elements are read once, into registers (a decode step's row of 2048
-// or 4096 is latency-bound: one workgroup, three passes over memory cost more than the math);
-// longer rows are read again in each pass.
-const uint KEEP = 16u;
-
 void main() {
     uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     // Uniform over the workgroup, so the barriers are reached by all or none.
@@ -83,45 +71,24 @@ void main() {
     uint tid = gl_LocalInvocationID.x;
     uint base = row * p.len;
     bool layer = (p.flags & 8u) != 0u;
-    bool kept = p.len <= KEEP * WG;
-    float vals[KEEP];
-    if (kept) {
-        for (uint c = 0u; c < KEEP; ++c) {
-            uint j = tid + c * WG;
-            vals[c] = j < p.len ? value(base, j) : 0.0;
-        }
-    }
     float mean = 0.0;
     if (layer) {
         float s = 0.0;
-        if (kept) {
-            for (uint c = 0u; c < KEEP; ++c) s += vals[c];
-        } else {
-            for (uint j = tid; j < p.len; j += WG) s += value(base, j);
-        }
+        for (uint j = tid; j < p.len; j += WG) s += value(base, j);
         mean = total(s) / float(p.len);
     }
     float sq = 0.0;
-    if (kept) {
-        for (uint c = 0u; c < KEEP; ++c) {
-            float d = tid + c * WG < p.len ? vals[c] - mean : 0.0;
-            sq += d * d;
-        }
-    } else {
-        for (uint j = tid; j < p.len; j += WG) {
-            float d = value(base, j) - mean;
-            sq += d * d;
-        }
+    for (uint j = tid; j < p.len; j += WG) {
+        float c = value(base, j) - mean;
+        sq += c * c;
     }
     float inv = 1.0 / sqrt(total(sq) / float(p.len) + p.eps);
-    if (kept) {
-        // A constant trip count, so that vals stays in registers.
-        for (uint c = 0u; c < KEEP; ++c) {
-            uint j = tid + c * WG;
-            if (j < p.len) write(base, j, vals[c], mean, inv);
-        }
-    } else {
-        for (uint j = tid; j < p.len; j += WG) write(base, j, value(base, j), mean, inv);
+    for (uint j = tid; j < p.len; j += WG) {
+        float v = value(base, j);
+        if ((p.flags & 64u) != 0u) p.sum.v[base + j] = T(v);
+        float r = (v - mean) * inv * float(p.gamma.v[(j / p.gd) % p.gs]);
+        if ((p.flags & 4u) != 0u) r += float(p.beta.v[j]);
+        p.y.v[base + j] = T(r);
     }
     if (tid == 0u) {
         if ((p.flags & 16u) != 0u) p.mean.v[row] = mean;
