@@ -52,8 +52,6 @@ shared float qs[QS];
 shared float ks[KS];
 shared float vs[VS];
 shared float ps[WG];
-// Elements of a tile one thread loads at most (KS and VS are multiples of WG).
-const uint LOADS = KS / WG;
 
 const float NEG_INF = uintBitsToFloat(0xff800000u);
 
@@ -144,23 +142,13 @@ void main() {
     for (int j0 = lo; j0 < hi; j0 += int(BK)) {
         uint nk = uint(min(int(BK), hi - j0));
         barrier();
-        // Every load of a thread's share of the tile is issued before any is stored: one
-        // memory latency a tile rather than one per element (a decode step's few workgroups
-        // are latency-bound). Key rows D + 1 apart in shared memory: the score threads of a
-        // warp read one element of consecutive keys, which D apart would all fall in one bank.
-        uint nkd = nk * D;
-        uint nvd = nk * DV;
-        float kr[LOADS];
-        float vr[LOADS];
-        for (uint c = 0u; c < LOADS; ++c) {
-            uint i = tid + c * WG;
-            kr[c] = i < nkd ? float(p.k.v[kbase + (uint(j0) + i / D) * tw(13u) + i % D]) : 0.0;
-            vr[c] = i < nvd ? float(p.v.v[vbase + (uint(j0) + i / DV) * tw(17u) + i % DV]) : 0.0;
+        // Key rows D + 1 apart in shared memory: the score threads of a warp read one
+        // element of consecutive keys, which D apart would all fall in one bank.
+        for (uint i = tid; i < nk * D; i += WG) {
+            ks[(i / D) * (D + 1u) + i % D] = float(p.k.v[kbase + (uint(j0) + i / D) * tw(13u) + i % D]);
         }
-        for (uint c = 0u; c < LOADS; ++c) {
-            uint i = tid + c * WG;
-            if (i < nkd) ks[(i / D) * (D + 1u) + i % D] = kr[c];
-            if (i < nvd) vs[i] = vr[c];
+        for (uint i = tid; i < nk * DV; i += WG) {
+            vs[i] = float(p.v.v[vbase + (uint(j0) + i / DV) * tw(17u) + i % DV]);
         }
         barrier();
         // Scores: one thread per (row, key) of the tile.
