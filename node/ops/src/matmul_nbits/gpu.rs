@@ -140,12 +140,18 @@ macro_rules! module_dispatch {
     }};
 }
 
-fn gemv(half: bool, b: [BufRef; 7], w: &Words, g: &Geometry) -> Option<Dispatch> {
-    let groups = g.n.div_ceil(GEMV_COLS);
+/// A GEMV kernel's grid: `cols` columns a workgroup, the column groups folded into y past
+/// [`MAX_GROUPS`], [`GEMV_GROUP_ROWS`] rows of A a workgroup along z.
+fn gemv_grid(g: &Geometry, cols: usize) -> Option<[u32; 3]> {
+    let groups = g.n.div_ceil(cols);
     let gy = groups.div_ceil(MAX_GROUPS);
     let gx = groups.div_ceil(gy);
     let gz = g.m.div_ceil(GEMV_GROUP_ROWS);
-    let grid = [gx as u32, u32::try_from(gy).ok()?, u32::try_from(gz).ok()?];
+    Some([gx as u32, u32::try_from(gy).ok()?, u32::try_from(gz).ok()?])
+}
+
+fn gemv(half: bool, b: [BufRef; 7], w: &Words, g: &Geometry) -> Option<Dispatch> {
+    let grid = gemv_grid(g, GEMV_COLS)?;
     let variant = if half {
         matmul_nbits_gemv::Variant::F16
     } else {
@@ -174,11 +180,7 @@ fn gemv4_lanes(k: usize) -> usize {
 fn gemv4(half: bool, b: [BufRef; 7], mut w: Words, g: &Geometry) -> Option<Dispatch> {
     let lanes = gemv4_lanes(g.k);
     w.flags |= (lanes as u32) << 3;
-    let groups = g.n.div_ceil(256 / lanes);
-    let gy = groups.div_ceil(MAX_GROUPS);
-    let gx = groups.div_ceil(gy);
-    let gz = g.m.div_ceil(GEMV_GROUP_ROWS);
-    let grid = [gx as u32, u32::try_from(gy).ok()?, u32::try_from(gz).ok()?];
+    let grid = gemv_grid(g, 256 / lanes)?;
     let variant = if half {
         matmul_nbits_gemv4::Variant::F16
     } else {
