@@ -69,6 +69,7 @@ async fn quic_tensor(payload: Bytes, reps: usize) -> (Vec<f64>, usize) {
         tensor_lanes: lanes(),
         faults: None,
         lease_grace: vkml::cluster::DEFAULT_LEASE_GRACE,
+        sequence_idle: vkml::cluster::DEFAULT_SEQUENCE_IDLE,
         data_listen: None,
     };
     let a = Cluster::start(config("sender", vec![])).await.unwrap();

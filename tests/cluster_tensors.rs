@@ -21,6 +21,7 @@ fn config(name: &str, join: Vec<String>) -> ClusterConfig {
         tensor_lanes: vkml::cluster::tensors::default_lanes(),
         faults: None,
         lease_grace: vkml::cluster::DEFAULT_LEASE_GRACE,
+        sequence_idle: vkml::cluster::DEFAULT_SEQUENCE_IDLE,
         data_listen: None,
     }
 }

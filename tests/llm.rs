@@ -281,10 +281,30 @@ fn model_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// What the nodes report of sequences and traffic: bytes of tensors received (all nodes
+/// together), sequences kept on each node, and the bytes those keep.
+fn kept_and_traffic(nodes: &[Node], key: &Path) -> (u64, Vec<u64>, u64) {
+    let mut received = 0;
+    let mut kept = Vec::new();
+    let mut kept_bytes = 0;
+    for n in nodes {
+        let s = cluster_harness::status(n, key);
+        received += s["tensor_bytes_received"].as_u64().unwrap();
+        kept.push(s["sequences_kept"].as_u64().unwrap());
+        kept_bytes += s["sequence_bytes"].as_u64().unwrap();
+    }
+    (received, kept, kept_bytes)
+}
+
 /// `percent` of the model's bytes per node: too little for two nodes to hold the model and
 /// its caches, so that it takes all three (the test checks that each ran every step), and
 /// enough for its largest weight (the GenAI form's f32 embedding is 45% of its bytes; its
 /// shared caches are as long as the whole generation).
+///
+/// The caches stay on the nodes that run their layers: between two of the last steps the
+/// nodes together receive less than a step's caches would weigh (8 caches of 2 heads x 16 x
+/// about 40 rows of f32: 40 KiB, where the token's hidden states and logits are under 4),
+/// and once the sequence is over no node keeps anything of it.
 fn split_over_three_nodes(name: &str, percent: u64) {
     let _serial = cluster_harness::serial();
     let dir = folder(name);
@@ -300,9 +320,41 @@ fn split_over_three_nodes(name: &str, percent: u64) {
     let def = vkml::onnx::load(&model_path).unwrap();
     let hints = ModelFolder::open(&dir).unwrap().hints;
     let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &hints).unwrap();
-    greedy_on(&model, &io, &r, &format!("{name} over three nodes"));
-    // Every node ran a part of every step (the members' loads, as n1 asked them).
+    let what = format!("{name} over three nodes");
+    let last = r.greedy_ids.len() - 2;
+    let mut samples = Vec::new();
+    let mut made = 0;
+    let out = generate(&model, &io, &r.prompt_ids, &greedy_options(&r), |_| {
+        made += 1;
+        if made >= last {
+            samples.push(kept_and_traffic(&nodes, &cluster.key));
+        }
+        true
+    })
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(out.tokens, r.greedy_ids, "{what}: greedy tokens");
     let refs: Vec<&Node> = nodes.iter().collect();
+    let ((before, kept, kept_bytes), (after, ..)) = (&samples[0], &samples[1]);
+    let step = after - before;
+    assert!(
+        step < 8 << 10,
+        "{what}: the nodes received {step} bytes in one decode step: the caches travel\n{}",
+        cluster_harness::logs(&refs)
+    );
+    assert!(
+        kept.iter().sum::<u64>() >= 1 && *kept_bytes > 0,
+        "{what}: no node keeps the sequence's caches ({kept:?}, {kept_bytes} bytes)"
+    );
+    // The sequence ended with the generation: its caches are freed everywhere.
+    let freed = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        kept_and_traffic(&nodes, &cluster.key)
+            .1
+            .iter()
+            .all(|&k| k == 0)
+    });
+    assert!(freed, "{what}: the nodes still keep the ended sequence");
+    // Every node ran a part of every step (the members' loads, as n1 asked them).
     let s = cluster_harness::status(&nodes[0], &cluster.key);
     let members = s["members"].as_array().unwrap();
     assert_eq!(members.len(), 3);
@@ -327,4 +379,35 @@ fn optimum_export_split_over_three_nodes_generates_onnxruntime_s_tokens() {
 #[test]
 fn genai_int4_export_split_over_three_nodes_generates_onnxruntime_s_tokens() {
     split_over_three_nodes("llama_genai", 55);
+}
+
+/// A client that vanishes without ending its sequence leaves nothing behind: the node frees
+/// the caches it keeps once the sequence has been idle for `VKML_SEQUENCE_IDLE` seconds; a
+/// step of it after that is an error that says so, not a hang.
+#[test]
+fn an_abandoned_sequence_is_freed_after_the_idle_time() {
+    let _serial = cluster_harness::serial();
+    let dir = folder("llama_genai");
+    let r = reference(&dir);
+    let cluster = Cluster::new("llm-idle");
+    let node = cluster.start_opts("n1", &[], &[], None, &[("VKML_SEQUENCE_IDLE", "1")]);
+    let secret = Secret::read(&cluster.key).unwrap();
+    let client = ClusterClient::connect(&node.addr, &secret).unwrap();
+    let model = client.load(&dir.join("model.onnx"), |_| {}).unwrap();
+    let f = ModelFolder::open(&dir).unwrap();
+    let def = vkml::onnx::load(&f.model).unwrap();
+    let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &f.hints).unwrap();
+    let mut seq = Sequence::new(&model, &io, Some(48)).unwrap();
+    seq.feed(&r.prompt_ids).unwrap();
+    seq.feed(&r.greedy_ids[..1]).unwrap();
+    let kept = || cluster_harness::status(&node, &cluster.key)["sequences_kept"].as_u64();
+    assert_eq!(kept(), Some(1));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(kept(), Some(0), "{}", cluster_harness::logs(&[&node]));
+    let e = seq.feed(&r.greedy_ids[1..2]).unwrap_err().to_string();
+    assert!(e.contains("begin it again"), "{e}");
+    // The sequence is over on the client's side too: dropping it sends nothing.
+    drop(seq);
+    model.unload().unwrap();
+    client.close();
 }

@@ -32,10 +32,11 @@ pub enum Kind {
     LoadProgress = 17,
     Loaded = 18,
     WeightsWanted = 19,
+    Sequence = 20,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 20] = [
         Kind::Hello,
         Kind::Welcome,
         Kind::Refused,
@@ -55,6 +56,7 @@ impl Kind {
         Kind::LoadProgress,
         Kind::Loaded,
         Kind::WeightsWanted,
+        Kind::Sequence,
     ];
 
     pub fn from_byte(b: u8) -> Option<Kind> {
@@ -72,11 +74,11 @@ impl Kind {
             | Kind::Refused
             | Kind::Leave
             | Kind::StatusRequest
-            | Kind::Run
             | Kind::RunResult
             | Kind::Unload
             | Kind::LoadProgress => 4 * KIB,
-            Kind::Error | Kind::LoadAck | Kind::RunFailed => 16 * KIB,
+            // A step of a sequence lists its bindings: two per layer of a language model.
+            Kind::Error | Kind::LoadAck | Kind::RunFailed | Kind::Run | Kind::Sequence => 16 * KIB,
             Kind::Inventory => 64 * KIB,
             Kind::Tensor => 64 * KIB,
             Kind::StatusReply | Kind::Loaded | Kind::WeightsWanted => MIB,
@@ -111,6 +113,7 @@ pub enum Message {
     LoadProgress(pb::LoadProgress),
     Loaded(pb::Loaded),
     WeightsWanted(pb::WeightsWanted),
+    Sequence(pb::SequenceOp),
 }
 
 impl Message {
@@ -135,6 +138,7 @@ impl Message {
             Message::LoadProgress(_) => Kind::LoadProgress,
             Message::Loaded(_) => Kind::Loaded,
             Message::WeightsWanted(_) => Kind::WeightsWanted,
+            Message::Sequence(_) => Kind::Sequence,
         }
     }
 
@@ -159,6 +163,7 @@ impl Message {
             Message::LoadProgress(m) => m.encode_to_vec(),
             Message::Loaded(m) => m.encode_to_vec(),
             Message::WeightsWanted(m) => m.encode_to_vec(),
+            Message::Sequence(m) => m.encode_to_vec(),
         }
     }
 
@@ -212,6 +217,7 @@ impl Message {
             Kind::WeightsWanted => {
                 Message::WeightsWanted(pb::WeightsWanted::decode(body).map_err(bad)?)
             }
+            Kind::Sequence => Message::Sequence(pb::SequenceOp::decode(body).map_err(bad)?),
             Kind::Tensor => {
                 let h = pb::TensorHeader::decode(body).map_err(bad)?;
                 if h.payload_bytes > crate::MAX_TENSOR_PAYLOAD {

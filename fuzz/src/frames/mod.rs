@@ -64,6 +64,7 @@ impl Target {
             tensor_lanes: vkml::cluster::tensors::default_lanes(),
             faults: None,
             lease_grace: vkml::cluster::DEFAULT_LEASE_GRACE,
+            sequence_idle: vkml::cluster::DEFAULT_SEQUENCE_IDLE,
             data_listen: None,
         };
         let (cluster, exec) = rt.block_on(async {

@@ -226,6 +226,21 @@ pub fn run(u: &mut Unstructured, model_id: u64) -> Result<Vec<u8>> {
         },
         run_id: 0,
         tensors: count,
+        // Now and then a step of a sequence, with a binding that may not fit the model.
+        sequence: if u.ratio(1, 4)? {
+            edge::int(u)? as u64
+        } else {
+            0
+        },
+        bind: if u.ratio(1, 2)? {
+            vec![pb::Binding {
+                output: u.int_in_range(0..=3)?,
+                input: u.int_in_range(0..=3)?,
+            }]
+        } else {
+            Vec::new()
+        },
+        ..Default::default()
     }));
     let (dtype, shape) = if u.ratio(1, 4)? {
         (crate::values::dtype(u)?, crate::values::shape(u)?)
@@ -353,6 +368,7 @@ fn template(u: &mut Unstructured) -> Result<Message> {
             model_id: id,
             run_id: id,
             tensors: u.int_in_range(0..=2)?,
+            ..Default::default()
         }),
         5 => Message::RunResult(pb::RunResult {
             run_id: id,

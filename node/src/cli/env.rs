@@ -20,9 +20,14 @@ const NOT_OURS: &[&str] = &[
     "VKML_NODE_BIN",
 ];
 
-/// A node's own variables (docs/CLUSTER.md): read by [`tensor_lanes`], [`faults`] and
-/// [`lease_grace`].
-const CLUSTER: &[&str] = &["VKML_FAULTS", "VKML_TENSOR_LANES", "VKML_LEASE_GRACE"];
+/// A node's own variables (docs/CLUSTER.md): read by [`tensor_lanes`], [`faults`],
+/// [`lease_grace`] and [`sequence_idle`].
+const CLUSTER: &[&str] = &[
+    "VKML_FAULTS",
+    "VKML_TENSOR_LANES",
+    "VKML_LEASE_GRACE",
+    "VKML_SEQUENCE_IDLE",
+];
 
 /// The tuning the environment asks for. Values that are not understood, and `VKML_*` names
 /// nothing reads (a typo would otherwise change nothing, silently), are warned about.
@@ -65,6 +70,25 @@ pub fn tensor_lanes() -> usize {
                     "VKML_TENSOR_LANES={v:?} is not a number from 1 to {MAX_LANES}; ignored"
                 );
                 default_lanes()
+            }
+        },
+    }
+}
+
+/// How long a node keeps an idle sequence's values: `VKML_SEQUENCE_IDLE` seconds (0.1 to
+/// 86400, fractions allowed), else 600.
+pub fn sequence_idle() -> std::time::Duration {
+    let default = vkml::cluster::DEFAULT_SEQUENCE_IDLE;
+    match std::env::var("VKML_SEQUENCE_IDLE") {
+        Err(_) => default,
+        Ok(v) => match v.trim().parse::<f64>() {
+            Ok(s) if (0.1..=86400.0).contains(&s) => std::time::Duration::from_secs_f64(s),
+            _ => {
+                tracing::warn!(
+                    "VKML_SEQUENCE_IDLE={v:?} is not a number of seconds from 0.1 to 86400; \
+                     ignored"
+                );
+                default
             }
         },
     }

@@ -166,6 +166,7 @@ pub fn run_node(args: NodeArgs) -> Result<()> {
         tensor_lanes: env::tensor_lanes(),
         faults: env::faults()?,
         lease_grace: env::lease_grace(),
+        sequence_idle: env::sequence_idle(),
         data_listen: settings.data_listen,
     };
     let rt = runtime()?;

@@ -39,6 +39,10 @@ struct JsonStatus {
     /// models folder instead.
     weight_bytes_received: u64,
     weight_bytes_cached: u64,
+    /// Sequences whose bound values (a language model's caches) the answering node keeps
+    /// between their steps, and those values' bytes.
+    sequences_kept: u64,
+    sequence_bytes: u64,
     /// Models submitted to the answering node: who loaded them, what they reserve where.
     models: Vec<JsonModel>,
     /// Parts of models (any node's) the answering node holds, with what they reserve here.
@@ -171,6 +175,8 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
         edge_bytes_received: r.edge_bytes_received,
         weight_bytes_received: r.weight_bytes_received,
         weight_bytes_cached: r.weight_bytes_cached,
+        sequences_kept: r.sequences_kept,
+        sequence_bytes: r.sequence_bytes,
         models: r
             .models
             .into_iter()

@@ -100,6 +100,9 @@ pub struct ClusterConfig {
     pub faults: Option<FaultConfig>,
     /// How long a model outlives the client connection that loaded it.
     pub lease_grace: Duration,
+    /// How long what a node keeps for an idle sequence (its bound values) outlives its last
+    /// step.
+    pub sequence_idle: Duration,
     /// Where to serve data streams; None: the listen address's host, a port the system picks
     /// (peers and clients learn it from gossip and the welcome).
     pub data_listen: Option<SocketAddr>,
@@ -111,6 +114,9 @@ const NAME_PROBE: Duration = Duration::from_millis(1500);
 /// How long a model outlives the client connection that loaded it, unless configured.
 pub const DEFAULT_LEASE_GRACE: Duration = Duration::from_secs(5);
 
+/// [`ClusterConfig::sequence_idle`] unless set: ten minutes.
+pub const DEFAULT_SEQUENCE_IDLE: Duration = Duration::from_secs(600);
+
 /// What the execution layer adds to a status reply: the models submitted to this node and
 /// the fragments it holds.
 #[derive(Debug, Default, Clone)]
@@ -119,6 +125,9 @@ pub struct ExecStatus {
     pub fragments: Vec<pb::FragmentStatus>,
     pub weight_bytes_received: u64,
     pub weight_bytes_cached: u64,
+    /// Sequences kept here (distributed/kept.rs) and the bytes of their values.
+    pub sequences_kept: u64,
+    pub sequence_bytes: u64,
 }
 
 type StatusSource = Arc<dyn Fn() -> ExecStatus + Send + Sync>;
@@ -308,6 +317,7 @@ impl Cluster {
             tuning: cfg.tuning,
             dist: vkml_protocol::dist::Config {
                 lease_grace: cfg.lease_grace,
+                sequence_idle: cfg.sequence_idle,
                 ..Default::default()
             },
             life: watch::channel(generation).0,

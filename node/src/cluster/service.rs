@@ -192,6 +192,8 @@ pub(crate) fn status_reply(inner: &Inner) -> pb::StatusReply {
         fragments: exec.fragments,
         weight_bytes_received: exec.weight_bytes_received,
         weight_bytes_cached: exec.weight_bytes_cached,
+        sequences_kept: exec.sequences_kept,
+        sequence_bytes: exec.sequence_bytes,
         node: inner.name.clone(),
         edge_bytes_sent: inner.exec_stats.edge_bytes_sent.load(Relaxed),
         edge_bytes_received: inner.exec_stats.edge_bytes_received.load(Relaxed),

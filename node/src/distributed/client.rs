@@ -238,6 +238,7 @@ impl Connected {
             model_id: model,
             run_id: 0,
             tensors: inputs.len() as u32,
+            ..Default::default()
         });
         transport::write_message(&mut send, &m).await?;
         for (i, t) in inputs.iter().enumerate() {
@@ -260,6 +261,57 @@ impl Connected {
             outs.insert(h.edge_id as usize, wire::tensor(&h, payload)?);
         }
         Ok((outs.into_values().collect(), r.retried))
+    }
+
+    /// One step of sequence `seq`: the given inputs by index; the outputs that come back,
+    /// by index.
+    async fn step_async(
+        &self,
+        model: u64,
+        seq: u64,
+        bind: &[(usize, usize)],
+        given: BTreeMap<usize, Tensor>,
+    ) -> Result<Vec<(usize, Tensor)>, DistError> {
+        let (mut send, mut recv) = self
+            .client
+            .conn
+            .open_bi()
+            .await
+            .map_err(|e| DistError::Peer(e.to_string()))?;
+        let m = Message::Run(pb::Run {
+            model_id: model,
+            tensors: given.len() as u32,
+            sequence: seq,
+            bind: bind
+                .iter()
+                .map(|&(o, i)| pb::Binding {
+                    output: o as u32,
+                    input: i as u32,
+                })
+                .collect(),
+            ..Default::default()
+        });
+        transport::write_message(&mut send, &m).await?;
+        for (i, t) in &given {
+            let h = wire::header(t, pb::TensorRole::Input, model, 0, *i as u64);
+            wire::write_tensor(&mut send, h, t.bytes()).await?;
+        }
+        let _ = send.finish();
+        let r = match wire::expect_message(&mut recv).await? {
+            Message::RunResult(r) => r,
+            other => {
+                return Err(DistError::Protocol(format!(
+                    "unexpected answer {:?}",
+                    other.kind()
+                )));
+            }
+        };
+        let mut outs = Vec::new();
+        for _ in 0..r.tensors {
+            let (h, payload) = wire::read_tensor(&mut recv).await?;
+            outs.push((h.edge_id as usize, wire::tensor(&h, payload)?));
+        }
+        Ok(outs)
     }
 
     /// `work`'s error, or, when the connection to the node is gone, what became of the node
@@ -325,6 +377,52 @@ impl RemoteModel {
         })
     }
 
+    /// A sequence of runs in which each output of `pairs` (output name, input name) becomes
+    /// that input of the next run, starting from `initial` (one value per pair), with the
+    /// values kept on the nodes that make them between runs (docs/CLUSTER.md, "Sequences"):
+    /// a language model's caches, of which a step then moves only what crosses each cut.
+    pub fn begin_sequence(
+        &self,
+        pairs: &[(&str, &str)],
+        initial: Vec<Tensor>,
+    ) -> Result<RemoteSequence, DistError> {
+        if pairs.len() != initial.len() {
+            return Err(input_err(format!(
+                "{} bound pairs but {} initial values",
+                pairs.len(),
+                initial.len()
+            )));
+        }
+        let index = |names: &[String], n: &str, what: &str| {
+            names
+                .iter()
+                .position(|x| x == n)
+                .ok_or_else(|| input_err(format!("the model has no {what} named '{n}'")))
+        };
+        let mut bind = Vec::with_capacity(pairs.len());
+        for &(o, i) in pairs {
+            let pair = (
+                index(&self.outputs, o, "output")?,
+                index(&self.inputs, i, "input")?,
+            );
+            if bind.iter().any(|&(_, b)| b == pair.1) {
+                return Err(input_err(format!("input '{i}' is bound twice")));
+            }
+            bind.push(pair);
+        }
+        let initial = bind.iter().map(|&(_, i)| i).zip(initial).collect();
+        Ok(RemoteSequence {
+            cluster: self.cluster.clone(),
+            model: self.id,
+            id: rand::random::<u64>().max(1),
+            inputs: self.inputs.clone(),
+            outputs: self.outputs.clone(),
+            bind,
+            initial: Some(initial),
+            ended: false,
+        })
+    }
+
     /// Frees the model on every node. (Dropping a `RemoteModel` asks for the same without
     /// waiting for the answer.)
     pub fn unload(mut self) -> Result<(), DistError> {
@@ -352,6 +450,114 @@ impl Drop for RemoteModel {
                 }
             });
         }
+    }
+}
+
+/// A sequence of runs of a [`RemoteModel`] whose bound values stay on the nodes: see
+/// [`RemoteModel::begin_sequence`]. Dropping it ends the sequence without waiting; the nodes
+/// also free a sequence idle for their `VKML_SEQUENCE_IDLE`.
+pub struct RemoteSequence {
+    cluster: Arc<Connected>,
+    model: u64,
+    id: u64,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    /// (graph output, graph input) per binding.
+    bind: Vec<(usize, usize)>,
+    /// The bound values of the first step, until it has run.
+    initial: Option<Vec<(usize, Tensor)>>,
+    ended: bool,
+}
+
+impl RemoteSequence {
+    /// Runs one step: `feeds` are the inputs that are not bound; the outputs that are not
+    /// bound come back in graph order. A step that fails ends the sequence (its values may
+    /// be half updated on the nodes): begin another to go on.
+    pub fn step(&mut self, feeds: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>, DistError> {
+        let mut given: BTreeMap<usize, Tensor> = BTreeMap::new();
+        for (n, t) in feeds {
+            let i = self.inputs.iter().position(|x| x == n).ok_or_else(|| {
+                input_err(format!(
+                    "the model has no input named '{n}' (its inputs: {})",
+                    self.inputs.join(", ")
+                ))
+            })?;
+            if self.bind.iter().any(|&(_, b)| b == i) {
+                return Err(input_err(format!(
+                    "'{n}' is bound: its value comes from the sequence"
+                )));
+            }
+            if given.insert(i, t.clone()).is_some() {
+                return Err(input_err(format!("'{n}' is given twice")));
+            }
+        }
+        for (i, n) in self.inputs.iter().enumerate() {
+            if !given.contains_key(&i) && !self.bind.iter().any(|&(_, b)| b == i) {
+                return Err(input_err(format!("missing input '{n}'")));
+            }
+        }
+        if let Some(initial) = &self.initial {
+            given.extend(initial.iter().cloned());
+        }
+        let run = self
+            .cluster
+            .step_async(self.model, self.id, &self.bind, given);
+        let outs = self
+            .cluster
+            .rt
+            .block_on(self.cluster.naming(run))
+            .inspect_err(|_| self.ended = true)?;
+        self.initial = None;
+        Ok(outs
+            .into_iter()
+            .filter_map(|(i, t)| self.outputs.get(i).map(|n| (n.clone(), t)))
+            .collect())
+    }
+
+    /// Ends the sequence, waiting for the node to pass it on.
+    pub fn end(mut self) -> Result<(), DistError> {
+        self.ended = true;
+        let (conn, model, id) = (self.cluster.client.conn.clone(), self.model, self.id);
+        self.cluster
+            .rt
+            .block_on(self.cluster.naming(end_sequence(conn, model, id)))
+    }
+}
+
+impl Drop for RemoteSequence {
+    fn drop(&mut self) {
+        if self.ended || self.initial.is_some() {
+            return;
+        }
+        // Not block_on, as for a model's drop.
+        let (conn, model, id) = (self.cluster.client.conn.clone(), self.model, self.id);
+        self.cluster.rt.spawn(async move {
+            if let Err(e) = end_sequence(conn, model, id).await {
+                tracing::debug!("ending sequence {id:016x} on drop: {e}");
+            }
+        });
+    }
+}
+
+async fn end_sequence(conn: quinn::Connection, model: u64, id: u64) -> Result<(), DistError> {
+    let (mut send, mut recv) = conn
+        .open_bi()
+        .await
+        .map_err(|e| DistError::Peer(e.to_string()))?;
+    let m = Message::Sequence(pb::SequenceOp {
+        sequence: id,
+        op: pb::sequence_op::Op::End as i32,
+        model_id: model,
+        ..Default::default()
+    });
+    transport::write_message(&mut send, &m).await?;
+    let _ = send.finish();
+    match wire::expect_message(&mut recv).await? {
+        Message::Sequence(_) => Ok(()),
+        other => Err(DistError::Protocol(format!(
+            "unexpected answer {:?}",
+            other.kind()
+        ))),
     }
 }
 

@@ -54,6 +54,9 @@ pub struct Made {
     pub placement: pb::Placement,
     /// Planned over whole budgets: the memory loaded models leave could not hold it.
     pub over_gross: bool,
+    /// Per graph output: the node whose op makes it (none for one known without running)
+    /// and its type. A sequence's bound outputs stay there (distributed/sequences.rs).
+    pub outputs: Vec<(Option<String>, Option<ValueType>)>,
 }
 
 /// Why no deployment was made.
@@ -207,6 +210,20 @@ pub(super) fn cut(
     for (d, &bytes) in &plan.memory {
         *reserves.entry(d.node.clone()).or_insert(0) += bytes;
     }
+    let mut made_on: BTreeMap<ValueId, &str> = BTreeMap::new();
+    for (p, &n) in spec.live.iter().enumerate() {
+        for &o in &spec.node(graph, n).outputs {
+            made_on.insert(o, plan.placement[p].node.as_str());
+        }
+    }
+    let outputs = graph
+        .outputs
+        .iter()
+        .map(|(v, _)| {
+            let node = made_on.get(v).map(|n| n.to_string());
+            (node, spec.types[*v].clone())
+        })
+        .collect();
     let made = Made {
         plan: DeploymentPlan {
             load_id,
@@ -220,6 +237,7 @@ pub(super) fn cut(
         parts,
         placement: describe(graph, &cost, &plan, snapshot),
         over_gross,
+        outputs,
     };
     Ok((made, plan.hash))
 }

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use tokio::runtime::Handle;
 use vkml_protocol::{Message, pb};
 
+use super::participant::Step;
 use super::{DistError, Exec, wire};
 use crate::cluster::{Cluster, transport};
 use crate::tensor::Tensor;
@@ -163,13 +164,28 @@ impl Link {
         model: u64,
         run: u64,
         inputs: Vec<(usize, Tensor)>,
+        step: Option<&Step>,
     ) -> Result<(), DistError> {
         let (mut s, mut r) = self.cluster.open_bi(to).await?;
-        let m = Message::Run(pb::Run {
+        let mut m = pb::Run {
             model_id: model,
             run_id: run,
             tensors: inputs.len() as u32,
-        });
+            ..Default::default()
+        };
+        if let Some(step) = step {
+            m.sequence = step.sequence;
+            m.take = step.take.iter().map(|&i| i as u32).collect();
+            m.keep = step
+                .keep
+                .iter()
+                .map(|&(o, i)| pb::Binding {
+                    output: o as u32,
+                    input: i as u32,
+                })
+                .collect();
+        }
+        let m = Message::Run(m);
         transport::write_message(&mut s, &m).await?;
         for (i, t) in inputs {
             let h = wire::header(&t, pb::TensorRole::Input, model, run, i as u64);
@@ -185,5 +201,46 @@ impl Link {
             ))),
             Err(e) => Err(DistError::Peer(format!("{to} did not start the run: {e}"))),
         }
+    }
+    /// Takes the values `keeper` keeps for inputs `wanted` of this node's sequence `seq`
+    /// (docs/CLUSTER.md, "Sequences").
+    pub async fn fetch(
+        &self,
+        keeper: &str,
+        seq: u64,
+        wanted: &[usize],
+    ) -> Result<Vec<(usize, Tensor)>, DistError> {
+        let (mut s, mut r) = self.cluster.open_bi(keeper).await?;
+        let m = Message::Sequence(pb::SequenceOp {
+            sequence: seq,
+            op: pb::sequence_op::Op::Fetch as i32,
+            inputs: wanted.iter().map(|&i| i as u32).collect(),
+            ..Default::default()
+        });
+        transport::write_message(&mut s, &m).await?;
+        s.finish()
+            .map_err(|e| DistError::Peer(format!("{keeper}: {e}")))?;
+        let n = match wire::expect_message(&mut r).await? {
+            Message::Sequence(a) => a.tensors,
+            other => {
+                return Err(DistError::Protocol(format!(
+                    "{keeper} answered {:?} to a fetch",
+                    other.kind()
+                )));
+            }
+        };
+        let mut values = Vec::new();
+        for _ in 0..n {
+            let (h, payload) = wire::read_tensor(&mut r).await?;
+            values.push((h.edge_id as usize, wire::tensor(&h, payload)?));
+        }
+        if values.len() != wanted.len() {
+            return Err(DistError::Protocol(format!(
+                "{keeper} gave {} of {} sequence values",
+                values.len(),
+                wanted.len()
+            )));
+        }
+        Ok(values)
     }
 }

@@ -25,10 +25,12 @@ mod alarm;
 pub mod client;
 mod deploy;
 pub mod fragment;
+mod kept;
 pub mod link;
 pub mod offline;
 pub mod participant;
 pub mod placement;
+mod sequences;
 mod side_files;
 mod source;
 pub mod submitter;
@@ -51,7 +53,7 @@ use crate::cluster::{
 use crate::exec::Device;
 use crate::graph::ValueId;
 use link::Link;
-use participant::Participant;
+use participant::{Participant, Step};
 use submitter::{Owner, Submitter};
 use weights::WeightStore;
 
@@ -184,11 +186,14 @@ impl Exec {
         cluster.set_status_source(move || match weak.upgrade() {
             Some(e) => {
                 let (received, cached) = e.weights.counters();
+                let (kept, kept_bytes) = e.participant.kept_usage();
                 ExecStatus {
                     models: e.submitter.status(),
                     fragments: e.participant.status(),
                     weight_bytes_received: received,
                     weight_bytes_cached: cached,
+                    sequences_kept: kept as u64,
+                    sequence_bytes: kept_bytes,
                 }
             }
             None => ExecStatus::default(),
@@ -259,6 +264,9 @@ impl Exec {
                 self.participant.run_failed(from, &r);
             }
             Message::Unload(u) => self.participant.unload(u.model_id, &u.reason),
+            Message::Sequence(op) if op.op() == pb::sequence_op::Op::End => {
+                self.participant.end_sequence(from, op.sequence)
+            }
             other => tracing::debug!("unexpected {:?} from {from}", other.kind()),
         }
     }
@@ -292,6 +300,36 @@ impl Exec {
                     transport::write_message(s, &Message::Unload(u)).await?;
                     Ok(())
                 }
+                Message::Sequence(op) if client => {
+                    let s = send.as_mut().ok_or_else(one_way)?;
+                    if op.op() != pb::sequence_op::Op::End {
+                        return Err(DistError::Protocol(
+                            "a client may only end a sequence".into(),
+                        ));
+                    }
+                    self.submitter.end_sequence(op.sequence);
+                    transport::write_message(s, &Message::Sequence(op)).await?;
+                    Ok(())
+                }
+                Message::Sequence(op) if op.op() == pb::sequence_op::Op::Fetch => {
+                    let s = send.as_mut().ok_or_else(one_way)?;
+                    let wanted: Vec<usize> = op.inputs.iter().map(|&i| i as usize).collect();
+                    let values = self.participant.fetch(&peer, op.sequence, &wanted)?;
+                    let answer = pb::SequenceOp {
+                        tensors: values.len() as u32,
+                        ..op
+                    };
+                    transport::write_message(s, &Message::Sequence(answer)).await?;
+                    for (i, t) in values {
+                        let h = wire::header(&t, pb::TensorRole::Input, 0, 0, i as u64);
+                        wire::write_tensor(s, h, t.bytes()).await?;
+                    }
+                    Ok(())
+                }
+                m @ Message::Sequence(_) => {
+                    self.message_from(&peer, m);
+                    Ok(())
+                }
                 Message::Run(r) => {
                     // Not sized from `r.tensors`: a peer's claim, not yet backed by bytes.
                     let mut inputs = Vec::new();
@@ -301,7 +339,18 @@ impl Exec {
                     }
                     // A refusal is reported to the submitter by the participant's machine too.
                     let (model_id, run_id) = (r.model_id, r.run_id);
-                    let started = self.participant.start_run(&peer, model_id, run_id, inputs);
+                    let step = (r.sequence != 0).then(|| Step {
+                        sequence: r.sequence,
+                        take: r.take.iter().map(|&i| i as usize).collect(),
+                        keep: r
+                            .keep
+                            .iter()
+                            .map(|b| (b.output as usize, b.input as usize))
+                            .collect(),
+                    });
+                    let started = self
+                        .participant
+                        .start_run(&peer, model_id, run_id, inputs, step);
                     if let Err(e) = &started {
                         tracing::debug!("run {run_id} from {peer} not started: {e}");
                     }
@@ -454,6 +503,9 @@ impl Exec {
     ) -> Result<(), DistError> {
         let model = self.submitter.model(r.model_id)?;
         let (names, _) = Submitter::inputs_outputs(&model);
+        if r.sequence != 0 {
+            return self.serve_client_step(r, &model, send, recv).await;
+        }
         if r.tensors as usize != names.len() {
             return Err(DistError::Runtime(crate::Error::Input(format!(
                 "the model takes {} input(s) ({}), {} were sent",
@@ -483,6 +535,42 @@ impl Exec {
         transport::write_message(send, &m).await?;
         for (i, t) in outputs.iter().enumerate() {
             let h = wire::header(t, pb::TensorRole::Output, r.model_id, 0, i as u64);
+            wire::write_tensor(send, h, t.bytes()).await?;
+        }
+        Ok(())
+    }
+
+    /// A client's step of a sequence: the inputs it sent (not sized from `r.tensors`, a
+    /// claim), the outputs that come back with their indices.
+    async fn serve_client_step(
+        self: &Arc<Self>,
+        r: pb::Run,
+        model: &submitter::ClusterModel,
+        send: &mut quinn::SendStream,
+        recv: &mut quinn::RecvStream,
+    ) -> Result<(), DistError> {
+        let mut given = BTreeMap::new();
+        for _ in 0..r.tensors {
+            let (h, payload) = wire::read_tensor(recv).await?;
+            given.insert(h.edge_id as usize, wire::tensor(&h, payload)?);
+        }
+        let pairs: Vec<(usize, usize)> = r
+            .bind
+            .iter()
+            .map(|b| (b.output as usize, b.input as usize))
+            .collect();
+        let outputs = self
+            .submitter
+            .run_step(model, r.sequence, &pairs, given)
+            .await?;
+        let m = Message::RunResult(pb::RunResult {
+            run_id: 0,
+            tensors: outputs.len() as u32,
+            retried: false,
+        });
+        transport::write_message(send, &m).await?;
+        for (i, t) in &outputs {
+            let h = wire::header(t, pb::TensorRole::Output, r.model_id, 0, *i as u64);
             wire::write_tensor(send, h, t.bytes()).await?;
         }
         Ok(())

@@ -23,6 +23,7 @@ use vkml_protocol::dist::participant::{
 use vkml_protocol::{Message, pb};
 
 use super::alarm::Alarm;
+use super::kept::{Kept, SeqKey};
 use super::link::Link;
 use super::{DistError, fragment, lock, wire};
 use crate::error::Error;
@@ -69,6 +70,19 @@ pub struct Participant {
     tuning: Tuning,
     /// Fault injection: runs of a part holding the op of this node name panic.
     panic_op: Option<String>,
+    /// What this node keeps for its submitters' sequences.
+    kept: Kept,
+}
+
+/// What a step of a sequence asks of this node's part: the submitter's directions (a `Run`'s
+/// `sequence`, `take` and `keep`).
+#[derive(Debug, Clone, Default)]
+pub struct Step {
+    pub sequence: u64,
+    /// Graph inputs taken from what this node keeps for the sequence.
+    pub take: Vec<usize>,
+    /// (graph output, graph input): outputs kept here as inputs of the next step.
+    pub keep: Vec<(usize, usize)>,
 }
 
 impl Participant {
@@ -89,6 +103,7 @@ impl Participant {
             })
             .collect();
         let published = vec![0; inventory.len()];
+        let kept = Kept::new(config.sequence_idle);
         let state = State {
             core: core::Participant::new(me.clone(), budgets, config),
             links: BTreeMap::new(),
@@ -104,6 +119,7 @@ impl Participant {
             state: Mutex::new(state),
             alarm: Alarm::default(),
             tuning,
+            kept,
         }
     }
 
@@ -260,7 +276,8 @@ impl Participant {
         from: &str,
         model: u64,
         run: u64,
-        inputs: Vec<(usize, Tensor)>,
+        mut inputs: Vec<(usize, Tensor)>,
+        step: Option<Step>,
     ) -> Result<(), DistError> {
         let (ticket, exe) = self.call(|st, _| {
             let t = st.core.start_run(from, model, run)?;
@@ -268,16 +285,45 @@ impl Participant {
             Ok::<_, core::ParticipantError>((t, exe))
         })?;
         let exe = exe.ok_or(DistError::NoModel(model))?;
+        let seq: Option<SeqKey> = step.as_ref().map(|s| (from.to_string(), s.sequence));
+        if let (Some(s), Some(key)) = (&step, &seq) {
+            match self.kept.take(key, &s.take, Instant::now()) {
+                Ok(values) => inputs.extend(values),
+                Err(i) => {
+                    let name = exe
+                        .graph()
+                        .inputs
+                        .get(i)
+                        .map_or("?", |(_, d)| d.name.as_str());
+                    let why = format!(
+                        "sequence {:016x}: the value of '{name}' is not kept on {} (the sequence \
+                         ended, was idle too long, or a step of it failed): begin it again",
+                        s.sequence, self.me
+                    );
+                    self.kept.end(key);
+                    self.call(|st, now| st.core.run_finished(&ticket, Err(why), now));
+                    return Ok(());
+                }
+            }
+        }
         // Trace events of a run's life on each node: with RUST_LOG=vkml::distributed=trace,
         // their timestamps break a split run down hop by hop.
         tracing::trace!("run {run}: part starting ({} inputs)", inputs.len());
         let hooks = Arc::new(Hooks {
             participant: self.clone(),
             ticket: ticket.clone(),
+            keep: match (&step, &seq) {
+                (Some(s), Some(key)) => Some((key.clone(), s.keep.iter().copied().collect())),
+                _ => None,
+            },
         });
         let (me, t) = (Arc::clone(self), ticket.clone());
         let done: Done = Box::new(move |result| {
             tracing::trace!("run {run}: part ended");
+            // A step that failed may have kept some outputs and not others.
+            if let (Err(_), Some(key)) = (&result, &seq) {
+                me.kept.end(key);
+            }
             me.call(|st, now| {
                 st.links.remove(&(model, run));
                 st.core
@@ -384,7 +430,41 @@ impl Participant {
     }
 
     pub(super) fn handle_timeout(&self) {
+        let swept = self.kept.sweep(Instant::now());
+        if swept > 0 {
+            tracing::info!("freed {swept} idle sequence(s)");
+        }
         self.call(|st, now| st.core.handle_timeout(now));
+    }
+
+    /// Gives up the values this node keeps for inputs `inputs` of a sequence of `from`'s (a
+    /// step of it runs where another node reads them).
+    pub fn fetch(
+        &self,
+        from: &str,
+        sequence: u64,
+        inputs: &[usize],
+    ) -> Result<Vec<(usize, Tensor)>, DistError> {
+        let key = (from.to_string(), sequence);
+        self.kept.take(&key, inputs, Instant::now()).map_err(|i| {
+            self.kept.end(&key);
+            DistError::Reported(format!(
+                "sequence {sequence:016x}: input {i} is not kept on {}",
+                self.me
+            ))
+        })
+    }
+
+    /// Forgets what this node keeps for a sequence of `from`'s.
+    pub fn end_sequence(&self, from: &str, sequence: u64) {
+        if self.kept.end(&(from.to_string(), sequence)) {
+            tracing::debug!("sequence {sequence:016x} of {from} ended");
+        }
+    }
+
+    /// Sequences kept here and their bytes.
+    pub fn kept_usage(&self) -> (usize, u64) {
+        self.kept.usage()
     }
 
     /// Models loaded here (load ids), for tests and status.
@@ -403,7 +483,11 @@ impl Participant {
                 st.published = st.core.reserved().to_vec();
                 st.published.clone()
             });
-            (r, todo, st.core.poll_timeout(), reserved)
+            let next = match (st.core.poll_timeout(), self.kept.next_expiry()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            (r, todo, next, reserved)
         };
         self.alarm.set(next);
         if let Some(reserved) = reserved {
@@ -488,6 +572,8 @@ impl From<core::ParticipantError> for DistError {
 struct Hooks {
     participant: Arc<Participant>,
     ticket: RunTicket,
+    /// A step of a sequence: its key, and the outputs kept here (output -> input).
+    keep: Option<(SeqKey, BTreeMap<usize, usize>)>,
 }
 
 impl Hooks {
@@ -523,6 +609,18 @@ impl RemoteHooks for Hooks {
     }
 
     fn output(&self, index: usize, t: &Tensor) {
+        if let Some((key, keep)) = &self.keep
+            && let Some(&input) = keep.get(&index)
+        {
+            tracing::trace!(
+                "run {}: output {index} kept as input {input}",
+                self.ticket.run
+            );
+            self.participant
+                .kept
+                .keep(key, input, t.clone(), Instant::now());
+            return;
+        }
         let (model, run) = (self.ticket.model, self.ticket.run);
         let h = wire::header(t, pb::TensorRole::Output, model, run, index as u64);
         let to = self.ticket.submitter.clone();

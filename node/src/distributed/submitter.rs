@@ -22,6 +22,7 @@ use super::deploy::{self, DeployKey, External, Made, Part, Unplanned};
 use super::link::Link;
 use super::participant::Participant;
 use super::placement::static_types;
+use super::sequences::{Sequences, StartPlan};
 use super::source::WeightSource;
 use super::weights::WeightStore;
 use super::{DistError, lock, panicked, wire};
@@ -108,6 +109,8 @@ struct State {
     loads: BTreeMap<u64, Load>,
     /// Unloads sent to other nodes and not yet answered, by plan.
     unacked: BTreeMap<u64, usize>,
+    /// Clients' sequences: where each keeps its bound values.
+    seqs: Sequences,
 }
 
 /// An action to carry out once the lock is released.
@@ -134,6 +137,8 @@ enum Todo {
         load_id: u64,
         run_id: u64,
         inputs: Vec<(usize, Tensor)>,
+        /// For a step of a sequence: what the node takes, keeps and needs fetched.
+        step: Option<StartPlan>,
     },
 }
 
@@ -165,6 +170,9 @@ impl Submitter {
             submissions: BTreeMap::new(),
             loads: BTreeMap::new(),
             unacked: BTreeMap::new(),
+            // Twice the nodes' idle time: a step after they freed its values fails there,
+            // saying why, rather than here as the first step of an unknown sequence.
+            seqs: Sequences::new(cluster.dist_config().sequence_idle * 2),
         };
         Submitter {
             me,
@@ -339,6 +347,74 @@ impl Submitter {
             .await
             .map_err(|_| DistError::Protocol("the run was dropped".into()))??;
         Ok((out.outputs, out.retried))
+    }
+
+    /// Runs one step of sequence `seq` (see sequences.rs): `pairs` are its bindings (graph
+    /// output, graph input), `given` the inputs the client sent by index. Returns the outputs
+    /// that come back (the bound ones stay on their nodes), with their indices.
+    pub async fn run_step(
+        self: &Arc<Self>,
+        model: &ClusterModel,
+        seq: u64,
+        pairs: &[(usize, usize)],
+        given: BTreeMap<usize, Tensor>,
+    ) -> Result<Vec<(usize, Tensor)>, DistError> {
+        let (names, outputs) = Submitter::inputs_outputs(model);
+        if let Some(&(o, i)) = pairs
+            .iter()
+            .find(|&&(o, i)| o >= outputs.len() || i >= names.len())
+        {
+            return Err(DistError::Runtime(crate::Error::Input(format!(
+                "binding output {o} to input {i}: the model has {} outputs and {} inputs",
+                outputs.len(),
+                names.len()
+            ))));
+        }
+        let (answer, rx) = oneshot::channel();
+        let kept = self.call(|st, now| {
+            st.seqs.sweep(now);
+            let (inputs, kept) = st
+                .seqs
+                .begin(seq, model.id, pairs, given, &names, now)
+                .map_err(|e| DistError::Runtime(crate::Error::Input(e.to_string())))?;
+            let missing = inputs.iter().position(Option::is_none);
+            if let Some(i) = missing {
+                st.seqs.refused(seq);
+                return Err(DistError::Runtime(crate::Error::Input(format!(
+                    "missing input '{}'",
+                    names[i]
+                ))));
+            }
+            let inputs = inputs.into_iter().flatten().collect();
+            match st.core.run_step(model.id, inputs, kept.clone()) {
+                Ok(run) => {
+                    st.seqs.started(seq, run);
+                    st.runs.insert(run, answer);
+                    Ok(kept)
+                }
+                Err(e) => {
+                    st.seqs.refused(seq);
+                    Err(e.into())
+                }
+            }
+        })?;
+        let out = rx
+            .await
+            .map_err(|_| DistError::Protocol("the run was dropped".into()))??;
+        let back = (0..outputs.len()).filter(|o| !kept.contains(o));
+        Ok(back.zip(out.outputs).collect())
+    }
+
+    /// Ends sequence `seq`: the nodes that keep its values free them.
+    pub fn end_sequence(self: &Arc<Self>, seq: u64) -> bool {
+        let nodes = lock(&self.state).seqs.end(seq);
+        let Some(nodes) = nodes else {
+            return false;
+        };
+        for to in nodes {
+            self.link.post(&to, end_message(seq));
+        }
+        true
     }
 
     /// An output of one of our runs arrived (from another node, or from this one).
@@ -528,10 +604,12 @@ impl Submitter {
                 load_id,
                 run_id,
                 inputs,
-            } if node == self.me => {
+                step,
+            } if node == self.me && step.as_ref().is_none_or(|s| s.fetch.is_empty()) => {
+                let step = step.map(|s| s.step);
                 if let Err(e) = self
                     .participant
-                    .start_run(&self.me, load_id, run_id, inputs)
+                    .start_run(&self.me, load_id, run_id, inputs, step)
                 {
                     let me = self.me.clone();
                     let why = e.to_string();
@@ -542,11 +620,39 @@ impl Submitter {
                 node,
                 load_id,
                 run_id,
-                inputs,
+                mut inputs,
+                step,
             } => {
                 let me = self.clone();
                 tokio::spawn(async move {
-                    let r = me.link.start_remote(&node, load_id, run_id, inputs).await;
+                    let (step, fetch) = match step {
+                        Some(StartPlan { step, fetch }) => (Some(step), fetch),
+                        None => (None, BTreeMap::new()),
+                    };
+                    // Values kept on other nodes than the one that reads them now come
+                    // through here, once (the plan placed their layer elsewhere).
+                    for (keeper, wanted) in fetch {
+                        let seq = step.as_ref().map_or(0, |s| s.sequence);
+                        match me.fetch(&keeper, seq, &wanted).await {
+                            Ok(values) => inputs.extend(values),
+                            Err(e) => {
+                                let why = format!("fetching sequence values: {e}");
+                                me.call(|st, now| {
+                                    st.core.start_failed(load_id, run_id, &keeper, &why, now)
+                                });
+                                return;
+                            }
+                        }
+                    }
+                    let r = if node == me.me {
+                        me.participant
+                            .start_run(&me.me, load_id, run_id, inputs, step)
+                    } else {
+                        let step = step.as_ref();
+                        me.link
+                            .start_remote(&node, load_id, run_id, inputs, step)
+                            .await
+                    };
                     if let Err(e) = r {
                         let why = e.to_string();
                         me.call(|st, now| st.core.start_failed(load_id, run_id, &node, &why, now));
@@ -554,6 +660,19 @@ impl Submitter {
                 });
             }
         }
+    }
+
+    /// Takes the values `keeper` keeps for inputs `wanted` of sequence `seq`.
+    async fn fetch(
+        &self,
+        keeper: &str,
+        seq: u64,
+        wanted: &[usize],
+    ) -> Result<Vec<(usize, Tensor)>, DistError> {
+        if keeper == self.me {
+            return self.participant.fetch(&self.me, seq, wanted);
+        }
+        self.link.fetch(keeper, seq, wanted).await
     }
 
     /// Plans a deployment the machine asked for, and answers it.
@@ -779,7 +898,13 @@ impl State {
                 Action::Resolve { run, model } => {
                     let none = BTreeSet::new();
                     let values = self.models.get(&model).map_or(&none, |e| &e.value_inputs);
-                    let key = DeployKey::of(self.core.inputs(run).unwrap_or_default(), values);
+                    let mut key = DeployKey::of(self.core.inputs(run).unwrap_or_default(), values);
+                    // A step's bound inputs stay on the nodes: their types are known here.
+                    for (i, ty) in self.seqs.bound_types(run) {
+                        if let Some(t) = key.types.get_mut(i) {
+                            *t = ty;
+                        }
+                    }
                     self.core.resolve(run, key, now);
                 }
                 Action::Plan {
@@ -808,19 +933,27 @@ impl State {
                         sent,
                     });
                 }
-                Action::Send { to, message } => todo.push(Todo::Send { to, message }),
+                Action::Send { to, message } => {
+                    if let Message::Unload(u) = &message {
+                        self.seqs.unloaded(u.model_id);
+                    }
+                    todo.push(Todo::Send { to, message })
+                }
                 Action::StartRun {
+                    run,
                     node,
                     load_id,
                     run_id,
-                    inputs,
+                    mut inputs,
                 } => {
                     tracing::trace!("run {run_id}: start for {node}");
+                    let step = self.seqs.start(run, &node, load_id, &mut inputs);
                     todo.push(Todo::Start {
                         node,
                         load_id,
                         run_id,
                         inputs,
+                        step,
                     });
                 }
                 Action::Deployed { plan, .. } => self.submitted(plan, Ok(())),
@@ -829,6 +962,16 @@ impl State {
                 Action::Deferred { plan, .. } => self.submitted(plan, Ok(())),
                 Action::RunDone { run, result } => {
                     tracing::trace!("run {run:?}: done");
+                    let ran_on = result.as_ref().ok().map(|o| o.load_id);
+                    if let Some((seq, nodes)) = self.seqs.finished(run, ran_on) {
+                        tracing::debug!("sequence {seq:016x} ended by a failed step");
+                        for to in nodes {
+                            todo.push(Todo::Send {
+                                to,
+                                message: end_message(seq),
+                            });
+                        }
+                    }
                     if let Some(answer) = self.runs.remove(&run) {
                         let _ = answer.send(result);
                     }
@@ -849,9 +992,11 @@ impl State {
             plan: dp,
             parts,
             placement,
+            outputs,
             ..
         } = made;
         let load_id = dp.load_id;
+        self.seqs.planned(load_id, outputs);
         if !self.core.planned(plan, dp, now) {
             return;
         }
@@ -896,6 +1041,15 @@ impl State {
             let _ = s.answer.send(r.map(|()| s.placement));
         }
     }
+}
+
+/// What tells a node that it may forget what it keeps for sequence `seq`.
+fn end_message(seq: u64) -> Message {
+    Message::Sequence(pb::SequenceOp {
+        sequence: seq,
+        op: pb::sequence_op::Op::End as i32,
+        ..Default::default()
+    })
 }
 
 /// Weights received with a model's bytes, by (location, offset) as its external data names

@@ -216,6 +216,7 @@ fn a_split_plan_deploys_and_runs_through_the_submitter_machine() {
             load_id,
             run_id,
             inputs,
+            ..
         } = a
         else {
             panic!("{a:?}")

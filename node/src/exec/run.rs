@@ -250,10 +250,22 @@ impl RunState {
         self.maybe_end();
     }
 
-    /// What other nodes need from a finished chunk leaves now.
+    /// What other nodes need from a finished chunk leaves now. Outputs go first: an output a
+    /// node keeps for a sequence's next step (distributed/kept.rs) is then kept before any
+    /// value leaves for the nodes whose work the next step waits on.
     fn hand_over(&self, c: usize) {
         let Some(hooks) = &self.hooks else { return };
         let topo = &self.exe.topo;
+        for &i in topo.outputs_after.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
+            let v = self.exe.graph.outputs[i].0;
+            match self.value(v) {
+                Some(t) => hooks.output(i, &t),
+                None => self.fail(Error::Device(format!(
+                    "output '{}' was not produced by its chunk",
+                    self.exe.graph.outputs[i].1.name
+                ))),
+            }
+        }
         for (v, nodes) in topo.sends.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
             match self.value(*v) {
                 Some(t) => {
@@ -263,16 +275,6 @@ impl RunState {
                 None => self.fail(Error::Device(format!(
                     "value '{}' was not produced by its chunk",
                     self.exe.graph.value_names[*v]
-                ))),
-            }
-        }
-        for &i in topo.outputs_after.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
-            let v = self.exe.graph.outputs[i].0;
-            match self.value(v) {
-                Some(t) => hooks.output(i, &t),
-                None => self.fail(Error::Device(format!(
-                    "output '{}' was not produced by its chunk",
-                    self.exe.graph.outputs[i].1.name
                 ))),
             }
         }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use half::slice::HalfFloatSliceExt;
 
 use crate::distributed::DistError;
-use crate::distributed::client::RemoteModel;
+use crate::distributed::client::{RemoteModel, RemoteSequence};
 use crate::session::{BoundState, Session};
 use crate::tensor::{DType, Tensor};
 
@@ -90,65 +90,25 @@ impl StepModel for Session {
     }
 }
 
-/// Caches that come back with each step's outputs and go out with the next step's inputs.
-pub struct HostCaches {
-    /// (present output, past input) per cache.
-    pairs: Vec<(String, String)>,
-    values: Vec<Tensor>,
-}
-
-impl HostCaches {
-    fn new(pairs: &[(&str, &str)], initial: Vec<Tensor>) -> HostCaches {
-        HostCaches {
-            pairs: pairs
-                .iter()
-                .map(|&(o, i)| (o.to_string(), i.to_string()))
-                .collect(),
-            values: initial,
-        }
-    }
-
-    fn step(
-        &mut self,
-        feeds: &[(&str, Tensor)],
-        run: impl FnOnce(&[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>, GenerateError>,
-    ) -> Result<Vec<(String, Tensor)>, GenerateError> {
-        let mut all: Vec<(&str, Tensor)> = feeds.to_vec();
-        for ((_, past), t) in self.pairs.iter().zip(std::mem::take(&mut self.values)) {
-            all.push((past, t));
-        }
-        let mut outputs = run(&all)?;
-        for (present, _) in &self.pairs {
-            let i = outputs
-                .iter()
-                .position(|(n, _)| n == present)
-                .ok_or_else(|| {
-                    GenerateError::Model(format!("the run returned no output '{present}'"))
-                })?;
-            self.values.push(outputs.swap_remove(i).1);
-        }
-        Ok(outputs)
-    }
-}
-
-/// On a cluster the caches travel through the submitting node with every step (docs/LLM.md).
+/// On a cluster each node keeps the caches of the layers it runs (docs/CLUSTER.md,
+/// "Sequences"): a step sends the token and brings back the logits.
 impl StepModel for RemoteModel {
-    type State = HostCaches;
+    type State = RemoteSequence;
 
     fn begin(
         &self,
         pairs: &[(&str, &str)],
         initial: Vec<Tensor>,
-    ) -> Result<HostCaches, GenerateError> {
-        Ok(HostCaches::new(pairs, initial))
+    ) -> Result<RemoteSequence, GenerateError> {
+        Ok(self.begin_sequence(pairs, initial)?)
     }
 
     fn step(
         &self,
-        state: &mut HostCaches,
+        state: &mut RemoteSequence,
         feeds: &[(&str, Tensor)],
     ) -> Result<Vec<(String, Tensor)>, GenerateError> {
-        state.step(feeds, |all| Ok(self.run(all)?.outputs))
+        Ok(state.step(feeds)?)
     }
 }
 

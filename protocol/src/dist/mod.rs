@@ -62,6 +62,9 @@ pub struct Config {
     /// An `Unload` a node did not acknowledge is sent again this long after
     /// ([`unloads`]).
     pub unload_retry: Duration,
+    /// What a node keeps for a sequence (its bound values, between steps) is freed after the
+    /// sequence has been idle this long.
+    pub sequence_idle: Duration,
 }
 
 impl Default for Config {
@@ -75,6 +78,7 @@ impl Default for Config {
             lease_grace: Duration::from_secs(5),
             avoid_for: Duration::from_secs(10),
             unload_retry: Duration::from_secs(1),
+            sequence_idle: Duration::from_secs(600),
         }
     }
 }

@@ -188,6 +188,12 @@ pub(super) struct Verdict {
 pub(super) struct Run<V> {
     pub model: u64,
     pub inputs: Vec<V>,
+    /// Outputs that do not come back (a sequence's bound ones, kept where they are made):
+    /// the run is complete without them.
+    pub kept: BTreeSet<usize>,
+    /// Whether a failed attempt may be retried on a new plan: not for a step of a sequence,
+    /// whose state the failure may have left half updated.
+    pub retry: bool,
     /// The first attempt's failure (node, reason), once it was retried.
     retried: Option<(String, String)>,
     pub attempt: Option<Attempt<V>>,
@@ -198,6 +204,8 @@ impl<V: Clone> Run<V> {
         Run {
             model,
             inputs,
+            kept: BTreeSet::new(),
+            retry: true,
             retried: None,
             attempt: None,
         }
@@ -228,9 +236,18 @@ impl<V: Clone> Run<V> {
                 None => return Begun::Invalid(format!("no output {i}")),
             }
         }
-        let missing = outputs.iter().filter(|o| o.is_none()).count();
-        if missing == 0 {
+        let missing = outputs
+            .iter()
+            .enumerate()
+            .filter(|(i, o)| o.is_none() && !self.kept.contains(i))
+            .count();
+        if missing == 0 && self.kept.is_empty() {
             return Begun::Complete(outputs.into_iter().flatten().collect());
+        }
+        if missing == 0 {
+            return Begun::Invalid(
+                "every output the run computes is kept: none would come back".into(),
+            );
         }
         let mut starts = Vec::with_capacity(plan.nodes.len());
         for node in &plan.nodes {
@@ -269,6 +286,7 @@ impl<V: Clone> Run<V> {
             return None;
         }
         let a = self.attempt.take().expect("present");
+        // Kept outputs have no value here: the others come back in output order.
         Some(a.outputs.into_iter().flatten().collect())
     }
 
@@ -298,6 +316,10 @@ impl<V: Clone> Run<V> {
                 // while. (A node seen dead had its plans retired by the verdict already.)
                 let retire = format!("node {node} failed: {reason}");
                 let next = match &self.retried {
+                    _ if !self.retry => Next::Done(RunError::NodeFailed {
+                        node: node.clone(),
+                        reason: reason.clone(),
+                    }),
                     Some((first, first_reason)) => Next::Done(RunError::NodeFailed {
                         node: node.clone(),
                         reason: format!(
@@ -314,6 +336,10 @@ impl<V: Clone> Run<V> {
             Failure::Lost { node, reason } => {
                 let retire = format!("node {node} lost its part");
                 let next = match &self.retried {
+                    _ if !self.retry => Next::Done(RunError::NodeFailed {
+                        node: node.clone(),
+                        reason: reason.clone(),
+                    }),
                     Some((first, first_reason)) => Next::Done(RunError::NodeFailed {
                         node,
                         reason: format!(

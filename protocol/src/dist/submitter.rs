@@ -63,6 +63,8 @@ pub enum Action<K, V> {
     /// Start run `run_id` of `load_id` on `node` with the graph inputs it reads (on this node:
     /// the local participant). A start that fails is reported with `start_failed`.
     StartRun {
+        /// The client's run this attempt is of.
+        run: RunId,
         node: String,
         load_id: u64,
         run_id: u64,
@@ -336,6 +338,24 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
         self.next_run += 1;
         self.runs.insert(id, Run::new(model, inputs));
         self.actions.push_back(Action::Resolve { run: id, model });
+        Ok(id)
+    }
+
+    /// A step of a sequence: [`Submitter::run`], except that the outputs in `kept` stay on
+    /// the nodes that make them (they do not come back, and the run is complete without
+    /// them), and that a failed attempt is not retried: the sequence's state may be half
+    /// updated, which only its owner can recover from.
+    pub fn run_step(
+        &mut self,
+        model: u64,
+        inputs: Vec<V>,
+        kept: BTreeSet<usize>,
+    ) -> Result<RunId, RunError> {
+        let id = self.run(model, inputs)?;
+        if let Some(r) = self.runs.get_mut(&id) {
+            r.kept = kept;
+            r.retry = false;
+        }
         Ok(id)
     }
 
@@ -854,6 +874,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
                 self.attempts.insert((load_id, run_id), run);
                 for (node, inputs) in starts {
                     self.actions.push_back(Action::StartRun {
+                        run,
                         node,
                         load_id,
                         run_id,

@@ -296,6 +296,7 @@ impl SimNode {
                 load_id,
                 run_id,
                 inputs,
+                ..
             } => {
                 if node == self.name {
                     let me = self.name.clone();

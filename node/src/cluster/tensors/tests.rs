@@ -263,6 +263,7 @@ fn config(name: &str, join: Vec<String>) -> ClusterConfig {
         tensor_lanes: super::default_lanes(),
         faults: None,
         lease_grace: crate::cluster::DEFAULT_LEASE_GRACE,
+        sequence_idle: crate::cluster::DEFAULT_SEQUENCE_IDLE,
         data_listen: None,
     }
 }

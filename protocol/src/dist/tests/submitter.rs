@@ -210,6 +210,7 @@ fn a_run_sends_each_node_its_inputs_and_completes_with_the_last_output() {
     assert!(avoid.is_empty());
     let acts = go_live(&mut s, plan_id, 100, &ALL, now);
     let start = |node: &str, inputs: Vec<(usize, i64)>| Action::StartRun {
+        run,
         node: node.into(),
         load_id: 100,
         run_id: 1,
@@ -837,4 +838,61 @@ fn evicting_idle_plans_unloads_those_no_run_uses_and_keeps_the_busy_one() {
     // Nothing idle is left to evict.
     assert!(s.evict_idle(7).is_empty());
     assert!(s.evict_idle(99).is_empty());
+}
+
+/// A step of model 7 on a fresh two-output plan over `nodes`, output 1 kept: its run, its
+/// wire run id, and the actions once started.
+fn step_started(s: &mut S, key: u32, load_id: u64, nodes: &[&str], now: Instant) -> (RunId, u64) {
+    let run = s.run_step(7, vec![1, 2], BTreeSet::from([1])).unwrap();
+    assert_eq!(drain(s), [Action::Resolve { run, model: 7 }]);
+    s.resolve(run, key, now);
+    let (plan_id, _) = asked(&drain(s));
+    let mut p = plan(load_id, nodes);
+    p.n_outputs = 2;
+    assert!(s.planned(plan_id, p, now));
+    drain(s);
+    for n in nodes {
+        s.load_result(load_id, n, Ok(()), now);
+    }
+    let wire = drain(s)
+        .iter()
+        .find_map(|a| match a {
+            Action::StartRun { run_id, .. } => Some(*run_id),
+            _ => None,
+        })
+        .expect("started");
+    (run, wire)
+}
+
+#[test]
+fn a_step_completes_without_its_kept_outputs_and_is_never_retried() {
+    let mut s = submitter();
+    let now = t0();
+    let (run, wire) = step_started(&mut s, 0, 100, &["n1", "n2"], now);
+    s.output(100, wire, 0, 42);
+    let acts = drain(&mut s);
+    match done(&acts) {
+        Some(Ok(out)) => assert_eq!((out.outputs.as_slice(), out.load_id), (&[42][..], 100)),
+        other => panic!("{other:?} in {acts:?}"),
+    }
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, Action::RunDone { run: r, .. } if *r == run))
+    );
+
+    // A node that cannot be reached fails a plain run's attempt, which is retried; a step's
+    // is not: its sequence's values may be half updated.
+    let (run, wire) = step_started(&mut s, 1, 101, &["n2", "n3"], now);
+    let r = report(101, wire, "cannot send a value to n3: x", "n3", false);
+    s.run_failed("n2", &r, now);
+    let acts = drain(&mut s);
+    assert!(
+        !acts.iter().any(|a| matches!(a, Action::Resolve { .. })),
+        "{acts:?}"
+    );
+    match done(&acts) {
+        Some(Err(RunError::NodeFailed { node, .. })) => assert_eq!(node, "n3"),
+        other => panic!("{other:?} in {acts:?}"),
+    }
+    let _ = run;
 }
