@@ -58,6 +58,7 @@ fn runs_waiting_for_another_node_hold_no_thread() {
             kernels,
             &waiting,
             false,
+            &[],
         )
         .unwrap(),
     );

@@ -411,3 +411,67 @@ fn an_abandoned_sequence_is_freed_after_the_idle_time() {
     model.unload().unwrap();
     client.close();
 }
+
+/// On GPU nodes the caches that GroupQueryAttention updates in place on a GPU stay in a GPU
+/// buffer of the sequence's on the node that runs their layer (two lavapipe nodes, each
+/// capped below the model): greedy generation is still onnxruntime-genai's. (On lavapipe the
+/// planner runs some of the tiny model's attention ops on the CPU, whose caches the host
+/// keeps: both homes are exercised.)
+#[test]
+fn genai_caches_stay_on_the_gpus_of_the_nodes_that_run_their_layers() {
+    if common::skip_vulkan() {
+        return;
+    }
+    let _serial = cluster_harness::serial();
+    let dir = folder("llama_genai");
+    let r = reference(&dir);
+    let cluster = Cluster::new("llm-gpu-split");
+    let cap = (model_bytes(&dir) * 80 / 100).to_string();
+    let extra = |_: usize| {
+        vec![
+            "--device".to_string(),
+            "vulkan:0".to_string(),
+            "--device-memory-limit".to_string(),
+            cap.clone(),
+        ]
+    };
+    let n1 = cluster.start_opts("n1", &[], &extra(1), None, &[]);
+    let n2 = cluster.start_opts("n2", &[&n1], &extra(2), None, &[]);
+    let nodes = vec![n1, n2];
+    let refs: Vec<&Node> = nodes.iter().collect();
+    cluster_harness::converged(
+        &refs,
+        Instant::now() - Duration::from_secs(60),
+        Duration::from_secs(20),
+    )
+    .unwrap_or_else(|| panic!("no convergence\n{}", cluster_harness::logs(&refs)));
+    let secret = Secret::read(&cluster.key).unwrap();
+    let client = ClusterClient::connect(&nodes[0].addr, &secret).unwrap();
+    let model = client.load(&dir.join("model.onnx"), |_| {}).unwrap();
+    let f = ModelFolder::open(&dir).unwrap();
+    let def = vkml::onnx::load(&f.model).unwrap();
+    let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &f.hints).unwrap();
+    let mut seen = Vec::new();
+    let mut made = 0;
+    let out = generate(&model, &io, &r.prompt_ids, &greedy_options(&r), |_| {
+        made += 1;
+        if made == 3 {
+            for n in &nodes {
+                let s = cluster_harness::status(n, &cluster.key);
+                let get = |k: &str| s[k].as_u64().unwrap();
+                seen.push((get("sequence_bytes"), get("sequence_gpu_bytes")));
+            }
+        }
+        true
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", cluster_harness::logs(&refs)));
+    assert_eq!(out.tokens, r.greedy_ids, "greedy tokens over two GPU nodes");
+    let on_gpu: u64 = seen.iter().map(|&(_, gpu)| gpu).sum();
+    assert!(
+        on_gpu > 0,
+        "no cache stays on a GPU: {seen:?}\n{}",
+        cluster_harness::logs(&refs)
+    );
+    model.unload().unwrap();
+    client.close();
+}

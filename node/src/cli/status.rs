@@ -43,6 +43,8 @@ struct JsonStatus {
     /// between their steps, and those values' bytes.
     sequences_kept: u64,
     sequence_bytes: u64,
+    /// Of those bytes, the ones in GPU buffers (kept in place between steps).
+    sequence_gpu_bytes: u64,
     /// Models submitted to the answering node: who loaded them, what they reserve where.
     models: Vec<JsonModel>,
     /// Parts of models (any node's) the answering node holds, with what they reserve here.
@@ -177,6 +179,7 @@ fn to_json(r: pb::StatusReply) -> JsonStatus {
         weight_bytes_cached: r.weight_bytes_cached,
         sequences_kept: r.sequences_kept,
         sequence_bytes: r.sequence_bytes,
+        sequence_gpu_bytes: r.sequence_gpu_bytes,
         models: r
             .models
             .into_iter()

@@ -128,6 +128,7 @@ pub struct ExecStatus {
     /// Sequences kept here (distributed/kept.rs) and the bytes of their values.
     pub sequences_kept: u64,
     pub sequence_bytes: u64,
+    pub sequence_gpu_bytes: u64,
 }
 
 type StatusSource = Arc<dyn Fn() -> ExecStatus + Send + Sync>;

@@ -194,6 +194,7 @@ pub(crate) fn status_reply(inner: &Inner) -> pb::StatusReply {
         weight_bytes_cached: exec.weight_bytes_cached,
         sequences_kept: exec.sequences_kept,
         sequence_bytes: exec.sequence_bytes,
+        sequence_gpu_bytes: exec.sequence_gpu_bytes,
         node: inner.name.clone(),
         edge_bytes_sent: inner.exec_stats.edge_bytes_sent.load(Relaxed),
         edge_bytes_received: inner.exec_stats.edge_bytes_received.load(Relaxed),

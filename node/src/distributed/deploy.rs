@@ -19,12 +19,14 @@ use crate::ops::ValueType;
 use crate::tensor::Tensor;
 use crate::tuning::Tuning;
 
-/// What a deployment is made for: the input types, and the values of the inputs its plan
-/// depends on (a shape fed as an input), by input index.
+/// What a deployment is made for: the input types, the values of the inputs its plan
+/// depends on (a shape fed as an input), by input index, and for the steps of a sequence its
+/// bindings (graph output, graph input), which the nodes may keep on their GPUs.
 #[derive(Clone, PartialEq)]
 pub struct DeployKey {
     pub types: Vec<ValueType>,
     pub values: Vec<(usize, Tensor)>,
+    pub bound: Vec<(usize, usize)>,
 }
 
 impl DeployKey {
@@ -36,6 +38,7 @@ impl DeployKey {
                 .iter()
                 .filter_map(|&i| inputs.get(i).map(|t| (i, t.clone())))
                 .collect(),
+            bound: Vec::new(),
         }
     }
 }
@@ -97,6 +100,14 @@ pub async fn make(
     }
     let load_id: u64 = rand::random();
     let me_name = me;
+    let bound: Vec<pb::Binding> = key
+        .bound
+        .iter()
+        .map(|&(o, i)| pb::Binding {
+            output: o as u32,
+            input: i as u32,
+        })
+        .collect();
     let (graph, key, me) = (graph.clone(), key.clone(), me.to_string());
     let external = external.clone();
     // The life of each node now: a verdict on an older life must not end this plan, and a
@@ -148,6 +159,7 @@ pub async fn make(
         .collect();
     for (fragment, _) in made.parts.values_mut() {
         fragment.lives = wire.clone();
+        fragment.bound = bound.clone();
     }
     tracing::info!(
         "model {name} planned as {load_id:016x} over {} node(s), plan {hash:016x}",

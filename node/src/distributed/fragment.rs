@@ -145,6 +145,7 @@ impl Skeleton {
             plan_settings: String::new(),
             lives: Vec::new(),
             external,
+            bound: Vec::new(),
         };
         (f, weights)
     }

@@ -3,17 +3,57 @@
 //! the sequence's next step, so that they never cross the network between steps
 //! (docs/CLUSTER.md, "Sequences").
 //!
-//! A sequence is its submitter's: two submitters may use the same number, so values are
-//! keyed by both. What a sequence keeps goes when its submitter ends it, when a step of it
+//! Where this node's part of the plan can keep a binding on its GPU (the fragment's
+//! [`Executable::state_layout`]: GroupQueryAttention writing its cache in place), the values
+//! live in a GPU buffer of the sequence's own and never leave it between steps; the others
+//! are kept on the host. A sequence is its submitter's: two submitters may use the same
+//! number, so values are keyed by both. What a sequence keeps goes when its submitter ends it, when a step of it
 //! fails here (its values may be half updated), or after it has been idle for the node's
 //! `sequence_idle` (a client that vanished without ending its sequences).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::lock;
+use crate::device::vulkan::{Gpu, GpuBuffer};
+use crate::error::{Error, Result};
+use crate::exec::bound::{StateLayout, download, upload};
+use crate::exec::{BoundContext, Executable};
 use crate::tensor::Tensor;
+
+/// Execution contexts a sequence keeps per GPU buffer (a prompt's plan and the single
+/// tokens', usually); the least recently used goes first.
+const CONTEXTS_KEPT: usize = 4;
+
+/// A sequence's values held in a GPU buffer.
+struct OnGpu {
+    layout: StateLayout,
+    gpu: Arc<Gpu>,
+    buffer: Arc<GpuBuffer>,
+    /// The graph input each slot of `layout` is.
+    inputs: Vec<usize>,
+    /// Contexts recorded against `buffer`, most recently used first; an executable that is
+    /// gone (its plan unloaded) takes its context with it.
+    contexts: Vec<(Weak<Executable>, BoundContext)>,
+}
+
+impl OnGpu {
+    /// The values, back on the host, by graph input.
+    fn download(&self) -> Result<Vec<(usize, Tensor)>> {
+        let values = download(&self.gpu, &self.layout, &self.buffer)?;
+        Ok(self.inputs.iter().copied().zip(values).collect())
+    }
+}
+
+/// What a step on a GPU needs of a sequence: the context to run in, and its state buffer,
+/// which the step must hold until it ends (its kernels write it).
+pub struct GpuStep {
+    pub ctx: BoundContext,
+    pub buffer: Arc<GpuBuffer>,
+    /// The graph inputs the buffer holds.
+    pub inputs: Vec<usize>,
+}
 
 /// A sequence: its submitter and its number there.
 pub type SeqKey = (String, u64);
@@ -21,7 +61,26 @@ pub type SeqKey = (String, u64);
 struct Held {
     /// By graph input index: the value the next step reads there.
     values: BTreeMap<usize, Tensor>,
+    gpu: Option<OnGpu>,
     used: Instant,
+}
+
+impl Held {
+    fn new(now: Instant) -> Held {
+        Held {
+            values: BTreeMap::new(),
+            gpu: None,
+            used: now,
+        }
+    }
+
+    /// Brings what the GPU holds to the host.
+    fn bring_to_host(&mut self) -> Result<()> {
+        if let Some(g) = self.gpu.take() {
+            self.values.extend(g.download()?);
+        }
+        Ok(())
+    }
 }
 
 pub struct Kept {
@@ -40,22 +99,20 @@ impl Kept {
     /// Keeps `t` as input `input` of the sequence's next step.
     pub fn keep(&self, key: &SeqKey, input: usize, t: Tensor, now: Instant) {
         let mut seqs = lock(&self.seqs);
-        let held = seqs.entry(key.clone()).or_insert_with(|| Held {
-            values: BTreeMap::new(),
-            used: now,
-        });
+        let held = seqs.entry(key.clone()).or_insert_with(|| Held::new(now));
         held.values.insert(input, t);
         held.used = now;
     }
 
     /// Takes the values of `inputs` out (a step reads them, or another node will): all of
-    /// them, or an error naming the first one not here.
+    /// them, or an error naming the first one not here. Values a GPU holds come back to the
+    /// host first.
     pub fn take(
         &self,
         key: &SeqKey,
         inputs: &[usize],
         now: Instant,
-    ) -> Result<Vec<(usize, Tensor)>, usize> {
+    ) -> std::result::Result<Vec<(usize, Tensor)>, usize> {
         let mut seqs = lock(&self.seqs);
         let Some(held) = seqs.get_mut(key) else {
             return match inputs.first() {
@@ -63,6 +120,14 @@ impl Kept {
                 None => Ok(Vec::new()),
             };
         };
+        let on_gpu = held
+            .gpu
+            .as_ref()
+            .is_some_and(|g| inputs.iter().any(|i| g.inputs.contains(i)));
+        if on_gpu && let Err(e) = held.bring_to_host() {
+            tracing::warn!("a sequence's values could not be read back from the GPU: {e}");
+            return Err(inputs[0]);
+        }
         if let Some(&i) = inputs.iter().find(|i| !held.values.contains_key(i)) {
             return Err(i);
         }
@@ -71,6 +136,83 @@ impl Kept {
             .iter()
             .map(|&i| (i, held.values.remove(&i).expect("checked above")))
             .collect())
+    }
+
+    /// Puts the values a step of `exe` keeps on its GPU in the sequence's state buffer
+    /// (the one they are in, when its layout serves `exe`'s; else a new one, filled from the
+    /// old buffer, from what the host keeps, or from `given`, the step's own inputs, which
+    /// lose them), and returns the context the step runs in. An error names an input whose
+    /// value is nowhere.
+    pub fn on_gpu(
+        &self,
+        key: &SeqKey,
+        exe: &Arc<Executable>,
+        given: &mut Vec<(usize, Tensor)>,
+        now: Instant,
+    ) -> Result<GpuStep> {
+        let (Some(layout), Some(gpu)) = (exe.state_layout(), exe.state_gpu()) else {
+            return Err(Error::Device("this plan keeps no bound values".into()));
+        };
+        let inputs: Vec<usize> = layout
+            .slots
+            .iter()
+            .map(|s| {
+                exe.graph()
+                    .inputs
+                    .iter()
+                    .position(|(v, _)| *v == s.input)
+                    .ok_or_else(|| Error::Device("a bound value that is no graph input".into()))
+            })
+            .collect::<Result<_>>()?;
+        let mut seqs = lock(&self.seqs);
+        let held = seqs.entry(key.clone()).or_insert_with(|| Held::new(now));
+        held.used = now;
+        let fits = held.gpu.as_ref().is_some_and(|g| {
+            g.layout.compatible(layout) && Arc::ptr_eq(&g.gpu, gpu) && g.inputs == inputs
+        });
+        if !fits {
+            held.bring_to_host()?;
+            let mut values = Vec::with_capacity(inputs.len());
+            for &i in &inputs {
+                let t = match given.iter().position(|(g, _)| *g == i) {
+                    Some(at) => given.swap_remove(at).1,
+                    None => held.values.remove(&i).ok_or_else(|| {
+                        let name = &exe.graph().inputs[i].1.name;
+                        Error::Input(format!(
+                            "the value of '{name}' is not kept here (the sequence ended, was \
+                             idle too long, or a step of it failed): begin it again"
+                        ))
+                    })?,
+                };
+                values.push(t);
+            }
+            let refs: Vec<&Tensor> = values.iter().collect();
+            let buffer = Arc::new(upload(gpu, layout, &refs)?);
+            held.gpu = Some(OnGpu {
+                layout: layout.clone(),
+                gpu: gpu.clone(),
+                buffer,
+                inputs: inputs.clone(),
+                contexts: Vec::new(),
+            });
+        }
+        let g = held.gpu.as_mut().expect("on the GPU now");
+        g.contexts.retain(|(e, _)| e.strong_count() > 0);
+        let at = g
+            .contexts
+            .iter()
+            .position(|(e, _)| std::ptr::eq(e.as_ptr(), Arc::as_ptr(exe)));
+        let entry = match at {
+            Some(i) => g.contexts.remove(i),
+            None => (Arc::downgrade(exe), exe.bound_context(&g.buffer)?),
+        };
+        g.contexts.insert(0, entry);
+        g.contexts.truncate(CONTEXTS_KEPT);
+        Ok(GpuStep {
+            ctx: g.contexts[0].1.clone(),
+            buffer: g.buffer.clone(),
+            inputs,
+        })
     }
 
     /// Forgets the sequence.
@@ -91,15 +233,21 @@ impl Kept {
         lock(&self.seqs).values().map(|h| h.used + self.idle).min()
     }
 
-    /// Sequences kept here and their bytes, for `status`.
-    pub fn usage(&self) -> (usize, u64) {
+    /// Sequences kept here, their bytes (on the host and in GPU buffers), and those of the
+    /// bytes in GPU buffers, for `status`.
+    pub fn usage(&self) -> (usize, u64, u64) {
         let seqs = lock(&self.seqs);
-        let bytes = seqs
+        let host: u64 = seqs
             .values()
             .flat_map(|h| h.values.values())
             .map(|t| t.bytes().len() as u64)
             .sum();
-        (seqs.len(), bytes)
+        let gpu: u64 = seqs
+            .values()
+            .filter_map(|h| h.gpu.as_ref())
+            .map(|g| g.layout.bytes)
+            .sum();
+        (seqs.len(), host + gpu, gpu)
     }
 }
 
@@ -136,9 +284,9 @@ mod tests {
         k.keep(&b, 0, t(1.0), t0 + Duration::from_secs(5));
         assert_eq!(k.next_expiry(), Some(t0 + Duration::from_secs(10)));
         assert_eq!(k.sweep(t0 + Duration::from_secs(11)), 1);
-        assert_eq!(k.usage(), (1, 4));
+        assert_eq!(k.usage(), (1, 4, 0));
         assert!(k.end(&b));
         assert!(!k.end(&b));
-        assert_eq!(k.usage(), (0, 0));
+        assert_eq!(k.usage(), (0, 0, 0));
     }
 }

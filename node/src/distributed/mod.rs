@@ -186,7 +186,7 @@ impl Exec {
         cluster.set_status_source(move || match weak.upgrade() {
             Some(e) => {
                 let (received, cached) = e.weights.counters();
-                let (kept, kept_bytes) = e.participant.kept_usage();
+                let (kept, kept_bytes, on_gpu) = e.participant.kept_usage();
                 ExecStatus {
                     models: e.submitter.status(),
                     fragments: e.participant.status(),
@@ -194,6 +194,7 @@ impl Exec {
                     weight_bytes_cached: cached,
                     sequences_kept: kept as u64,
                     sequence_bytes: kept_bytes,
+                    sequence_gpu_bytes: on_gpu,
                 }
             }
             None => ExecStatus::default(),

@@ -159,6 +159,16 @@ impl Participant {
                 .map(|l| (l.node.clone(), l.generation))
                 .collect(),
         };
+        // The bindings of the sequences the plan runs, as (input, output) values.
+        let pairs: Vec<(ValueId, ValueId)> = f
+            .bound
+            .iter()
+            .filter_map(|b| {
+                let input = graph.inputs.get(b.input as usize)?.0;
+                let output = graph.outputs.get(b.output as usize)?.0;
+                Some((input, output))
+            })
+            .collect();
         let built = Executable::with_plan(
             graph,
             spec,
@@ -167,6 +177,7 @@ impl Participant {
             kernels,
             &self.me,
             self.tuning.arm,
+            &pairs,
         );
         let exe = match built {
             Ok(e) => e,
@@ -286,8 +297,29 @@ impl Participant {
         })?;
         let exe = exe.ok_or(DistError::NoModel(model))?;
         let seq: Option<SeqKey> = step.as_ref().map(|s| (from.to_string(), s.sequence));
+        // The values this part keeps on its GPU: in the sequence's state buffer.
+        let on_gpu = match (&seq, exe.state_layout()) {
+            (Some(key), Some(_)) => {
+                match self.kept.on_gpu(key, &exe, &mut inputs, Instant::now()) {
+                    Ok(g) => Some(g),
+                    Err(e) => {
+                        let why = format!("sequence {:016x} on {}: {e}", key.1, self.me);
+                        self.kept.end(key);
+                        self.call(|st, now| st.core.run_finished(&ticket, Err(why), now));
+                        return Ok(());
+                    }
+                }
+            }
+            _ => None,
+        };
         if let (Some(s), Some(key)) = (&step, &seq) {
-            match self.kept.take(key, &s.take, Instant::now()) {
+            let on_host: Vec<usize> = s
+                .take
+                .iter()
+                .copied()
+                .filter(|i| on_gpu.as_ref().is_none_or(|g| !g.inputs.contains(i)))
+                .collect();
+            match self.kept.take(key, &on_host, Instant::now()) {
                 Ok(values) => inputs.extend(values),
                 Err(i) => {
                     let name = exe
@@ -318,8 +350,13 @@ impl Participant {
             },
         });
         let (me, t) = (Arc::clone(self), ticket.clone());
+        // The state buffer outlives the step, whose kernels write it, even if the sequence
+        // ends meanwhile.
+        let state = on_gpu.as_ref().map(|g| (g.ctx.clone(), g.buffer.clone()));
+        let held = state.as_ref().map(|(_, b)| b.clone());
         let done: Done = Box::new(move |result| {
             tracing::trace!("run {run}: part ended");
+            drop(held);
             // A step that failed may have kept some outputs and not others.
             if let (Err(_), Some(key)) = (&result, &seq) {
                 me.kept.end(key);
@@ -342,17 +379,16 @@ impl Participant {
             if let Some((name, op)) = &injected {
                 panic!("node '{name}' ({op}): a panic injected by VKML_FAULTS");
             }
-            exe.start_fragment(
-                inputs,
-                hooks,
-                |link| {
-                    me.call(|st, now| {
-                        st.links.insert((model, run), link);
-                        st.core.run_ready(&ticket, now);
-                    })
-                },
-                done,
-            )
+            let register = |link| {
+                me.call(|st, now| {
+                    st.links.insert((model, run), link);
+                    st.core.run_ready(&ticket, now);
+                })
+            };
+            match &state {
+                Some((ctx, _)) => exe.start_fragment_bound(ctx, inputs, hooks, register, done),
+                None => exe.start_fragment(inputs, hooks, register, done),
+            }
         }));
         let failed = match started {
             Ok(Ok(())) => return Ok(()),
@@ -462,8 +498,8 @@ impl Participant {
         }
     }
 
-    /// Sequences kept here and their bytes.
-    pub fn kept_usage(&self) -> (usize, u64) {
+    /// Sequences kept here, their bytes, and those of the bytes in GPU buffers.
+    pub fn kept_usage(&self) -> (usize, u64, u64) {
         self.kept.usage()
     }
 

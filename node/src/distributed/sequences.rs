@@ -155,6 +155,14 @@ impl Sequences {
         s.held.iter().map(|(&i, (_, t))| (i, t.clone())).collect()
     }
 
+    /// The bindings of a step's sequence (none for a run that is not a step).
+    pub fn bindings(&self, run: RunId) -> Vec<(usize, usize)> {
+        self.steps
+            .get(&run)
+            .and_then(|q| self.seqs.get(q))
+            .map_or_else(Vec::new, |s| s.pairs.clone())
+    }
+
     /// What run `run`'s start on `node` of deployment `load_id` takes, keeps and fetches;
     /// the bound inputs among `inputs` (placeholders) are removed. None for a run that is
     /// not a step.

@@ -250,6 +250,7 @@ impl Submitter {
             let key = DeployKey {
                 types,
                 values: Vec::new(),
+                bound: Vec::new(),
             };
             match st.core.prepare(id, key, now)? {
                 Prepared::Pending(plan) => {
@@ -905,6 +906,8 @@ impl State {
                             *t = ty;
                         }
                     }
+                    // A plan for steps, whose nodes may keep the bindings on their GPUs.
+                    key.bound = self.seqs.bindings(run);
                     self.core.resolve(run, key, now);
                 }
                 Action::Plan {

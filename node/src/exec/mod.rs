@@ -77,6 +77,7 @@ pub struct Executable {
 }
 
 /// An execution context tied to one state buffer ([`Executable::bound_context`]).
+#[derive(Clone)]
 pub struct BoundContext(run::Contexts);
 
 /// The state layout for `pairs` when the whole plan is one GPU chunk of this node and the
@@ -104,6 +105,71 @@ fn bound_state(
         Ok(s) => Some(s),
         Err(why) => {
             tracing::debug!("bound values go through the host between runs: {why}");
+            None
+        }
+    }
+}
+
+/// The state layout for the `pairs` (input, output) of a fragment that can stay on one GPU of
+/// node `local`: each output made there by a kernel, its input read only there, and neither
+/// read anywhere else (a cut edge would need it on the host). Pairs that cannot are left
+/// out: they go through the host between runs. When they fall on several GPUs, the one with
+/// the most keeps its pairs.
+fn fragment_state(
+    graph: &Graph,
+    spec: &Specialized,
+    devices: &[Device],
+    plan: &Plan,
+    local: &str,
+    pairs: &[(ValueId, ValueId)],
+) -> Option<bound::StateLayout> {
+    let mut readers: BTreeMap<ValueId, Vec<usize>> = BTreeMap::new();
+    let mut maker: BTreeMap<ValueId, usize> = BTreeMap::new();
+    for (p, &n) in spec.live.iter().enumerate() {
+        let node = spec.node(graph, n);
+        for &v in node.inputs.iter().flatten() {
+            readers.entry(v).or_default().push(p);
+        }
+        for &o in &node.outputs {
+            maker.insert(o, p);
+        }
+    }
+    let mut by_device: BTreeMap<usize, Vec<(ValueId, ValueId)>> = BTreeMap::new();
+    for &(input, output) in pairs {
+        let Some(&p) = maker.get(&output) else {
+            continue;
+        };
+        let d = &plan.placement[p];
+        let on_gpu = matches!(devices.get(d.index), Some(Device::Gpu(_)));
+        let here = |q: &usize| plan.placement[*q] == *d;
+        let input_here = readers.get(&input).is_some_and(|r| r.iter().all(here));
+        let output_unread = readers.get(&output).is_none_or(Vec::is_empty);
+        if d.node != local {
+            continue;
+        }
+        let why = if !on_gpu {
+            "it is made on the CPU"
+        } else if !input_here {
+            "its input is read on another device or node"
+        } else if !output_unread {
+            "it is read by other ops"
+        } else {
+            by_device.entry(d.index).or_default().push((input, output));
+            continue;
+        };
+        tracing::debug!(
+            "'{}' goes through the host between steps: {why}",
+            graph.value_names[output]
+        );
+    }
+    let (&device, chosen) = by_device.iter().max_by_key(|(_, v)| v.len())?;
+    let ops: Vec<usize> = (0..spec.live.len())
+        .filter(|&p| plan.placement[p].node == local && plan.placement[p].index == device)
+        .collect();
+    match bound::layout(graph, spec, device, &ops, chosen) {
+        Ok(s) => Some(s),
+        Err(why) => {
+            tracing::debug!("a sequence's values go through the host between steps: {why}");
             None
         }
     }
@@ -185,6 +251,10 @@ impl Executable {
     /// The part of `plan` placed on node `local` (whose devices are `devices`, in the order
     /// the plan's snapshot lists them): the whole plan on a single machine, one fragment of
     /// it on a cluster, where the other nodes' chunks feed this one's through [`RunLink`].
+    /// `pairs` (input, output) are the bindings of the sequences the plan runs: those this
+    /// node can keep on a GPU stay in a state buffer of the sequence's between runs
+    /// ([`Executable::state_layout`], [`Executable::start_fragment_bound`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn with_plan(
         graph: Arc<Graph>,
         spec: Specialized,
@@ -193,8 +263,10 @@ impl Executable {
         kernels: Kernels,
         local: &str,
         arm: bool,
+        pairs: &[(ValueId, ValueId)],
     ) -> Result<Executable> {
-        Executable::build(graph, spec, devices, plan, kernels, local, arm, None)
+        let state = fragment_state(&graph, &spec, &devices, &plan, local, pairs);
+        Executable::build(graph, spec, devices, plan, kernels, local, arm, state)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -540,13 +612,43 @@ impl Executable {
         register: impl FnOnce(RunLink),
         done: Done,
     ) -> Result<()> {
-        let inputs = inputs
+        if self.state.is_some() {
+            return Err(Error::Device(
+                "a fragment with bound values runs through start_fragment_bound".into(),
+            ));
+        }
+        let inputs = self.input_values(inputs);
+        let ctx = self.context()?;
+        run::start_detached(self, ctx, inputs, hooks, register, done, true);
+        Ok(())
+    }
+
+    /// [`Executable::start_fragment`] in a [`Executable::bound_context`]: the bound values
+    /// in the context's state buffer are read and written in place, and the bound outputs
+    /// are not handed to `hooks`. The context is the caller's again once `done` is called.
+    pub fn start_fragment_bound(
+        self: &Arc<Self>,
+        ctx: &BoundContext,
+        inputs: Vec<(usize, Tensor)>,
+        hooks: Arc<dyn RemoteHooks>,
+        register: impl FnOnce(RunLink),
+        done: Done,
+    ) -> Result<()> {
+        if self.state.is_none() {
+            return Err(Error::Device("this plan keeps no bound values".into()));
+        }
+        let inputs = self.input_values(inputs);
+        let ctx = Arc::clone(&ctx.0);
+        run::start_detached(self, ctx, inputs, hooks, register, done, false);
+        Ok(())
+    }
+
+    /// Graph inputs by index, as values.
+    fn input_values(&self, inputs: Vec<(usize, Tensor)>) -> Vec<(ValueId, Tensor)> {
+        inputs
             .into_iter()
             .filter_map(|(i, t)| self.graph.inputs.get(i).map(|(v, _)| (*v, t)))
-            .collect();
-        let ctx = self.context()?;
-        run::start_detached(self, ctx, inputs, hooks, register, done);
-        Ok(())
+            .collect()
     }
 
     fn run_with(self: &Arc<Self>, inputs: Vec<(ValueId, Tensor)>) -> Result<Vec<Tensor>> {

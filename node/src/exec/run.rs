@@ -103,6 +103,9 @@ struct Detached {
     /// The run itself, until it ends: while it waits for other nodes' values, nothing else
     /// holds it (a [`RunLink`] holds it weakly, so that a finished run is gone).
     keep: Mutex<Option<Arc<RunState>>>,
+    /// Its context goes back to the executable's pool when it ends (not a sequence's own,
+    /// tied to its state buffer).
+    pooled: bool,
 }
 
 pub(super) struct RunState {
@@ -167,11 +170,13 @@ impl RunState {
             None => Ok(()),
         };
         // No chunk of this run uses the context any more.
-        self.exe
-            .pool
-            .lock()
-            .expect("pool")
-            .push(Arc::clone(&self.ctx));
+        if d.pooled {
+            self.exe
+                .pool
+                .lock()
+                .expect("pool")
+                .push(Arc::clone(&self.ctx));
+        }
         let done = d.done.lock().expect("done lock").take();
         if let Some(done) = done {
             done(result);
@@ -258,6 +263,12 @@ impl RunState {
         let topo = &self.exe.topo;
         for &i in topo.outputs_after.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
             let v = self.exe.graph.outputs[i].0;
+            // A bound output stays in the state buffer, where it was written.
+            if let Some(s) = &self.exe.state
+                && s.slot_of_output(v).is_some()
+            {
+                continue;
+            }
             match self.value(v) {
                 Some(t) => hooks.output(i, &t),
                 None => self.fail(Error::Device(format!(
@@ -674,12 +685,14 @@ pub(super) fn start_detached(
     hooks: Arc<dyn RemoteHooks>,
     register: impl FnOnce(RunLink),
     done: Done,
+    pooled: bool,
 ) {
     let driver = Driver::Detached(Detached {
         draining: AtomicBool::new(false),
         ended: AtomicBool::new(false),
         done: Mutex::new(Some(done)),
         keep: Mutex::new(None),
+        pooled,
     });
     let state = new_state(exe, ctx, inputs, Some(hooks), driver);
     if let Driver::Detached(d) = &state.driver {
