@@ -45,6 +45,20 @@ pub fn device_ns(
         &plan.transfers,
     )
 }
+/// Nanoseconds one run of `plan` takes, as the planner estimates it when it ranks plans (every
+/// op's compute, transfer and GPU submission, summed): comparable between plans of one graph
+/// over different snapshots.
+pub fn run_ns(graph: &CostGraph, snapshot: &Snapshot, links: &LinkCosts, plan: &Plan) -> u64 {
+    whole::estimate_ns(
+        graph,
+        snapshot,
+        links,
+        &plan.placement,
+        &plan.chunks,
+        &plan.transfers,
+    )
+}
+
 pub use memory::single_device as single_device_bytes;
 pub use types::*;
 

@@ -57,6 +57,11 @@ pub struct Made {
     pub placement: pb::Placement,
     /// Planned over whole budgets: the memory loaded models leave could not hold it.
     pub over_gross: bool,
+    /// Planned in the memory loaded models leave, but a plan over whole budgets would run
+    /// far faster (the model's other plans, for other input shapes, push this one onto slower
+    /// devices or into many more cuts): the submitter lets the model's idle plans go and
+    /// plans again.
+    pub cramped: bool,
     /// Per graph output: the node whose op makes it (none for one known without running)
     /// and its type. A sequence's bound outputs stay there (distributed/sequences.rs).
     pub outputs: Vec<(Option<String>, Option<ValueType>)>,
@@ -205,6 +210,8 @@ pub(super) fn cut(
         }
         (Err(e), None) => return Err(DistError::Placement(e.to_string())),
     };
+    let cramped =
+        !over_gross && fallback.is_some_and(|gross| cramped(&cost, snapshot, gross, &plan));
     let skeleton = Skeleton::new(graph, &spec, &cost, snapshot)?;
     let (needs, fixed_outputs) = needs_and_fixed(graph, &spec, &plan)?;
     let nodes: BTreeSet<String> = plan.placement.iter().map(|d| d.node.clone()).collect();
@@ -249,10 +256,38 @@ pub(super) fn cut(
         parts,
         placement: describe(graph, &cost, &plan, snapshot),
         over_gross,
+        cramped,
         outputs,
     };
     Ok((made, plan.hash))
 }
+
+/// Whether a plan over whole budgets (`gross`) would run more than [`CRAMPED`] times faster
+/// than `plan`, made in the memory loaded models leave (`net`).
+fn cramped(cost: &vkml_planner::CostGraph, net: &Snapshot, gross: &Snapshot, plan: &Plan) -> bool {
+    let links = vkml_planner::LinkCosts::default();
+    let Ok(roomy) = vkml_planner::plan(cost, gross, &links) else {
+        return false;
+    };
+    let (here, there) = (
+        vkml_planner::run_ns(cost, net, &links, plan),
+        vkml_planner::run_ns(cost, gross, &links, &roomy),
+    );
+    let cramped = there.saturating_mul(CRAMPED) < here;
+    if cramped {
+        tracing::debug!(
+            "planned in the memory left: {} us a run, against {} us over whole budgets",
+            here / 1000,
+            there / 1000
+        );
+    }
+    cramped
+}
+
+/// How many times slower than a plan with room a plan may be before the model's idle plans
+/// make way for it (a language model's prompt plan pushing its single-token plan onto CPUs
+/// and dozens of cuts: 100 ms a token where 3 would do).
+const CRAMPED: u64 = 2;
 
 /// The graph inputs each node reads, and the outputs known without running anything
 /// (constants, inputs passed through).

@@ -697,8 +697,10 @@ impl Submitter {
         };
         let mut made = make().await;
         // No room left beside the model's plans for other input shapes (a language model
-        // makes one per sequence length): the idle ones give way, and it is planned again.
-        if matches!(&made, Ok(m) if m.over_gross) {
+        // makes one per sequence length), or only room enough for a far slower plan (each
+        // plan holds its own copy of the weights): the idle ones give way, and it is planned
+        // again.
+        if matches!(&made, Ok(m) if m.over_gross || m.cramped) {
             let evicted = self.call(|st, _| st.core.evict_idle(model.id));
             if !evicted.is_empty() {
                 tracing::debug!(
