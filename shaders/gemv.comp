@@ -4,8 +4,6 @@
 #extension GL_GOOGLE_include_directive : require
 // @variant f32 DT_F32
 // @variant f16 DT_F16
-// @variant f32_split DT_F32 SPLIT
-// @variant f16_split DT_F16 SPLIT
 #include "types.glsl"
 
 // MatMul for a few rows of A (decode: one token, a few beams) against a B whose rows are
@@ -18,11 +16,6 @@
 // the memory busy. The partial sums over the invocations of one column vector are then added
 // in shared memory. Vector groups fold into y past 65,535 workgroups; rows of Y past ROWS go to
 // workgroup z (B is read once per ROWS rows).
-//
-// SPLIT: K is cut into slices of `kslice` rows, one per workgroup z / (row groups), so that a
-// product with few columns still launches enough workgroups to keep the memory busy; each
-// writes its slice's sums as floats to y laid out [slice][M][N], and gemv_reduce.comp adds the
-// slices in order.
 layout(local_size_x = 256) in;
 
 const uint THREADS = 256u;
@@ -35,11 +28,7 @@ const uint VEC = 4u;
 
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
 layout(buffer_reference, scalar, buffer_reference_align = 16) readonly buffer Vecs { uvec4 v[]; };
-#if defined(SPLIT)
-layout(buffer_reference, scalar) writeonly buffer Out { float v[]; };
-#else
 layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
-#endif
 
 layout(push_constant, scalar) uniform P {
     In a;
@@ -57,8 +46,6 @@ layout(push_constant, scalar) uniform P {
     uint offB;
     // Column vectors per workgroup: 1, 2, 4 or 8.
     uint lanes;
-    // Rows of K per slice (SPLIT; the others read all of K).
-    uint kslice;
 } p;
 
 shared float red[THREADS * VEC];
@@ -99,17 +86,8 @@ void main() {
     uint step = THREADS / p.lanes;
     uint vec = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * p.lanes + lane;
     uint vecs = p.N / VEC;
-    uint row_groups = (p.M + ROWS - 1u) / ROWS;
-    uint m0 = (gl_WorkGroupID.z % row_groups) * ROWS;
+    uint m0 = gl_WorkGroupID.z * ROWS;
     uint rows = min(ROWS, p.M - m0);
-#if defined(SPLIT)
-    uint slice = gl_WorkGroupID.z / row_groups;
-    uint k_begin = slice * p.kslice;
-    uint k_end = min(p.K, k_begin + p.kslice);
-#else
-    uint k_begin = 0u;
-    uint k_end = p.K;
-#endif
     float acc[ROWS][VEC];
     for (uint r = 0u; r < ROWS; ++r) {
         for (uint j = 0u; j < VEC; ++j) {
@@ -118,8 +96,8 @@ void main() {
     }
     if (vec < vecs) {
         uint col = p.offB + vec;
-        uint k = k_begin + kt;
-        for (; k + 3u * step < k_end; k += 4u * step) {
+        uint k = kt;
+        for (; k + 3u * step < p.K; k += 4u * step) {
             uvec4 w0 = p.b.v[col + k * p.rsB];
             uvec4 w1 = p.b.v[col + (k + step) * p.rsB];
             uvec4 w2 = p.b.v[col + (k + 2u * step) * p.rsB];
@@ -129,7 +107,7 @@ void main() {
             accumulate(w2, k + 2u * step, m0, rows, acc);
             accumulate(w3, k + 3u * step, m0, rows, acc);
         }
-        for (; k < k_end; k += step) {
+        for (; k < p.K; k += step) {
             accumulate(p.b.v[col + k * p.rsB], k, m0, rows, acc);
         }
     }
@@ -150,17 +128,10 @@ void main() {
             barrier();
         }
         if (kt == 0u && vec < vecs) {
-#if defined(SPLIT)
-            uint base = (slice * p.M + m0 + r) * p.N + vec * VEC;
-            for (uint j = 0u; j < VEC; ++j) {
-                p.y.v[base + j] = red[tid * VEC + j];
-            }
-#else
             uint base = (m0 + r) * p.N + vec * VEC;
             for (uint j = 0u; j < VEC; ++j) {
                 p.y.v[base + j] = T(red[tid * VEC + j]);
             }
-#endif
         }
         barrier();
     }

@@ -193,7 +193,6 @@ fn gemv(v: &str) -> Option<Gemv> {
     Some(match v {
         "auto" => Gemv::Auto,
         "off" => Gemv::Off,
-        "whole" => Gemv::Whole,
         "1" | "2" | "4" | "8" => Gemv::Lanes(v.parse().ok()?),
         _ => return None,
     })

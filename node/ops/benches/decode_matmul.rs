@@ -125,7 +125,6 @@ fn f16_kernels(gpu: &Gpu, k: usize, n: usize) -> (Vec<Tensor>, Vec<(String, GpuK
     let mut kernels = Vec::new();
     for (mode, label) in [
         (Gemv::Auto, "gemv auto"),
-        (Gemv::Whole, "gemv whole K"),
         (Gemv::Lanes(1), "gemv 1"),
         (Gemv::Lanes(2), "gemv 2"),
         (Gemv::Lanes(4), "gemv 4"),

@@ -56,10 +56,8 @@ pub enum Gemv {
     /// As many as keep enough workgroups to fill a large GPU.
     #[default]
     Auto,
-    /// This many (1, 2, 4 or 8), all of K in one workgroup.
+    /// This many (1, 2, 4 or 8).
     Lanes(u8),
-    /// As `Auto`, but all of K in one workgroup: K is never split.
-    Whole,
     /// Never: such products take the GEMM kernels.
     Off,
 }

@@ -1,17 +1,14 @@
 //! MatMul of a few rows of A on the GPU (a decode step's projections): gemv.comp reads each
 //! element of B once, 16 bytes at a time, with all of K inside one workgroup so that one
-//! dispatch does the whole product; a product with too few columns to launch enough
-//! workgroups that way is cut along K into slices (gemv.comp's SPLIT variants) whose float
-//! sums gemv_reduce.comp adds. The GEMM kernels spend most of their tiles on rows that do
+//! dispatch does the whole product. The GEMM kernels spend most of their tiles on rows that do
 //! not exist at this size and launch too few workgroups to keep the memory busy (the f16 tiles
 //! reached about 185 GB/s of an H200's 4.8 TB/s in a Llama-1B-shaped decode).
 
 use super::GpuGemm;
 use crate::tensor::{DType, numel};
 use crate::tuning::Gemv;
-use crate::util::groups_1d;
 use crate::{BufRef, Dispatch, GpuKernel};
-use vkml_shaders::{gemv, gemv_reduce};
+use vkml_shaders::gemv;
 
 /// Rows of A up to which the kernel is taken: B is read once per [`GROUP_ROWS`] of them, where
 /// the tiled kernels read it once per 64 or 128.
@@ -25,12 +22,6 @@ const MIN_GROUPS: usize = 128;
 /// that, fewer lanes (more invocations per column) win.
 const MAX_ROWS_PER_INVOCATION: usize = 128;
 const MAX_GROUPS: usize = 65_535;
-/// Workgroups a product split along K aims at: enough for several per multiprocessor of a
-/// large GPU, so that their loads in flight cover the memory's latency.
-const SPLIT_GROUPS: usize = 512;
-/// Rows of B a slice keeps at least: shorter slices would spend more on the second pass
-/// than they save.
-const MIN_SLICE: usize = 512;
 
 /// Elements of one 16-byte vector of B.
 fn vec_elems(dtype: DType) -> Option<usize> {
@@ -74,17 +65,7 @@ fn auto_lanes(k: usize, vecs: usize) -> usize {
         .unwrap_or(1)
 }
 
-/// Slices of K for a product of `groups` workgroups (one per `lanes` column vectors): none
-/// (1) when they are enough already, else as many as reach [`SPLIT_GROUPS`] with slices of
-/// [`MIN_SLICE`] rows or more.
-fn slices(k: usize, groups: usize) -> usize {
-    if groups >= SPLIT_GROUPS {
-        return 1;
-    }
-    SPLIT_GROUPS.div_ceil(groups).min(k / MIN_SLICE).max(1)
-}
-
-/// The dispatches for a product [`applies`] accepted.
+/// The dispatch for a product [`applies`] accepted.
 pub(super) fn kernel(dtype: DType, g: &GpuGemm, mode: Gemv) -> Option<GpuKernel> {
     let vec = vec_elems(dtype)?;
     let vecs = g.n / vec;
@@ -93,15 +74,9 @@ pub(super) fn kernel(dtype: DType, g: &GpuGemm, mode: Gemv) -> Option<GpuKernel>
         _ => auto_lanes(g.k, vecs),
     };
     let groups = vecs.div_ceil(lanes);
-    let splits = match mode {
-        Gemv::Auto => slices(g.k, groups),
-        _ => 1,
-    };
-    let kslice = g.k.div_ceil(splits);
-    let splits = g.k.div_ceil(kslice);
     let gy = groups.div_ceil(MAX_GROUPS);
     let gx = groups.div_ceil(gy);
-    let gz = g.m.div_ceil(GROUP_ROWS) * splits;
+    let gz = g.m.div_ceil(GROUP_ROWS);
     let word = |v: usize| u32::try_from(v).ok();
     let params = gemv::Params {
         M: word(g.m)?,
@@ -113,49 +88,24 @@ pub(super) fn kernel(dtype: DType, g: &GpuGemm, mode: Gemv) -> Option<GpuKernel>
         rsB: word(g.b.rs / vec)?,
         offB: word(g.b.off / vec)?,
         lanes: lanes as u32,
-        kslice: word(kslice)?,
     };
-    let grid = [word(gx)?, word(gy)?, word(gz)?];
-    let a = BufRef::Input(0);
-    let b = BufRef::Input(1);
-    if splits == 1 {
-        let variant = match dtype {
-            DType::F16 => gemv::Variant::F16,
-            _ => gemv::Variant::F32,
-        };
-        let y = BufRef::Output(0);
-        return Some(GpuKernel {
-            scratch: vec![],
-            dispatches: vec![Dispatch::new(
-                variant,
-                gemv::Buffers { a, b, y },
-                params,
-                grid,
-            )],
-        });
-    }
-    let (variant, reduce) = match dtype {
-        DType::F16 => (gemv::Variant::F16Split, gemv_reduce::Variant::F16),
-        _ => (gemv::Variant::F32Split, gemv_reduce::Variant::F32),
+    let variant = match dtype {
+        DType::F16 => gemv::Variant::F16,
+        _ => gemv::Variant::F32,
     };
-    let total = g.m * g.n;
-    let y = BufRef::Scratch(0);
-    let partials = Dispatch::new(variant, gemv::Buffers { a, b, y }, params, grid);
-    let sum = Dispatch::new(
-        reduce,
-        gemv_reduce::Buffers {
-            part: BufRef::Scratch(0),
-            y: BufRef::Output(0),
-        },
-        gemv_reduce::Params {
-            total: word(total)?,
-            splits: word(splits)?,
-        },
-        groups_1d(total, 256),
-    );
+    let buffers = gemv::Buffers {
+        a: BufRef::Input(0),
+        b: BufRef::Input(1),
+        y: BufRef::Output(0),
+    };
     Some(GpuKernel {
-        scratch: vec![(splits * total * 4) as u64],
-        dispatches: vec![partials, sum],
+        scratch: vec![],
+        dispatches: vec![Dispatch::new(
+            variant,
+            buffers,
+            params,
+            [word(gx)?, word(gy)?, word(gz)?],
+        )],
     })
 }
 
@@ -252,51 +202,6 @@ mod tests {
                     let tol = if dtype == DType::F16 { 2e-3 } else { 1e-5 };
                     assert_close(&f64s(&got[0]), &want, tol);
                 }
-            }
-        }
-    }
-
-    #[test]
-    fn products_with_few_columns_are_split_along_k() {
-        // Llama 1B's decode: q and o (N 2048) and down (K 8192) are split, lm_head is not.
-        assert_eq!(slices(2_048, 2_048 / 8 / 2), 4);
-        assert_eq!(slices(8_192, 2_048 / 8 / 2), 4);
-        assert_eq!(slices(2_048, 8_192 / 8 / 8), 4);
-        assert_eq!(slices(2_048, 128_256 / 8 / 8), 1);
-        // Never slices shorter than MIN_SLICE rows.
-        assert_eq!(slices(700, 1), 1);
-        assert_eq!(slices(1_100, 1), 2);
-    }
-
-    #[test]
-    fn split_products_match_a_reference() {
-        let Some(gpu) = test_gpu() else {
-            eprintln!("no GPU: the split gemv kernel is not run");
-            return;
-        };
-        let mut rng = Rng::new(72);
-        // Slices of 512 rows, of 750 (the last one shorter), and four rows of A.
-        let shapes = [(1, 2_048, 64), (3, 1_500, 136), (4, 1_100, 24)];
-        for dtype in [DType::F16, DType::F32] {
-            for (m, k, n) in shapes {
-                let (a, b) = (
-                    random(&mut rng, &[1, m, k], dtype),
-                    random(&mut rng, &[k, n], dtype),
-                );
-                let want = product(&a, &b, (m, k, n));
-                let out = ValueType::new(dtype, vec![1, m, n]);
-                let kernel = kernel_for(&ValueType::of(&a), &ValueType::of(&b), Gemv::Auto)
-                    .unwrap_or_else(|| panic!("{dtype} {m}x{k}x{n}: no gemv"));
-                assert_eq!(kernel.dispatches.len(), 2, "{dtype} {m}x{k}x{n}: not split");
-                let got = run_kernel_on(
-                    gpu,
-                    &kernel,
-                    &[Some(&a), Some(&b)],
-                    std::slice::from_ref(&out),
-                )
-                .unwrap();
-                let tol = if dtype == DType::F16 { 2e-3 } else { 1e-5 };
-                assert_close(&f64s(&got[0]), &want, tol);
             }
         }
     }
