@@ -338,3 +338,80 @@ fn needs_and_fixed(
     }
     Ok((needs, fixed))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vkml_planner::{CostGraph, DeviceInventory, DeviceKind, OpCost, ValueCost, ValueKind};
+
+    /// A chain of `n` GPU-capable ops, each with a weight of `weight` bytes.
+    fn chain(n: usize, weight: u64) -> CostGraph {
+        let mut g = CostGraph::default();
+        g.values.push(ValueCost {
+            bytes: 4096,
+            kind: ValueKind::Input,
+            output: false,
+        });
+        let mut last = 0;
+        for i in 0..n {
+            let w = g.values.len();
+            g.values.push(ValueCost {
+                bytes: weight,
+                kind: ValueKind::Weight,
+                output: false,
+            });
+            let out = g.values.len();
+            g.values.push(ValueCost {
+                bytes: 4096,
+                kind: ValueKind::Computed,
+                output: i + 1 == n,
+            });
+            g.ops.push(OpCost {
+                name: format!("mm{i}"),
+                inputs: vec![last, w],
+                outputs: vec![out],
+                flops: 50_000_000,
+                gpu: true,
+                gpu_needs: 0,
+                view: false,
+            });
+            last = out;
+        }
+        g
+    }
+
+    fn node(gpu_budget: u64) -> Vec<DeviceInventory> {
+        let dev = |name: &str, kind, budget, flops| DeviceInventory {
+            name: name.into(),
+            kind,
+            memory_budget: budget,
+            flops_per_us: flops,
+            op_overhead_ns: 2_000,
+            bytes_per_us: 0,
+            features: 0,
+        };
+        vec![
+            dev("cpu", DeviceKind::Cpu, 1 << 40, 10_000),
+            dev("vulkan:0", DeviceKind::Gpu, gpu_budget, 10_000_000),
+        ]
+    }
+
+    #[test]
+    fn a_plan_pushed_off_the_gpus_by_the_model_s_own_plans_is_cramped() {
+        let g = chain(8, 1 << 20);
+        let gross = Snapshot::single("n1", node(64 << 20));
+        let links = vkml_planner::LinkCosts::default();
+        // The memory left holds a quarter of the weights: most ops go to the CPU.
+        let net = Snapshot::single("n1", node(2 << 20));
+        let squeezed = vkml_planner::plan(&g, &net, &links).unwrap();
+        assert!(
+            squeezed.placement.iter().any(|d| d.index == 0),
+            "some ops on the CPU"
+        );
+        assert!(cramped(&g, &net, &gross, &squeezed));
+        // With room for all of it, it is not.
+        let roomy = Snapshot::single("n1", node(32 << 20));
+        let fine = vkml_planner::plan(&g, &roomy, &links).unwrap();
+        assert!(!cramped(&g, &roomy, &gross, &fine));
+    }
+}
