@@ -99,6 +99,11 @@ struct JsonLoad {
     devices: std::collections::BTreeMap<String, JsonDeviceLoad>,
     /// Cut-edge bytes the member sent to and received from each other node.
     peers: std::collections::BTreeMap<String, JsonPeer>,
+    /// Sequences whose caches the member keeps between steps, their bytes, and those of the
+    /// bytes in GPU buffers.
+    sequences_kept: u64,
+    sequence_bytes: u64,
+    sequence_gpu_bytes: u64,
 }
 
 #[derive(Serialize)]
@@ -117,6 +122,9 @@ fn load(r: &pb::StatusReply) -> JsonLoad {
     JsonLoad {
         runs_in_flight: r.runs_in_flight,
         runs_finished: r.runs_finished,
+        sequences_kept: r.sequences_kept,
+        sequence_bytes: r.sequence_bytes,
+        sequence_gpu_bytes: r.sequence_gpu_bytes,
         devices: r
             .device_loads
             .iter()
@@ -337,6 +345,7 @@ fn load_table(s: &JsonStatus) -> String {
     let mut rows = vec![vec![
         "NAME".to_string(),
         "RUNS (now / ended)".into(),
+        "SEQUENCES (caches kept)".into(),
         "DEVICES (rate, op cost: busy)".into(),
         "EDGE BYTES OUT / IN BY PEER".into(),
     ]];
@@ -373,6 +382,14 @@ fn load_table(s: &JsonStatus) -> String {
         rows.push(vec![
             m.name.clone(),
             format!("{} / {}", l.runs_in_flight, l.runs_finished),
+            match l.sequences_kept {
+                0 => "-".into(),
+                n => format!(
+                    "{n}: {} ({} on GPUs)",
+                    mib(l.sequence_bytes),
+                    mib(l.sequence_gpu_bytes)
+                ),
+            },
             devs,
             if peers.is_empty() { "-".into() } else { peers },
         ]);
