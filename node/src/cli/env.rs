@@ -78,37 +78,43 @@ pub fn tensor_lanes() -> usize {
 /// How long a node keeps an idle sequence's values: `VKML_SEQUENCE_IDLE` seconds (0.1 to
 /// 86400, fractions allowed), else 600.
 pub fn sequence_idle() -> std::time::Duration {
-    let default = vkml::cluster::DEFAULT_SEQUENCE_IDLE;
-    match std::env::var("VKML_SEQUENCE_IDLE") {
-        Err(_) => default,
-        Ok(v) => match v.trim().parse::<f64>() {
-            Ok(s) if (0.1..=86400.0).contains(&s) => std::time::Duration::from_secs_f64(s),
-            _ => {
-                tracing::warn!(
-                    "VKML_SEQUENCE_IDLE={v:?} is not a number of seconds from 0.1 to 86400; \
-                     ignored"
-                );
-                default
-            }
-        },
-    }
+    seconds(
+        "VKML_SEQUENCE_IDLE",
+        0.1..=86400.0,
+        vkml::cluster::DEFAULT_SEQUENCE_IDLE,
+    )
 }
 
 /// How long a model outlives the client connection that loaded it: `VKML_LEASE_GRACE`
 /// seconds (0 to 3600, fractions allowed), else 5.
 pub fn lease_grace() -> std::time::Duration {
-    let default = vkml::cluster::DEFAULT_LEASE_GRACE;
-    match std::env::var("VKML_LEASE_GRACE") {
-        Err(_) => default,
-        Ok(v) => match v.trim().parse::<f64>() {
-            Ok(s) if (0.0..=3600.0).contains(&s) => std::time::Duration::from_secs_f64(s),
-            _ => {
-                tracing::warn!(
-                    "VKML_LEASE_GRACE={v:?} is not a number of seconds from 0 to 3600; ignored"
-                );
-                default
-            }
-        },
+    seconds(
+        "VKML_LEASE_GRACE",
+        0.0..=3600.0,
+        vkml::cluster::DEFAULT_LEASE_GRACE,
+    )
+}
+
+/// Variable `name` as seconds within `range`, else `default` (a value out of range or not a
+/// number is warned about).
+fn seconds(
+    name: &str,
+    range: std::ops::RangeInclusive<f64>,
+    default: std::time::Duration,
+) -> std::time::Duration {
+    let Ok(v) = std::env::var(name) else {
+        return default;
+    };
+    match v.trim().parse::<f64>() {
+        Ok(s) if range.contains(&s) => std::time::Duration::from_secs_f64(s),
+        _ => {
+            tracing::warn!(
+                "{name}={v:?} is not a number of seconds from {} to {}; ignored",
+                range.start(),
+                range.end()
+            );
+            default
+        }
     }
 }
 

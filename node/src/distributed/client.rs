@@ -228,21 +228,51 @@ impl Connected {
         model: u64,
         inputs: Vec<Tensor>,
     ) -> Result<(Vec<Tensor>, bool), DistError> {
+        let m = pb::Run {
+            model_id: model,
+            ..Default::default()
+        };
+        let (outs, retried) = self.exchange(m, inputs.into_iter().enumerate()).await?;
+        Ok((outs.into_values().collect(), retried))
+    }
+
+    /// One step of sequence `seq`: the given inputs by index; the outputs that come back,
+    /// by index.
+    async fn step_async(
+        &self,
+        model: u64,
+        seq: u64,
+        bind: &[(usize, usize)],
+        given: BTreeMap<usize, Tensor>,
+    ) -> Result<BTreeMap<usize, Tensor>, DistError> {
+        let m = pb::Run {
+            model_id: model,
+            sequence: seq,
+            bind: wire::bindings(bind),
+            ..Default::default()
+        };
+        Ok(self.exchange(m, given).await?.0)
+    }
+
+    /// Sends `m` with `inputs` (graph input index, tensor) on a stream of its own; the
+    /// outputs by index, and whether the run was retried.
+    async fn exchange(
+        &self,
+        mut m: pb::Run,
+        inputs: impl IntoIterator<Item = (usize, Tensor)>,
+    ) -> Result<(BTreeMap<usize, Tensor>, bool), DistError> {
         let (mut send, mut recv) = self
             .client
             .conn
             .open_bi()
             .await
             .map_err(|e| DistError::Peer(e.to_string()))?;
-        let m = Message::Run(pb::Run {
-            model_id: model,
-            run_id: 0,
-            tensors: inputs.len() as u32,
-            ..Default::default()
-        });
-        transport::write_message(&mut send, &m).await?;
-        for (i, t) in inputs.iter().enumerate() {
-            let h = wire::header(t, pb::TensorRole::Input, model, 0, i as u64);
+        let inputs: Vec<(usize, Tensor)> = inputs.into_iter().collect();
+        m.tensors = inputs.len() as u32;
+        let model = m.model_id;
+        transport::write_message(&mut send, &Message::Run(m)).await?;
+        for (i, t) in &inputs {
+            let h = wire::header(t, pb::TensorRole::Input, model, 0, *i as u64);
             wire::write_tensor(&mut send, h, t.bytes()).await?;
         }
         let _ = send.finish();
@@ -260,58 +290,7 @@ impl Connected {
             let (h, payload) = wire::read_tensor(&mut recv).await?;
             outs.insert(h.edge_id as usize, wire::tensor(&h, payload)?);
         }
-        Ok((outs.into_values().collect(), r.retried))
-    }
-
-    /// One step of sequence `seq`: the given inputs by index; the outputs that come back,
-    /// by index.
-    async fn step_async(
-        &self,
-        model: u64,
-        seq: u64,
-        bind: &[(usize, usize)],
-        given: BTreeMap<usize, Tensor>,
-    ) -> Result<Vec<(usize, Tensor)>, DistError> {
-        let (mut send, mut recv) = self
-            .client
-            .conn
-            .open_bi()
-            .await
-            .map_err(|e| DistError::Peer(e.to_string()))?;
-        let m = Message::Run(pb::Run {
-            model_id: model,
-            tensors: given.len() as u32,
-            sequence: seq,
-            bind: bind
-                .iter()
-                .map(|&(o, i)| pb::Binding {
-                    output: o as u32,
-                    input: i as u32,
-                })
-                .collect(),
-            ..Default::default()
-        });
-        transport::write_message(&mut send, &m).await?;
-        for (i, t) in &given {
-            let h = wire::header(t, pb::TensorRole::Input, model, 0, *i as u64);
-            wire::write_tensor(&mut send, h, t.bytes()).await?;
-        }
-        let _ = send.finish();
-        let r = match wire::expect_message(&mut recv).await? {
-            Message::RunResult(r) => r,
-            other => {
-                return Err(DistError::Protocol(format!(
-                    "unexpected answer {:?}",
-                    other.kind()
-                )));
-            }
-        };
-        let mut outs = Vec::new();
-        for _ in 0..r.tensors {
-            let (h, payload) = wire::read_tensor(&mut recv).await?;
-            outs.push((h.edge_id as usize, wire::tensor(&h, payload)?));
-        }
-        Ok(outs)
+        Ok((outs, r.retried))
     }
 
     /// `work`'s error, or, when the connection to the node is gone, what became of the node

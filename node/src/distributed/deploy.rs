@@ -105,14 +105,7 @@ pub async fn make(
     }
     let load_id: u64 = rand::random();
     let me_name = me;
-    let bound: Vec<pb::Binding> = key
-        .bound
-        .iter()
-        .map(|&(o, i)| pb::Binding {
-            output: o as u32,
-            input: i as u32,
-        })
-        .collect();
+    let bound = super::wire::bindings(&key.bound);
     let (graph, key, me) = (graph.clone(), key.clone(), me.to_string());
     let external = external.clone();
     // The life of each node now: a verdict on an older life must not end this plan, and a

@@ -12,19 +12,15 @@
 //! `sequence_idle` (a client that vanished without ending its sequences).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::lock;
 use crate::device::vulkan::{Gpu, GpuBuffer};
 use crate::error::{Error, Result};
 use crate::exec::bound::{StateLayout, download, upload};
-use crate::exec::{BoundContext, Executable};
+use crate::exec::{BoundContext, BoundContexts, Executable};
 use crate::tensor::Tensor;
-
-/// Execution contexts a sequence keeps per GPU buffer (a prompt's plan and the single
-/// tokens', usually); the least recently used goes first.
-const CONTEXTS_KEPT: usize = 4;
 
 /// A sequence's values held in a GPU buffer.
 struct OnGpu {
@@ -33,9 +29,7 @@ struct OnGpu {
     buffer: Arc<GpuBuffer>,
     /// The graph input each slot of `layout` is.
     inputs: Vec<usize>,
-    /// Contexts recorded against `buffer`, most recently used first; an executable that is
-    /// gone (its plan unloaded) takes its context with it.
-    contexts: Vec<(Weak<Executable>, BoundContext)>,
+    contexts: BoundContexts,
 }
 
 impl OnGpu {
@@ -193,23 +187,12 @@ impl Kept {
                 gpu: gpu.clone(),
                 buffer,
                 inputs: inputs.clone(),
-                contexts: Vec::new(),
+                contexts: BoundContexts::default(),
             });
         }
         let g = held.gpu.as_mut().expect("on the GPU now");
-        g.contexts.retain(|(e, _)| e.strong_count() > 0);
-        let at = g
-            .contexts
-            .iter()
-            .position(|(e, _)| std::ptr::eq(e.as_ptr(), Arc::as_ptr(exe)));
-        let entry = match at {
-            Some(i) => g.contexts.remove(i),
-            None => (Arc::downgrade(exe), exe.bound_context(&g.buffer)?),
-        };
-        g.contexts.insert(0, entry);
-        g.contexts.truncate(CONTEXTS_KEPT);
         Ok(GpuStep {
-            ctx: g.contexts[0].1.clone(),
+            ctx: g.contexts.for_plan(exe, &g.buffer)?.clone(),
             buffer: g.buffer.clone(),
             inputs,
         })

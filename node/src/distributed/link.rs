@@ -176,14 +176,7 @@ impl Link {
         if let Some(step) = step {
             m.sequence = step.sequence;
             m.take = step.take.iter().map(|&i| i as u32).collect();
-            m.keep = step
-                .keep
-                .iter()
-                .map(|&(o, i)| pb::Binding {
-                    output: o as u32,
-                    input: i as u32,
-                })
-                .collect();
+            m.keep = wire::bindings(&step.keep);
         }
         let m = Message::Run(m);
         transport::write_message(&mut s, &m).await?;

@@ -343,11 +343,7 @@ impl Exec {
                     let step = (r.sequence != 0).then(|| Step {
                         sequence: r.sequence,
                         take: r.take.iter().map(|&i| i as usize).collect(),
-                        keep: r
-                            .keep
-                            .iter()
-                            .map(|b| (b.output as usize, b.input as usize))
-                            .collect(),
+                        keep: wire::pairs(&r.keep),
                     });
                     let started = self
                         .participant
@@ -555,11 +551,7 @@ impl Exec {
             let (h, payload) = wire::read_tensor(recv).await?;
             given.insert(h.edge_id as usize, wire::tensor(&h, payload)?);
         }
-        let pairs: Vec<(usize, usize)> = r
-            .bind
-            .iter()
-            .map(|b| (b.output as usize, b.input as usize))
-            .collect();
+        let pairs = wire::pairs(&r.bind);
         let outputs = self
             .submitter
             .run_step(model, r.sequence, &pairs, given)

@@ -161,3 +161,22 @@ pub async fn send_weights(
     }
     reader.await.map_err(super::join_err)
 }
+
+/// A sequence's bindings (graph output, graph input) as the wire lists them.
+pub fn bindings(pairs: &[(usize, usize)]) -> Vec<pb::Binding> {
+    pairs
+        .iter()
+        .map(|&(o, i)| pb::Binding {
+            output: o as u32,
+            input: i as u32,
+        })
+        .collect()
+}
+
+/// The (graph output, graph input) pairs of wire bindings.
+pub fn pairs(bindings: &[pb::Binding]) -> Vec<(usize, usize)> {
+    bindings
+        .iter()
+        .map(|b| (b.output as usize, b.input as usize))
+        .collect()
+}

@@ -80,6 +80,33 @@ pub struct Executable {
 #[derive(Clone)]
 pub struct BoundContext(run::Contexts);
 
+/// The execution contexts recorded against one state buffer, one per plan that ran with it
+/// (a prompt's and the single tokens', usually), most recently used first; the least
+/// recently used goes past [`BoundContexts::KEPT`], and a plan that is gone takes its
+/// context with it.
+#[derive(Default)]
+pub struct BoundContexts(Vec<(std::sync::Weak<Executable>, BoundContext)>);
+
+impl BoundContexts {
+    pub const KEPT: usize = 4;
+
+    /// `exe`'s context for `state`, made the first time.
+    pub fn for_plan(&mut self, exe: &Arc<Executable>, state: &GpuBuffer) -> Result<&BoundContext> {
+        self.0.retain(|(e, _)| e.strong_count() > 0);
+        let at = self
+            .0
+            .iter()
+            .position(|(e, _)| std::ptr::eq(e.as_ptr(), Arc::as_ptr(exe)));
+        let entry = match at {
+            Some(i) => self.0.remove(i),
+            None => (Arc::downgrade(exe), exe.bound_context(state)?),
+        };
+        self.0.insert(0, entry);
+        self.0.truncate(Self::KEPT);
+        Ok(&self.0[0].1)
+    }
+}
+
 /// The state layout for `pairs` when the whole plan is one GPU chunk of this node and the
 /// pairs can share buffers; otherwise none, and why is logged.
 fn bound_state(

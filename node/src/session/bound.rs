@@ -16,13 +16,9 @@ use super::Session;
 use crate::device::vulkan::{Gpu, GpuBuffer};
 use crate::error::{Error, Result};
 use crate::exec::bound::{StateLayout, download, upload};
-use crate::exec::{BoundContext, Executable};
+use crate::exec::{BoundContext, BoundContexts, Executable};
 use crate::ops::ValueType;
 use crate::tensor::Tensor;
-
-/// Plans whose execution contexts a state keeps (one per input shape it ran with: a prompt
-/// and single tokens, usually); the least recently used goes first.
-const CONTEXTS_KEPT: usize = 4;
 
 /// The bound values of one sequence of runs: see [`Session::bind`].
 pub struct BoundState {
@@ -38,8 +34,7 @@ enum Home {
         layout: StateLayout,
         gpu: Arc<Gpu>,
         buffer: Arc<GpuBuffer>,
-        /// Execution contexts recorded against `buffer`, most recently used first.
-        contexts: Vec<(Arc<Executable>, BoundContext)>,
+        contexts: BoundContexts,
     },
 }
 
@@ -94,7 +89,7 @@ impl BoundState {
                 layout: layout.clone(),
                 gpu: gpu.clone(),
                 buffer,
-                contexts: Vec::new(),
+                contexts: BoundContexts::default(),
             };
         }
         let Home::Gpu {
@@ -103,18 +98,7 @@ impl BoundState {
         else {
             unreachable!("on the GPU now");
         };
-        match contexts.iter().position(|(e, _)| Arc::ptr_eq(e, exe)) {
-            Some(i) => {
-                let entry = contexts.remove(i);
-                contexts.insert(0, entry);
-            }
-            None => {
-                let ctx = exe.bound_context(buffer)?;
-                contexts.insert(0, (exe.clone(), ctx));
-                contexts.truncate(CONTEXTS_KEPT);
-            }
-        }
-        Ok(&contexts[0].1)
+        contexts.for_plan(exe, buffer)
     }
 }
 
