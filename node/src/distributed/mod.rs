@@ -301,35 +301,8 @@ impl Exec {
                     transport::write_message(s, &Message::Unload(u)).await?;
                     Ok(())
                 }
-                Message::Sequence(op) if client => {
-                    let s = send.as_mut().ok_or_else(one_way)?;
-                    if op.op() != pb::sequence_op::Op::End {
-                        return Err(DistError::Protocol(
-                            "a client may only end a sequence".into(),
-                        ));
-                    }
-                    self.submitter.end_sequence(op.sequence);
-                    transport::write_message(s, &Message::Sequence(op)).await?;
-                    Ok(())
-                }
-                Message::Sequence(op) if op.op() == pb::sequence_op::Op::Fetch => {
-                    let s = send.as_mut().ok_or_else(one_way)?;
-                    let wanted: Vec<usize> = op.inputs.iter().map(|&i| i as usize).collect();
-                    let values = self.participant.fetch(&peer, op.sequence, &wanted)?;
-                    let answer = pb::SequenceOp {
-                        tensors: values.len() as u32,
-                        ..op
-                    };
-                    transport::write_message(s, &Message::Sequence(answer)).await?;
-                    for (i, t) in values {
-                        let h = wire::header(&t, pb::TensorRole::Input, 0, 0, i as u64);
-                        wire::write_tensor(s, h, t.bytes()).await?;
-                    }
-                    Ok(())
-                }
-                m @ Message::Sequence(_) => {
-                    self.message_from(&peer, m);
-                    Ok(())
+                Message::Sequence(op) => {
+                    self.serve_sequence(&peer, client, op, send.as_mut()).await
                 }
                 Message::Run(r) => {
                     // Not sized from `r.tensors`: a peer's claim, not yet backed by bytes.
@@ -340,11 +313,7 @@ impl Exec {
                     }
                     // A refusal is reported to the submitter by the participant's machine too.
                     let (model_id, run_id) = (r.model_id, r.run_id);
-                    let step = (r.sequence != 0).then(|| Step {
-                        sequence: r.sequence,
-                        take: r.take.iter().map(|&i| i as usize).collect(),
-                        keep: wire::pairs(&r.keep),
-                    });
+                    let step = Step::of_run(&r);
                     let started = self
                         .participant
                         .start_run(&peer, model_id, run_id, inputs, step);
@@ -533,6 +502,45 @@ impl Exec {
         for (i, t) in outputs.iter().enumerate() {
             let h = wire::header(t, pb::TensorRole::Output, r.model_id, 0, i as u64);
             wire::write_tensor(send, h, t.bytes()).await?;
+        }
+        Ok(())
+    }
+
+    /// A `SequenceOp`: a client's END (ended on every keeper, answered), a submitter's FETCH
+    /// (answered with the values this node gives up) or END (no answer).
+    async fn serve_sequence(
+        &self,
+        peer: &str,
+        client: bool,
+        op: pb::SequenceOp,
+        send: Option<&mut quinn::SendStream>,
+    ) -> Result<(), DistError> {
+        let end = op.op() == pb::sequence_op::Op::End;
+        if client && !end {
+            return Err(DistError::Protocol(
+                "a client may only end a sequence".into(),
+            ));
+        }
+        if end && !client {
+            self.message_from(peer, Message::Sequence(op));
+            return Ok(());
+        }
+        let s = send.ok_or_else(one_way)?;
+        if client {
+            self.submitter.end_sequence(op.sequence);
+            transport::write_message(s, &Message::Sequence(op)).await?;
+            return Ok(());
+        }
+        let wanted: Vec<usize> = op.inputs.iter().map(|&i| i as usize).collect();
+        let values = self.participant.fetch(peer, op.sequence, &wanted)?;
+        let answer = pb::SequenceOp {
+            tensors: values.len() as u32,
+            ..op
+        };
+        transport::write_message(s, &Message::Sequence(answer)).await?;
+        for (i, t) in values {
+            let h = wire::header(&t, pb::TensorRole::Input, 0, 0, i as u64);
+            wire::write_tensor(s, h, t.bytes()).await?;
         }
         Ok(())
     }

@@ -23,7 +23,7 @@ use vkml_protocol::dist::participant::{
 use vkml_protocol::{Message, pb};
 
 use super::alarm::Alarm;
-use super::kept::{Kept, SeqKey};
+use super::kept::{GpuStep, Kept, SeqKey};
 use super::link::Link;
 use super::{DistError, fragment, lock, wire};
 use crate::error::Error;
@@ -83,6 +83,17 @@ pub struct Step {
     pub take: Vec<usize>,
     /// (graph output, graph input): outputs kept here as inputs of the next step.
     pub keep: Vec<(usize, usize)>,
+}
+
+impl Step {
+    /// The directions a submitter's `Run` carries, if it is a step of a sequence.
+    pub fn of_run(r: &pb::Run) -> Option<Step> {
+        (r.sequence != 0).then(|| Step {
+            sequence: r.sequence,
+            take: r.take.iter().map(|&i| i as usize).collect(),
+            keep: wire::pairs(&r.keep),
+        })
+    }
 }
 
 impl Participant {
@@ -297,47 +308,17 @@ impl Participant {
         })?;
         let exe = exe.ok_or(DistError::NoModel(model))?;
         let seq: Option<SeqKey> = step.as_ref().map(|s| (from.to_string(), s.sequence));
-        // The values this part keeps on its GPU: in the sequence's state buffer.
-        let on_gpu = match (&seq, exe.state_layout()) {
-            (Some(key), Some(_)) => {
-                match self.kept.on_gpu(key, &exe, &mut inputs, Instant::now()) {
-                    Ok(g) => Some(g),
-                    Err(e) => {
-                        let why = format!("sequence {:016x} on {}: {e}", key.1, self.me);
-                        self.kept.end(key);
-                        self.call(|st, now| st.core.run_finished(&ticket, Err(why), now));
-                        return Ok(());
-                    }
-                }
-            }
-            _ => None,
-        };
-        if let (Some(s), Some(key)) = (&step, &seq) {
-            let on_host: Vec<usize> = s
-                .take
-                .iter()
-                .copied()
-                .filter(|i| on_gpu.as_ref().is_none_or(|g| !g.inputs.contains(i)))
-                .collect();
-            match self.kept.take(key, &on_host, Instant::now()) {
-                Ok(values) => inputs.extend(values),
-                Err(i) => {
-                    let name = exe
-                        .graph()
-                        .inputs
-                        .get(i)
-                        .map_or("?", |(_, d)| d.name.as_str());
-                    let why = format!(
-                        "sequence {:016x}: the value of '{name}' is not kept on {} (the sequence \
-                         ended, was idle too long, or a step of it failed): begin it again",
-                        s.sequence, self.me
-                    );
+        let on_gpu = match (&step, &seq) {
+            (Some(s), Some(key)) => match self.step_values(key, s, &exe, &mut inputs) {
+                Ok(g) => g,
+                Err(why) => {
                     self.kept.end(key);
                     self.call(|st, now| st.core.run_finished(&ticket, Err(why), now));
                     return Ok(());
                 }
-            }
-        }
+            },
+            _ => None,
+        };
         // Trace events of a run's life on each node: with RUST_LOG=vkml::distributed=trace,
         // their timestamps break a split run down hop by hop.
         tracing::trace!("run {run}: part starting ({} inputs)", inputs.len());
@@ -400,6 +381,46 @@ impl Participant {
             st.core.run_finished(&ticket, Err(failed), now);
         });
         Ok(())
+    }
+
+    /// Puts the values a step of sequence `key` reads from what this node keeps in place: in
+    /// the sequence's GPU state buffer for those `exe` keeps there (returned: the step runs in
+    /// its context), among `inputs` for the others. The error says which value is missing.
+    fn step_values(
+        &self,
+        key: &SeqKey,
+        step: &Step,
+        exe: &Arc<Executable>,
+        inputs: &mut Vec<(usize, Tensor)>,
+    ) -> Result<Option<GpuStep>, String> {
+        let on_gpu = match exe.state_layout() {
+            Some(_) => Some(
+                self.kept
+                    .on_gpu(key, exe, inputs, Instant::now())
+                    .map_err(|e| format!("sequence {:016x} on {}: {e}", key.1, self.me))?,
+            ),
+            None => None,
+        };
+        let on_host: Vec<usize> = step
+            .take
+            .iter()
+            .copied()
+            .filter(|i| on_gpu.as_ref().is_none_or(|g| !g.inputs.contains(i)))
+            .collect();
+        let values = self.kept.take(key, &on_host, Instant::now()).map_err(|i| {
+            let name = exe
+                .graph()
+                .inputs
+                .get(i)
+                .map_or("?", |(_, d)| d.name.as_str());
+            format!(
+                "sequence {:016x}: the value of '{name}' is not kept on {} (the sequence ended, \
+                 was idle too long, or a step of it failed): begin it again",
+                step.sequence, self.me
+            )
+        })?;
+        inputs.extend(values);
+        Ok(on_gpu)
     }
 
     /// A value another node produced for a run of ours.

@@ -621,45 +621,54 @@ impl Submitter {
                 node,
                 load_id,
                 run_id,
-                mut inputs,
+                inputs,
                 step,
             } => {
                 let me = self.clone();
-                tokio::spawn(async move {
-                    let (step, fetch) = match step {
-                        Some(StartPlan { step, fetch }) => (Some(step), fetch),
-                        None => (None, BTreeMap::new()),
-                    };
-                    // Values kept on other nodes than the one that reads them now come
-                    // through here, once (the plan placed their layer elsewhere).
-                    for (keeper, wanted) in fetch {
-                        let seq = step.as_ref().map_or(0, |s| s.sequence);
-                        match me.fetch(&keeper, seq, &wanted).await {
-                            Ok(values) => inputs.extend(values),
-                            Err(e) => {
-                                let why = format!("fetching sequence values: {e}");
-                                me.call(|st, now| {
-                                    st.core.start_failed(load_id, run_id, &keeper, &why, now)
-                                });
-                                return;
-                            }
-                        }
-                    }
-                    let r = if node == me.me {
-                        me.participant
-                            .start_run(&me.me, load_id, run_id, inputs, step)
-                    } else {
-                        let step = step.as_ref();
-                        me.link
-                            .start_remote(&node, load_id, run_id, inputs, step)
-                            .await
-                    };
-                    if let Err(e) = r {
-                        let why = e.to_string();
-                        me.call(|st, now| st.core.start_failed(load_id, run_id, &node, &why, now));
-                    }
-                });
+                tokio::spawn(async move { me.start(node, load_id, run_id, inputs, step).await });
             }
+        }
+    }
+
+    /// Starts run `run_id` of `load_id` on `node` (this node too, when a step's values must be
+    /// fetched first) and reports a start that fails.
+    async fn start(
+        self: Arc<Self>,
+        node: String,
+        load_id: u64,
+        run_id: u64,
+        mut inputs: Vec<(usize, Tensor)>,
+        step: Option<StartPlan>,
+    ) {
+        let (step, fetch) = match step {
+            Some(StartPlan { step, fetch }) => (Some(step), fetch),
+            None => (None, BTreeMap::new()),
+        };
+        // Values kept on other nodes than the one that reads them now come through here,
+        // once (the plan placed their layer elsewhere).
+        for (keeper, wanted) in fetch {
+            let seq = step.as_ref().map_or(0, |s| s.sequence);
+            match self.fetch(&keeper, seq, &wanted).await {
+                Ok(values) => inputs.extend(values),
+                Err(e) => {
+                    let why = format!("fetching sequence values: {e}");
+                    self.call(|st, now| st.core.start_failed(load_id, run_id, &keeper, &why, now));
+                    return;
+                }
+            }
+        }
+        let r = if node == self.me {
+            self.participant
+                .start_run(&self.me, load_id, run_id, inputs, step)
+        } else {
+            let step = step.as_ref();
+            self.link
+                .start_remote(&node, load_id, run_id, inputs, step)
+                .await
+        };
+        if let Err(e) = r {
+            let why = e.to_string();
+            self.call(|st, now| st.core.start_failed(load_id, run_id, &node, &why, now));
         }
     }
 
