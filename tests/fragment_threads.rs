@@ -59,6 +59,7 @@ fn runs_waiting_for_another_node_hold_no_thread() {
             &waiting,
             false,
             &[],
+            None,
         )
         .unwrap(),
     );

@@ -466,6 +466,20 @@ fn genai_caches_stay_on_the_gpus_of_the_nodes_that_run_their_layers() {
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", cluster_harness::logs(&refs)));
     assert_eq!(out.tokens, r.greedy_ids, "greedy tokens over two GPU nodes");
+    // The prompt's plan and the one-token plan share each node's GPU copy of the weights:
+    // where both do not fit (each node holds about half the model and may take 80% of it),
+    // they take turns, and the one coming back finds the weights still there.
+    let s = cluster_harness::status(&nodes[0], &cluster.key);
+    for m in s["members"].as_array().unwrap() {
+        let load = &m["load"];
+        eprintln!("{}: {load}", m["name"]);
+        assert!(
+            load["weight_bytes_reused"].as_u64().unwrap() > 0,
+            "{}: no plan reused the weights another left on its GPU\n{}",
+            m["name"],
+            cluster_harness::logs(&refs)
+        );
+    }
     let on_gpu: u64 = seen.iter().map(|&(_, gpu)| gpu).sum();
     assert!(
         on_gpu > 0,

@@ -18,7 +18,7 @@ pub fn place(
     if devices.is_empty() {
         return Err(PlanError::NoDevices);
     }
-    let mut ledger = Ledger::new(graph);
+    let mut ledger = Ledger::new(graph, &snapshot.resident);
     let mut placement = Vec::with_capacity(graph.ops.len());
 
     for (o, op) in graph.ops.iter().enumerate() {

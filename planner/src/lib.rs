@@ -13,6 +13,7 @@ mod greedy;
 mod hash;
 mod memory;
 mod peak;
+mod resident;
 mod stages;
 mod types;
 mod whole;
@@ -64,9 +65,10 @@ pub use types::*;
 
 /// Places every op of `graph` on a device of `snapshot`, splits the placement into chunks
 /// (maximal runs of ops on one device) and lists the transfers between them. The candidates,
-/// in order: greedy placement, every single device that holds the whole model (whole.rs), and
+/// in order: greedy placement, every single device that holds the whole model (whole.rs),
 /// contiguous stages sized to balance the devices' compute, in proportion to the budgets, or
-/// filling each device (stages.rs, which says why). The one with the lowest estimated run time
+/// filling each device (stages.rs, which says why), and the placement that follows the
+/// weights the model's other plans hold (resident.rs). The one with the lowest estimated run time
 /// wins, the earlier on a tie, so stages win only where the faster plans do not fit. Where no
 /// single device holds the model, every plan is a pipeline, whose throughput under load is set
 /// by its busiest device: plans are then ranked by the time [`PIPELINED_RUNS`] runs in flight
@@ -87,7 +89,14 @@ pub fn plan(graph: &CostGraph, snapshot: &Snapshot, links: &LinkCosts) -> Result
     ]
     .into_iter()
     .filter_map(|sizing| stages::place(graph, snapshot, sizing));
-    let candidates = greedy.clone().ok().into_iter().chain(singles).chain(staged);
+    let following = resident::place(graph, snapshot);
+    let candidates = greedy
+        .clone()
+        .ok()
+        .into_iter()
+        .chain(singles)
+        .chain(staged)
+        .chain(following);
     let mut best: Option<(u64, Candidate)> = None;
     for (placement, memory) in candidates {
         let (chunks, op_chunk) = chunks::build(graph, &placement);

@@ -78,12 +78,27 @@ pub struct Ledger<'g> {
 }
 
 impl<'g> Ledger<'g> {
-    pub fn new(graph: &'g CostGraph) -> Ledger<'g> {
+    /// An empty ledger, but for the weights each device already holds (`resident`, from
+    /// [`Snapshot::resident`]): those are charged nothing there.
+    pub fn new(
+        graph: &'g CostGraph,
+        resident: &BTreeMap<DeviceRef, BTreeSet<ValueId>>,
+    ) -> Ledger<'g> {
+        let held = resident
+            .iter()
+            .flat_map(|(d, vs)| vs.iter().map(move |&v| (d.clone(), v)))
+            .filter(|&(_, v)| {
+                graph
+                    .values
+                    .get(v)
+                    .is_some_and(|x| x.kind == ValueKind::Weight)
+            })
+            .collect();
         Ledger {
             graph,
             last: last_uses(graph),
             books: BTreeMap::new(),
-            held: BTreeSet::new(),
+            held,
             location: vec![None; graph.values.len()],
         }
     }
@@ -191,7 +206,7 @@ pub fn charge_placement(
     snapshot: &Snapshot,
     placement: &[DeviceRef],
 ) -> BTreeMap<DeviceRef, u64> {
-    let mut ledger = Ledger::new(graph);
+    let mut ledger = Ledger::new(graph, &snapshot.resident);
     for (o, dref) in placement.iter().enumerate() {
         let gpu = snapshot.device(dref).is_some_and(is_gpu);
         let c = ledger.charge(o, dref, gpu);
@@ -207,7 +222,7 @@ pub fn single_device(graph: &CostGraph, gpu: bool) -> u64 {
         node: String::new(),
         index: 0,
     };
-    let mut ledger = Ledger::new(graph);
+    let mut ledger = Ledger::new(graph, &BTreeMap::new());
     for o in 0..graph.ops.len() {
         let c = ledger.charge(o, &dref, gpu);
         ledger.commit(o, &dref, c);

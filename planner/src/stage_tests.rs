@@ -127,6 +127,7 @@ fn cluster(kind: DeviceKind, budgets: &[u64]) -> Snapshot {
             .enumerate()
             .map(|(i, &b)| (format!("n{i}"), vec![device(name, kind, b)]))
             .collect(),
+        ..Snapshot::default()
     }
 }
 
@@ -383,4 +384,62 @@ fn stages_are_balanced_by_speed_within_15_percent_of_the_best_split() {
     }
     eprintln!("worst ratio to the best split: {worst:.3}");
     assert!(worst > 0.0, "no case planned");
+}
+
+/// A model's second plan (other input shapes: here one op in ten per run, as a language
+/// model's one-token plan next to its prompt's) on a cluster its first plan filled: with the
+/// first plan's weights resident, it fits, every op reading a weight where the first put it,
+/// and it charges each device only its activations.
+#[test]
+fn a_second_plan_follows_the_weights_the_first_left_resident() {
+    let mut rng = Rng(11);
+    let g = layered(&mut rng, 60);
+    let need = memory::single_device(&g, true);
+    // Three GPUs that hold the model only together, with a fifth to spare.
+    let s = cluster(DeviceKind::Gpu, &[need * 2 / 5; 3]);
+    let first = plan(&g, &s, &LinkCosts::default()).unwrap();
+    assert!(first.memory.len() > 1, "the model is split");
+    // What the first plan leaves, and the weights it holds.
+    let mut left = s.clone();
+    for (d, &used) in &first.memory {
+        left.nodes.get_mut(&d.node).unwrap()[d.index].memory_budget -= used;
+    }
+    let mut one_token = g.clone();
+    for op in &mut one_token.ops {
+        op.flops = op.flops / 10 + 1;
+    }
+    assert!(
+        plan(&one_token, &left, &LinkCosts::default()).is_err(),
+        "without sharing, a second copy of the weights does not fit"
+    );
+    for (o, op) in g.ops.iter().enumerate() {
+        for &v in &op.inputs {
+            if g.values[v].kind == ValueKind::Weight {
+                let at = first.placement[o].clone();
+                left.resident.entry(at).or_default().insert(v);
+            }
+        }
+    }
+    let second = plan(&one_token, &left, &LinkCosts::default()).unwrap();
+    check_plan(&one_token, &left, &second);
+    for (o, op) in g.ops.iter().enumerate() {
+        if op
+            .inputs
+            .iter()
+            .any(|&v| g.values[v].kind == ValueKind::Weight)
+        {
+            assert_eq!(second.placement[o], first.placement[o], "op {o}");
+        }
+    }
+    for (d, &used) in &second.memory {
+        let activations = first.memory[d]
+            - left.resident[d]
+                .iter()
+                .map(|&v| g.values[v].bytes)
+                .sum::<u64>();
+        assert!(
+            used <= activations + 4096,
+            "{d}: {used} charged, activations {activations}"
+        );
+    }
 }

@@ -18,12 +18,14 @@
 //! activations: the memory ledger charges a stage exactly as it charges greedy placement. An
 //! op the stage's GPU cannot run goes to the first device of the same node that can.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cost::{compute_ns, is_gpu};
 use crate::greedy::can_run;
 use crate::memory::{Ledger, last_uses};
-use crate::types::{CostGraph, DeviceInventory, DeviceRef, OpId, Snapshot, ValueKind};
+use crate::types::{CostGraph, DeviceInventory, DeviceRef, OpId, Snapshot, ValueId, ValueKind};
+
+type Resident = BTreeMap<DeviceRef, BTreeSet<ValueId>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sizing {
@@ -54,10 +56,10 @@ pub fn place(
         .map(|(_, d)| u128::from(d.memory_budget))
         .sum();
     let mut budget_before: u128 = 0;
-    let mut ledger = Ledger::new(graph);
+    let mut ledger = Ledger::new(graph, &snapshot.resident);
     let mut placement: Vec<DeviceRef> = Vec::with_capacity(n);
     let balanced = match sizing {
-        Sizing::Balanced => Some(balanced_ends(graph, &devices)?),
+        Sizing::Balanced => Some(balanced_ends(graph, &devices, &snapshot.resident)?),
         _ => None,
     };
     let mut start = 0;
@@ -71,7 +73,7 @@ pub fn place(
         } else if i + 1 == devices.len() {
             n
         } else {
-            let fits = fitting_end(graph, start, dref, dev);
+            let fits = fitting_end(graph, start, dref, dev, &snapshot.resident);
             let hi = match sizing {
                 Sizing::Filling | Sizing::Balanced => fits,
                 Sizing::Proportional => {
@@ -122,6 +124,7 @@ pub fn place(
 fn balanced_ends(
     graph: &CostGraph,
     devices: &[(DeviceRef, &DeviceInventory)],
+    resident: &Resident,
 ) -> Option<Vec<usize>> {
     let n = graph.ops.len();
     // Each device's compute time over the first `e` ops it runs (an op it cannot run goes to
@@ -149,7 +152,7 @@ fn balanced_ends(
             if start < n {
                 let hi = *fits
                     .entry((i, start))
-                    .or_insert_with(|| fitting_end(graph, start, dref, dev));
+                    .or_insert_with(|| fitting_end(graph, start, dref, dev, resident));
                 let p = &prefix[i];
                 // The last end within the device's share of `t`, no further than fits.
                 let within = p.partition_point(|&x| x <= p[start].saturating_add(t)) - 1;
@@ -177,10 +180,16 @@ fn balanced_ends(
 
 /// The end of the longest run of ops from `start` whose share on `dref` fits its budget; ops
 /// the device cannot run are charged to their helper, not here.
-fn fitting_end(graph: &CostGraph, start: OpId, dref: &DeviceRef, dev: &DeviceInventory) -> usize {
+fn fitting_end(
+    graph: &CostGraph,
+    start: OpId,
+    dref: &DeviceRef,
+    dev: &DeviceInventory,
+    resident: &Resident,
+) -> usize {
     // Values from earlier stages are not located in this ledger, so it charges them as
     // received, which is what they will be.
-    let mut alone = Ledger::new(graph);
+    let mut alone = Ledger::new(graph, resident);
     let gpu = is_gpu(dev);
     for o in start..graph.ops.len() {
         if !can_run(&graph.ops[o], dev) {
@@ -205,7 +214,11 @@ fn narrowest_cut(cut: &[u64], start: usize, hi: usize) -> usize {
 }
 
 /// The first device of `dref`'s node that runs `op`, then any device of the cluster.
-fn helper(snapshot: &Snapshot, op: &crate::types::OpCost, dref: &DeviceRef) -> Option<DeviceRef> {
+pub(crate) fn helper(
+    snapshot: &Snapshot,
+    op: &crate::types::OpCost,
+    dref: &DeviceRef,
+) -> Option<DeviceRef> {
     let capable: Vec<DeviceRef> = snapshot
         .devices()
         .filter(|(_, d)| can_run(op, d))

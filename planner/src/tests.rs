@@ -1,5 +1,3 @@
-use std::collections::BTreeMap;
-
 use super::*;
 
 /// A small deterministic generator, so the property tests need no dependency and replay.
@@ -78,7 +76,7 @@ pub(crate) fn device(name: &str, kind: DeviceKind, budget: u64) -> DeviceInvento
 fn random_snapshot(rng: &mut Rng) -> Snapshot {
     let mut s = Snapshot {
         version: rng.below(100),
-        nodes: BTreeMap::new(),
+        ..Snapshot::default()
     };
     for n in 0..1 + rng.below(3) {
         let mut devs = vec![device(
@@ -177,7 +175,7 @@ fn equal_inputs_in_another_order_give_the_same_plan() {
         // The same cluster, its nodes learned in the reverse order.
         let mut reversed = Snapshot {
             version: s.version,
-            nodes: BTreeMap::new(),
+            ..Snapshot::default()
         };
         for (k, v) in s.nodes.iter().rev() {
             reversed.nodes.insert(k.clone(), v.clone());

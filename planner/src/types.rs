@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 pub type OpId = usize;
@@ -79,6 +79,10 @@ pub struct Snapshot {
     pub version: u64,
     /// Node name to its devices, in the node's own order.
     pub nodes: BTreeMap<String, Vec<DeviceInventory>>,
+    /// Weights of the model being planned that its other plans already hold on a device
+    /// (a language model's plan for its prompt, when its plan for one token is made): they
+    /// cost nothing more there, because the plans share them (node/src/exec/shared.rs).
+    pub resident: BTreeMap<DeviceRef, BTreeSet<ValueId>>,
 }
 
 impl Snapshot {
@@ -87,6 +91,7 @@ impl Snapshot {
         Snapshot {
             version: 0,
             nodes: BTreeMap::from([(node.to_string(), devices)]),
+            resident: BTreeMap::new(),
         }
     }
 

@@ -100,7 +100,7 @@ pub enum Message {
     Inventory(pb::Inventory),
     Leave(pb::Leave),
     StatusRequest(pb::StatusRequest),
-    StatusReply(pb::StatusReply),
+    StatusReply(Box<pb::StatusReply>),
     Error(pb::ErrorReply),
     Submit(pb::Submit),
     Fragment(Box<pb::Fragment>),
@@ -201,7 +201,9 @@ impl Message {
             Kind::StatusRequest => {
                 Message::StatusRequest(pb::StatusRequest::decode(body).map_err(bad)?)
             }
-            Kind::StatusReply => Message::StatusReply(pb::StatusReply::decode(body).map_err(bad)?),
+            Kind::StatusReply => {
+                Message::StatusReply(Box::new(pb::StatusReply::decode(body).map_err(bad)?))
+            }
             Kind::Error => Message::Error(pb::ErrorReply::decode(body).map_err(bad)?),
             Kind::Submit => Message::Submit(pb::Submit::decode(body).map_err(bad)?),
             Kind::Fragment => Message::Fragment(Box::new(pb::Fragment::decode(body).map_err(bad)?)),

@@ -225,7 +225,7 @@ fn random_and_mutated_bytes_never_panic() {
         Message::Hello(hello("node-1", pb::Role::Client, 9))
             .encode()
             .unwrap(),
-        Message::StatusReply(pb::StatusReply {
+        Message::StatusReply(Box::new(pb::StatusReply {
             node: "a".into(),
             members: vec![pb::MemberStatus {
                 name: "b".into(),
@@ -235,7 +235,7 @@ fn random_and_mutated_bytes_never_panic() {
                 devices: vec![],
             }],
             ..Default::default()
-        })
+        }))
         .encode()
         .unwrap(),
     ];

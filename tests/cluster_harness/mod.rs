@@ -74,7 +74,10 @@ impl Cluster {
             .arg("--cluster-key")
             .arg(&self.key)
             .args(extra)
-            .env("RUST_LOG", "info");
+            .env(
+                "RUST_LOG",
+                std::env::var("VKML_TEST_NODE_LOG").unwrap_or("info".into()),
+            );
         self.own_cache(&mut cmd, name);
         for s in seeds {
             cmd.args(["--join", &s.addr]);
@@ -100,10 +103,10 @@ impl Cluster {
         if !extra.iter().any(|a| a == "--device") {
             cmd.args(["--device", "cpu"]);
         }
-        cmd.arg("--cluster-key")
-            .arg(&self.key)
-            .args(extra)
-            .env("RUST_LOG", "info");
+        cmd.arg("--cluster-key").arg(&self.key).args(extra).env(
+            "RUST_LOG",
+            std::env::var("VKML_TEST_NODE_LOG").unwrap_or("info".into()),
+        );
         self.own_cache(&mut cmd, name);
         for s in seeds {
             cmd.args(["--join", &s.addr]);
@@ -132,7 +135,10 @@ impl Cluster {
         cmd.args(["--listen", &addr, "--name", name, "--device", "cpu"])
             .arg("--cluster-key")
             .arg(key)
-            .env("RUST_LOG", "info");
+            .env(
+                "RUST_LOG",
+                std::env::var("VKML_TEST_NODE_LOG").unwrap_or("info".into()),
+            );
         self.own_cache(&mut cmd, name);
         for s in seeds {
             cmd.args(["--join", &s.addr]);

@@ -179,6 +179,7 @@ impl Target {
         let unload = talk::frame(&Message::Unload(pb::Unload {
             model_id: loaded.model_id,
             reason: "fuzz case done".into(),
+            keep_weights: false,
         }));
         let _ = self
             .rt
@@ -207,6 +208,7 @@ impl Target {
             let unload = talk::frame(&Message::Unload(pb::Unload {
                 model_id,
                 reason: "fuzz case done".into(),
+                keep_weights: false,
             }));
             let _ = self.rt.block_on(conn.send_uni(unload));
         }

@@ -383,6 +383,7 @@ fn template(u: &mut Unstructured) -> Result<Message> {
         7 => Message::Unload(pb::Unload {
             model_id: id,
             reason: name,
+            keep_weights: u.arbitrary()?,
         }),
         8 => Message::LoadAck(pb::LoadAck {
             model_id: id,

@@ -122,7 +122,11 @@ fn snapshot_from_file(path: &Path) -> Result<Snapshot> {
     if nodes.is_empty() {
         bail!("{} lists no alive member", path.display());
     }
-    Ok(Snapshot { version: 0, nodes })
+    Ok(Snapshot {
+        version: 0,
+        nodes,
+        ..Snapshot::default()
+    })
 }
 
 /// The plan at the shapes of `inputs` (in graph order). Only the inputs a shape rule needs
@@ -172,7 +176,11 @@ pub fn plan(args: PlanArgs) -> Result<()> {
                 .filter(|m| m.state == pb::MemberState::Alive as i32)
                 .map(|m| (m.name.clone(), m.devices.iter().map(to_planner).collect()))
                 .collect();
-            Snapshot { version: 0, nodes }
+            Snapshot {
+                version: 0,
+                nodes,
+                ..Snapshot::default()
+            }
         }
         (None, None) => bail!("say which cluster: --to ADDR or --cluster FILE"),
     };

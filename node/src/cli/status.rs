@@ -104,6 +104,10 @@ struct JsonLoad {
     sequences_kept: u64,
     sequence_bytes: u64,
     sequence_gpu_bytes: u64,
+    /// Weights the plans of a model share on the member's GPUs, and the bytes of weights its
+    /// loads found there already instead of uploading them.
+    shared_weight_bytes: u64,
+    weight_bytes_reused: u64,
 }
 
 #[derive(Serialize)]
@@ -125,6 +129,8 @@ fn load(r: &pb::StatusReply) -> JsonLoad {
         sequences_kept: r.sequences_kept,
         sequence_bytes: r.sequence_bytes,
         sequence_gpu_bytes: r.sequence_gpu_bytes,
+        shared_weight_bytes: r.shared_weight_bytes,
+        weight_bytes_reused: r.weight_bytes_reused,
         devices: r
             .device_loads
             .iter()

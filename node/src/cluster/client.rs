@@ -107,7 +107,7 @@ impl Client {
             .request(&Message::StatusRequest(pb::StatusRequest {}))
             .await?
         {
-            Message::StatusReply(r) => Ok(r),
+            Message::StatusReply(r) => Ok(*r),
             Message::Error(e) => Err(ClusterError::Peer(e.message)),
             other => Err(ClusterError::Protocol(format!(
                 "unexpected answer {:?}",

@@ -129,6 +129,9 @@ pub struct ExecStatus {
     pub sequences_kept: u64,
     pub sequence_bytes: u64,
     pub sequence_gpu_bytes: u64,
+    /// Weights the plans of a model share on this node's GPUs, and those its loads reused.
+    pub shared_weight_bytes: u64,
+    pub weight_bytes_reused: u64,
 }
 
 type StatusSource = Arc<dyn Fn() -> ExecStatus + Send + Sync>;

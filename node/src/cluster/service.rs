@@ -129,7 +129,9 @@ async fn on_stream(
         Message::StatusRequest(_) => {
             let reply = status_reply(&inner);
             if let Some(s) = send.as_mut() {
-                if let Err(e) = transport::write_message(s, &Message::StatusReply(reply)).await {
+                if let Err(e) =
+                    transport::write_message(s, &Message::StatusReply(Box::new(reply))).await
+                {
                     tracing::debug!("status reply to {}: {e}", peer.name);
                 }
                 let _ = s.finish();
@@ -195,6 +197,8 @@ pub(crate) fn status_reply(inner: &Inner) -> pb::StatusReply {
         sequences_kept: exec.sequences_kept,
         sequence_bytes: exec.sequence_bytes,
         sequence_gpu_bytes: exec.sequence_gpu_bytes,
+        shared_weight_bytes: exec.shared_weight_bytes,
+        weight_bytes_reused: exec.weight_bytes_reused,
         node: inner.name.clone(),
         edge_bytes_sent: inner.exec_stats.edge_bytes_sent.load(Relaxed),
         edge_bytes_received: inner.exec_stats.edge_bytes_received.load(Relaxed),

@@ -278,6 +278,7 @@ impl View {
                     Some((name.clone(), devs))
                 })
                 .collect(),
+            resident: Default::default(),
         }
     }
 }

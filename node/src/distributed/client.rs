@@ -631,6 +631,7 @@ async fn unload(conn: quinn::Connection, id: u64) -> Result<(), DistError> {
     let m = Message::Unload(pb::Unload {
         model_id: id,
         reason: String::new(),
+        keep_weights: false,
     });
     transport::write_message(&mut send, &m).await?;
     let _ = send.finish();

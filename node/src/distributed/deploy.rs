@@ -5,13 +5,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use vkml_planner::{Plan, Snapshot};
+use vkml_planner::{DeviceKind, DeviceRef, Plan, Snapshot};
 use vkml_protocol::dist::deployment::{DeploymentPlan, FixedOutput};
 use vkml_protocol::dist::run::PlanError;
 use vkml_protocol::pb;
 
 use super::DistError;
-use super::fragment::Skeleton;
+use super::fragment::{Skeleton, is_initializer};
 use super::placement::describe;
 use crate::cluster::Cluster;
 use crate::graph::{Graph, SpecializeError, Specialized, ValueId};
@@ -65,6 +65,8 @@ pub struct Made {
     /// Per graph output: the node whose op makes it (none for one known without running)
     /// and its type. A sequence's bound outputs stay there (distributed/sequences.rs).
     pub outputs: Vec<(Option<String>, Option<ValueType>)>,
+    /// The model's weights the plan puts on each GPU, which its later plans may share.
+    pub resident: Resident,
 }
 
 /// Why no deployment was made.
@@ -81,18 +83,48 @@ fn failed(e: DistError) -> Unplanned {
     })
 }
 
-/// Plans `graph` for `key` over the cluster as it is now, without the nodes in `avoid`.
+/// Per GPU, the model's initializers a plan (or several) holds there.
+pub type Resident = BTreeMap<DeviceRef, BTreeSet<ValueId>>;
+
+/// The model a deployment is planned for.
+pub struct Ask<'a> {
+    /// For logs (its file name).
+    pub name: &'a str,
+    pub graph: &'a Arc<Graph>,
+    pub external: &'a External,
+    /// The submitter's id of the model: its plans share their weights on each node.
+    pub owner: u64,
+    /// The weights its other plans hold, which a new plan shares where it places the ops
+    /// that read them.
+    pub resident: Resident,
+}
+
+/// Plans `ask`'s graph for `key` over the cluster as it is now, without the nodes in `avoid`.
 pub async fn make(
     cluster: &Cluster,
     me: &str,
-    name: &str,
-    graph: &Arc<Graph>,
-    external: &External,
+    ask: &Ask<'_>,
     key: &DeployKey,
     avoid: &BTreeSet<String>,
 ) -> Result<Made, Unplanned> {
+    let (name, graph, external) = (ask.name, ask.graph, ask.external);
     let mut snapshot = cluster.snapshot();
     let mut gross = cluster.snapshot_gross();
+    // Only where the nodes are: a node gone since took its copies with it.
+    let resident: Resident = ask
+        .resident
+        .iter()
+        .filter(|(d, _)| !avoid.contains(&d.node))
+        .map(|(d, v)| (d.clone(), v.clone()))
+        .collect();
+    tracing::debug!(
+        "model {}: {} weight(s) resident on {} GPU(s) from its other plans",
+        ask.name,
+        resident.values().map(BTreeSet::len).sum::<usize>(),
+        resident.len()
+    );
+    snapshot.resident = resident.clone();
+    gross.resident = resident;
     let tuning = cluster.tuning();
     // Fused where a GPU may run the plan, as a session does.
     let fuse = tuning.fusion
@@ -104,6 +136,7 @@ pub async fn make(
         gross.nodes.remove(node);
     }
     let load_id: u64 = rand::random();
+    let owner = ask.owner;
     let me_name = me;
     let bound = super::wire::bindings(&key.bound);
     let (graph, key, me) = (graph.clone(), key.clone(), me.to_string());
@@ -131,6 +164,7 @@ pub async fn make(
         let fallback = (snapshot != gross).then_some(&gross);
         let cut_with = Cut {
             load_id,
+            owner,
             me: &me,
             tuning: &tuning,
             external: &external,
@@ -170,6 +204,8 @@ pub async fn make(
 /// name and plan settings, and where the weights that travel by reference are.
 pub(super) struct Cut<'a> {
     pub load_id: u64,
+    /// The submitter's id of the model: its plans share weights on each node.
+    pub owner: u64,
     pub me: &'a str,
     pub tuning: &'a Tuning,
     pub external: &'a External,
@@ -186,6 +222,7 @@ pub(super) fn cut(
 ) -> Result<(Made, u64), DistError> {
     let Cut {
         load_id,
+        owner,
         me,
         tuning,
         external,
@@ -214,6 +251,7 @@ pub(super) fn cut(
             let (mut fragment, weights) =
                 skeleton.fragment(graph, &spec, &plan, n, load_id, me, external);
             fragment.tuning_fingerprint = tuning.fingerprint();
+            fragment.weights_owner = owner;
             fragment.plan_settings = tuning.plan_settings();
             (n.clone(), (fragment, weights))
         })
@@ -236,6 +274,7 @@ pub(super) fn cut(
             (node, spec.types[*v].clone())
         })
         .collect();
+    let resident = resident_of(graph, &spec, &plan, snapshot);
     let made = Made {
         plan: DeploymentPlan {
             load_id,
@@ -251,8 +290,26 @@ pub(super) fn cut(
         over_gross,
         cramped,
         outputs,
+        resident,
     };
     Ok((made, plan.hash))
+}
+
+/// The model's initializers `plan` puts on each GPU: what its next plans may share there.
+fn resident_of(graph: &Graph, spec: &Specialized, plan: &Plan, snapshot: &Snapshot) -> Resident {
+    let mut resident = Resident::new();
+    for (p, &n) in spec.live.iter().enumerate() {
+        let d = &plan.placement[p];
+        if snapshot.device(d).is_none_or(|x| x.kind != DeviceKind::Gpu) {
+            continue;
+        }
+        for &v in spec.node(graph, n).inputs.iter().flatten() {
+            if is_initializer(graph, v) {
+                resident.entry(d.clone()).or_default().insert(v);
+            }
+        }
+    }
+    resident
 }
 
 /// Whether a plan over whole budgets (`gross`) would run more than [`CRAMPED`] times faster

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use vkml_planner::{CostGraph, OpCost, Plan, Snapshot, ValueCost, ValueKind};
+use vkml_planner::{CostGraph, DeviceRef, OpCost, Plan, Snapshot, ValueCost, ValueKind};
 use vkml_protocol::pb;
 
 use super::DistError;
@@ -120,6 +120,15 @@ impl Skeleton {
                 range: Some(external[&v].clone()),
             })
             .collect();
+        // The model's own initializers are the same bytes in every plan of it; a folded
+        // constant with the same id may not be (a shape computed from the inputs').
+        let shared: Vec<u64> = weights
+            .iter()
+            .map(|(v, _)| *v)
+            .chain(external.iter().map(|r| r.value as ValueId))
+            .filter(|&v| is_initializer(graph, v))
+            .map(|v| v as u64)
+            .collect();
         let inline: u64 = weights.iter().map(|(_, t)| t.bytes().len() as u64).sum();
         let by_ref: u64 = external
             .iter()
@@ -146,9 +155,17 @@ impl Skeleton {
             lives: Vec::new(),
             external,
             bound: Vec::new(),
+            // Set by the submitter, which knows which of its models the plan is of.
+            weights_owner: 0,
+            shared,
         };
         (f, weights)
     }
+}
+
+/// Whether `v` is one of the model's initializers (rather than a constant folded from them).
+pub fn is_initializer(graph: &Graph, v: ValueId) -> bool {
+    graph.initializers.get(v).is_some_and(Option::is_some) || graph.deferred.contains_key(&v)
 }
 
 pub fn snapshot_to_wire(s: &Snapshot) -> pb::ClusterSnapshot {
@@ -165,6 +182,15 @@ pub fn snapshot_to_wire(s: &Snapshot) -> pb::ClusterSnapshot {
                     .collect(),
             })
             .collect(),
+        resident: s
+            .resident
+            .iter()
+            .map(|(d, values)| pb::ResidentWeights {
+                node: d.node.clone(),
+                device: d.index as u32,
+                values: values.iter().map(|&v| v as u64).collect(),
+            })
+            .collect(),
     }
 }
 
@@ -179,6 +205,17 @@ pub fn snapshot_from_wire(s: &pb::ClusterSnapshot) -> Snapshot {
                     n.node.clone(),
                     n.devices.iter().map(inventory::to_planner).collect(),
                 )
+            })
+            .collect(),
+        resident: s
+            .resident
+            .iter()
+            .map(|r| {
+                let d = DeviceRef {
+                    node: r.node.clone(),
+                    index: r.device as usize,
+                };
+                (d, r.values.iter().map(|&v| v as usize).collect())
             })
             .collect(),
     }

@@ -31,6 +31,7 @@ pub mod offline;
 pub mod participant;
 pub mod placement;
 mod sequences;
+mod sharing;
 mod side_files;
 mod source;
 pub mod submitter;
@@ -187,6 +188,7 @@ impl Exec {
             Some(e) => {
                 let (received, cached) = e.weights.counters();
                 let (kept, kept_bytes, on_gpu) = e.participant.kept_usage();
+                let (shared, reused) = e.participant.shared_usage();
                 ExecStatus {
                     models: e.submitter.status(),
                     fragments: e.participant.status(),
@@ -195,6 +197,8 @@ impl Exec {
                     sequences_kept: kept as u64,
                     sequence_bytes: kept_bytes,
                     sequence_gpu_bytes: on_gpu,
+                    shared_weight_bytes: shared,
+                    weight_bytes_reused: reused,
                 }
             }
             None => ExecStatus::default(),
@@ -264,7 +268,9 @@ impl Exec {
                 self.submitter.run_failed(from, &r);
                 self.participant.run_failed(from, &r);
             }
-            Message::Unload(u) => self.participant.unload(u.model_id, &u.reason),
+            Message::Unload(u) => self
+                .participant
+                .unload(u.model_id, &u.reason, u.keep_weights),
             Message::Sequence(op) if op.op() == pb::sequence_op::Op::End => {
                 self.participant.end_sequence(from, op.sequence)
             }

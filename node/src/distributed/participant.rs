@@ -10,12 +10,13 @@
 //! reach them through the `RunLink` each registers.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::runtime::Handle;
-use vkml_planner::{LinkCosts, Plan};
+use vkml_planner::{LinkCosts, Plan, Snapshot};
 use vkml_protocol::dist::Config;
 use vkml_protocol::dist::participant::{
     self as core, Arrival, DeviceBudget, FragmentInfo, ParticipantAction, RunTicket,
@@ -25,12 +26,18 @@ use vkml_protocol::{Message, pb};
 use super::alarm::Alarm;
 use super::kept::{GpuStep, Kept, SeqKey};
 use super::link::Link;
+use super::sharing::{self, Charges, Planned};
 use super::{DistError, fragment, lock, wire};
 use crate::error::Error;
+use crate::exec::shared::{SharedWeights, WeightOwner};
 use crate::exec::{Device, Done, Executable, Kernels, RemoteHooks, RunLink};
 use crate::graph::{Graph, Specialized, ValueId};
 use crate::tensor::Tensor;
 use crate::tuning::Tuning;
+
+/// How long the weights of a plan that made way for another plan of its model stay once no
+/// plan uses them: long enough for a generation loop to come back to its prompt's plan.
+pub const KEEP_SHARED: Duration = Duration::from_secs(60);
 
 /// The machine, and the handles of the runs it has made ready, under one lock.
 struct State {
@@ -39,11 +46,14 @@ struct State {
     links: BTreeMap<(u64, u64), RunLink>,
     /// The reservations per device last gossiped.
     published: Vec<u64>,
+    /// Whose weights each loaded plan (load id) shares.
+    owners: BTreeMap<u64, WeightOwner>,
 }
 
 /// A fragment that passed its checks: the plan, and the graph and kernels to build it from.
 struct Checked {
     plan: Plan,
+    snapshot: Snapshot,
     graph: Arc<Graph>,
     spec: Specialized,
     kernels: Kernels,
@@ -72,6 +82,10 @@ pub struct Participant {
     panic_op: Option<String>,
     /// What this node keeps for its submitters' sequences.
     kept: Kept,
+    /// The weights the plans of each model share on this node's GPUs.
+    shared: SharedWeights,
+    /// Bytes of weights loads found there instead of uploading them.
+    reused: AtomicU64,
 }
 
 /// What a step of a sequence asks of this node's part: the submitter's directions (a `Run`'s
@@ -119,6 +133,7 @@ impl Participant {
             core: core::Participant::new(me.clone(), budgets, config),
             links: BTreeMap::new(),
             published,
+            owners: BTreeMap::new(),
         };
         Participant {
             me,
@@ -131,6 +146,8 @@ impl Participant {
             alarm: Alarm::default(),
             tuning,
             kept,
+            shared: SharedWeights::default(),
+            reused: AtomicU64::new(0),
         }
     }
 
@@ -150,17 +167,33 @@ impl Participant {
     ) -> Result<(), DistError> {
         let Checked {
             plan,
+            snapshot,
             graph,
             spec,
             kernels,
         } = self.check(f, weights)?;
-        let reserve: Vec<(usize, u64)> = plan
-            .memory
-            .iter()
-            .filter(|(d, _)| d.node == self.me)
-            .map(|(d, &b)| (d.index, b))
-            .collect();
-        let ticket = self.call(|st, _| st.core.reserve(&reserve))?;
+        let planned = Planned {
+            plan: &plan,
+            snapshot: &snapshot,
+            graph: &graph,
+            spec: &spec,
+        };
+        let Charges {
+            own,
+            shared,
+            sharing,
+        } = sharing::charges(&self.me, f, &planned, &self.devices, &self.shared);
+        let ticket = self.reserve(&own, &shared)?;
+        if let Some((_, s)) = &sharing {
+            let found: u64 = s
+                .claimed
+                .values()
+                .flat_map(|c| c.keys())
+                .filter_map(|&v| planned.spec.types[v].as_ref())
+                .map(|t| t.bytes() as u64)
+                .sum();
+            self.reused.fetch_add(found, Ordering::Relaxed);
+        }
         let info = FragmentInfo {
             submitter: f.submitter.clone(),
             nodes: plan.placement.iter().map(|d| d.node.clone()).collect(),
@@ -189,6 +222,7 @@ impl Participant {
             &self.me,
             self.tuning.arm,
             &pairs,
+            sharing.as_ref().map(|(_, s)| s),
         );
         let exe = match built {
             Ok(e) => e,
@@ -204,8 +238,50 @@ impl Participant {
             exe.summary().ops_per_device.values().sum::<usize>()
         );
         let exe = Arc::new(exe);
-        self.call(|st, _| st.core.loaded(ticket, f.model_id, info, exe));
+        let owner = sharing.map(|(o, _)| o);
+        if let Some(owner) = &owner {
+            self.register_shared(owner, &exe, ticket.shared());
+        }
+        self.call(|st, _| {
+            if let Some(owner) = owner {
+                st.owners.insert(f.model_id, owner);
+            }
+            st.core.loaded(ticket, f.model_id, info, exe)
+        });
         Ok(())
+    }
+
+    /// Reserves a load's own charges and the shared weights it uploads; where they do not fit,
+    /// again once the shared weights no plan uses (kept for plans to come) are let go.
+    fn reserve(
+        &self,
+        own: &[(usize, u64)],
+        shared: &[(usize, u64)],
+    ) -> Result<core::LoadTicket, DistError> {
+        self.call(|st, _| match st.core.reserve_sharing(own, shared) {
+            Err(core::ParticipantError::NoRoom { .. }) => {
+                let freed = self.shared.sweep(None);
+                st.core.release_shared(&freed);
+                st.core.reserve_sharing(own, shared)
+            }
+            r => r,
+        })
+        .map_err(DistError::from)
+    }
+
+    /// Hands the shared weights `exe` uploaded to the registry, with what was reserved for
+    /// them on each device (`charges`).
+    fn register_shared(&self, owner: &WeightOwner, exe: &Executable, charges: &[(usize, u64)]) {
+        let mut left: BTreeMap<usize, u64> = charges.iter().copied().collect();
+        for (d, (buffer, values)) in exe.fresh_shared() {
+            let charge = left.remove(&d).unwrap_or(0);
+            self.shared.register(owner, d, buffer, &values, charge);
+        }
+        // A charge with no buffer (none was needed after all) goes back at once.
+        let unused: Vec<(usize, u64)> = left.into_iter().collect();
+        if !unused.is_empty() {
+            self.call(|st, _| st.core.release_shared(&unused));
+        }
     }
 
     /// What the submitter sent, checked against what this node computes from it.
@@ -283,6 +359,7 @@ impl Participant {
         }
         Ok(Checked {
             plan,
+            snapshot,
             graph,
             spec,
             kernels,
@@ -443,8 +520,16 @@ impl Participant {
     }
 
     /// Forgets a model; its runs in flight end with `why`.
-    pub fn unload(&self, model: u64, why: &str) {
-        self.call(|st, now| st.core.unload(model, why, now));
+    /// Unloads plan `model` (`why`); `keep_weights`: it makes way for another plan of its
+    /// model, which may share the weights it held: they stay [`KEEP_SHARED`] once no plan
+    /// uses them.
+    pub fn unload(&self, model: u64, why: &str, keep_weights: bool) {
+        self.call(|st, now| {
+            if let Some(owner) = st.owners.get(&model).filter(|_| keep_weights) {
+                self.shared.keep(owner, now + KEEP_SHARED);
+            }
+            st.core.unload(model, why, now)
+        });
     }
 
     /// Life `generation` of a member died or left: every fragment made with it is over.
@@ -470,6 +555,12 @@ impl Participant {
     /// The node is stopping: every run aborts.
     pub fn abort_all(&self, why: &str) {
         self.call(|st, now| st.core.abort_all(why, now));
+    }
+
+    /// Bytes of the weights the plans of a model share on this node's GPUs, and of those
+    /// loads reused, for `status`.
+    pub fn shared_usage(&self) -> (u64, u64) {
+        (self.shared.bytes(), self.reused.load(Ordering::Relaxed))
     }
 
     /// The fragments held here, for `status`.
@@ -536,14 +627,23 @@ impl Participant {
             let now = Instant::now();
             let r = f(&mut st, now);
             let todo = st.drain();
+            // A plan gone may have been the last to use some shared weights.
+            let freed = self.shared.sweep(Some(now));
+            if !freed.is_empty() {
+                st.core.release_shared(&freed);
+            }
             let reserved = (st.core.reserved() != st.published.as_slice()).then(|| {
                 st.published = st.core.reserved().to_vec();
                 st.published.clone()
             });
-            let next = match (st.core.poll_timeout(), self.kept.next_expiry()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let next = [
+                st.core.poll_timeout(),
+                self.kept.next_expiry(),
+                self.shared.next_expiry(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             (r, todo, next, reserved)
         };
         self.alarm.set(next);
@@ -606,6 +706,7 @@ impl State {
                     }
                 }
                 ParticipantAction::Unloaded { model, reason, .. } => {
+                    self.owners.remove(&model);
                     Todo::Unloaded { model, reason }
                 }
             };

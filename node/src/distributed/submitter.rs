@@ -111,6 +111,9 @@ struct State {
     unacked: BTreeMap<u64, usize>,
     /// Clients' sequences: where each keeps its bound values.
     seqs: Sequences,
+    /// Per plan (load id): its model, the model's weights it holds on each GPU, and, once it
+    /// made way for another plan of its model, until when the nodes keep them.
+    resident: BTreeMap<u64, (u64, deploy::Resident, Option<Instant>)>,
 }
 
 /// An action to carry out once the lock is released.
@@ -173,6 +176,7 @@ impl Submitter {
             // Twice the nodes' idle time: a step after they freed its values fails there,
             // saying why, rather than here as the first step of an unknown sequence.
             seqs: Sequences::new(cluster.dist_config().sequence_idle * 2),
+            resident: BTreeMap::new(),
         };
         Submitter {
             me,
@@ -694,15 +698,15 @@ impl Submitter {
         avoid: BTreeSet<String>,
     ) {
         let make = || {
-            deploy::make(
-                &self.cluster,
-                &self.me,
-                &model.name,
-                &model.graph,
-                &model.external,
-                &key,
-                &avoid,
-            )
+            let ask = deploy::Ask {
+                name: &model.name,
+                graph: &model.graph,
+                external: &model.external,
+                owner: model.id,
+                resident: self.call(|st, now| st.resident_of(model.id, now)),
+            };
+            let (cluster, me, key, avoid) = (&self.cluster, &self.me, &key, &avoid);
+            async move { deploy::make(cluster, me, &ask, key, avoid).await }
         };
         let mut made = make().await;
         // No room left beside the model's plans for other input shapes (a language model
@@ -710,7 +714,15 @@ impl Submitter {
         // plan holds its own copy of the weights): the idle ones give way, and it is planned
         // again.
         if matches!(&made, Ok(m) if m.over_gross || m.cramped) {
-            let evicted = self.call(|st, _| st.core.evict_idle(model.id));
+            let evicted = self.call(|st, now| {
+                let evicted = st.core.evict_idle(model.id);
+                for l in &evicted {
+                    if let Some((_, _, kept)) = st.resident.get_mut(l) {
+                        *kept = Some(now + super::participant::KEEP_SHARED);
+                    }
+                }
+                evicted
+            });
             if !evicted.is_empty() {
                 tracing::debug!(
                     "model {}: {} idle plan(s) unloaded to make room",
@@ -1007,9 +1019,11 @@ impl State {
             parts,
             placement,
             outputs,
+            resident,
             ..
         } = made;
         let load_id = dp.load_id;
+        self.resident.insert(load_id, (model.id, resident, None));
         self.seqs.planned(load_id, outputs);
         if !self.core.planned(plan, dp, now) {
             return;
@@ -1025,6 +1039,22 @@ impl State {
         });
         let model = model.clone();
         self.loads.insert(load_id, Load { parts, sent, model });
+    }
+
+    /// The weights of model `model` its plans hold, per GPU, and those the nodes keep of its
+    /// plans that made way for others (forgetting the rest).
+    fn resident_of(&mut self, model: u64, now: Instant) -> deploy::Resident {
+        let (core, unacked) = (&self.core, &self.unacked);
+        self.resident.retain(|l, (_, _, kept)| {
+            core.has_deployment(*l) || unacked.contains_key(l) || kept.is_some_and(|t| now < t)
+        });
+        let mut all = deploy::Resident::new();
+        for (_, r, _) in self.resident.values().filter(|(m, ..)| *m == model) {
+            for (d, values) in r {
+                all.entry(d.clone()).or_default().extend(values);
+            }
+        }
+        all
     }
 
     /// One node's part of a deployment and its model, taken for sending (the last one frees

@@ -169,6 +169,7 @@ fn a_split_plan_deploys_and_runs_through_the_submitter_machine() {
     let (graph, spec) = mnist();
     let with = deploy::Cut {
         load_id: 7,
+        owner: 1,
         me: "a",
         tuning: &Default::default(),
         external: &Default::default(),

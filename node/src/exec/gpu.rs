@@ -11,6 +11,7 @@ use crate::ops::{BufRef, FAULT_RECORD_BYTES, GpuKernel, IndexFault};
 
 use super::arena::{self, Interval};
 use super::bound::StateLayout;
+use super::shared::{Sharing, Uploaded};
 
 pub(super) fn dev_err(e: impl std::fmt::Display) -> Error {
     Error::Device(e.to_string())
@@ -26,6 +27,9 @@ pub enum Region {
     Readback,
     /// The caller's state buffer: bound values (exec/bound.rs), in place across runs.
     State,
+    /// A weight buffer shared with the model's other plans (exec/shared.rs), by its index
+    /// among the layout's.
+    Shared(usize),
 }
 
 /// Exported values up to this size that nothing else on their GPU reads are written by their
@@ -58,6 +62,11 @@ pub struct GpuLayout {
     /// Scratch offsets of each live op (by position in the plan).
     scratch: BTreeMap<usize, Vec<u64>>,
     weights: GpuBuffer,
+    /// Weight buffers shared with the model's other plans, held while this layout lives.
+    shared: Vec<Arc<GpuBuffer>>,
+    /// The one of `shared` this layout uploaded, if any, and its values (value, offset): the
+    /// caller registers it for the plans after this one.
+    pub fresh: Option<Uploaded>,
 }
 
 /// What a GPU needs to know about the plan's ops placed on it.
@@ -69,6 +78,9 @@ pub struct GpuOps<'a> {
     pub kernels: &'a [Option<GpuKernel>],
     /// Bound values kept in the caller's state buffer, if the plan has any.
     pub state: Option<&'a StateLayout>,
+    /// The model's weights shared with its other plans, and this GPU's index among the
+    /// node's devices.
+    pub shared: Option<(&'a Sharing, usize)>,
 }
 
 impl GpuLayout {
@@ -254,30 +266,8 @@ impl GpuLayout {
                 },
             );
         }
-        // Weights: one device-local buffer, filled once through a staging copy.
-        let mut weight_size = 0;
-        for v in &weight_list {
-            let l = locs.get_mut(v).expect("listed");
-            l.offset = weight_size;
-            weight_size += l.bytes.div_ceil(arena::ALIGN).max(1) * arena::ALIGN;
-        }
-        let weights = gpu
-            .create_buffer(weight_size.max(4), MemoryUse::Device, "weights")
-            .map_err(dev_err)?;
-        if weight_size > 0 {
-            let parts: Vec<(u64, &[u8])> = weight_list
-                .iter()
-                .map(|v| {
-                    let t = spec.consts[*v].as_ref().expect("a weight");
-                    (locs[v].offset, &t.bytes()[..])
-                })
-                .collect();
-            // The host's copy goes as soon as the GPU has it: a mapped model's pages are
-            // dropped round by round, so peak RSS is the staging buffer, not the model.
-            upload_weights(&gpu, &weights, &parts, WEIGHT_STAGING, &|b| {
-                crate::onnx::release_pages(b)
-            })?;
-        }
+        let (weights, shared, fresh) =
+            place_weights(&gpu, spec, &weight_list, &mut locs, on.shared)?;
         Ok(GpuLayout {
             gpu,
             locs,
@@ -289,6 +279,8 @@ impl GpuLayout {
             faults,
             scratch,
             weights,
+            shared,
+            fresh,
         })
     }
 
@@ -385,6 +377,7 @@ impl GpuLayout {
                 Region::Arena => &arena,
                 Region::Readback => &readback,
                 Region::State => state,
+                Region::Shared(i) => &self.shared[i],
             };
             let mut steps: Vec<Step<'_>> = Vec::new();
             let mut ops_of_dispatches = Vec::new();
@@ -740,6 +733,88 @@ impl Hazards {
         self.reads.extend(reads);
         self.writes.extend(writes);
     }
+}
+
+/// Puts the weights in `list` (their `locs` say their sizes) in GPU memory: those the model's
+/// other plans share, in their copies where `shared` claimed some, the others of them into one
+/// new buffer (returned as fresh, with its values, for the plans after this one); the rest
+/// (constants folded for this plan) into a buffer of the layout's own. Sets each one's region
+/// and offset.
+fn place_weights(
+    gpu: &Arc<Gpu>,
+    spec: &Specialized,
+    list: &[ValueId],
+    locs: &mut BTreeMap<ValueId, Loc>,
+    shared: Option<(&Sharing, usize)>,
+) -> Result<(GpuBuffer, Vec<Arc<GpuBuffer>>, Option<Uploaded>)> {
+    let mut buffers: Vec<Arc<GpuBuffer>> = Vec::new();
+    let (mut own, mut fresh) = (Vec::new(), Vec::new());
+    for &v in list {
+        let Some((sharing, d)) = shared.filter(|(s, _)| s.values.contains(&v)) else {
+            own.push(v);
+            continue;
+        };
+        let Some((buf, offset)) = sharing.copy(d, v) else {
+            fresh.push(v);
+            continue;
+        };
+        let i = match buffers.iter().position(|b| Arc::ptr_eq(b, buf)) {
+            Some(i) => i,
+            None => {
+                buffers.push(buf.clone());
+                buffers.len() - 1
+            }
+        };
+        let l = locs.get_mut(&v).expect("listed");
+        l.region = Region::Shared(i);
+        l.offset = *offset;
+    }
+    let weights = fill_weights(gpu, spec, &own, locs, "weights")?;
+    let mut made = None;
+    if !fresh.is_empty() {
+        let buf = Arc::new(fill_weights(gpu, spec, &fresh, locs, "shared weights")?);
+        let at: Vec<(ValueId, u64)> = fresh.iter().map(|v| (*v, locs[v].offset)).collect();
+        buffers.push(buf.clone());
+        for v in &fresh {
+            locs.get_mut(v).expect("listed").region = Region::Shared(buffers.len() - 1);
+        }
+        made = Some((buf, at));
+    }
+    Ok((weights, buffers, made))
+}
+
+/// One device-local buffer holding `list`, filled through a staging copy; sets their offsets.
+fn fill_weights(
+    gpu: &Arc<Gpu>,
+    spec: &Specialized,
+    list: &[ValueId],
+    locs: &mut BTreeMap<ValueId, Loc>,
+    name: &str,
+) -> Result<GpuBuffer> {
+    let mut size = 0;
+    for v in list {
+        let l = locs.get_mut(v).expect("listed");
+        l.offset = size;
+        size += l.bytes.div_ceil(arena::ALIGN).max(1) * arena::ALIGN;
+    }
+    let buffer = gpu
+        .create_buffer(size.max(4), MemoryUse::Device, name)
+        .map_err(dev_err)?;
+    if size > 0 {
+        let parts: Vec<(u64, &[u8])> = list
+            .iter()
+            .map(|v| {
+                let t = spec.consts[*v].as_ref().expect("a weight");
+                (locs[v].offset, &t.bytes()[..])
+            })
+            .collect();
+        // The host's copy goes as soon as the GPU has it: a mapped model's pages are
+        // dropped round by round, so peak RSS is the staging buffer, not the model.
+        upload_weights(gpu, &buffer, &parts, WEIGHT_STAGING, &|b| {
+            crate::onnx::release_pages(b)
+        })?;
+    }
+    Ok(buffer)
 }
 
 /// Host memory the weight upload may use at once, whatever the model's size: the weights

@@ -12,6 +12,7 @@ pub mod probe;
 mod profile;
 mod release;
 mod run;
+pub mod shared;
 mod topology;
 
 use std::collections::BTreeMap;
@@ -271,7 +272,7 @@ impl Executable {
             vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).map_err(plan_error)?;
         let state = bound_state(&graph, &spec, &devices, &plan, pairs);
         Executable::build(
-            graph, spec, devices, plan, kernels, LOCAL_NODE, tuning.arm, state,
+            graph, spec, devices, plan, kernels, LOCAL_NODE, tuning.arm, state, None,
         )
     }
 
@@ -280,7 +281,8 @@ impl Executable {
     /// it on a cluster, where the other nodes' chunks feed this one's through [`RunLink`].
     /// `pairs` (input, output) are the bindings of the sequences the plan runs: those this
     /// node can keep on a GPU stay in a state buffer of the sequence's between runs
-    /// ([`Executable::state_layout`], [`Executable::start_fragment_bound`]).
+    /// ([`Executable::state_layout`], [`Executable::start_fragment_bound`]). The weights in
+    /// `sharing` are shared with the model's other plans on this node (exec/shared.rs).
     #[allow(clippy::too_many_arguments)]
     pub fn with_plan(
         graph: Arc<Graph>,
@@ -291,9 +293,12 @@ impl Executable {
         local: &str,
         arm: bool,
         pairs: &[(ValueId, ValueId)],
+        sharing: Option<&shared::Sharing>,
     ) -> Result<Executable> {
         let state = fragment_state(&graph, &spec, &devices, &plan, local, pairs);
-        Executable::build(graph, spec, devices, plan, kernels, local, arm, state)
+        Executable::build(
+            graph, spec, devices, plan, kernels, local, arm, state, sharing,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -306,6 +311,7 @@ impl Executable {
         local: &str,
         arm: bool,
         state: Option<bound::StateLayout>,
+        sharing: Option<&shared::Sharing>,
     ) -> Result<Executable> {
         let mine = |p: usize| plan.placement[p].node == local;
         check_sizes(
@@ -377,6 +383,7 @@ impl Executable {
                 exported: exported.clone(),
                 kernels: &mine,
                 state: state.as_ref().filter(|s| s.device == d),
+                shared: sharing.map(|s| (s, d)),
             };
             let layout = GpuLayout::new(g.clone(), &graph, &spec, &on)?;
             layouts.insert(d, (layout, ops, exported, mine));
@@ -497,6 +504,15 @@ impl Executable {
         &self.summary
     }
 
+    /// The buffers of shared weights this executable uploaded, per GPU (device index): the
+    /// caller registers them for the model's next plans (exec/shared.rs).
+    pub fn fresh_shared(&self) -> Vec<(usize, shared::Uploaded)> {
+        self.layouts
+            .iter()
+            .filter_map(|(&d, (l, ..))| Some((d, l.fresh.clone()?)))
+            .collect()
+    }
+
     pub fn output_types(&self) -> Vec<ValueType> {
         self.graph
             .outputs
@@ -513,6 +529,8 @@ impl Executable {
                 exported: exported.clone(),
                 kernels,
                 state: self.state.as_ref().filter(|s| s.device == *d),
+                // Only the layout reads it, and the layout is made.
+                shared: None,
             };
             let timed = self.profile.is_on();
             // A state buffer's runs follow one another: nothing to queue ahead; a timed

@@ -108,6 +108,15 @@ pub enum ParticipantAction<V> {
 pub struct LoadTicket {
     id: u64,
     reserve: Vec<(usize, u64)>,
+    shared: Vec<(usize, u64)>,
+}
+
+impl LoadTicket {
+    /// What the load reserved for weights it shares with other plans: the driver's to
+    /// release ([`Participant::release_shared`]) when the last plan using them is gone.
+    pub fn shared(&self) -> &[(usize, u64)] {
+        &self.shared
+    }
 }
 
 /// A run started here: what its end must know even if its fragment is gone by then.
@@ -218,7 +227,24 @@ impl<F, V> Participant<F, V> {
     /// Reserves what a plan charges this node's devices, before anything is built: all or
     /// nothing, against what other loaded (or loading) fragments reserved.
     pub fn reserve(&mut self, charges: &[(usize, u64)]) -> Result<LoadTicket, ParticipantError> {
-        for &(d, b) in charges {
+        self.reserve_sharing(charges, &[])
+    }
+
+    /// [`Participant::reserve`] for a plan that shares weights with other plans of its model
+    /// (their copies on a GPU outlive any one plan): `charges` are the fragment's own, released
+    /// with it, `shared` the weights it uploads for all of them, which stay reserved once it
+    /// is loaded until the driver releases them ([`Participant::release_shared`]).
+    pub fn reserve_sharing(
+        &mut self,
+        charges: &[(usize, u64)],
+        shared: &[(usize, u64)],
+    ) -> Result<LoadTicket, ParticipantError> {
+        let mut need: BTreeMap<usize, u64> = BTreeMap::new();
+        for &(d, b) in charges.iter().chain(shared) {
+            let n = need.entry(d).or_insert(0);
+            *n = n.saturating_add(b);
+        }
+        for (&d, &b) in &need {
             let dev = self.devices.get(d).ok_or(ParticipantError::NoDevice(d))?;
             if self.reserved[d].saturating_add(b) > dev.budget {
                 return Err(ParticipantError::NoRoom {
@@ -230,7 +256,7 @@ impl<F, V> Participant<F, V> {
                 });
             }
         }
-        for &(d, b) in charges {
+        for (&d, &b) in &need {
             self.reserved[d] += b;
         }
         let id = self.next_load;
@@ -238,12 +264,19 @@ impl<F, V> Participant<F, V> {
         Ok(LoadTicket {
             id,
             reserve: charges.to_vec(),
+            shared: shared.to_vec(),
         })
     }
 
-    /// The executable could not be built: the reservation goes back.
+    /// The executable could not be built: the reservation goes back, shared part and all.
     pub fn load_failed(&mut self, ticket: LoadTicket) {
         self.release(&ticket.reserve);
+        self.release(&ticket.shared);
+    }
+
+    /// Shared weights a loaded plan reserved ([`LoadTicket::shared`]) are freed.
+    pub fn release_shared(&mut self, charges: &[(usize, u64)]) {
+        self.release(charges);
     }
 
     /// The fragment is built: it is loaded under `model`. A fragment loaded before under the

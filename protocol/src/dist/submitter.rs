@@ -128,6 +128,10 @@ impl<K> Model<K> {
 /// Unloads kept for a node that was down when its plan was retired, at most this many.
 const MAX_OWED: usize = 256;
 
+/// Why a plan is unloaded by [`Submitter::evict_idle`]: its `Unload` asks the participants to
+/// keep the weights it held a while, for the plan taking its place.
+pub const REPLACED: &str = "replaced by a plan for other input shapes";
+
 /// A deployment being planned (no load id yet) or loaded, and the runs waiting for it.
 struct Slot<K> {
     model: u64,
@@ -250,7 +254,7 @@ impl<K: Clone + PartialEq, V: Clone> Submitter<K, V> {
             .filter(|&l| !self.attempts.keys().any(|&(a, _)| a == l))
             .collect();
         for &l in &idle {
-            self.retire(l, None, "replaced by a plan for other input shapes");
+            self.retire(l, None, REPLACED);
         }
         idle
     }
@@ -1064,6 +1068,7 @@ fn unload<K, V>(to: &str, load_id: u64, reason: String) -> Action<K, V> {
         to: to.to_string(),
         message: Message::Unload(pb::Unload {
             model_id: load_id,
+            keep_weights: reason == REPLACED,
             reason,
         }),
     }

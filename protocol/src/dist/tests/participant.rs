@@ -108,6 +108,31 @@ fn sent(
     }
 }
 
+/// Weights shared between plans stay reserved after the plan that uploaded them is gone,
+/// until the driver releases them; a failed load gives back its shared part too.
+#[test]
+fn shared_weights_stay_reserved_until_released() {
+    let mut p = node();
+    let t = p.reserve_sharing(&[(1, 50)], &[(1, 300)]).unwrap();
+    assert_eq!(t.shared(), [(1, 300)]);
+    p.loaded(t, 1, info("n1", &["n1", "n2"]), "exe");
+    assert_eq!(p.reserved(), [0, 350]);
+    let e = p.reserve_sharing(&[(1, 100)], &[(1, 100)]);
+    assert!(e.is_err(), "350 + 200 > 500");
+    let t = p.reserve_sharing(&[(1, 40)], &[(1, 20)]).unwrap();
+    assert_eq!(p.reserved(), [0, 410]);
+    p.load_failed(t);
+    assert_eq!(p.reserved(), [0, 350]);
+    p.unload(1, "done", t0());
+    assert_eq!(
+        p.reserved(),
+        [0, 300],
+        "the shared weights outlive their plan"
+    );
+    p.release_shared(&[(1, 300)]);
+    assert_eq!(p.reserved(), [0, 0]);
+}
+
 #[test]
 fn reservations_are_all_or_nothing_and_released_once() {
     let mut p = node();

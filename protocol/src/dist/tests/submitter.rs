@@ -58,6 +58,7 @@ pub(super) fn unload(to: &str, load_id: u64, reason: &str) -> A {
         message: Message::Unload(pb::Unload {
             model_id: load_id,
             reason: reason.into(),
+            keep_weights: reason == crate::dist::submitter::REPLACED,
         }),
     }
 }
