@@ -710,9 +710,9 @@ impl Submitter {
         };
         let mut made = make().await;
         // No room left beside the model's plans for other input shapes (a language model
-        // makes one per sequence length), or only room enough for a far slower plan (each
-        // plan holds its own copy of the weights): the idle ones give way, and it is planned
-        // again.
+        // makes one per sequence length), or only room enough for a far slower plan (they
+        // share the weights, but each needs room for its own activations): the idle ones give
+        // way, keeping their weights on the nodes a while, and it is planned again.
         if matches!(&made, Ok(m) if m.over_gross || m.cramped) {
             let evicted = self.call(|st, now| {
                 let evicted = st.core.evict_idle(model.id);
