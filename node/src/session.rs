@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::device::vulkan::{Vulkan, VulkanOptions};
 use crate::error::{Error, Result};
 pub use crate::exec::PlanSummary;
+use crate::exec::shared::SharedWeights;
 use crate::exec::{Device, Executable, KernelTime, NodeTime};
 use crate::graph::{Graph, SpecializeError, Specialized};
 use crate::model::{Dim, ValueDef};
@@ -118,6 +119,8 @@ pub struct Session {
     /// Indexing ops reading graph inputs, whose indices are checked on the host before each
     /// run (a GPU kernel would clamp them).
     value_checks: values::ValueChecks,
+    /// The GPU copies of the weights its plans share (one plan per set of input shapes).
+    weights: SharedWeights,
 }
 
 impl Session {
@@ -158,6 +161,7 @@ impl Session {
             max_value_bytes,
             files,
             value_checks,
+            weights: SharedWeights::default(),
         };
         session.check_at_load()?;
         Ok(session)
@@ -223,34 +227,33 @@ impl Session {
         spec: Specialized,
         bound: &[(usize, usize)],
     ) -> Result<Arc<Executable>> {
-        let exe = if bound.is_empty() {
-            Executable::new(
-                self.graph.clone(),
-                spec,
-                self.devices.clone(),
-                self.limit,
-                &self.tuning,
-            )?
-        } else {
-            let pairs: Vec<_> = bound
-                .iter()
-                .map(|&(i, o)| (self.graph.inputs[i].0, self.graph.outputs[o].0))
-                .collect();
-            Executable::new_bound(
-                self.graph.clone(),
-                spec,
-                self.devices.clone(),
-                self.limit,
-                &self.tuning,
-                &pairs,
-            )?
-        };
+        let pairs: Vec<_> = bound
+            .iter()
+            .map(|&(i, o)| (self.graph.inputs[i].0, self.graph.outputs[o].0))
+            .collect();
+        // The plans the cache let go may have held the last use of some weights.
+        self.weights.sweep(None);
+        let exe = Executable::new_sharing(
+            self.graph.clone(),
+            spec,
+            self.devices.clone(),
+            self.limit,
+            &self.tuning,
+            &pairs,
+            Some((&self.weights, &(String::new(), 0))),
+        )?;
         let exe = Arc::new(exe);
         if self.profile {
             exe.enable_profiling();
             self.profiled.lock().expect("profiled").push(exe.clone());
         }
         Ok(exe)
+    }
+
+    /// Buffers of weights its plans share on its GPUs (tests).
+    #[cfg(test)]
+    pub(crate) fn shared_weight_buffers(&self) -> usize {
+        self.weights.buffers()
     }
 
     /// With [`SessionOptions::profile`], the median and 90th-percentile time of every op run

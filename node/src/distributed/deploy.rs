@@ -11,7 +11,7 @@ use vkml_protocol::dist::run::PlanError;
 use vkml_protocol::pb;
 
 use super::DistError;
-use super::fragment::{Skeleton, is_initializer};
+use super::fragment::Skeleton;
 use super::placement::describe;
 use crate::cluster::Cluster;
 use crate::graph::{Graph, SpecializeError, Specialized, ValueId};
@@ -304,7 +304,7 @@ fn resident_of(graph: &Graph, spec: &Specialized, plan: &Plan, snapshot: &Snapsh
             continue;
         }
         for &v in spec.node(graph, n).inputs.iter().flatten() {
-            if is_initializer(graph, v) {
+            if graph.is_initializer(v) {
                 resident.entry(d.clone()).or_default().insert(v);
             }
         }

@@ -126,7 +126,7 @@ impl Skeleton {
             .iter()
             .map(|(v, _)| *v)
             .chain(external.iter().map(|r| r.value as ValueId))
-            .filter(|&v| is_initializer(graph, v))
+            .filter(|&v| graph.is_initializer(v))
             .map(|v| v as u64)
             .collect();
         let inline: u64 = weights.iter().map(|(_, t)| t.bytes().len() as u64).sum();
@@ -161,11 +161,6 @@ impl Skeleton {
         };
         (f, weights)
     }
-}
-
-/// Whether `v` is one of the model's initializers (rather than a constant folded from them).
-pub fn is_initializer(graph: &Graph, v: ValueId) -> bool {
-    graph.initializers.get(v).is_some_and(Option::is_some) || graph.deferred.contains_key(&v)
 }
 
 pub fn snapshot_to_wire(s: &Snapshot) -> pb::ClusterSnapshot {

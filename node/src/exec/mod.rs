@@ -266,14 +266,64 @@ impl Executable {
         tuning: &Tuning,
         pairs: &[(ValueId, ValueId)],
     ) -> Result<Executable> {
+        Executable::new_sharing(graph, spec, devices, memory_limit, tuning, pairs, None)
+    }
+
+    /// [`Executable::new_bound`] for one of several plans of a model (one per set of input
+    /// shapes) that share the GPU copies of its initializers in `pool` under `owner`: the
+    /// copies there are used and charged nothing, the others uploaded and added to the pool.
+    pub fn new_sharing(
+        graph: Arc<Graph>,
+        spec: Specialized,
+        devices: Vec<Device>,
+        memory_limit: Option<u64>,
+        tuning: &Tuning,
+        pairs: &[(ValueId, ValueId)],
+        pool: Option<(&shared::SharedWeights, &shared::WeightOwner)>,
+    ) -> Result<Executable> {
         let (cost, kernels) = plan::cost_graph(&graph, &spec, &tuning.kernels);
-        let snapshot = plan::inventory(&devices, memory_limit);
+        let mut snapshot = plan::inventory(&devices, memory_limit);
+        let sharing = pool.map(|(pool, owner)| {
+            let values = (0..graph.value_names.len())
+                .filter(|&v| graph.is_initializer(v))
+                .collect();
+            let gpus = (0..devices.len()).filter(|&d| matches!(devices[d], Device::Gpu(_)));
+            shared::Sharing::claim(pool, owner, values, gpus)
+        });
+        if let Some(s) = &sharing {
+            snapshot.resident = s
+                .claimed
+                .iter()
+                .map(|(&d, copies)| {
+                    let dref = vkml_planner::DeviceRef {
+                        node: LOCAL_NODE.to_string(),
+                        index: d,
+                    };
+                    (dref, copies.keys().copied().collect())
+                })
+                .collect();
+        }
         let plan =
             vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).map_err(plan_error)?;
         let state = bound_state(&graph, &spec, &devices, &plan, pairs);
-        Executable::build(
-            graph, spec, devices, plan, kernels, LOCAL_NODE, tuning.arm, state, None,
-        )
+        let exe = Executable::build(
+            graph,
+            spec,
+            devices,
+            plan,
+            kernels,
+            LOCAL_NODE,
+            tuning.arm,
+            state,
+            sharing.as_ref(),
+        )?;
+        if let Some((pool, owner)) = pool {
+            // Nothing is reserved on one machine: the planner's budgets are the whole check.
+            for (d, (buffer, values)) in exe.fresh_shared() {
+                pool.register(owner, d, buffer, &values, 0);
+            }
+        }
+        Ok(exe)
     }
 
     /// The part of `plan` placed on node `local` (whose devices are `devices`, in the order

@@ -125,6 +125,11 @@ impl SharedWeights {
         freed
     }
 
+    /// Buffers of copies held.
+    pub fn buffers(&self) -> usize {
+        self.held.lock().expect("shared weights").len()
+    }
+
     /// Bytes reserved for the copies held.
     pub fn bytes(&self) -> u64 {
         let held = self.held.lock().expect("shared weights");

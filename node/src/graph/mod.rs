@@ -63,6 +63,14 @@ pub struct Specialized {
     pub extra: Vec<(Node, Attrs)>,
 }
 
+impl Graph {
+    /// Whether `v` is one of the model's initializers (its bytes in the file, or deferred),
+    /// rather than a constant folded from them: the same bytes under every specialisation.
+    pub fn is_initializer(&self, v: ValueId) -> bool {
+        self.initializers.get(v).is_some_and(Option::is_some) || self.deferred.contains_key(&v)
+    }
+}
+
 impl Specialized {
     /// The node a `live` entry names.
     pub fn node<'a>(&'a self, graph: &'a Graph, i: usize) -> &'a Node {

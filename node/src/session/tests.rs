@@ -287,3 +287,53 @@ fn bound_runs_feed_each_output_back_and_name_what_they_refuse() {
         .to_string();
     assert!(e.contains("the initial value of 'acc' is int64"), "{e}");
 }
+
+/// y = MatMul(x, w) with x [N, 8] for any N and w [8, 4] an initializer.
+fn matmul_weight() -> GraphProto {
+    let w: Vec<f32> = (0..32).map(|i| i as f32 * 0.25 - 3.0).collect();
+    GraphProto {
+        name: "g".into(),
+        node: vec![node("MatMul", "mm", &["x", "w"], &["y"])],
+        initializer: vec![raw_tensor(
+            "w",
+            FLOAT,
+            &[8, 4],
+            &crate::onnx::tests::f32_bytes(&w),
+        )],
+        input: vec![tensor_value("x", FLOAT, Some(&[D::P("n"), D::V(8)]))],
+        output: vec![tensor_value("y", FLOAT, None)],
+        ..Default::default()
+    }
+}
+
+/// A plan per input shape, one GPU copy of the weights: the second plan uses the copy the
+/// first uploaded, and both compute x @ w (checked against a product computed here).
+#[test]
+fn plans_for_other_shapes_share_the_weights_on_the_gpu() {
+    if vkml_testkit::test_gpu().is_none() {
+        return;
+    }
+    let dir = TempDir::new("session-shared-weights");
+    let path = write_model(&dir, "m.onnx", &model_with(matmul_weight()));
+    let opts = SessionOptions {
+        devices: DeviceSelection::Vulkan,
+        ..Default::default()
+    };
+    let session = Session::load(&path, opts).unwrap();
+    let w: Vec<f32> = (0..32).map(|i| i as f32 * 0.25 - 3.0).collect();
+    for n in [3usize, 1, 3] {
+        let x: Vec<f32> = (0..n * 8).map(|i| (i % 5) as f32 - 2.0).collect();
+        let want: Vec<f32> = (0..n * 4)
+            .map(|o| (0..8).map(|k| x[o / 4 * 8 + k] * w[k * 4 + o % 4]).sum())
+            .collect();
+        let y = session
+            .run(&[("x", Tensor::from_vec(vec![n, 8], x))])
+            .unwrap();
+        assert_eq!(y[0].1.view::<f32>().unwrap().as_ref(), want, "n = {n}");
+    }
+    assert_eq!(
+        session.shared_weight_buffers(),
+        1,
+        "one copy of w for both plans"
+    );
+}
