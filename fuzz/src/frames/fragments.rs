@@ -65,6 +65,9 @@ pub fn build(model: &[u8], cluster: &Cluster) -> std::result::Result<Built, Stri
     );
     f.tuning_fingerprint = tuning.fingerprint();
     f.plan_settings = tuning.plan_settings();
+    // Encoded as before weights were shared (no owner, nothing shared): the recorded findings'
+    // bytes mutate this encoding, and must still make the frames they made (tests/findings).
+    f.shared.clear();
     Ok(Built {
         fragment: f,
         weights: weights.into_iter().map(|(v, t)| (v as u64, t)).collect(),
