@@ -29,6 +29,7 @@ use super::link::Link;
 use super::sharing::{self, Charges, Planned};
 use super::{DistError, fragment, lock, wire};
 use crate::error::Error;
+use crate::exec::clocks::ClockKeeper;
 use crate::exec::shared::{SharedWeights, WeightOwner};
 use crate::exec::{Device, Done, Executable, Kernels, RemoteHooks, RunLink};
 use crate::graph::{Graph, Specialized, ValueId};
@@ -86,6 +87,8 @@ pub struct Participant {
     shared: SharedWeights,
     /// Bytes of weights loads found there instead of uploading them.
     reused: AtomicU64,
+    /// Keeps the GPUs' clocks up between the runs' stages (none without a real GPU).
+    clocks: Option<ClockKeeper>,
 }
 
 /// What a step of a sequence asks of this node's part: the submitter's directions (a `Run`'s
@@ -135,6 +138,7 @@ impl Participant {
             published,
             owners: BTreeMap::new(),
         };
+        let clocks = ClockKeeper::start(&devices, &tuning);
         Participant {
             me,
             devices,
@@ -148,6 +152,7 @@ impl Participant {
             kept,
             shared: SharedWeights::default(),
             reused: AtomicU64::new(0),
+            clocks,
         }
     }
 
@@ -378,6 +383,9 @@ impl Participant {
         mut inputs: Vec<(usize, Tensor)>,
         step: Option<Step>,
     ) -> Result<(), DistError> {
+        if let Some(c) = &self.clocks {
+            c.touch();
+        }
         let (ticket, exe) = self.call(|st, _| {
             let t = st.core.start_run(from, model, run)?;
             let exe = st.core.fragment(model).cloned();

@@ -5,6 +5,7 @@
 mod arena;
 pub mod bound;
 pub mod busy;
+pub mod clocks;
 mod completion;
 mod gpu;
 mod plan;
