@@ -28,10 +28,6 @@ pub struct Tuning {
     /// capped by `device_memory_limit`, which only splits models), since a value larger than
     /// that fits nowhere anyway.
     pub max_value_bytes: Option<u64>,
-    /// While a cluster node runs parts of plans, keep its GPUs' clocks up between them with a
-    /// tiny job every half millisecond (exec/clocks.rs): a GPU idle between pipeline stages
-    /// otherwise drops to idle clocks and runs its stage several times slower.
-    pub keep_clocks: bool,
 }
 
 impl Default for Tuning {
@@ -42,7 +38,6 @@ impl Default for Tuning {
             arm: true,
             vulkan: VulkanOptions::default(),
             max_value_bytes: None,
-            keep_clocks: true,
         }
     }
 }
@@ -68,7 +63,6 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "auto, off, or 1, 2, 4 or 8 (column vectors per workgroup of the few-row MatMul kernel)",
     ),
     ("VKML_ARM", "0 or 1"),
-    ("VKML_KEEP_CLOCKS", "0 or 1"),
     ("VKML_QUEUE", "compute or graphics"),
     ("VKML_VALIDATION", "0 or 1"),
     (
@@ -99,7 +93,6 @@ impl Tuning {
                 "VKML_GEMM_KERNEL" => tiles(v).map(|g| t.kernels.gemm_tiles = g),
                 "VKML_GEMV" => gemv(v).map(|g| t.kernels.gemv = g),
                 "VKML_ARM" => flag(v).map(|b| t.arm = b),
-                "VKML_KEEP_CLOCKS" => flag(v).map(|b| t.keep_clocks = b),
                 "VKML_QUEUE" => queue(v).map(|q| t.vulkan.queue = q),
                 "VKML_VALIDATION" => flag(v).map(|b| t.vulkan.validation = b),
                 "VKML_GPU_SPIN_US" => v

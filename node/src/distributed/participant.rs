@@ -29,7 +29,6 @@ use super::link::Link;
 use super::sharing::{self, Charges, Planned};
 use super::{DistError, fragment, lock, wire};
 use crate::error::Error;
-use crate::exec::clocks::ClockKeeper;
 use crate::exec::shared::{SharedWeights, WeightOwner};
 use crate::exec::{Device, Done, Executable, Kernels, RemoteHooks, RunLink};
 use crate::graph::{Graph, Specialized, ValueId};
@@ -87,8 +86,6 @@ pub struct Participant {
     shared: SharedWeights,
     /// Bytes of weights loads found there instead of uploading them.
     reused: AtomicU64,
-    /// Keeps the GPUs' clocks up between the runs' stages (none without a real GPU).
-    clocks: Option<ClockKeeper>,
 }
 
 /// What a step of a sequence asks of this node's part: the submitter's directions (a `Run`'s
@@ -138,7 +135,6 @@ impl Participant {
             published,
             owners: BTreeMap::new(),
         };
-        let clocks = ClockKeeper::start(&devices, &tuning);
         Participant {
             me,
             devices,
@@ -152,7 +148,6 @@ impl Participant {
             kept,
             shared: SharedWeights::default(),
             reused: AtomicU64::new(0),
-            clocks,
         }
     }
 
@@ -383,9 +378,6 @@ impl Participant {
         mut inputs: Vec<(usize, Tensor)>,
         step: Option<Step>,
     ) -> Result<(), DistError> {
-        if let Some(c) = &self.clocks {
-            c.touch();
-        }
         let (ticket, exe) = self.call(|st, _| {
             let t = st.core.start_run(from, model, run)?;
             let exe = st.core.fragment(model).cloned();

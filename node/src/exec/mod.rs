@@ -5,7 +5,6 @@
 mod arena;
 pub mod bound;
 pub mod busy;
-pub mod clocks;
 mod completion;
 mod gpu;
 mod plan;

@@ -207,7 +207,16 @@ impl Probe<'_> {
     /// The fastest of a few runs of `model` on the device alone (after one untimed run,
     /// which makes the execution context and warms caches).
     fn time(&self, model: &ModelProto) -> Result<Duration> {
-        let (exe, x) = executable(model, self.device, self.tuning)?;
+        let data = Bytes::from(model.encode_to_vec());
+        let def = crate::onnx::load_from_bytes(data, None)?;
+        let graph = Arc::new(Graph::from_model(&def)?);
+        let x = Tensor::from_vec(vec![1], vec![0.5f32]);
+        let spec = graph
+            .specialize_with(&[ValueType::of(&x)], &[None], false, u64::MAX)
+            .map_err(Error::from)?;
+        let exe = Arc::new(
+            Executable::new(graph, spec, vec![self.device.clone()], None, self.tuning)?.unmetered(),
+        );
         exe.run(vec![x.clone()])?;
         let mut best = Duration::MAX;
         for _ in 0..REPEATS {
@@ -317,29 +326,6 @@ fn chain(len: usize) -> ModelProto {
         nodes.push(node("Add", &[&from, "one"], &to));
     }
     model(nodes, vec![weight("one", &[1])], &[1])
-}
-
-/// `model` (one input, a float of shape [1]) on `device` alone, with its input; its runs are
-/// left out of the load `status` reports.
-fn executable(
-    model: &ModelProto,
-    device: &Device,
-    tuning: &Tuning,
-) -> Result<(Arc<Executable>, Tensor)> {
-    let data = Bytes::from(model.encode_to_vec());
-    let def = crate::onnx::load_from_bytes(data, None)?;
-    let graph = Arc::new(Graph::from_model(&def)?);
-    let x = Tensor::from_vec(vec![1], vec![0.5f32]);
-    let spec = graph
-        .specialize_with(&[ValueType::of(&x)], &[None], false, u64::MAX)
-        .map_err(Error::from)?;
-    let exe = Executable::new(graph, spec, vec![device.clone()], None, tuning)?.unmetered();
-    Ok((Arc::new(exe), x))
-}
-
-/// A job of a few microseconds on `device` (a sum over 16K floats), with its input.
-pub(crate) fn small_job(device: &Device, tuning: &Tuning) -> Result<(Arc<Executable>, Tensor)> {
-    executable(&stream(1 << 14), device, tuning)
 }
 
 /// `sum(W + x)` over `len` elements.
