@@ -190,6 +190,17 @@ impl<'g> Ledger<'g> {
         }
     }
 
+    /// [`Ledger::totals`], if every device's is within its budget in `snapshot`.
+    pub fn totals_within(&self, snapshot: &Snapshot) -> Option<BTreeMap<DeviceRef, u64>> {
+        let memory = self.totals();
+        let within = memory.iter().all(|(d, &used)| {
+            snapshot
+                .device(d)
+                .is_some_and(|dev| used <= dev.memory_budget)
+        });
+        within.then_some(memory)
+    }
+
     /// Every device charged, with its peak.
     pub fn totals(&self) -> BTreeMap<DeviceRef, u64> {
         self.books

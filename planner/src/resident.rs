@@ -49,11 +49,6 @@ pub fn place(
         ledger.commit(o, &on, charge);
         placement.push(on);
     }
-    let memory = ledger.totals();
-    let within = memory.iter().all(|(d, &used)| {
-        snapshot
-            .device(d)
-            .is_some_and(|dev| used <= dev.memory_budget)
-    });
-    within.then_some((placement, memory))
+    let memory = ledger.totals_within(snapshot)?;
+    Some((placement, memory))
 }

@@ -106,13 +106,8 @@ pub fn place(
     if placement.len() != n {
         return None;
     }
-    let memory = ledger.totals();
-    let within = memory.iter().all(|(d, &used)| {
-        snapshot
-            .device(d)
-            .is_some_and(|dev| used <= dev.memory_budget)
-    });
-    within.then_some((placement, memory))
+    let memory = ledger.totals_within(snapshot)?;
+    Some((placement, memory))
 }
 
 /// Where each device's stage ends (`ends[i]` for the i-th of `devices`; a device whose stage
