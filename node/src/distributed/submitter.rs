@@ -1042,11 +1042,13 @@ impl State {
     }
 
     /// The weights of model `model` its plans hold, per GPU, and those the nodes keep of its
-    /// plans that made way for others (forgetting the rest).
+    /// plans that made way for others (forgetting the rest, and what models gone held).
     fn resident_of(&mut self, model: u64, now: Instant) -> deploy::Resident {
-        let (core, unacked) = (&self.core, &self.unacked);
-        self.resident.retain(|l, (_, _, kept)| {
-            core.has_deployment(*l) || unacked.contains_key(l) || kept.is_some_and(|t| now < t)
+        let (core, unacked, models) = (&self.core, &self.unacked, &self.models);
+        self.resident.retain(|l, (m, _, kept)| {
+            let held =
+                core.has_deployment(*l) || unacked.contains_key(l) || kept.is_some_and(|t| now < t);
+            held && models.contains_key(m)
         });
         let mut all = deploy::Resident::new();
         for (_, r, _) in self.resident.values().filter(|(m, ..)| *m == model) {
