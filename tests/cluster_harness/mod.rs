@@ -74,10 +74,7 @@ impl Cluster {
             .arg("--cluster-key")
             .arg(&self.key)
             .args(extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("VKML_TEST_NODE_LOG").unwrap_or("info".into()),
-            );
+            .env("RUST_LOG", node_log());
         self.own_cache(&mut cmd, name);
         for s in seeds {
             cmd.args(["--join", &s.addr]);
@@ -103,10 +100,10 @@ impl Cluster {
         if !extra.iter().any(|a| a == "--device") {
             cmd.args(["--device", "cpu"]);
         }
-        cmd.arg("--cluster-key").arg(&self.key).args(extra).env(
-            "RUST_LOG",
-            std::env::var("VKML_TEST_NODE_LOG").unwrap_or("info".into()),
-        );
+        cmd.arg("--cluster-key")
+            .arg(&self.key)
+            .args(extra)
+            .env("RUST_LOG", node_log());
         self.own_cache(&mut cmd, name);
         for s in seeds {
             cmd.args(["--join", &s.addr]);
@@ -135,10 +132,7 @@ impl Cluster {
         cmd.args(["--listen", &addr, "--name", name, "--device", "cpu"])
             .arg("--cluster-key")
             .arg(key)
-            .env(
-                "RUST_LOG",
-                std::env::var("VKML_TEST_NODE_LOG").unwrap_or("info".into()),
-            );
+            .env("RUST_LOG", node_log());
         self.own_cache(&mut cmd, name);
         for s in seeds {
             cmd.args(["--join", &s.addr]);
@@ -349,6 +343,12 @@ fn signal(child: &Child, sig: Signal) {
         .and_then(Pid::from_raw)
         .expect("a child's pid is a positive i32");
     kill_process(pid, sig).unwrap_or_else(|e| panic!("cannot send {sig:?} to pid {pid:?}: {e}"));
+}
+
+/// The nodes' log filter: `VKML_TEST_NODE_LOG` (e.g. `vkml=debug` to see their planning in a
+/// failing test's logs), else `info`.
+fn node_log() -> String {
+    std::env::var("VKML_TEST_NODE_LOG").unwrap_or_else(|_| "info".into())
 }
 
 /// `vkml-node status --json` against `node`.

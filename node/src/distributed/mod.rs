@@ -31,7 +31,7 @@ pub mod offline;
 pub mod participant;
 pub mod placement;
 mod sequences;
-mod sharing;
+mod shared_charges;
 mod side_files;
 mod source;
 pub mod submitter;

@@ -26,7 +26,7 @@ use vkml_protocol::{Message, pb};
 use super::alarm::Alarm;
 use super::kept::{GpuStep, Kept, SeqKey};
 use super::link::Link;
-use super::sharing::{self, Charges, Planned};
+use super::shared_charges::{self, Charges, Planned};
 use super::{DistError, fragment, lock, wire};
 use crate::error::Error;
 use crate::exec::shared::{SharedWeights, WeightOwner};
@@ -182,7 +182,7 @@ impl Participant {
             own,
             shared,
             sharing,
-        } = sharing::charges(&self.me, f, &planned, &self.devices, &self.shared);
+        } = shared_charges::charges(&self.me, f, &planned, &self.devices, &self.shared);
         let ticket = self.reserve(&own, &shared)?;
         if let Some((_, s)) = &sharing {
             let found: u64 = s
