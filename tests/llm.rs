@@ -72,16 +72,115 @@ fn greedy_in_process(name: &str, devices: DeviceSelection) {
         r.prompt_ids,
         "{name}: tokenizer"
     );
+    let (session, io) = f
+        .load_session(SessionOptions {
+            devices,
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("{name} on {devices:?}: {e}"));
+    greedy_on(&session, &io, &r, &format!("{name} on {devices:?}"));
+}
+
+/// The Optimum export as exported, without the rewrite the loop makes (generate/window.rs):
+/// its caches grow by a row a step, a plan per length, and generation is still onnxruntime's.
+#[test]
+fn optimum_export_with_growing_caches_generates_onnxruntime_s_tokens() {
+    let dir = folder("llama_optimum");
+    let r = reference(&dir);
+    let f = ModelFolder::open(&dir).unwrap();
     let session = Session::load(
         &f.model,
         SessionOptions {
-            devices,
+            devices: DeviceSelection::Cpu,
             ..Default::default()
         },
     )
-    .unwrap_or_else(|e| panic!("{name} on {devices:?}: {e}"));
+    .unwrap();
     let io = LlmIo::detect_with(&session.inputs(), &session.outputs(), &f.hints).unwrap();
-    greedy_on(&session, &io, &r, &format!("{name} on {devices:?}"));
+    assert_eq!(io.shared_cache, SharedCache::No);
+    assert_eq!(io.write_index, None);
+    greedy_on(&session, &io, &r, "llama_optimum as exported");
+}
+
+/// The loop rewrites Optimum's growing caches into a buffer that past and present share
+/// (generate/window.rs): the prompt's rows at its end, each later token's from its start.
+/// After the prompt and the three steps of test_data_set_1..3 (onnxruntime's own loop's), the
+/// rows in use hold what onnxruntime's present caches hold, the rest are still zero, the
+/// logits are onnxruntime's, and on Vulkan the buffer never left the GPU.
+#[test]
+fn optimum_caches_rewritten_in_place_hold_onnxruntime_s_rows() {
+    let dir = folder("llama_optimum");
+    let f = ModelFolder::open(&dir).unwrap();
+    let sets = common::data_sets_in(&dir);
+    let tensor = |set: &common::DataSet, name: &str| {
+        let all = set.inputs.iter().chain(&set.outputs);
+        all.into_iter().find(|(n, _)| n == name).unwrap().1.clone()
+    };
+    let ids = |set: &common::DataSet| -> Vec<u32> {
+        let t = tensor(set, "input_ids").to_f64_vec().unwrap();
+        t.into_iter().map(|x| x as u32).collect()
+    };
+    let mut devices = vec![DeviceSelection::Cpu];
+    if !common::skip_vulkan() {
+        devices.push(DeviceSelection::Vulkan);
+    }
+    const ROWS: usize = 24;
+    for d in devices {
+        let (session, io) = f
+            .load_session(SessionOptions {
+                devices: d,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(io.shared_cache, SharedCache::Yes);
+        assert!(io.write_index.is_some());
+        let mut seq = Sequence::new(&session, &io, Some(ROWS)).unwrap();
+        let prompt = ids(&sets[0]).len();
+        let mut logits = Vec::new();
+        for set in &sets[..4] {
+            logits = seq.feed(&ids(set)).unwrap();
+        }
+        let last = &sets[3];
+        let want = tensor(last, "logits").to_f64_vec().unwrap();
+        let want = &want[want.len() - logits.len()..];
+        let worst = logits
+            .iter()
+            .zip(want)
+            .map(|(&a, b)| (f64::from(a) - b).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 1e-3, "{d:?}: logits differ by {worst}");
+        assert_eq!(seq.state().on_gpu(), d == DeviceSelection::Vulkan, "{d:?}");
+        let used = prompt + 3;
+        for (c, got) in io.caches.iter().zip(seq.state().values().unwrap()) {
+            assert_eq!(got.shape(), [1, 2, ROWS, 16]);
+            let want = tensor(last, &c.present);
+            assert_eq!(want.shape(), [1, 2, used, 16]);
+            let (got, want) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
+            for h in 0..2 {
+                let row = |v: &[f64], len: usize, i: usize| -> Vec<f64> {
+                    v[(h * len + i) * 16..(h * len + i + 1) * 16].to_vec()
+                };
+                for t in 0..ROWS {
+                    // Token t's row: the prompt's at the end, the steps' from the start.
+                    let token = match t {
+                        t if t >= ROWS - prompt => Some(t - (ROWS - prompt)),
+                        t if t < 3 => Some(prompt + t),
+                        _ => None,
+                    };
+                    let g = row(&got, ROWS, t);
+                    match token {
+                        Some(k) => {
+                            let w = row(&want, used, k);
+                            let diff = g.iter().zip(&w).map(|(a, b)| (a - b).abs());
+                            let worst = diff.fold(0.0, f64::max);
+                            assert!(worst < 1e-4, "{d:?} {} head {h} row {t}: {worst}", c.past);
+                        }
+                        None => assert!(g.iter().all(|&x| x == 0.0), "{d:?} row {t} written"),
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]
@@ -309,17 +408,16 @@ fn split_over_three_nodes(name: &str, percent: u64) {
     let _serial = cluster_harness::serial();
     let dir = folder(name);
     let r = reference(&dir);
-    let model_path = dir.join("model.onnx");
     let (cluster, nodes) = three_nodes(
         &format!("llm-split-{name}"),
         model_bytes(&dir) * percent / 100,
     );
     let secret = Secret::read(&cluster.key).unwrap();
     let client = ClusterClient::connect(&nodes[1].addr, &secret).unwrap();
-    let model = client.load(&model_path, |_| {}).unwrap();
-    let def = vkml::onnx::load(&model_path).unwrap();
-    let hints = ModelFolder::open(&dir).unwrap().hints;
-    let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &hints).unwrap();
+    let (model, io) = ModelFolder::open(&dir)
+        .unwrap()
+        .load_on(&client, |_| {})
+        .unwrap();
     let what = format!("{name} over three nodes");
     let last = r.greedy_ids.len() - 2;
     let mut samples = Vec::new();
@@ -412,20 +510,30 @@ fn an_abandoned_sequence_is_freed_after_the_idle_time() {
     client.close();
 }
 
-/// On GPU nodes the caches that GroupQueryAttention updates in place on a GPU stay in a GPU
-/// buffer of the sequence's on the node that runs their layer (two lavapipe nodes, each
-/// capped below the model): greedy generation is still onnxruntime-genai's. (On lavapipe the
-/// planner runs some of the tiny model's attention ops on the CPU, whose caches the host
-/// keeps: both homes are exercised.)
+/// On GPU nodes the caches that are updated in place on a GPU (GroupQueryAttention's, and
+/// Optimum's once the loop has rewritten them: generate/window.rs) stay in a GPU buffer of
+/// the sequence's on the node that runs their layer (two lavapipe nodes, each capped below
+/// the model): greedy generation is still onnxruntime's. (On lavapipe the planner may run
+/// some of a tiny model's attention ops on the CPU, whose caches the host keeps: both homes
+/// are exercised.)
 #[test]
 fn genai_caches_stay_on_the_gpus_of_the_nodes_that_run_their_layers() {
+    caches_stay_on_the_gpus("llama_genai");
+}
+
+#[test]
+fn optimum_caches_stay_on_the_gpus_of_the_nodes_that_run_their_layers() {
+    caches_stay_on_the_gpus("llama_optimum");
+}
+
+fn caches_stay_on_the_gpus(name: &str) {
     if common::skip_vulkan() {
         return;
     }
     let _serial = cluster_harness::serial();
-    let dir = folder("llama_genai");
+    let dir = folder(name);
     let r = reference(&dir);
-    let cluster = Cluster::new("llm-gpu-split");
+    let cluster = Cluster::new(&format!("llm-gpu-split-{name}"));
     let cap = (model_bytes(&dir) * 80 / 100).to_string();
     let extra = |_: usize| {
         vec![
@@ -447,10 +555,10 @@ fn genai_caches_stay_on_the_gpus_of_the_nodes_that_run_their_layers() {
     .unwrap_or_else(|| panic!("no convergence\n{}", cluster_harness::logs(&refs)));
     let secret = Secret::read(&cluster.key).unwrap();
     let client = ClusterClient::connect(&nodes[0].addr, &secret).unwrap();
-    let model = client.load(&dir.join("model.onnx"), |_| {}).unwrap();
-    let f = ModelFolder::open(&dir).unwrap();
-    let def = vkml::onnx::load(&f.model).unwrap();
-    let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &f.hints).unwrap();
+    let (model, io) = ModelFolder::open(&dir)
+        .unwrap()
+        .load_on(&client, |_| {})
+        .unwrap();
     let mut seen = Vec::new();
     let mut made = 0;
     let out = generate(&model, &io, &r.prompt_ids, &greedy_options(&r), |_| {

@@ -136,7 +136,23 @@ impl Session {
         copy_below: u64,
     ) -> Result<Session> {
         let (model, files) = crate::onnx::load_files(path, copy_below)?;
-        let graph = Arc::new(Graph::from_model(&model)?);
+        Session::from_model(&model, files, options)
+    }
+
+    /// A model whose bytes are given (one rewritten in memory, as the generation loop does
+    /// with growing caches: generate/window.rs); `path` is where it came from, whose folder
+    /// holds its external data.
+    pub fn load_bytes(path: &Path, data: bytes::Bytes, options: SessionOptions) -> Result<Session> {
+        let (model, files) = crate::onnx::load_files_from(path, data, crate::onnx::COPY_BELOW)?;
+        Session::from_model(&model, files, options)
+    }
+
+    fn from_model(
+        model: &crate::model::ModelDef,
+        files: crate::onnx::ModelFiles,
+        options: SessionOptions,
+    ) -> Result<Session> {
+        let graph = Arc::new(Graph::from_model(model)?);
         let devices = select_devices(options.devices, &options.tuning.vulkan)?;
         let max_value_bytes = options.tuning.max_value_bytes.unwrap_or_else(|| {
             // Uncapped: `device_memory_limit` splits a model over devices, which the planner

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use vkml::generate::{
-    GenerateOptions, Generation, LlmIo, ModelFolder, Sampling, StepModel, TextGenerator, generate,
+    GenerateOptions, Generation, ModelFolder, Sampling, StepModel, TextGenerator, generate,
 };
-use vkml::{DeviceSelection, Session, SessionOptions};
+use vkml::{DeviceSelection, SessionOptions};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -79,30 +79,19 @@ pub fn generate_cmd(args: GenerateArgs) -> Result<()> {
         bail!("--top-p must be in (0, 1], got {}", args.top_p);
     }
     let Some(to) = args.to.clone() else {
-        let session = Session::load(
-            &folder.model,
-            SessionOptions {
+        let (session, io) = folder
+            .load_session(SessionOptions {
                 devices: args.device,
                 ..Default::default()
-            },
-        )
-        .with_context(|| format!("cannot load {}", folder.model.display()))?;
-        let io = LlmIo::detect_with(&session.inputs(), &session.outputs(), &folder.hints)?;
+            })
+            .with_context(|| format!("cannot load {}", folder.model.display()))?;
         return run(&session, TextGenerator { folder, io }, &args, &options);
     };
     let secret = super::secret_for_tool(args.cluster_key.as_deref(), args.insecure, "generate")?;
-    let model_def = vkml::onnx::load(&folder.model)
-        .with_context(|| format!("cannot read {}", folder.model.display()))?;
-    let io = LlmIo::detect_with(
-        &model_def.graph.inputs,
-        &model_def.graph.outputs,
-        &folder.hints,
-    )?;
-    drop(model_def);
     let cluster = vkml::distributed::client::ClusterClient::connect(&to, &secret)
         .with_context(|| format!("cannot reach {to}"))?;
-    let model = cluster
-        .load(&folder.model, |_| {})
+    let (model, io) = folder
+        .load_on(&cluster, |_| {})
         .with_context(|| format!("cannot load {} on the cluster", folder.model.display()))?;
     let result = run(&model, TextGenerator { folder, io }, &args, &options);
     let unloaded = model.unload();

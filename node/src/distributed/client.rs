@@ -94,7 +94,24 @@ impl ClusterClient {
         path: &Path,
         progress: impl FnMut(&pb::LoadProgress),
     ) -> Result<RemoteModel, DistError> {
-        self.conn.load(path, progress)
+        let data = bytes::Bytes::from(std::fs::read(path).map_err(|e| {
+            DistError::Runtime(crate::Error::Input(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))
+        })?);
+        self.conn.load(path, data, progress)
+    }
+
+    /// [`ClusterClient::load`] for a model whose bytes are given (one rewritten in memory:
+    /// generate/window.rs); `path` names it, and its folder holds the model's external data.
+    pub fn load_bytes(
+        &self,
+        path: &Path,
+        data: bytes::Bytes,
+        progress: impl FnMut(&pb::LoadProgress),
+    ) -> Result<RemoteModel, DistError> {
+        self.conn.load(path, data, progress)
     }
 
     /// Closes the connection once no model loaded through it is held (at once when none
@@ -127,14 +144,9 @@ impl Connected {
     fn load(
         self: &Arc<Self>,
         path: &Path,
+        data: bytes::Bytes,
         mut progress: impl FnMut(&pb::LoadProgress),
     ) -> Result<RemoteModel, DistError> {
-        let data = bytes::Bytes::from(std::fs::read(path).map_err(|e| {
-            DistError::Runtime(crate::Error::Input(format!(
-                "cannot read {}: {e}",
-                path.display()
-            )))
-        })?);
         let side = Arc::new(super::side_files::prepare(path, &data, &mut progress)?);
         let name = path
             .file_name()

@@ -4,7 +4,8 @@
 //! (docs/CLUSTER.md, "Sequences").
 //!
 //! Where this node's part of the plan can keep a binding on its GPU (the fragment's
-//! [`Executable::state_layout`]: GroupQueryAttention writing its cache in place), the values
+//! [`Executable::state_layout`]: GroupQueryAttention or TensorScatter writing its cache in
+//! place), the values
 //! live in a GPU buffer of the sequence's own and never leave it between steps; the others
 //! are kept on the host. A sequence is its submitter's: two submitters may use the same
 //! number, so values are keyed by both. What a sequence keeps goes when its submitter ends it, when a step of it

@@ -139,8 +139,8 @@ fn bound_state(
 }
 
 /// The state layout for the `pairs` (input, output) of a fragment that can stay on one GPU of
-/// node `local`: each output made there by a kernel, its input read only there, and neither
-/// read anywhere else (a cut edge would need it on the host). Pairs that cannot are left
+/// node `local`: each output made there by a kernel, and it and its input read only there
+/// (a cut edge would need them on the host). Pairs that cannot are left
 /// out: they go through the host between runs. When they fall on several GPUs, the one with
 /// the most keeps its pairs.
 fn fragment_state(
@@ -171,7 +171,7 @@ fn fragment_state(
         let on_gpu = matches!(devices.get(d.index), Some(Device::Gpu(_)));
         let here = |q: &usize| plan.placement[*q] == *d;
         let input_here = readers.get(&input).is_some_and(|r| r.iter().all(here));
-        let output_unread = readers.get(&output).is_none_or(Vec::is_empty);
+        let output_here = readers.get(&output).is_none_or(|r| r.iter().all(here));
         if d.node != local {
             continue;
         }
@@ -179,8 +179,8 @@ fn fragment_state(
             "it is made on the CPU"
         } else if !input_here {
             "its input is read on another device or node"
-        } else if !output_unread {
-            "it is read by other ops"
+        } else if !output_here {
+            "it is read on another device or node"
         } else {
             by_device.entry(d.index).or_default().push((input, output));
             continue;

@@ -34,18 +34,22 @@ pub struct LlmIo {
     /// In layer order, key before value.
     pub caches: Vec<CachePair>,
     pub shared_cache: SharedCache,
+    /// Where the model takes the row each step's cache rows go to: a model whose growing
+    /// caches were rewritten to stay in place ([`super::window`]). The loop then places the
+    /// prompt at the end of the buffer and each later token in the free rows from its start.
+    pub write_index: Option<String>,
 }
 
 /// (layer, "key" | "value") of a cache name with one of `prefixes`.
-fn cache_slot<'a>(name: &'a str, prefixes: &[&str]) -> Option<(usize, &'a str)> {
+pub(super) fn cache_slot<'a>(name: &'a str, prefixes: &[&str]) -> Option<(usize, &'a str)> {
     let rest = prefixes.iter().find_map(|p| name.strip_prefix(p))?;
     let (layer, kind) = rest.split_once('.')?;
     let layer = layer.parse().ok()?;
     matches!(kind, "key" | "value").then_some((layer, kind))
 }
 
-const PAST: &[&str] = &["past_key_values.", "past."];
-const PRESENT: &[&str] = &["present.", "present_key_values."];
+pub(super) const PAST: &[&str] = &["past_key_values.", "past."];
+pub(super) const PRESENT: &[&str] = &["present.", "present_key_values."];
 
 fn int_dtype(d: &ValueDef, what: &str) -> Result<DType, GenerateError> {
     match d.dtype {
@@ -119,6 +123,7 @@ impl LlmIo {
             } else {
                 SharedCache::No
             },
+            write_index: None,
         };
         let mut slots = Vec::new();
         for d in inputs {
@@ -128,6 +133,7 @@ impl LlmIo {
                     io.attention_mask = Some((d.name.clone(), int_dtype(d, "input")?));
                 }
                 "position_ids" => io.position_ids = Some((d.name.clone(), int_dtype(d, "input")?)),
+                super::window::WRITE_INDEX => io.write_index = Some(d.name.clone()),
                 n => {
                     let (layer, kind) = cache_slot(n, PAST).ok_or_else(|| {
                         GenerateError::Model(format!(
@@ -151,6 +157,16 @@ impl LlmIo {
                     slots.push((layer, kind == "value", pair));
                 }
             }
+        }
+        if io.write_index.is_some() {
+            if io.position_ids.is_none() || io.attention_mask.is_none() {
+                return Err(GenerateError::Model(format!(
+                    "'{}' places cache rows out of order: the model must take position_ids \
+                     and attention_mask",
+                    super::window::WRITE_INDEX
+                )));
+            }
+            io.shared_cache = SharedCache::Yes;
         }
         slots.sort_by_key(|&(layer, value, _)| (layer, value));
         io.caches = slots.into_iter().map(|(_, _, p)| p).collect();

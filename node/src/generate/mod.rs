@@ -5,15 +5,17 @@
 //! on a cluster ([`RemoteModel`]), through [`StepModel`].
 //!
 //! A [`Session`] keeps a sequence's caches in a [`BoundState`]: on the GPU, in place, when the
-//! model's past and present share one buffer (GenAI's `past_present_share_buffer` form) and
-//! the plan is one GPU chunk; else on the host, fed back step by step. On a cluster the
-//! caches still travel through the submitting node with every step; see docs/LLM.md.
+//! model's past and present share one buffer (GenAI's `past_present_share_buffer` form, or
+//! Optimum's growing caches as [`window`] rewrites them) and the plan is one GPU chunk; else
+//! on the host, fed back step by step. On a cluster each node keeps the caches of the layers
+//! it runs, the same way; see docs/LLM.md.
 
 pub mod io;
 pub mod sample;
 #[cfg(test)]
 mod tests;
 mod text;
+pub mod window;
 
 use std::time::{Duration, Instant};
 
@@ -122,6 +124,8 @@ pub struct Sequence<'m, M: StepModel + ?Sized> {
     max_len: Option<usize>,
     /// A shared cache's length (its buffer's rows); 0 for a growing one.
     rows: usize,
+    /// With a write index (window.rs): the rows the first feed took, at the buffer's end.
+    end_rows: usize,
 }
 
 impl<'m, M: StepModel + ?Sized> Sequence<'m, M> {
@@ -164,6 +168,7 @@ impl<'m, M: StepModel + ?Sized> Sequence<'m, M> {
             len: 0,
             max_len,
             rows,
+            end_rows: 0,
         })
     }
 
@@ -193,6 +198,15 @@ impl<'m, M: StepModel + ?Sized> Sequence<'m, M> {
                 limit,
             });
         }
+        // Placed rows (window.rs): after the first feed, tokens go one at a time, which is
+        // where a query's causal mask spans the whole buffer.
+        if self.io.write_index.is_some() && start > 0 && ids.len() > 1 {
+            let mut last = Vec::new();
+            for &id in ids {
+                last = self.feed(&[id])?;
+            }
+            return Ok(last);
+        }
         let io = self.io;
         let ints = |dtype: DType, shape: Vec<usize>, v: Vec<i64>| match dtype {
             DType::I32 => Tensor::from_vec(shape, v.into_iter().map(|x| x as i32).collect()),
@@ -203,14 +217,33 @@ impl<'m, M: StepModel + ?Sized> Sequence<'m, M> {
             io.input_ids.as_str(),
             ints(io.ids_dtype, vec![1, ids.len()], tokens),
         )];
+        let write_at = io.write_index.as_ref().map(|name| {
+            if start == 0 {
+                self.end_rows = ids.len();
+            }
+            let at = if start == 0 {
+                self.rows - ids.len()
+            } else {
+                start - self.end_rows
+            };
+            (name, at)
+        });
         if let Some((name, dtype)) = &io.attention_mask {
-            // A shared cache's mask spans the whole buffer: ones over the tokens so far.
+            // A shared cache's mask spans the whole buffer: ones over the rows in use, the
+            // tokens so far in order, or placed as window.rs says.
             let width = match io.shared_cache {
                 SharedCache::No => total,
                 _ => self.rows,
             };
-            let mask = (0..width).map(|j| i64::from(j < total)).collect();
+            let in_use = |j: usize| match write_at {
+                None => j < total,
+                Some(_) => j < total - self.end_rows || j >= self.rows - self.end_rows,
+            };
+            let mask = (0..width).map(|j| i64::from(in_use(j))).collect();
             feeds.push((name, ints(*dtype, vec![1, width], mask)));
+        }
+        if let Some((name, at)) = write_at {
+            feeds.push((name, Tensor::from_vec(vec![1], vec![at as i64])));
         }
         if let Some((name, dtype)) = &io.position_ids {
             let pos = (start as i64..total as i64).collect();

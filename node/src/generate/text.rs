@@ -3,7 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use tokenizers::Tokenizer;
+
+use crate::distributed::client::{ClusterClient, RemoteModel};
+use crate::session::{Session, SessionOptions};
+use vkml_protocol::pb::LoadProgress;
 
 use super::{CacheHints, GenerateError, GenerateOptions, Generation, LlmIo, StepModel, generate};
 
@@ -44,6 +49,36 @@ impl ModelFolder {
             eos: eos_tokens(dir)?,
             hints: cache_hints(dir)?,
         })
+    }
+
+    /// The model's bytes as the loop runs it: with its growing caches made to stay in
+    /// place (window.rs) where the export allows, else as the file has them.
+    pub fn model_bytes(&self) -> Result<Bytes, GenerateError> {
+        let data = std::fs::read(&self.model).map_err(|e| file_err(&self.model, e))?;
+        let data = Bytes::from(data);
+        Ok(super::window::window_caches(data.clone())?.unwrap_or(data))
+    }
+
+    /// A session of the folder's model ([`ModelFolder::model_bytes`]) and its roles.
+    pub fn load_session(&self, options: SessionOptions) -> Result<(Session, LlmIo), GenerateError> {
+        let session = Session::load_bytes(&self.model, self.model_bytes()?, options)?;
+        let io = LlmIo::detect_with(&session.inputs(), &session.outputs(), &self.hints)?;
+        Ok((session, io))
+    }
+
+    /// The folder's model ([`ModelFolder::model_bytes`]) loaded on a cluster, and its roles.
+    pub fn load_on(
+        &self,
+        cluster: &ClusterClient,
+        progress: impl FnMut(&LoadProgress),
+    ) -> Result<(RemoteModel, LlmIo), GenerateError> {
+        let data = self.model_bytes()?;
+        let def =
+            crate::onnx::load_from_bytes(data.clone(), Some(&crate::onnx::model_dir(&self.model)))
+                .map_err(|e| file_err(&self.model, e))?;
+        let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &self.hints)?;
+        drop(def);
+        Ok((cluster.load_bytes(&self.model, data, progress)?, io))
     }
 
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, GenerateError> {

@@ -84,6 +84,18 @@ pub fn load_files(path: &Path, copy_below: u64) -> Result<(ModelDef, ModelFiles)
     Ok((model, ModelFiles(stamps)))
 }
 
+/// [`load_files`] for a model whose bytes are given (one rewritten in memory): `path` names
+/// it in errors, and its folder holds the model's external data.
+pub fn load_files_from(
+    path: &Path,
+    data: Bytes,
+    copy_below: u64,
+) -> Result<(ModelDef, ModelFiles), LoadError> {
+    let files = external::ExternalFiles::copying_below(Some(&model_dir(path)), copy_below);
+    let model = decode(data, &files, path)?;
+    Ok((model, ModelFiles(files.stamps())))
+}
+
 /// Decodes a model already in memory. Initializers become slices of `data` (no copy).
 /// `model_dir` is where external data files are looked up; without it they are an error.
 pub fn load_from_bytes(data: Bytes, model_dir: Option<&Path>) -> Result<ModelDef, LoadError> {
