@@ -388,11 +388,8 @@ fn scaling(model: &Path, device: &str, cores: usize, secs: f64) {
 /// JSON line per setup and the cost per cut per token: the decode step's time on three nodes
 /// less one node's, over the two cuts of a three-stage pipeline.
 fn llm(dir: &Path, device: &str) {
-    use vkml::generate::{GenerateOptions, LlmIo, ModelFolder, generate};
+    use vkml::generate::{GenerateOptions, ModelFolder, generate};
     let folder = ModelFolder::open(dir).unwrap_or_else(|e| panic!("{e}"));
-    let def = vkml::onnx::load(&folder.model).unwrap_or_else(|e| panic!("{e}"));
-    let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &folder.hints)
-        .unwrap_or_else(|e| panic!("{e}"));
     let bytes: u64 = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok()?.metadata().ok())
@@ -419,8 +416,9 @@ fn llm(dir: &Path, device: &str) {
         // Every node has joined and told the others its devices before the first run plans.
         std::thread::sleep(Duration::from_secs(3));
         let t = Instant::now();
-        let model = client
-            .load(&folder.model, |_| {})
+        // As `vkml-node generate --to` loads it (generate/window.rs).
+        let (model, io) = folder
+            .load_on(&client, |_| {})
             .unwrap_or_else(|e| panic!("{label}: {e}"));
         let load_s = t.elapsed().as_secs_f64();
         // The gaps between tokens after the first two: a decode step as it runs once its plan

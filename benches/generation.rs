@@ -81,19 +81,19 @@ fn tuning() -> Tuning {
     tuning
 }
 
-fn load(folder: &ModelFolder, args: &Args) -> (Session, f64) {
+/// The folder's model as `vkml-node generate` loads it (Optimum's growing caches rewritten to
+/// stay in place: generate/window.rs), with its roles and the seconds loading took.
+fn load(folder: &ModelFolder, args: &Args) -> (Session, LlmIo, f64) {
     let t = Instant::now();
-    let session = Session::load(
-        &folder.model,
-        SessionOptions {
+    let (session, io) = folder
+        .load_session(SessionOptions {
             devices: args.device,
             profile: args.profile,
             tuning: tuning(),
             ..Default::default()
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    (session, t.elapsed().as_secs_f64())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    (session, io, t.elapsed().as_secs_f64())
 }
 
 /// A prompt's run and a decode step, their op times by op type, largest first. The decode
@@ -152,9 +152,10 @@ fn main() {
         if loaded.is_none() {
             loaded = Some(load(&folder, &args));
         }
-        let (session, load_s) = loaded.as_ref().map(|(s, t)| (s, *t)).expect("loaded");
-        let io = LlmIo::detect_with(&session.inputs(), &session.outputs(), &folder.hints)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let (session, io, load_s) = loaded
+            .as_ref()
+            .map(|(s, io, t)| (s, io, *t))
+            .expect("loaded");
         let ids: Vec<u32> = (0..prompt as u32).map(|i| 3 + (i * 7919) % vocab).collect();
         let options = GenerateOptions {
             max_new_tokens: args.decode,
@@ -163,7 +164,7 @@ fn main() {
             max_seq_len: Some(prompt + args.decode),
         };
         let run = || -> Generation {
-            generate(session, &io, &ids, &options, |_| true).unwrap_or_else(|e| panic!("{e}"))
+            generate(session, io, &ids, &options, |_| true).unwrap_or_else(|e| panic!("{e}"))
         };
         let t = Instant::now();
         run();

@@ -54,14 +54,28 @@ impl ModelFolder {
     /// The model's bytes as the loop runs it: with its growing caches made to stay in
     /// place (window.rs) where the export allows, else as the file has them.
     pub fn model_bytes(&self) -> Result<Bytes, GenerateError> {
-        let data = std::fs::read(&self.model).map_err(|e| file_err(&self.model, e))?;
-        let data = Bytes::from(data);
-        Ok(super::window::window_caches(data.clone())?.unwrap_or(data))
+        match self.rewritten()? {
+            Some(data) => Ok(data),
+            None => Ok(Bytes::from(
+                std::fs::read(&self.model).map_err(|e| file_err(&self.model, e))?,
+            )),
+        }
+    }
+
+    /// The model rewritten by window.rs, or None when the file is run as it is.
+    fn rewritten(&self) -> Result<Option<Bytes>, GenerateError> {
+        let (data, _) = crate::onnx::read_file(&self.model, crate::onnx::COPY_BELOW)
+            .map_err(|e| file_err(&self.model, e))?;
+        super::window::window_caches(data)
     }
 
     /// A session of the folder's model ([`ModelFolder::model_bytes`]) and its roles.
     pub fn load_session(&self, options: SessionOptions) -> Result<(Session, LlmIo), GenerateError> {
-        let session = Session::load_bytes(&self.model, self.model_bytes()?, options)?;
+        let session = match self.rewritten()? {
+            Some(data) => Session::load_bytes(&self.model, data, options)?,
+            // Loaded from its file, which the session maps and checks before each run.
+            None => Session::load(&self.model, options)?,
+        };
         let io = LlmIo::detect_with(&session.inputs(), &session.outputs(), &self.hints)?;
         Ok((session, io))
     }
@@ -72,10 +86,15 @@ impl ModelFolder {
         cluster: &ClusterClient,
         progress: impl FnMut(&LoadProgress),
     ) -> Result<(RemoteModel, LlmIo), GenerateError> {
-        let data = self.model_bytes()?;
-        let def =
-            crate::onnx::load_from_bytes(data.clone(), Some(&crate::onnx::model_dir(&self.model)))
-                .map_err(|e| file_err(&self.model, e))?;
+        let Some(data) = self.rewritten()? else {
+            let def = crate::onnx::load(&self.model).map_err(|e| file_err(&self.model, e))?;
+            let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &self.hints)?;
+            drop(def);
+            return Ok((cluster.load(&self.model, progress)?, io));
+        };
+        let dir = crate::onnx::model_dir(&self.model);
+        let def = crate::onnx::load_from_bytes(data.clone(), Some(&dir))
+            .map_err(|e| file_err(&self.model, e))?;
         let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &self.hints)?;
         drop(def);
         Ok((cluster.load_bytes(&self.model, data, progress)?, io))
