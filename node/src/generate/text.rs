@@ -21,6 +21,9 @@ pub struct ModelFolder {
     pub eos: Vec<u32>,
     /// Cache sizes from genai_config.json or config.json, for [`LlmIo::detect_with`].
     pub hints: CacheHints,
+    /// config.json gives the model a sliding attention window: its masks hide keys by
+    /// position, so the rows of a growing cache cannot be placed out of order (window.rs).
+    pub sliding_window: bool,
 }
 
 fn file_err(path: &Path, message: impl ToString) -> GenerateError {
@@ -48,6 +51,7 @@ impl ModelFolder {
             tokenizer,
             eos: eos_tokens(dir)?,
             hints: cache_hints(dir)?,
+            sliding_window: sliding_window(dir),
         })
     }
 
@@ -64,6 +68,10 @@ impl ModelFolder {
 
     /// The model rewritten by window.rs, or None when the file is run as it is.
     fn rewritten(&self) -> Result<Option<Bytes>, GenerateError> {
+        if self.sliding_window {
+            tracing::debug!("caches left growing: the model attends over a sliding window");
+            return Ok(None);
+        }
         let (data, _) = crate::onnx::read_file(&self.model, crate::onnx::COPY_BELOW)
             .map_err(|e| file_err(&self.model, e))?;
         super::window::window_caches(data)
@@ -133,6 +141,18 @@ fn find_model(dir: &Path) -> Result<PathBuf, GenerateError> {
             "several .onnx files and no model.onnx: name the one to run model.onnx",
         )),
     }
+}
+
+/// Whether config.json sets a sliding attention window that is in use (Mistral's and
+/// Qwen2's `sliding_window`, unless `use_sliding_window` is false).
+fn sliding_window(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join("config.json")) else {
+        return false;
+    };
+    let Ok(c) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return false;
+    };
+    c["sliding_window"].as_u64().is_some() && c["use_sliding_window"].as_bool() != Some(false)
 }
 
 /// `eos_token_id` (a number or a list) of the first config file that has one.
