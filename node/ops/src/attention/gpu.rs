@@ -38,8 +38,16 @@ pub fn tiles(p: &Plan) -> (usize, usize) {
     let bk = (256 / bq)
         .min(KV / (p.head_dim + 1).max(p.v_head_dim).max(1))
         .min(64);
+    // A few rows over a short cache (a decode step early in a sequence): shorter tiles, so
+    // that the keys cut into enough slices to fill the GPU (`splits` keeps a slice at least a
+    // tile long). At 192 keys a Llama-1B step had 8 workgroups of 4 rows, 3 slices of 64.
+    let wgs = p.batch * p.kv_heads * rows.div_ceil(bq);
+    let bk = bk.min((p.kv_len * wgs / FILL).max(MIN_SPLIT_TILE));
     (bq, bk)
 }
+
+/// The shortest key tile a decode step's slices are cut to.
+const MIN_SPLIT_TILE: usize = 16;
 
 /// How many slices the key range is cut into (flash-decoding), from the shapes only: enough
 /// workgroups to fill a large GPU, each slice at least one tile long. A decode step's few
