@@ -13,11 +13,7 @@
 //   RMS:   inv = 1 / sqrt(mean(v^2) + eps),            y = v * inv * gamma[k]
 //   layer: inv = 1 / sqrt(mean((v - mean)^2) + eps),   y = (v - mean) * inv * gamma[k] + beta[j]
 // with k = (j / gd) % gs: a scale that covers one block of the row's axes. v is read again in
-// every pass rather than kept, so rows of any length fit the shared memory. A decode step's
-// norm is one row, one workgroup: each thread reads U elements before it uses any, so their
-// loads wait together (a loop that used each load at once waited for them one by one: 11.5 us
-// for a 2048-wide row on an H200).
-const uint U = 4u;
+// every pass rather than kept, so rows of any length fit the shared memory.
 // flags: 1 skip, 2 bias, 4 beta, 8 layer (subtract the mean), 16 write the mean (0 for RMS, as
 // onnxruntime), 32 write inv, 64 write v (input_skip_bias_sum).
 layout(local_size_x = 256) in;
@@ -76,42 +72,23 @@ void main() {
     uint base = row * p.len;
     bool layer = (p.flags & 8u) != 0u;
     float mean = 0.0;
-    float v[U];
     if (layer) {
         float s = 0.0;
-        for (uint j0 = tid; j0 < p.len; j0 += U * WG) {
-            for (uint u = 0u; u < U; u++) {
-                uint j = j0 + u * WG;
-                v[u] = j < p.len ? value(base, j) : 0.0;
-            }
-            for (uint u = 0u; u < U; u++) s += v[u];
-        }
+        for (uint j = tid; j < p.len; j += WG) s += value(base, j);
         mean = total(s) / float(p.len);
     }
     float sq = 0.0;
-    for (uint j0 = tid; j0 < p.len; j0 += U * WG) {
-        for (uint u = 0u; u < U; u++) {
-            uint j = j0 + u * WG;
-            v[u] = j < p.len ? value(base, j) - mean : 0.0;
-        }
-        for (uint u = 0u; u < U; u++) sq += v[u] * v[u];
+    for (uint j = tid; j < p.len; j += WG) {
+        float c = value(base, j) - mean;
+        sq += c * c;
     }
     float inv = 1.0 / sqrt(total(sq) / float(p.len) + p.eps);
-    for (uint j0 = tid; j0 < p.len; j0 += U * WG) {
-        float g[U];
-        for (uint u = 0u; u < U; u++) {
-            uint j = min(j0 + u * WG, p.len - 1u);
-            v[u] = value(base, j);
-            g[u] = float(p.gamma.v[(j / p.gd) % p.gs]);
-        }
-        for (uint u = 0u; u < U; u++) {
-            uint j = j0 + u * WG;
-            if (j >= p.len) break;
-            if ((p.flags & 64u) != 0u) p.sum.v[base + j] = T(v[u]);
-            float r = (v[u] - mean) * inv * g[u];
-            if ((p.flags & 4u) != 0u) r += float(p.beta.v[j]);
-            p.y.v[base + j] = T(r);
-        }
+    for (uint j = tid; j < p.len; j += WG) {
+        float v = value(base, j);
+        if ((p.flags & 64u) != 0u) p.sum.v[base + j] = T(v);
+        float r = (v - mean) * inv * float(p.gamma.v[(j / p.gd) % p.gs]);
+        if ((p.flags & 4u) != 0u) r += float(p.beta.v[j]);
+        p.y.v[base + j] = T(r);
     }
     if (tid == 0u) {
         if ((p.flags & 16u) != 0u) p.mean.v[row] = mean;
