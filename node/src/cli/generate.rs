@@ -35,8 +35,8 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Prompt plus generation at most this many tokens. A model whose past and present caches
-    /// share one buffer (GenAI's form) allocates its caches at this length once (default:
-    /// the prompt plus --max-tokens).
+    /// share one buffer (GenAI's form, or Optimum's as the loop rewrites it) allocates its
+    /// caches at this length once (default: the prompt plus --max-tokens).
     #[arg(long)]
     pub max_seq_len: Option<usize>,
     /// Keep generating past the end-of-sequence token.
