@@ -143,6 +143,12 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // RUST_LOG=vkml::exec=trace,vkml::generate=trace shows where a step's time goes (a GPU
+    // chunk submitted, completed, its results read back; the step's start and end).
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let folder = ModelFolder::open(&args.dir).unwrap_or_else(|e| panic!("{e}"));
     // Profiled, each prompt length gets a session of its own, so that each table covers
     // that length's plans alone.

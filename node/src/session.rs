@@ -121,6 +121,8 @@ pub struct Session {
     value_checks: values::ValueChecks,
     /// The GPU copies of the weights its plans share (one plan per set of input shapes).
     weights: SharedWeights,
+    /// State buffers and contexts of ended sequences, for the next ones (session/bound.rs).
+    idle_homes: Arc<bound::IdleHomes>,
 }
 
 impl Session {
@@ -178,6 +180,7 @@ impl Session {
             files,
             value_checks,
             weights: SharedWeights::default(),
+            idle_homes: Arc::default(),
         };
         session.check_at_load()?;
         Ok(session)

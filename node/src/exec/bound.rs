@@ -160,6 +160,18 @@ pub fn upload(gpu: &Arc<Gpu>, layout: &StateLayout, values: &[&Tensor]) -> Resul
     let state = gpu
         .create_buffer(layout.bytes.max(4), MemoryUse::Device, "bound state")
         .map_err(dev_err)?;
+    upload_into(gpu, layout, &state, values)?;
+    Ok(state)
+}
+
+/// Writes `values` (one per slot of `layout`, in order) into `state`, a buffer made for
+/// `layout` (or one compatible with it).
+pub fn upload_into(
+    gpu: &Arc<Gpu>,
+    layout: &StateLayout,
+    state: &GpuBuffer,
+    values: &[&Tensor],
+) -> Result<()> {
     let staging = gpu
         .create_buffer(layout.bytes.max(4), MemoryUse::Upload, "state staging")
         .map_err(dev_err)?;
@@ -177,14 +189,13 @@ pub fn upload(gpu: &Arc<Gpu>, layout: &StateLayout, values: &[&Tensor]) -> Resul
             steps.push(Step::Copy {
                 src: &staging,
                 src_offset: slot.offset,
-                dst: &state,
+                dst: state,
                 dst_offset: slot.offset,
                 bytes: t.bytes().len() as u64,
             });
         }
     }
-    wait_for(gpu, &steps)?;
-    Ok(state)
+    wait_for(gpu, &steps)
 }
 
 /// The values in `state`, one per slot of `layout`, copied to the host.

@@ -249,7 +249,9 @@ impl<'m, M: StepModel + ?Sized> Sequence<'m, M> {
             let pos = (start as i64..total as i64).collect();
             feeds.push((name, ints(*dtype, vec![1, ids.len()], pos)));
         }
+        tracing::trace!("step of {} token(s) after {start}: starts", ids.len());
         let mut outputs = self.model.step(&mut self.state, &feeds)?;
+        tracing::trace!("step: outputs here");
         let i = outputs
             .iter()
             .position(|(n, _)| *n == io.logits)
@@ -258,7 +260,9 @@ impl<'m, M: StepModel + ?Sized> Sequence<'m, M> {
             })?;
         let logits = outputs.swap_remove(i).1;
         self.len = total;
-        last_row(&logits, ids.len())
+        let last = last_row(&logits, ids.len());
+        tracing::trace!("step: last row of the logits taken");
+        last
     }
 }
 

@@ -10,12 +10,12 @@
 //! would do by hand. A state moves between the two homes when plans of both kinds run on it.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::Session;
 use crate::device::vulkan::{Gpu, GpuBuffer};
 use crate::error::{Error, Result};
-use crate::exec::bound::{StateLayout, download, upload};
+use crate::exec::bound::{StateLayout, download, upload, upload_into};
 use crate::exec::{BoundContext, BoundContexts, Executable};
 use crate::ops::ValueType;
 use crate::tensor::Tensor;
@@ -25,53 +25,97 @@ pub struct BoundState {
     /// (graph input index, graph output index) per pair, in the order they were bound.
     pairs: Vec<(usize, usize)>,
     home: Home,
+    /// Where a GPU home goes when the sequence ends: its session's idle homes.
+    idle: Arc<IdleHomes>,
 }
 
 enum Home {
     /// One value per pair.
     Host(Vec<Tensor>),
-    Gpu {
-        layout: StateLayout,
-        gpu: Arc<Gpu>,
-        buffer: Arc<GpuBuffer>,
-        contexts: BoundContexts,
-    },
+    Gpu(GpuHome),
+}
+
+/// A state buffer on a GPU and the execution contexts recorded against it.
+struct GpuHome {
+    layout: StateLayout,
+    gpu: Arc<Gpu>,
+    buffer: Arc<GpuBuffer>,
+    contexts: BoundContexts,
+}
+
+/// The GPU homes of a session's ended sequences, for its next ones. A context holds a whole
+/// run's memory (a 2,048-token prompt's logits are 525 MB of readback memory for a Llama-1B
+/// shape), and allocating and recording it again for every sequence took most of a long
+/// prompt's time; a new sequence whose layout is compatible takes an idle home and only
+/// writes its initial values into the buffer.
+#[derive(Default)]
+pub(crate) struct IdleHomes(Mutex<Vec<GpuHome>>);
+
+impl IdleHomes {
+    /// Homes kept at most: beyond, the least recently ended one is freed.
+    const KEPT: usize = 2;
+
+    fn take(&self, layout: &StateLayout, gpu: &Arc<Gpu>) -> Option<GpuHome> {
+        let mut homes = self.0.lock().expect("idle homes");
+        let at = homes
+            .iter()
+            .position(|h| h.layout.compatible(layout) && Arc::ptr_eq(&h.gpu, gpu))?;
+        Some(homes.remove(at))
+    }
+
+    fn give(&self, home: GpuHome) {
+        let mut homes = self.0.lock().expect("idle homes");
+        homes.insert(0, home);
+        homes.truncate(Self::KEPT);
+    }
+
+    /// Homes kept now (tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().expect("idle homes").len()
+    }
+}
+
+impl Drop for BoundState {
+    fn drop(&mut self) {
+        if let Home::Gpu(home) = std::mem::replace(&mut self.home, Home::Host(Vec::new())) {
+            self.idle.give(home);
+        }
+    }
 }
 
 impl BoundState {
     /// Whether the values are in a GPU buffer now (else on the host).
     pub fn on_gpu(&self) -> bool {
-        matches!(self.home, Home::Gpu { .. })
+        matches!(self.home, Home::Gpu(_))
     }
 
     /// The bound values, in the order they were bound, copied to the host.
     pub fn values(&self) -> Result<Vec<Tensor>> {
         match &self.home {
             Home::Host(v) => Ok(v.clone()),
-            Home::Gpu {
-                layout,
-                gpu,
-                buffer,
-                ..
-            } => download(gpu, layout, buffer),
+            Home::Gpu(h) => download(&h.gpu, &h.layout, &h.buffer),
         }
     }
 
     fn types(&self) -> Vec<ValueType> {
         match &self.home {
             Home::Host(v) => v.iter().map(ValueType::of).collect(),
-            Home::Gpu { layout, .. } => layout.slots.iter().map(|s| s.ty.clone()).collect(),
+            Home::Gpu(h) => h.layout.slots.iter().map(|s| s.ty.clone()).collect(),
         }
     }
 
     /// Brings the values to the host.
     fn move_to_host(&mut self) -> Result<&[Tensor]> {
-        if let Home::Gpu { .. } = self.home {
-            self.home = Home::Host(self.values()?);
+        if let Home::Gpu(_) = self.home {
+            let values = self.values()?;
+            if let Home::Gpu(home) = std::mem::replace(&mut self.home, Home::Host(values)) {
+                self.idle.give(home);
+            }
         }
         match &self.home {
             Home::Host(v) => Ok(v),
-            Home::Gpu { .. } => unreachable!("moved to the host above"),
+            Home::Gpu(_) => unreachable!("moved to the host above"),
         }
     }
 
@@ -79,26 +123,29 @@ impl BoundState {
     fn move_to_gpu(&mut self, exe: &Arc<Executable>) -> Result<&BoundContext> {
         let layout = exe.state_layout().expect("a bound plan");
         let gpu = exe.state_gpu().expect("state on a GPU");
-        let fits = matches!(&self.home, Home::Gpu { layout: l, gpu: g, .. }
-            if l.compatible(layout) && Arc::ptr_eq(g, gpu));
+        let fits = matches!(&self.home, Home::Gpu(h)
+            if h.layout.compatible(layout) && Arc::ptr_eq(&h.gpu, gpu));
         if !fits {
             let values = self.move_to_host()?.to_vec();
             let refs: Vec<&Tensor> = values.iter().collect();
-            let buffer = Arc::new(upload(gpu, layout, &refs)?);
-            self.home = Home::Gpu {
-                layout: layout.clone(),
-                gpu: gpu.clone(),
-                buffer,
-                contexts: BoundContexts::default(),
+            let home = match self.idle.take(layout, gpu) {
+                Some(home) => {
+                    upload_into(gpu, layout, &home.buffer, &refs)?;
+                    home
+                }
+                None => GpuHome {
+                    layout: layout.clone(),
+                    gpu: gpu.clone(),
+                    buffer: Arc::new(upload(gpu, layout, &refs)?),
+                    contexts: BoundContexts::default(),
+                },
             };
+            self.home = Home::Gpu(home);
         }
-        let Home::Gpu {
-            buffer, contexts, ..
-        } = &mut self.home
-        else {
+        let Home::Gpu(home) = &mut self.home else {
             unreachable!("on the GPU now");
         };
-        contexts.for_plan(exe, buffer)
+        home.contexts.for_plan(exe, &home.buffer)
     }
 }
 
@@ -145,6 +192,7 @@ impl Session {
         Ok(BoundState {
             pairs: indices,
             home: Home::Host(initial),
+            idle: Arc::clone(&self.idle_homes),
         })
     }
 
@@ -174,7 +222,7 @@ impl Session {
         }
         let host_values: Option<Vec<Tensor>> = match &state.home {
             Home::Host(v) => Some(v.clone()),
-            Home::Gpu { .. } => None,
+            Home::Gpu(_) => None,
         };
         let known: Vec<Option<&Tensor>> = (0..given.len())
             .map(|i| {

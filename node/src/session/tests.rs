@@ -337,3 +337,85 @@ fn plans_for_other_shapes_share_the_weights_on_the_gpu() {
         "one copy of w for both plans"
     );
 }
+
+/// cache_out = TensorScatter(cache, row, at) over a [1, 4, 2] cache, y = cache_out * 2: a
+/// cache bound in place on the GPU.
+fn scatter_cache() -> GraphProto {
+    let two: Vec<u8> = 2f32.to_le_bytes().to_vec();
+    GraphProto {
+        name: "g".into(),
+        node: vec![
+            node(
+                "TensorScatter",
+                "put",
+                &["cache", "row", "at"],
+                &["cache_out"],
+            ),
+            node("Mul", "mul", &["cache_out", "two"], &["y"]),
+        ],
+        initializer: vec![raw_tensor("two", FLOAT, &[], &two)],
+        input: vec![
+            tensor_value("cache", FLOAT, Some(&[D::V(1), D::V(4), D::V(2)])),
+            tensor_value("row", FLOAT, Some(&[D::V(1), D::V(1), D::V(2)])),
+            tensor_value("at", INT64, Some(&[D::V(1)])),
+        ],
+        output: vec![
+            tensor_value("y", FLOAT, None),
+            tensor_value("cache_out", FLOAT, None),
+        ],
+        ..Default::default()
+    }
+}
+
+/// A sequence that ends leaves its GPU state buffer and recorded contexts to the session
+/// (recording a long prompt's context again for each sequence cost most of its time); the
+/// next sequence takes them, starting from its own initial values, not the last one's rows.
+#[test]
+fn a_new_sequence_takes_an_ended_one_s_gpu_state_and_starts_from_its_own_values() {
+    if vkml_testkit::test_gpu().is_none() {
+        return;
+    }
+    let dir = TempDir::new("session-idle-homes");
+    let path = write_model(&dir, "m.onnx", &model_with(scatter_cache()));
+    let opts = SessionOptions {
+        devices: DeviceSelection::Vulkan,
+        ..Default::default()
+    };
+    let session = Session::load(&path, opts).unwrap();
+    let step = |state: &mut crate::session::BoundState, at: i64, v: f32| {
+        let row = Tensor::from_vec(vec![1, 1, 2], vec![v, -v]);
+        let at = Tensor::from_vec(vec![1], vec![at]);
+        let out = session
+            .run_bound(state, &[("row", row), ("at", at)])
+            .unwrap();
+        out[0].1.to_f64_vec().unwrap()
+    };
+    let zeros = || Tensor::from_vec(vec![1, 4, 2], vec![0f32; 8]);
+    let bind = || {
+        session
+            .bind(&[("cache_out", "cache")], vec![zeros()])
+            .unwrap()
+    };
+    let mut a = bind();
+    step(&mut a, 0, 1.0);
+    let y = step(&mut a, 3, 2.0);
+    assert_eq!(y, [2.0, -2.0, 0.0, 0.0, 0.0, 0.0, 4.0, -4.0]);
+    assert!(a.on_gpu());
+    drop(a);
+    assert_eq!(
+        session.idle_homes.len(),
+        1,
+        "the ended sequence's home is kept"
+    );
+    let mut b = bind();
+    let y = step(&mut b, 1, 3.0);
+    assert_eq!(
+        y,
+        [0.0, 0.0, 6.0, -6.0, 0.0, 0.0, 0.0, 0.0],
+        "b starts from zeros"
+    );
+    assert!(b.on_gpu());
+    assert_eq!(session.idle_homes.len(), 0, "b took it");
+    drop(b);
+    assert_eq!(session.idle_homes.len(), 1);
+}
