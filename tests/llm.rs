@@ -134,6 +134,10 @@ fn optimum_caches_rewritten_in_place_hold_onnxruntime_s_rows() {
             .unwrap();
         assert_eq!(io.shared_cache, SharedCache::Yes);
         assert!(io.write_index.is_some());
+        // The loop's model makes the last position's logits only (generate/last_logits.rs).
+        let logits = session.outputs().into_iter().find(|o| o.name == "logits");
+        let dims = logits.unwrap().dims.unwrap();
+        assert_eq!(dims[1], vkml::model::Dim::Fixed(1), "{dims:?}");
         let mut seq = Sequence::new(&session, &io, Some(ROWS)).unwrap();
         let prompt = ids(&sets[0]).len();
         let mut logits = Vec::new();

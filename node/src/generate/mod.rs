@@ -11,6 +11,7 @@
 //! it runs, the same way; see docs/LLM.md.
 
 pub mod io;
+mod last_logits;
 pub mod sample;
 #[cfg(test)]
 mod tests;
@@ -47,6 +48,45 @@ pub enum GenerateError {
     EmptyPrompt,
     #[error("the sequence would be {wanted} tokens, over the limit of {limit} (--max-seq-len)")]
     TooLong { wanted: usize, limit: usize },
+}
+
+/// `model` (the bytes of an .onnx file) as the loop runs it, or None when that is as it is:
+/// growing caches made to stay in place ([`window`]), and the logits of the last position
+/// only (last_logits.rs: a prompt's run otherwise makes and reads back a row of logits per
+/// token). Each rewrite applies where the export allows it; the reasons one does not are
+/// logged. `place_rows` false keeps growing caches as they are (a model whose masks hide keys
+/// by position: a sliding window).
+pub fn prepare(
+    model: bytes::Bytes,
+    place_rows: bool,
+) -> Result<Option<bytes::Bytes>, GenerateError> {
+    use prost::Message;
+    let mut m = crate::onnx::proto::ModelProto::decode(model)
+        .map_err(|e| GenerateError::Model(format!("the model cannot be decoded: {e}")))?;
+    let Some(graph) = m.graph.as_mut() else {
+        return Ok(None);
+    };
+    type Rewrite = fn(&mut crate::onnx::proto::GraphProto) -> Result<(), String>;
+    let rewrites: [(&str, Rewrite); 2] = [
+        ("caches left growing", window::rewrite),
+        ("logits of every position", last_logits::rewrite),
+    ];
+    let mut changed = false;
+    for (what, rewrite) in rewrites {
+        if what == "caches left growing" && !place_rows {
+            tracing::debug!("{what}: the model attends over a sliding window");
+            continue;
+        }
+        let before = graph.clone();
+        match rewrite(graph) {
+            Ok(()) => changed = true,
+            Err(why) => {
+                tracing::debug!("{what}: {why}");
+                *graph = before;
+            }
+        }
+    }
+    Ok(changed.then(|| bytes::Bytes::from(m.encode_to_vec())))
 }
 
 /// A model that runs one step of a sequence whose caches it keeps between steps.

@@ -55,8 +55,9 @@ impl ModelFolder {
         })
     }
 
-    /// The model's bytes as the loop runs it: with its growing caches made to stay in
-    /// place (window.rs) where the export allows, else as the file has them.
+    /// The model's bytes as the loop runs it ([`super::prepare`]: growing caches made to
+    /// stay in place, the logits of the last position only, where the export allows), else
+    /// as the file has them.
     pub fn model_bytes(&self) -> Result<Bytes, GenerateError> {
         match self.rewritten()? {
             Some(data) => Ok(data),
@@ -66,15 +67,11 @@ impl ModelFolder {
         }
     }
 
-    /// The model rewritten by window.rs, or None when the file is run as it is.
+    /// The model as [`super::prepare`] rewrites it, or None when the file is run as it is.
     fn rewritten(&self) -> Result<Option<Bytes>, GenerateError> {
-        if self.sliding_window {
-            tracing::debug!("caches left growing: the model attends over a sliding window");
-            return Ok(None);
-        }
         let (data, _) = crate::onnx::read_file(&self.model, crate::onnx::COPY_BELOW)
             .map_err(|e| file_err(&self.model, e))?;
-        super::window::window_caches(data)
+        super::prepare(data, !self.sliding_window)
     }
 
     /// A session of the folder's model ([`ModelFolder::model_bytes`]) and its roles.

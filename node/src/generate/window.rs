@@ -61,7 +61,9 @@ struct Growing {
     shapes: Vec<usize>,
 }
 
-fn rewrite(g: &mut GraphProto) -> Result<(), String> {
+/// Rewrites `g` as above, or says why it cannot; `g` may be half rewritten then (the caller
+/// keeps a copy).
+pub(super) fn rewrite(g: &mut GraphProto) -> Result<(), String> {
     let has_input = |n: &str| g.input.iter().any(|i| i.name == n);
     for needed in ["input_ids", "position_ids", "attention_mask"] {
         if !has_input(needed) {
@@ -222,7 +224,12 @@ fn attr_int(n: &NodeProto, name: &str) -> Option<i64> {
     n.attribute.iter().find(|a| a.name == name).map(|a| a.i)
 }
 
-fn node(op: &str, inputs: &[&str], output: &str, attribute: Vec<AttributeProto>) -> NodeProto {
+pub(super) fn node(
+    op: &str,
+    inputs: &[&str],
+    output: &str,
+    attribute: Vec<AttributeProto>,
+) -> NodeProto {
     NodeProto {
         input: inputs.iter().map(|s| s.to_string()).collect(),
         output: vec![output.into()],
@@ -261,7 +268,7 @@ fn string_attr(name: &str, s: &str) -> AttributeProto {
     }
 }
 
-fn i64_tensor(name: &str, v: &[i64]) -> TensorProto {
+pub(super) fn i64_tensor(name: &str, v: &[i64]) -> TensorProto {
     TensorProto {
         name: name.into(),
         dims: vec![v.len() as i64],
@@ -274,6 +281,15 @@ fn i64_tensor(name: &str, v: &[i64]) -> TensorProto {
 fn dims_of(v: &ValueInfoProto) -> Option<&Vec<tensor_shape_proto::Dimension>> {
     match v.r#type.as_ref()?.value.as_ref()? {
         type_proto::Value::TensorType(t) => t.shape.as_ref().map(|s| &s.dim),
+        _ => None,
+    }
+}
+
+pub(super) fn dims_of_mut(
+    v: &mut ValueInfoProto,
+) -> Option<&mut Vec<tensor_shape_proto::Dimension>> {
+    match v.r#type.as_mut()?.value.as_mut()? {
+        type_proto::Value::TensorType(t) => t.shape.as_mut().map(|s| &mut s.dim),
         _ => None,
     }
 }
