@@ -67,14 +67,22 @@ pub fn prepare(
         return Ok(None);
     };
     type Rewrite = fn(&mut crate::onnx::proto::GraphProto) -> Result<(), String>;
-    let rewrites: [(&str, Rewrite); 2] = [
-        ("caches left growing", window::rewrite),
-        ("logits of every position", last_logits::rewrite),
+    let rewrites: [(&str, Rewrite, Result<(), &str>); 2] = [
+        (
+            "caches left growing",
+            window::rewrite,
+            if place_rows {
+                Ok(())
+            } else {
+                Err("the model attends over a sliding window")
+            },
+        ),
+        ("logits of every position", last_logits::rewrite, Ok(())),
     ];
     let mut changed = false;
-    for (what, rewrite) in rewrites {
-        if what == "caches left growing" && !place_rows {
-            tracing::debug!("{what}: the model attends over a sliding window");
+    for (what, rewrite, allowed) in rewrites {
+        if let Err(why) = allowed {
+            tracing::debug!("{what}: {why}");
             continue;
         }
         let before = graph.clone();
