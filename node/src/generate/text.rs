@@ -59,27 +59,26 @@ impl ModelFolder {
     /// stay in place, the logits of the last position only, where the export allows), else
     /// as the file has them.
     pub fn model_bytes(&self) -> Result<Bytes, GenerateError> {
-        match self.rewritten()? {
-            Some(data) => Ok(data),
-            None => Ok(Bytes::from(
-                std::fs::read(&self.model).map_err(|e| file_err(&self.model, e))?,
-            )),
-        }
+        Ok(self.prepared()?.0)
     }
 
-    /// The model as [`super::prepare`] rewrites it, or None when the file is run as it is.
-    fn rewritten(&self) -> Result<Option<Bytes>, GenerateError> {
+    /// The model's bytes as the loop runs it, and whether [`super::prepare`] rewrote them
+    /// (else they are the file's, mapped when large).
+    fn prepared(&self) -> Result<(Bytes, bool), GenerateError> {
         let (data, _) = crate::onnx::read_file(&self.model, crate::onnx::COPY_BELOW)
             .map_err(|e| file_err(&self.model, e))?;
-        super::prepare(data, !self.sliding_window)
+        Ok(match super::prepare(data.clone(), !self.sliding_window)? {
+            Some(rewritten) => (rewritten, true),
+            None => (data, false),
+        })
     }
 
     /// A session of the folder's model ([`ModelFolder::model_bytes`]) and its roles.
     pub fn load_session(&self, options: SessionOptions) -> Result<(Session, LlmIo), GenerateError> {
-        let session = match self.rewritten()? {
-            Some(data) => Session::load_bytes(&self.model, data, options)?,
+        let session = match self.prepared()? {
+            (data, true) => Session::load_bytes(&self.model, data, options)?,
             // Loaded from its file, which the session maps and checks before each run.
-            None => Session::load(&self.model, options)?,
+            (_, false) => Session::load(&self.model, options)?,
         };
         let io = LlmIo::detect_with(&session.inputs(), &session.outputs(), &self.hints)?;
         Ok((session, io))
@@ -91,7 +90,7 @@ impl ModelFolder {
         cluster: &ClusterClient,
         progress: impl FnMut(&LoadProgress),
     ) -> Result<(RemoteModel, LlmIo), GenerateError> {
-        let Some(data) = self.rewritten()? else {
+        let (data, true) = self.prepared()? else {
             let def = crate::onnx::load(&self.model).map_err(|e| file_err(&self.model, e))?;
             let io = LlmIo::detect_with(&def.graph.inputs, &def.graph.outputs, &self.hints)?;
             drop(def);

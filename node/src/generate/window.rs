@@ -2,7 +2,7 @@
 //!
 //! Optimum's exports grow each layer's cache by concatenation: `present = Concat(past, rows,
 //! axis=-2)`, one row longer every step. Fed as is, every length is a plan of its own and
-//! the cache is a new value each step. [`window_caches`] rewrites such a model (its bytes, so
+//! the cache is a new value each step. [`rewrite`] (through [`super::prepare`]) rewrites such a model (its bytes, so
 //! a cluster gets the same model) into the form GenAI's builder emits: each `past` input is a
 //! buffer as long as the whole sequence, and the Concat becomes a TensorScatter that writes
 //! the step's rows into it at a row the loop feeds ([`WRITE_INDEX`]). Past and present then
@@ -20,9 +20,7 @@
 //! reads each past only in its Concat and through Shape; others are left as they are.
 
 use bytes::Bytes;
-use prost::Message;
 
-use super::GenerateError;
 use super::io::{PAST, PRESENT, cache_slot};
 use crate::onnx::proto::{
     self, AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto,
@@ -35,24 +33,6 @@ pub const WRITE_INDEX: &str = "vkml_cache_write_index";
 
 /// The past inputs' length in the rewritten model: the buffer's rows.
 const CACHE_LENGTH: &str = "cache_length";
-
-/// `model` (the bytes of an .onnx file) with its growing caches rewritten as above, or None
-/// when it has none, or some cannot be (the reason is logged): the loop then feeds it as it
-/// is, a plan per length.
-pub fn window_caches(model: Bytes) -> Result<Option<Bytes>, GenerateError> {
-    let mut m = proto::ModelProto::decode(model)
-        .map_err(|e| GenerateError::Model(format!("the model cannot be decoded: {e}")))?;
-    let Some(graph) = m.graph.as_mut() else {
-        return Ok(None);
-    };
-    match rewrite(graph) {
-        Ok(()) => Ok(Some(Bytes::from(m.encode_to_vec()))),
-        Err(why) => {
-            tracing::debug!("caches left growing: {why}");
-            Ok(None)
-        }
-    }
-}
 
 /// One cache: its past input, the Concat that makes its present, the Shape nodes reading it.
 struct Growing {
@@ -336,6 +316,7 @@ fn tensor_type(elem_type: i32, dim: Vec<tensor_shape_proto::Dimension>) -> proto
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message;
 
     fn value(name: &str, elem: i32, dims: &[&str]) -> ValueInfoProto {
         let dim = dims
@@ -404,7 +385,7 @@ mod tests {
 
     #[test]
     fn a_growing_cache_becomes_a_scatter_into_a_buffer_of_the_sequence_s_length() {
-        let out = window_caches(export(&ALL, None))
+        let out = super::super::prepare(export(&ALL, None), true)
             .unwrap()
             .expect("rewritten");
         let g = proto::ModelProto::decode(out).unwrap().graph.unwrap();
@@ -438,21 +419,21 @@ mod tests {
             ..Default::default()
         };
         let again = Bytes::from(again.encode_to_vec());
-        assert!(window_caches(again).unwrap().is_none());
+        assert!(super::super::prepare(again, true).unwrap().is_none());
     }
 
     #[test]
     fn caches_are_left_growing_where_placing_rows_would_change_what_the_model_computes() {
         // Positions would come from the past's length, which the buffer no longer gives.
         let no_positions = export(&["input_ids", "attention_mask"], None);
-        assert!(window_caches(no_positions).unwrap().is_none());
+        assert!(super::super::prepare(no_positions, true).unwrap().is_none());
         // Nothing would hide the buffer's unused rows.
         let no_mask = export(&["input_ids", "position_ids"], None);
-        assert!(window_caches(no_mask).unwrap().is_none());
+        assert!(super::super::prepare(no_mask, true).unwrap().is_none());
         // Another op would read the whole buffer as the past.
         let read = export(&ALL, Some("Neg"));
-        assert!(window_caches(read).unwrap().is_none());
+        assert!(super::super::prepare(read, true).unwrap().is_none());
         // Not a model at all.
-        assert!(window_caches(Bytes::from_static(b"\xff\xff")).is_err());
+        assert!(super::super::prepare(Bytes::from_static(b"\xff\xff"), true).is_err());
     }
 }
