@@ -2,24 +2,45 @@
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_scalar_block_layout : require
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require
 // @variant f32 DT_F32
 // @variant f16 DT_F16
+// @variant wide_f32 DT_F32 WIDE
+// @variant wide_f16 DT_F16 WIDE
 #include "types.glsl"
 
 // MatMul for a few rows of A (decode: one token, a few beams) against a B whose rows are
 // contiguous, ops/matmul/gemv.rs: Y[M, N] = A[M, K] x B[K, N]. Memory-bound on B, which is
 // read once, 16 bytes (one uvec4: 8 halves or 4 floats, a "vector") per load. A workgroup
 // owns `lanes` adjacent vectors of columns and all of K: invocation t takes vector t % lanes
-// and rows k = t / lanes, t / lanes + 256 / lanes, ..., so that consecutive invocations read
-// consecutive 16 bytes of one row of B and the loads of a warp cover whole rows' segments.
-// Four loads are issued before their arithmetic so that enough of them are in flight to keep
-// the memory busy. The partial sums over the invocations of one column vector are then added
-// in shared memory. Vector groups fold into y past 65,535 workgroups; rows of Y past ROWS go to
-// workgroup z (B is read once per ROWS rows).
+// and rows k = t / lanes, t / lanes + THREADS / lanes, ... (a "strand"), so that consecutive
+// invocations read consecutive 16 bytes of one row of B and the loads of a warp cover whole
+// rows' segments. UNROLL loads are issued before their arithmetic: a product is a few rounds
+// of memory latency, and the loads in flight per round set how many rounds there are. The
+// strands' partial sums of one vector are added across the subgroup by shuffles, then across
+// subgroups in shared memory. The wide variant (one row of A) has four times the invocations
+// per workgroup, so that one workgroup per multiprocessor keeps four times the loads in
+// flight; it keeps one row's sums, not ROWS', within the register budget of 1,024 invocations.
+// Vector groups fold into y past 65,535 workgroups; rows of Y past ROWS go to workgroup z (B
+// is read once per ROWS rows).
+//
+// The invocation index is made from the subgroup's (gl_SubgroupID * gl_SubgroupSize +
+// gl_SubgroupInvocationID) so that the shuffles' partners are known; THREADS is a multiple of
+// every power-of-two subgroup size, so every subgroup is full and the index covers 0..THREADS.
+#if defined(WIDE)
+layout(local_size_x = 1024) in;
+const uint THREADS = 1024u;
+const uint ROWS = 1u;
+#else
 layout(local_size_x = 256) in;
-
 const uint THREADS = 256u;
 const uint ROWS = 4u;
+#endif
+const uint UNROLL = 8u;
+// Sums leave the registers CHUNK values of a vector at a time, which bounds shared memory.
+const uint CHUNK = 4u;
 #if defined(DT_F16)
 const uint VEC = 8u;
 #else
@@ -44,11 +65,11 @@ layout(push_constant, scalar) uniform P {
     // B's row k starts at vector offB + k * rsB.
     uint rsB;
     uint offB;
-    // Column vectors per workgroup: 1, 2, 4 or 8.
+    // Column vectors per workgroup: a power of two up to 32.
     uint lanes;
 } p;
 
-shared float red[THREADS * VEC];
+shared float red[THREADS * CHUNK];
 
 void unpack(uvec4 w, out float b[VEC]) {
 #if defined(DT_F16)
@@ -69,10 +90,10 @@ void unpack(uvec4 w, out float b[VEC]) {
 void accumulate(uvec4 w, uint k, uint m0, uint rows, inout float acc[ROWS][VEC]) {
     float b[VEC];
     unpack(w, b);
-    for (uint r = 0u; r < ROWS; ++r) {
+    [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
         if (r < rows) {
             float a = float(p.a.v[p.offA + (m0 + r) * p.rsA + k * p.csA]);
-            for (uint j = 0u; j < VEC; ++j) {
+            [[unroll]] for (uint j = 0u; j < VEC; ++j) {
                 acc[r][j] = fma(a, b[j], acc[r][j]);
             }
         }
@@ -80,59 +101,92 @@ void accumulate(uvec4 w, uint k, uint m0, uint rows, inout float acc[ROWS][VEC])
 }
 
 void main() {
-    uint tid = gl_LocalInvocationID.x;
-    uint lane = tid % p.lanes;
-    uint kt = tid / p.lanes;
-    uint step = THREADS / p.lanes;
-    uint vec = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * p.lanes + lane;
+    uint tid = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+    uint lanes = p.lanes;
+    uint lane = tid % lanes;
+    uint strand = tid / lanes;
+    uint step = THREADS / lanes;
+    uint group = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint vec = group * lanes + lane;
     uint vecs = p.N / VEC;
     uint m0 = gl_WorkGroupID.z * ROWS;
     uint rows = min(ROWS, p.M - m0);
     float acc[ROWS][VEC];
-    for (uint r = 0u; r < ROWS; ++r) {
-        for (uint j = 0u; j < VEC; ++j) {
+    [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+        [[unroll]] for (uint j = 0u; j < VEC; ++j) {
             acc[r][j] = 0.0;
         }
     }
     if (vec < vecs) {
         uint col = p.offB + vec;
-        uint k = kt;
-        for (; k + 3u * step < p.K; k += 4u * step) {
-            uvec4 w0 = p.b.v[col + k * p.rsB];
-            uvec4 w1 = p.b.v[col + (k + step) * p.rsB];
-            uvec4 w2 = p.b.v[col + (k + 2u * step) * p.rsB];
-            uvec4 w3 = p.b.v[col + (k + 3u * step) * p.rsB];
-            accumulate(w0, k, m0, rows, acc);
-            accumulate(w1, k + step, m0, rows, acc);
-            accumulate(w2, k + 2u * step, m0, rows, acc);
-            accumulate(w3, k + 3u * step, m0, rows, acc);
+        uint k = strand;
+        for (; k + (UNROLL - 1u) * step < p.K; k += UNROLL * step) {
+            uvec4 w[UNROLL];
+            [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
+                w[u] = p.b.v[col + (k + u * step) * p.rsB];
+            }
+            [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
+                accumulate(w[u], k + u * step, m0, rows, acc);
+            }
         }
-        for (; k < p.K; k += step) {
-            accumulate(p.b.v[col + k * p.rsB], k, m0, rows, acc);
+        // The rest, fewer than UNROLL rows a strand, still issued together.
+        if (k < p.K) {
+            uvec4 w[UNROLL];
+            [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
+                uint ku = k + u * step;
+                w[u] = ku < p.K ? p.b.v[col + ku * p.rsB] : uvec4(0u);
+            }
+            [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
+                if (k + u * step < p.K) {
+                    accumulate(w[u], k + u * step, m0, rows, acc);
+                }
+            }
         }
     }
-    // Invocation kt * lanes + lane holds a partial sum of vector `lane`; a tree over kt adds
-    // them (its partner for stride s is s * lanes invocations on).
-    for (uint r = 0u; r < rows; ++r) {
-        for (uint j = 0u; j < VEC; ++j) {
-            red[tid * VEC + j] = acc[r][j];
+    // Within a subgroup the strands of one vector are `lanes` invocations apart: a butterfly
+    // over those distances leaves each the subgroup's sum, and the first strand of each
+    // subgroup (or every strand, where a subgroup is narrower than `lanes`) keeps it in a slot.
+    uint width = gl_SubgroupSize;
+    uint per = max(width / lanes, 1u);
+    uint slots = step / per;
+    bool keeper = strand % per == 0u;
+    uint slot = strand / per;
+    [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+        if (r >= rows) {
+            break;
         }
-        barrier();
-        for (uint s = step / 2u; s > 0u; s >>= 1u) {
-            if (kt < s) {
-                uint o = (tid + s * p.lanes) * VEC;
-                for (uint j = 0u; j < VEC; ++j) {
-                    red[tid * VEC + j] += red[o + j];
+        [[unroll]] for (uint c = 0u; c < VEC; c += CHUNK) {
+            float v[CHUNK];
+            [[unroll]] for (uint i = 0u; i < CHUNK; ++i) {
+                v[i] = acc[r][c + i];
+            }
+            for (uint o = lanes; o < width; o <<= 1u) {
+                [[unroll]] for (uint i = 0u; i < CHUNK; ++i) {
+                    v[i] += subgroupShuffleXor(v[i], o);
+                }
+            }
+            if (keeper) {
+                [[unroll]] for (uint i = 0u; i < CHUNK; ++i) {
+                    red[(slot * lanes + lane) * CHUNK + i] = v[i];
+                }
+            }
+            barrier();
+            // Entry e of the first `s` slots adds its partner s slots on (up to CHUNK entries
+            // an invocation, where subgroups narrower than `lanes` leave a slot per strand).
+            uint row = lanes * CHUNK;
+            for (uint s = slots / 2u; s > 0u; s >>= 1u) {
+                for (uint e = tid; e < s * row; e += THREADS) {
+                    red[e] += red[e + s * row];
+                }
+                barrier();
+            }
+            if (tid < row) {
+                uint v = group * lanes + tid / CHUNK;
+                if (v < vecs) {
+                    p.y.v[(m0 + r) * p.N + v * VEC + c + tid % CHUNK] = T(red[tid]);
                 }
             }
             barrier();
         }
-        if (kt == 0u && vec < vecs) {
-            uint base = (m0 + r) * p.N + vec * VEC;
-            for (uint j = 0u; j < VEC; ++j) {
-                p.y.v[base + j] = T(red[tid * VEC + j]);
-            }
-        }
-        barrier();
     }
 }

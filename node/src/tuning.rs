@@ -60,7 +60,8 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "VKML_GEMV",
-        "auto, off, or 1, 2, 4 or 8 (column vectors per workgroup of the few-row MatMul kernel)",
+        "auto, off, 1, 2, 4, 8, 16 or 32 (column vectors per workgroup of the few-row MatMul \
+         kernel), or wide1 ... wide32 (the same in its one-row workgroups of 1,024)",
     ),
     ("VKML_ARM", "0 or 1"),
     ("VKML_QUEUE", "compute or graphics"),
@@ -190,11 +191,18 @@ fn tiles(v: &str) -> Option<GemmTiles> {
 }
 
 fn gemv(v: &str) -> Option<Gemv> {
+    let lanes = |l: &str| {
+        matches!(l, "1" | "2" | "4" | "8" | "16" | "32")
+            .then(|| l.parse().ok())
+            .flatten()
+    };
     Some(match v {
         "auto" => Gemv::Auto,
         "off" => Gemv::Off,
-        "1" | "2" | "4" | "8" => Gemv::Lanes(v.parse().ok()?),
-        _ => return None,
+        _ => match v.strip_prefix("wide") {
+            Some(l) => Gemv::Wide(lanes(l)?),
+            None => Gemv::Lanes(lanes(v)?),
+        },
     })
 }
 

@@ -1,6 +1,7 @@
 //! A decode step's matrix products alone on a GPU: `cargo bench -p vkml-ops --bench
 //! decode_matmul [-- 1b|8b]`. For each projection of a Llama-shaped model (one row of A, as in
-//! generating one token) it times the f16 MatMul through gemv.comp at every lane count and
+//! generating one token) it times the f16 MatMul through gemv.comp at every lane count of both
+//! its workgroup sizes and
 //! through the kernel the op would take without it (tensor cores where the GPU has them, else
 //! the f16 tiles), and the int4 MatMulNBits GEMV, each as the rate its weights are read at.
 //! Each kernel runs many times in one command buffer with a barrier between runs, as dependent
@@ -123,14 +124,16 @@ fn f16_kernels(gpu: &Gpu, k: usize, n: usize) -> (Vec<Tensor>, Vec<(String, GpuK
     let out = [ValueType::new(DType::F16, vec![1, n])];
     let have = gpu.info().shader_features;
     let mut kernels = Vec::new();
-    for (mode, label) in [
-        (Gemv::Auto, "gemv auto"),
-        (Gemv::Lanes(1), "gemv 1"),
-        (Gemv::Lanes(2), "gemv 2"),
-        (Gemv::Lanes(4), "gemv 4"),
-        (Gemv::Lanes(8), "gemv 8"),
-        (Gemv::Off, "without gemv"),
-    ] {
+    let lanes = [1u8, 2, 4, 8, 16, 32];
+    let modes = std::iter::once((Gemv::Auto, "gemv auto".to_string()))
+        .chain(lanes.iter().map(|&l| (Gemv::Lanes(l), format!("gemv {l}"))))
+        .chain(
+            lanes
+                .iter()
+                .map(|&l| (Gemv::Wide(l), format!("gemv wide {l}"))),
+        )
+        .chain(std::iter::once((Gemv::Off, "without gemv".to_string())));
+    for (mode, label) in modes {
         let tuning = KernelTuning {
             gemv: mode,
             ..KernelTuning::default()

@@ -50,14 +50,19 @@ pub enum GemmTiles {
 }
 
 /// Whether MatMul products of a few rows of A take the matrix-vector kernel (matmul/gemv.rs),
-/// and how many 16-byte column vectors one of its workgroups owns.
+/// in which of its workgroup sizes, and how many 16-byte column vectors one workgroup owns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Gemv {
-    /// As many as keep enough workgroups to fill a large GPU.
+    /// The shape rule: wide workgroups for one row against a very wide B (an LLM's head),
+    /// else the four-row ones, with as many vectors as keep enough workgroups to fill a large
+    /// GPU.
     #[default]
     Auto,
-    /// This many (1, 2, 4 or 8).
+    /// The four-row workgroups (256 invocations) with this many vectors (1, 2, 4, 8, 16, 32).
     Lanes(u8),
+    /// The wide workgroups (1,024 invocations, one row of A) with this many; products of
+    /// more rows take the four-row ones.
+    Wide(u8),
     /// Never: such products take the GEMM kernels.
     Off,
 }
