@@ -4,6 +4,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
 // @variant f32 DT_F32
 // @variant f16 DT_F16
@@ -25,6 +26,15 @@
 // flight; it keeps one row's sums, not ROWS', within the register budget of 1,024 invocations.
 // Vector groups fold into y past 65,535 workgroups; rows of Y past ROWS go to workgroup z (B
 // is read once per ROWS rows).
+//
+// With flag 1 (NormMatMul, ops/matmul/norm.rs) A is an RMS norm's input rather than its
+// output: each workgroup first finds inv_r = 1 / sqrt(mean_k(v[r][k]^2) + eps) of its rows,
+// v = A (+ skip, flag 2, laid out as A), and then reads A[r][k] as v[r][k] * inv_r * gamma[k]
+// (in float, not rounded to T as the separate norm's output would be); with flag 4 the first
+// workgroup also writes v, the residual sum a SkipSimplifiedLayerNormalization passes on, so
+// that the norm needs no dispatch of its own at all. A row of A is a few KB,
+// read again by every workgroup from the cache, and the norm no longer waits for its own
+// dispatch and barrier before the product.
 //
 // The invocation index is made from the subgroup's (gl_SubgroupID * gl_SubgroupSize +
 // gl_SubgroupInvocationID) so that the shuffles' partners are known; THREADS is a multiple of
@@ -55,6 +65,9 @@ layout(push_constant, scalar) uniform P {
     In a;
     Vecs b;
     Out y;
+    In skip;
+    In gamma;
+    Out sum;
     uint M;
     uint N;
     uint K;
@@ -67,6 +80,10 @@ layout(push_constant, scalar) uniform P {
     uint offB;
     // Column vectors per workgroup: a power of two up to 32.
     uint lanes;
+    float eps;
+    // 1: A's rows are normalised first; 2: with skip added; 4: the first workgroup of each
+    // row group writes v (A + skip) to `sum`, laid out as A.
+    uint flags;
 } p;
 
 shared float red[THREADS * CHUNK];
@@ -86,13 +103,60 @@ void unpack(uvec4 w, out float b[VEC]) {
 #endif
 }
 
+// 1 / sqrt(mean square + eps) of A's rows m0.. (with skip added), 1 without flag 1.
+float inv[ROWS];
+
+// v = A (+ skip) at A's element i.
+float value(uint i) {
+    float v = float(p.a.v[i]);
+    if ((p.flags & 2u) != 0u) {
+        v += float(p.skip.v[i]);
+    }
+    return v;
+}
+
+// A's element (m0 + r, k) as the product reads it.
+float a_at(uint r, uint k, uint m0) {
+    uint i = p.offA + (m0 + r) * p.rsA + k * p.csA;
+    if ((p.flags & 1u) == 0u) {
+        return float(p.a.v[i]);
+    }
+    return value(i) * inv[r] * float(p.gamma.v[k]);
+}
+
+// inv of the rows r < rows; `tid` is the invocation index (see main). Uniform control flow.
+void norms(uint tid, uint m0, uint rows) {
+    [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+        inv[r] = 1.0;
+        if ((p.flags & 1u) == 0u || r >= rows) {
+            continue;
+        }
+        float sq = 0.0;
+        for (uint k = tid; k < p.K; k += THREADS) {
+            float v = value(p.offA + (m0 + r) * p.rsA + k * p.csA);
+            sq += v * v;
+        }
+        sq = subgroupAdd(sq);
+        if (subgroupElect()) {
+            red[gl_SubgroupID] = sq;
+        }
+        barrier();
+        float total = 0.0;
+        for (uint g = 0u; g < gl_NumSubgroups; ++g) {
+            total += red[g];
+        }
+        barrier();
+        inv[r] = 1.0 / sqrt(total / float(p.K) + p.eps);
+    }
+}
+
 // acc[r][j] += A[m0 + r][k] * B[k][vector's column j], for the rows r < rows.
 void accumulate(uvec4 w, uint k, uint m0, uint rows, inout float acc[ROWS][VEC]) {
     float b[VEC];
     unpack(w, b);
     [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
         if (r < rows) {
-            float a = float(p.a.v[p.offA + (m0 + r) * p.rsA + k * p.csA]);
+            float a = a_at(r, k, m0);
             [[unroll]] for (uint j = 0u; j < VEC; ++j) {
                 acc[r][j] = fma(a, b[j], acc[r][j]);
             }
@@ -111,6 +175,15 @@ void main() {
     uint vecs = p.N / VEC;
     uint m0 = gl_WorkGroupID.z * ROWS;
     uint rows = min(ROWS, p.M - m0);
+    norms(tid, m0, rows);
+    if ((p.flags & 4u) != 0u && gl_WorkGroupID.x == 0u && gl_WorkGroupID.y == 0u) {
+        for (uint r = 0u; r < rows; ++r) {
+            for (uint k = tid; k < p.K; k += THREADS) {
+                uint i = p.offA + (m0 + r) * p.rsA + k * p.csA;
+                p.sum.v[i] = T(value(i));
+            }
+        }
+    }
     float acc[ROWS][VEC];
     [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
         [[unroll]] for (uint j = 0u; j < VEC; ++j) {

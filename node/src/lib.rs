@@ -36,6 +36,7 @@ pub use vkml_ops::{model, tensor};
 
 pub use error::Error;
 pub use exec::{KernelTime, NodeTime};
+pub use graph::Fusion;
 pub use session::{DeviceSelection, Session, SessionOptions};
 pub use tensor::{DType, Tensor};
 pub use tuning::Tuning;

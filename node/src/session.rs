@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 pub use crate::exec::PlanSummary;
 use crate::exec::shared::SharedWeights;
 use crate::exec::{Device, Executable, KernelTime, NodeTime};
-use crate::graph::{Graph, SpecializeError, Specialized};
+use crate::graph::{Fusion, Graph, SpecializeError, Specialized};
 use crate::model::{Dim, ValueDef};
 use crate::ops::{OpError, ValueType};
 use crate::tensor::Tensor;
@@ -303,8 +303,12 @@ impl Session {
 
     /// Whether plans fuse elementwise chains: only where a GPU may run them (the CPU backend
     /// runs a chain's steps one by one anyway, and measured slower fused), and as tuned.
-    fn fuse(&self) -> bool {
-        self.tuning.fusion && self.devices.iter().any(|d| matches!(d, Device::Gpu(_)))
+    fn fuse(&self) -> Fusion {
+        if self.devices.iter().any(|d| matches!(d, Device::Gpu(_))) {
+            self.tuning.fusion
+        } else {
+            Fusion::Off
+        }
     }
 
     /// Inputs the caller must feed, as declared by the model.

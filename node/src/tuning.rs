@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 
 use crate::device::vulkan::{QueueFamily, VulkanOptions};
+use crate::graph::Fusion;
 use crate::ops::KernelTuning;
 use crate::ops::tuning::{CoopKernels, GemmTiles, Gemv, SplitK};
 
@@ -13,9 +14,10 @@ use crate::ops::tuning::{CoopKernels, GemmTiles, Gemv, SplitK};
 /// A/B measurements and debugging.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Tuning {
-    /// Fuse chains of float elementwise ops into one dispatch where a GPU runs the plan
-    /// (graph/fuse.rs).
-    pub fusion: bool,
+    /// Where a GPU runs the plan: fuse chains of float elementwise ops into one dispatch
+    /// (graph/fuse.rs), and row norms into the few-row products that read them
+    /// (graph/fuse_norm.rs).
+    pub fusion: Fusion,
     /// Choices among GPU kernels computing the same thing (split-K, tensor cores, tiles).
     pub kernels: KernelTuning,
     /// Queue a short single-GPU run ahead of its inputs (exec/gpu.rs, `ArmSlot`).
@@ -33,7 +35,7 @@ pub struct Tuning {
 impl Default for Tuning {
     fn default() -> Tuning {
         Tuning {
-            fusion: true,
+            fusion: Fusion::All,
             kernels: KernelTuning::default(),
             arm: true,
             vulkan: VulkanOptions::default(),
@@ -44,7 +46,10 @@ impl Default for Tuning {
 
 /// The variables [`Tuning::from_vars`] reads, and what each takes.
 pub const VARIABLES: &[(&str, &str)] = &[
-    ("VKML_FUSION", "0 or 1"),
+    (
+        "VKML_FUSION",
+        "1 (all), chains (elementwise chains only) or 0 (none)",
+    ),
     (
         "VKML_CONV_SPLITK",
         "0 (off) or N (at most N slices); unset: the shape rule",
@@ -87,7 +92,7 @@ impl Tuning {
         for (name, value) in vars {
             let v = value.trim();
             let ok = match name.as_str() {
-                "VKML_FUSION" => flag(v).map(|b| t.fusion = b),
+                "VKML_FUSION" => fusion(v).map(|f| t.fusion = f),
                 "VKML_CONV_SPLITK" => split(v).map(|s| t.kernels.conv_splitk = s),
                 "VKML_GEMM_SPLITK" => split(v).map(|s| t.kernels.gemm_splitk = s),
                 "VKML_GEMM_COOP" => coop(v).map(|c| t.kernels.gemm_coop = c),
@@ -135,7 +140,11 @@ impl Tuning {
         let _ = write!(
             s,
             "fusion={} conv_splitk={} gemm_splitk={} gemm_coop={:?} gemm_tiles={:?} gemv={:?}",
-            if self.fusion { "on" } else { "off" },
+            match self.fusion {
+                Fusion::All => "on",
+                Fusion::Chains => "chains",
+                Fusion::Off => "off",
+            },
             split_text(k.conv_splitk),
             split_text(k.gemm_splitk),
             k.gemm_coop,
@@ -190,6 +199,13 @@ fn tiles(v: &str) -> Option<GemmTiles> {
     })
 }
 
+fn fusion(v: &str) -> Option<Fusion> {
+    match v {
+        "chains" => Some(Fusion::Chains),
+        _ => flag(v).map(|on| if on { Fusion::All } else { Fusion::Off }),
+    }
+}
+
 fn gemv(v: &str) -> Option<Gemv> {
     let lanes = |l: &str| {
         matches!(l, "1" | "2" | "4" | "8" | "16" | "32")
@@ -240,7 +256,7 @@ mod tests {
             ("HOME", "/root"),
         ]));
         assert!(warnings.is_empty(), "{warnings:?}");
-        assert!(!t.fusion && !t.arm);
+        assert!(t.fusion == Fusion::Off && !t.arm);
         assert_eq!(t.kernels.conv_splitk, SplitK::Forced(4));
         assert_eq!(t.kernels.gemm_splitk, SplitK::Off);
         assert_eq!(t.kernels.gemm_coop, CoopKernels::Khr);
@@ -266,7 +282,11 @@ mod tests {
     fn the_fingerprint_follows_plan_settings_only() {
         let base = Tuning::default();
         let mut no_fusion = base;
-        no_fusion.fusion = false;
+        no_fusion.fusion = Fusion::Off;
+        let mut chains = base;
+        chains.fusion = Fusion::Chains;
+        assert_ne!(base.fingerprint(), chains.fingerprint());
+        assert_ne!(no_fusion.fingerprint(), chains.fingerprint());
         let mut coop = base;
         coop.kernels.gemm_coop = CoopKernels::Off;
         let mut no_arm = base;

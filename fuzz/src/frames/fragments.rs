@@ -8,7 +8,7 @@ use bytes::Bytes;
 use prost::Message as _;
 use vkml::cluster::Cluster;
 use vkml::distributed::fragment::{self, Skeleton};
-use vkml::graph::Graph;
+use vkml::graph::{Fusion, Graph};
 use vkml::model::Dim;
 use vkml::ops::ValueType;
 use vkml::{Tensor, Tuning};
@@ -46,7 +46,7 @@ pub fn build(model: &[u8], cluster: &Cluster) -> std::result::Result<Built, Stri
         })
         .collect::<Vec<_>>();
     let spec = graph
-        .specialize_for(&types, &[], false)
+        .specialize_for(&types, &[], Fusion::Off)
         .map_err(|e| format!("{e:?}"))?;
     let tuning = Tuning::default();
     let (cost, _) = vkml::exec::cost_graph(&graph, &spec, &tuning.kernels);

@@ -107,6 +107,7 @@ mod window;
 
 pub use attrs::{AttrValue, Attrs};
 pub use elementwise::fused;
+pub use matmul::norm as norm_matmul;
 pub use tuning::KernelTuning;
 
 /// A concrete value type: element type and shape, all sizes known.

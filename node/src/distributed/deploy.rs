@@ -14,7 +14,7 @@ use super::DistError;
 use super::fragment::Skeleton;
 use super::placement::describe;
 use crate::cluster::Cluster;
-use crate::graph::{Graph, SpecializeError, Specialized, ValueId};
+use crate::graph::{Fusion, Graph, SpecializeError, Specialized, ValueId};
 use crate::ops::ValueType;
 use crate::tensor::Tensor;
 use crate::tuning::Tuning;
@@ -127,10 +127,10 @@ pub async fn make(
     gross.resident = resident;
     let tuning = cluster.tuning();
     // Fused where a GPU may run the plan, as a session does.
-    let fuse = tuning.fusion
-        && snapshot
-            .devices()
-            .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
+    let gpu = snapshot
+        .devices()
+        .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
+    let fuse = if gpu { tuning.fusion } else { Fusion::Off };
     for node in avoid {
         snapshot.nodes.remove(node);
         gross.nodes.remove(node);

@@ -8,7 +8,7 @@ use vkml_planner::Snapshot;
 use vkml_protocol::pb;
 
 use super::DistError;
-use crate::graph::{Graph, SpecializeError};
+use crate::graph::{Fusion, Graph, SpecializeError};
 use crate::model::Dim;
 use crate::ops::ValueType;
 use crate::tensor::Tensor;
@@ -79,10 +79,10 @@ pub fn plan_model(
         Some(ins) => ins.iter().map(Some).collect(),
         None => Vec::new(),
     };
-    let fuse = tuning.fusion
-        && snapshot
-            .devices()
-            .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
+    let gpu = snapshot
+        .devices()
+        .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
+    let fuse = if gpu { tuning.fusion } else { Fusion::Off };
     let limit = super::placement::value_limit(snapshot, tuning);
     let spec = match graph.specialize_with(&types, &known, fuse, limit) {
         Ok(s) => s,

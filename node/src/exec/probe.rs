@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Device, Executable};
 use crate::error::{Error, Result};
-use crate::graph::Graph;
+use crate::graph::{Fusion, Graph};
 use crate::onnx::proto::{
     GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
     TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
@@ -212,7 +212,7 @@ impl Probe<'_> {
         let graph = Arc::new(Graph::from_model(&def)?);
         let x = Tensor::from_vec(vec![1], vec![0.5f32]);
         let spec = graph
-            .specialize_with(&[ValueType::of(&x)], &[None], false, u64::MAX)
+            .specialize_with(&[ValueType::of(&x)], &[None], Fusion::Off, u64::MAX)
             .map_err(Error::from)?;
         let exe = Arc::new(
             Executable::new(graph, spec, vec![self.device.clone()], None, self.tuning)?.unmetered(),
@@ -394,7 +394,7 @@ mod tests {
         let graph = Arc::new(Graph::from_model(&def).unwrap());
         let x = Tensor::from_vec(vec![1], vec![0.5f32]);
         let spec = graph
-            .specialize_with(&[ValueType::of(&x)], &[None], false, u64::MAX)
+            .specialize_with(&[ValueType::of(&x)], &[None], Fusion::Off, u64::MAX)
             .unwrap();
         let exe = Arc::new(Executable::new(graph, spec, vec![Device::Cpu], None, &tuning).unwrap());
         let got = exe.run(vec![x]).unwrap()[0].to_f64_vec().unwrap()[0];

@@ -20,7 +20,7 @@ fn graph_of(g: GraphProto) -> Graph {
     Graph::from_model(&crate::onnx::load(&path).unwrap()).unwrap()
 }
 
-fn graph(
+pub(super) fn graph(
     nodes: Vec<NodeProto>,
     inits: &[(&str, &[i64], &[f32])],
     x: &[i64],
@@ -52,7 +52,7 @@ fn specs(g: &Graph, x: &[usize]) -> (Specialized, Specialized) {
 }
 
 /// The live nodes run one after another through their CPU kernels.
-fn run(g: &Graph, spec: &Specialized, x: &Tensor) -> Vec<Tensor> {
+pub(super) fn run(g: &Graph, spec: &Specialized, x: &Tensor) -> Vec<Tensor> {
     let mut vals = spec.consts.clone();
     vals[g.inputs[0].0] = Some(x.clone());
     for &i in &spec.live {
@@ -96,7 +96,7 @@ fn steps(g: &Graph, spec: &Specialized) -> Vec<Vec<&'static str>> {
         .collect()
 }
 
-fn ramp(shape: &[usize]) -> Tensor {
+pub(super) fn ramp(shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
     Tensor::from_vec(
         shape.to_vec(),

@@ -4,6 +4,9 @@
 //! and to the values of the graph inputs a shape rule needs (see specialize.rs).
 
 mod fuse;
+mod fuse_norm;
+#[cfg(test)]
+mod fuse_norm_tests;
 #[cfg(test)]
 mod fuse_tests;
 mod specialize;
@@ -52,6 +55,19 @@ pub struct Graph {
 
 /// The graph at concrete input types: every value's type, the values known before running,
 /// and the nodes left to run.
+/// Which fusion passes specialisation runs (`Tuning::fusion`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Fusion {
+    /// None: every node as the model has it.
+    Off,
+    /// Elementwise chains only (graph/fuse.rs).
+    Chains,
+    /// Elementwise chains, and row norms into the products of a few rows that read them
+    /// (graph/fuse_norm.rs).
+    #[default]
+    All,
+}
+
 pub struct Specialized {
     pub types: Vec<Option<ValueType>>,
     pub consts: Vec<Option<Tensor>>,

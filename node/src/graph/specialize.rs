@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Graph, Node, Specialized, ValueId, node_err};
+use super::{Fusion, Graph, Node, Specialized, ValueId, node_err};
 use crate::error::{Error, Result};
 use crate::model::{Dim, ValueDef};
 use crate::ops::{InferInput, OpError, ValueType};
@@ -62,13 +62,13 @@ impl Graph {
         inputs: &[ValueType],
         known: &[Option<&Tensor>],
     ) -> Result<Specialized, SpecializeError> {
-        self.specialize_for(inputs, known, true)
+        self.specialize_for(inputs, known, Fusion::All)
     }
 
-    /// [`Graph::specialize`], fusing only when `fuse`: a fused chain saves dispatches and
+    /// [`Graph::specialize`], fusing as `fusion` says: a fused chain saves dispatches and
     /// memory traffic on a GPU, while the CPU backend runs its steps one by one anyway (and
     /// measured slower fused, BENCHMARKS.md), so plans for the CPU alone stay unfused; and
-    /// `Tuning::fusion` may turn it off.
+    /// `Tuning::fusion` may turn either pass off.
     ///
     /// Every value may be as large as the host's available memory, where folding computes it:
     /// [`Graph::specialize_with`] takes another limit.
@@ -76,9 +76,9 @@ impl Graph {
         &self,
         inputs: &[ValueType],
         known: &[Option<&Tensor>],
-        fuse: bool,
+        fusion: Fusion,
     ) -> Result<Specialized, SpecializeError> {
-        self.specialize_with(inputs, known, fuse, crate::exec::cpu_memory())
+        self.specialize_with(inputs, known, fusion, crate::exec::cpu_memory())
     }
 
     /// [`Graph::specialize_for`] with a limit on every value's bytes: a value whose type
@@ -88,12 +88,15 @@ impl Graph {
         &self,
         inputs: &[ValueType],
         known: &[Option<&Tensor>],
-        fuse: bool,
+        fusion: Fusion,
         max_value_bytes: u64,
     ) -> Result<Specialized, SpecializeError> {
         let mut spec = self.specialize_limited(inputs, known, max_value_bytes)?;
-        if fuse {
+        if fusion != Fusion::Off {
             self.fuse_chains(&mut spec);
+        }
+        if fusion == Fusion::All {
+            self.fuse_norms(&mut spec);
         }
         Ok(spec)
     }
@@ -104,7 +107,7 @@ impl Graph {
     pub fn specialize_given(
         &self,
         inputs: &[&Tensor],
-        fuse: bool,
+        fusion: Fusion,
         max_value_bytes: u64,
     ) -> Result<Specialized, SpecializeError> {
         let types: Vec<ValueType> = inputs.iter().map(|t| ValueType::of(t)).collect();
@@ -113,7 +116,7 @@ impl Graph {
             let known: Vec<Option<&Tensor>> = (0..inputs.len())
                 .map(|i| wanted.contains(&i).then_some(inputs[i]))
                 .collect();
-            match self.specialize_with(&types, &known, fuse, max_value_bytes) {
+            match self.specialize_with(&types, &known, fusion, max_value_bytes) {
                 Err(SpecializeError::NeedsValues(more)) => {
                     let before = wanted.len();
                     wanted.extend(more);

@@ -8,7 +8,7 @@
 //! `y = v / sqrt(mean(v^2) + eps) * scale` (RMS), or `(v - mean) / sqrt(var + eps) * gamma + beta`
 //! (layer). The CPU kernel computes in f64, the shader (`shaders/rms_rows.comp`) in f32.
 
-mod cpu;
+pub(crate) mod cpu;
 mod gpu;
 mod rms;
 mod skip;

@@ -80,8 +80,44 @@ fn auto_wide(m: usize, vecs: usize) -> Option<usize> {
     (m == 1 && vecs / WIDE_LANES >= WIDE_FROM_GROUPS).then_some(WIDE_LANES)
 }
 
+/// A's rows normalised inside the kernel (NormMatMul, matmul/norm.rs): the inputs that hold
+/// the skip added first (laid out as A), if any, and the scale, and epsilon.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct RowNorm {
+    pub skip: Option<usize>,
+    pub gamma: usize,
+    pub eps: f32,
+    /// The output that receives A + skip (laid out as A), if any.
+    pub sum: Option<usize>,
+}
+
+/// Which inputs of the node A and B are, and whether A's rows are normalised first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Operands {
+    pub a: usize,
+    pub b: usize,
+    pub norm: Option<RowNorm>,
+}
+
+/// MatMul's operands.
+const PLAIN: Operands = Operands {
+    a: 0,
+    b: 1,
+    norm: None,
+};
+
 /// The dispatch for a product [`applies`] accepted.
 pub(super) fn kernel(dtype: DType, g: &GpuGemm, mode: Gemv) -> Option<GpuKernel> {
+    kernel_for(dtype, g, mode, &PLAIN)
+}
+
+/// [`kernel`] for operands elsewhere among the node's inputs, or with A's rows normalised.
+pub(super) fn kernel_for(
+    dtype: DType,
+    g: &GpuGemm,
+    mode: Gemv,
+    operands: &Operands,
+) -> Option<GpuKernel> {
     let vec = vec_elems(dtype)?;
     let vecs = g.n / vec;
     let valid = |l: u8| (l.is_power_of_two() && l <= 32).then_some(usize::from(l));
@@ -108,6 +144,10 @@ pub(super) fn kernel(dtype: DType, g: &GpuGemm, mode: Gemv) -> Option<GpuKernel>
         rsB: word(g.b.rs / vec)?,
         offB: word(g.b.off / vec)?,
         lanes: lanes as u32,
+        eps: operands.norm.map_or(0.0, |n| n.eps),
+        flags: operands.norm.map_or(0, |n| {
+            1 | if n.skip.is_some() { 2 } else { 0 } | if n.sum.is_some() { 4 } else { 0 }
+        }),
     };
     let variant = match (dtype, wide) {
         (DType::F16, false) => gemv::Variant::F16,
@@ -115,10 +155,15 @@ pub(super) fn kernel(dtype: DType, g: &GpuGemm, mode: Gemv) -> Option<GpuKernel>
         (_, false) => gemv::Variant::F32,
         (_, true) => gemv::Variant::WideF32,
     };
+    // Absent operands are stood in for by A, which the flags keep the shader from reading.
+    let input = |i: Option<usize>| BufRef::Input(i.unwrap_or(operands.a));
     let buffers = gemv::Buffers {
-        a: BufRef::Input(0),
-        b: BufRef::Input(1),
+        a: BufRef::Input(operands.a),
+        b: BufRef::Input(operands.b),
         y: BufRef::Output(0),
+        skip: input(operands.norm.and_then(|n| n.skip)),
+        gamma: input(operands.norm.map(|n| n.gamma)),
+        sum: BufRef::Output(operands.norm.and_then(|n| n.sum).unwrap_or(0)),
     };
     Some(GpuKernel {
         scratch: vec![],

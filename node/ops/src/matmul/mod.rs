@@ -24,6 +24,7 @@ pub fn register(r: &mut Registry) {
     r.add("Gemm", |s| {
         Ok(super::via_f32::ViaF32::half(Gemm::build(s)?))
     });
+    r.add(norm::OP_TYPE, norm::NormMatMul::build);
 }
 
 /// Where a matrix sits in a slice: element (i, j) is at `off + i * rs + j * cs`.
@@ -639,6 +640,7 @@ mod coop;
 mod coop_tests;
 mod gemv;
 mod gpu;
+pub mod norm;
 mod splitk;
 #[cfg(test)]
 mod tests;
