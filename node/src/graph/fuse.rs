@@ -168,15 +168,21 @@ impl Graph {
         None
     }
 
-    /// Replaces the chains of `spec.live` by fused nodes (see the module comment).
-    pub fn fuse_chains(&self, spec: &mut Specialized) {
-        let live = &spec.live;
+    /// The positions in `spec.live` of the nodes reading each value, in order.
+    pub(super) fn readers(&self, spec: &Specialized) -> BTreeMap<ValueId, Vec<usize>> {
         let mut uses: BTreeMap<ValueId, Vec<usize>> = BTreeMap::new();
-        for (pos, &i) in live.iter().enumerate() {
+        for (pos, &i) in spec.live.iter().enumerate() {
             for &v in spec.node(self, i).inputs.iter().flatten() {
                 uses.entry(v).or_default().push(pos);
             }
         }
+        uses
+    }
+
+    /// Replaces the chains of `spec.live` by fused nodes (see the module comment).
+    pub fn fuse_chains(&self, spec: &mut Specialized) {
+        let live = &spec.live;
+        let uses = self.readers(spec);
         let is_output = |v: ValueId| self.outputs.iter().any(|(o, _)| *o == v);
         let mut claimed = vec![false; live.len()];
         let mut chains: Vec<(Chain, (Node, Attrs))> = Vec::new();

@@ -135,12 +135,7 @@ impl Graph {
     /// comment).
     pub fn fuse_norms(&self, spec: &mut Specialized) {
         let live = &spec.live;
-        let mut uses: BTreeMap<ValueId, Vec<usize>> = BTreeMap::new();
-        for (pos, &i) in live.iter().enumerate() {
-            for &v in spec.node(self, i).inputs.iter().flatten() {
-                uses.entry(v).or_default().push(pos);
-            }
-        }
+        let uses = self.readers(spec);
         let is_output = |v: ValueId| self.outputs.iter().any(|(o, _)| *o == v);
         let read = |v: ValueId| is_output(v) || uses.contains_key(&v);
         // Position of each replaced MatMul -> its fused node; norms no longer needed.
