@@ -82,7 +82,8 @@ layout(push_constant, scalar) uniform P {
     uint lanes;
     float eps;
     // 1: A's rows are normalised first; 2: with skip added; 4: the first workgroup of each
-    // row group writes v (A + skip) to `sum`, laid out as A.
+    // row group writes v (A + skip) to `sum`, laid out as A; 8: A is read as
+    // silu(A) * skip (SwiGluMatMul, `skip` then holding the up projection).
     uint flags;
 } p;
 
@@ -118,6 +119,10 @@ float value(uint i) {
 // A's element (m0 + r, k) as the product reads it.
 float a_at(uint r, uint k, uint m0) {
     uint i = p.offA + (m0 + r) * p.rsA + k * p.csA;
+    if ((p.flags & 8u) != 0u) {
+        float g = float(p.a.v[i]);
+        return g / (1.0 + exp(-g)) * float(p.skip.v[i]);
+    }
     if ((p.flags & 1u) == 0u) {
         return float(p.a.v[i]);
     }

@@ -15,8 +15,8 @@ use crate::ops::tuning::{CoopKernels, GemmTiles, Gemv, SplitK};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Tuning {
     /// Where a GPU runs the plan: fuse chains of float elementwise ops into one dispatch
-    /// (graph/fuse.rs), and row norms into the few-row products that read them
-    /// (graph/fuse_norm.rs).
+    /// (graph/fuse.rs), and row norms and SwiGLU activations into the few-row products that
+    /// read them (graph/fuse_norm.rs).
     pub fusion: Fusion,
     /// Choices among GPU kernels computing the same thing (split-K, tensor cores, tiles).
     pub kernels: KernelTuning,

@@ -108,6 +108,7 @@ mod window;
 pub use attrs::{AttrValue, Attrs};
 pub use elementwise::fused;
 pub use matmul::norm as norm_matmul;
+pub use matmul::swiglu as swiglu_matmul;
 pub use tuning::KernelTuning;
 
 /// A concrete value type: element type and shape, all sizes known.

@@ -1,9 +1,14 @@
-//! Fusion of an LLM's RMS row norms into the products that read them, after specialisation:
-//! each MatMul whose A is the output of RMSNormalization, SimplifiedLayerNormalization or
-//! SkipSimplifiedLayerNormalization becomes one NormMatMul node (ops/matmul/norm.rs) that
-//! normalises A's rows itself. That pays on a GPU only where the product is a matrix-vector
+//! Fusion of an LLM's RMS row norms and gated activations into the products that read them,
+//! after specialisation (and after graph/fuse.rs): each MatMul whose A is the output of
+//! RMSNormalization, SimplifiedLayerNormalization or SkipSimplifiedLayerNormalization becomes
+//! one NormMatMul node (ops/matmul/norm.rs) that normalises A's rows itself, and a MatMul whose
+//! A is a fused silu(gate) * up chain (the MLP's down projection) one SwiGluMatMul node
+//! (ops/matmul/swiglu.rs) that computes the activation as it reads A. That pays on a GPU only where the product is a matrix-vector
 //! one (a decode step's q, k, v and gate, up projections, and the head): each layer then waits
-//! at two barriers fewer, the norms' own dispatches gone. So a norm is fused only when:
+//! at three barriers fewer, the norms' and the activation's own dispatches gone. The
+//! activation is fused where its chain is exactly Sigmoid, Mul by its start value, Mul by a
+//! second input of the same type and shape, read by that one MatMul alone, whose kernel takes
+//! it. A norm is fused only when:
 //! - it normalises the last axis alone, of f32 or f16, with a scale of that axis' length and
 //!   of x's type, and (SkipSimplified) a skip of x's shape and no bias;
 //! - its normalised output is no graph output and every reader is a MatMul taking it as A;
@@ -92,16 +97,32 @@ impl Graph {
             .0
             .insert("epsilon".to_string(), AttrValue::Float(norm.epsilon));
         let name = format!("fused({norm_name}..{})", matmul.name);
+        let inputs = vec![Some(norm.x), norm.skip, Some(norm.scale), Some(b)];
+        let outputs = std::iter::once(out).chain(sum).collect();
+        self.product_node(spec, norm_matmul::OP_TYPE, attrs, name, inputs, outputs)
+    }
+
+    /// A node of `op_type` built from `attrs` as any node is, checked against the types the
+    /// graph has for its inputs and outputs; `None` where its rule or its GPU kernel refuses
+    /// them.
+    fn product_node(
+        &self,
+        spec: &Specialized,
+        op_type: &str,
+        attrs: Attrs,
+        name: String,
+        inputs: Vec<Option<ValueId>>,
+        outputs: Vec<ValueId>,
+    ) -> Option<(Node, Attrs)> {
         let op = crate::ops::build(&NodeSpec {
             name: &name,
-            op_type: norm_matmul::OP_TYPE,
+            op_type,
             attrs: &attrs,
             opset: self.opset,
-            num_inputs: 4,
-            num_outputs: 1 + usize::from(sum.is_some()),
+            num_inputs: inputs.len(),
+            num_outputs: outputs.len(),
         })
         .ok()?;
-        let inputs = [Some(norm.x), norm.skip, Some(norm.scale), Some(b)];
         let types: Vec<Option<&ValueType>> = inputs
             .iter()
             .map(|v| v.and_then(|v| spec.types.get(v)?.as_ref()))
@@ -110,7 +131,6 @@ impl Graph {
             .iter()
             .map(|t| t.map(|ty| InferInput { ty, value: None }))
             .collect();
-        let outputs: Vec<ValueId> = std::iter::once(out).chain(sum).collect();
         let want: Vec<ValueType> = outputs
             .iter()
             .map(|&v| spec.types.get(v)?.clone())
@@ -121,18 +141,53 @@ impl Graph {
         op.gpu(&types, &want)?;
         let node = Node {
             name,
-            op_type: norm_matmul::OP_TYPE.to_string(),
+            op_type: op_type.to_string(),
             domain: String::new(),
             attrs: attrs.clone(),
             op,
-            inputs: inputs.to_vec(),
+            inputs,
             outputs,
         };
         Some((node, attrs))
     }
 
-    /// Replaces the norm-and-product pairs of `spec.live` by NormMatMul nodes (see the module
-    /// comment).
+    /// The SwiGluMatMul node replacing `matmul`, whose A is `node`'s output, where `node` is
+    /// a FusedElementwise computing silu(gate) * up (x * sigmoid(x) * up, as exporters write
+    /// it) of two inputs of one type and shape.
+    fn swiglu_matmul(
+        &self,
+        spec: &Specialized,
+        node: &Node,
+        matmul: &Node,
+    ) -> Option<(Node, Attrs)> {
+        use crate::ops::fused::{OP_TYPE, Operand, Program};
+        if node.op_type != OP_TYPE || node.inputs.len() != 2 {
+            return None;
+        }
+        let steps = Program::from_attrs(&node.attrs).ok()?.steps;
+        let is = |i: usize, op: &str, operand: Operand| {
+            steps
+                .get(i)
+                .is_some_and(|s| s.op == op && s.operand == operand)
+        };
+        let silu = steps.len() == 3
+            && is(0, "Sigmoid", Operand::None)
+            && is(1, "Mul", Operand::Input(0))
+            && is(2, "Mul", Operand::Input(1));
+        let (gate, up) = (node.inputs[0]?, node.inputs[1]?);
+        let same = spec.types.get(gate)?.as_ref()? == spec.types.get(up)?.as_ref()?;
+        if !silu || !same {
+            return None;
+        }
+        let name = format!("fused({}..{})", node.name, matmul.name);
+        let inputs = vec![Some(gate), Some(up), *matmul.inputs.get(1)?];
+        let outputs = vec![*matmul.outputs.first()?];
+        let op_type = crate::ops::swiglu_matmul::OP_TYPE;
+        self.product_node(spec, op_type, Attrs::default(), name, inputs, outputs)
+    }
+
+    /// Replaces the norm-and-product and activation-and-product pairs of `spec.live` by
+    /// NormMatMul and SwiGluMatMul nodes (see the module comment).
     pub fn fuse_norms(&self, spec: &mut Specialized) {
         let live = &spec.live;
         let uses = self.readers(spec);
@@ -143,6 +198,18 @@ impl Graph {
         let mut dropped: BTreeSet<usize> = BTreeSet::new();
         for (pos, &i) in live.iter().enumerate() {
             let node = spec.node(self, i);
+            let out = node.outputs[0];
+            if let (Some([u]), false) = (uses.get(&out).map(Vec::as_slice), is_output(out)) {
+                let m = spec.node(self, live[*u]);
+                let made = reads_as_a(m, out)
+                    .then(|| self.swiglu_matmul(spec, node, m))
+                    .flatten();
+                if let Some(made) = made {
+                    fused.insert(*u, made);
+                    dropped.insert(pos);
+                    continue;
+                }
+            }
             let Some(norm) = self.fusable_norm(spec, node) else {
                 continue;
             };
@@ -165,12 +232,8 @@ impl Graph {
                 .iter()
                 .map(|&u| {
                     let m = spec.node(self, live[u]);
-                    let takes = m.op_type == "MatMul"
-                        && m.domain.is_empty()
-                        && m.inputs.first() == Some(&Some(y))
-                        && m.inputs.get(1) != Some(&Some(y));
                     let sum = sum.filter(|_| u == first);
-                    takes
+                    reads_as_a(m, y)
                         .then(|| self.norm_matmul(spec, &norm, &node.name, m, sum))?
                         .map(|n| (u, n))
                 })
@@ -188,8 +251,8 @@ impl Graph {
         }
         tracing::debug!(
             products = fused.len(),
-            norms_gone = dropped.len(),
-            "fused row norms into products"
+            nodes_gone = dropped.len(),
+            "fused row norms and gated activations into products"
         );
         let base = self.nodes.len() + spec.extra.len();
         let mut new_live = Vec::with_capacity(live.len());
@@ -205,4 +268,12 @@ impl Graph {
         spec.live = new_live;
         spec.extra.extend(extra);
     }
+}
+
+/// Whether `m` is a MatMul reading `v` as its A (and only there).
+fn reads_as_a(m: &Node, v: ValueId) -> bool {
+    m.op_type == "MatMul"
+        && m.domain.is_empty()
+        && m.inputs.first() == Some(&Some(v))
+        && m.inputs.get(1) != Some(&Some(v))
 }

@@ -7,7 +7,7 @@ use super::fuse_tests::{graph, ramp, run};
 use super::{Graph, Specialized};
 use crate::onnx::proto::{GraphProto, NodeProto, OperatorSetIdProto};
 use crate::onnx::tests::{TempDir, model_with, node, write_model};
-use crate::ops::{MS_DOMAIN, ValueType, norm_matmul};
+use crate::ops::{MS_DOMAIN, ValueType, fused, norm_matmul, swiglu_matmul};
 use crate::session::{DeviceSelection, Session, SessionOptions};
 use crate::tensor::{DType, Tensor};
 
@@ -84,6 +84,7 @@ fn specs(g: &Graph, rows: usize) -> (Specialized, Specialized) {
     let types = [ValueType::new(DType::F32, vec![1, rows, K])];
     let plain = g.specialize_unfused(&types, &[]).unwrap();
     let mut fused = g.specialize_unfused(&types, &[]).unwrap();
+    g.fuse_chains(&mut fused);
     g.fuse_norms(&mut fused);
     (plain, fused)
 }
@@ -151,28 +152,72 @@ fn more_rows_or_another_reader_keep_the_norm_apart() {
 /// by op on the CPU.
 #[test]
 fn a_fused_session_matches_the_unfused_graph() {
-    let g = graph_of(layer(1, false));
-    let (plain, _) = specs(&g, 1);
+    for made in [layer(1, false), mlp(1)] {
+        let g = graph_of(made.clone());
+        let (plain, _) = specs(&g, 1);
+        let x = ramp(&[1, 1, K]);
+        let want = run(&g, &plain, &x);
+        let dir = TempDir::new("fuse-norm-session");
+        let path = write_model(&dir, "m.onnx", &model(made));
+        let mut devices = vec![DeviceSelection::Cpu];
+        if vkml_testkit::test_gpu().is_some() {
+            devices.push(DeviceSelection::Vulkan);
+        }
+        for d in devices {
+            let s = Session::load(
+                &path,
+                SessionOptions {
+                    devices: d,
+                    device_memory_limit: None,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let got = s.run(&[("x", x.clone())]).unwrap();
+            let got: Vec<Tensor> = got.into_iter().map(|(_, t)| t).collect();
+            close(&got, &want);
+        }
+    }
+}
+
+/// An MLP: gate and up products of x, silu(gate) * up as exporters write it, the down
+/// product; `rows` rows of x.
+fn mlp(rows: i64) -> GraphProto {
+    let (w, wd) = (values(K * 16, 0.05), values(16 * K, 0.04));
+    graph(
+        vec![
+            node("MatMul", "gate", &["x", "wg"], &["g"]),
+            node("MatMul", "up", &["x", "wu"], &["u"]),
+            node("Sigmoid", "sig", &["g"], &["s"]),
+            node("Mul", "silu", &["g", "s"], &["a"]),
+            node("Mul", "gated", &["a", "u"], &["h"]),
+            node("MatMul", "down", &["h", "wd"], &["y"]),
+        ],
+        &[
+            ("wg", &[K as i64, 16], &w),
+            ("wu", &[K as i64, 16], &w[..K * 16]),
+            ("wd", &[16, K as i64], &wd),
+        ],
+        &[1, rows, K as i64],
+        &["y"],
+    )
+}
+
+#[test]
+fn a_decode_step_s_gated_activation_goes_into_the_down_product() {
+    let g = graph_of(mlp(1));
+    let (plain, fused) = specs(&g, 1);
+    assert_eq!(
+        op_types(&g, &fused),
+        ["MatMul", "MatMul", swiglu_matmul::OP_TYPE]
+    );
     let x = ramp(&[1, 1, K]);
-    let want = run(&g, &plain, &x);
-    let dir = TempDir::new("fuse-norm-session");
-    let path = write_model(&dir, "m.onnx", &model(layer(1, false)));
-    let mut devices = vec![DeviceSelection::Cpu];
-    if vkml_testkit::test_gpu().is_some() {
-        devices.push(DeviceSelection::Vulkan);
-    }
-    for d in devices {
-        let s = Session::load(
-            &path,
-            SessionOptions {
-                devices: d,
-                device_memory_limit: None,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let got = s.run(&[("x", x.clone())]).unwrap();
-        let got: Vec<Tensor> = got.into_iter().map(|(_, t)| t).collect();
-        close(&got, &want);
-    }
+    close(&run(&g, &fused, &x), &run(&g, &plain, &x));
+    // Five rows: the chain is fused, the product is not.
+    let g = graph_of(mlp(5));
+    let (_, fused5) = specs(&g, 5);
+    assert_eq!(
+        op_types(&g, &fused5),
+        ["MatMul", "MatMul", fused::OP_TYPE, "MatMul"]
+    );
 }

@@ -62,8 +62,8 @@ pub enum Fusion {
     Off,
     /// Elementwise chains only (graph/fuse.rs).
     Chains,
-    /// Elementwise chains, and row norms into the products of a few rows that read them
-    /// (graph/fuse_norm.rs).
+    /// Elementwise chains, and row norms and SwiGLU activations into the products of a few
+    /// rows that read them (graph/fuse_norm.rs).
     #[default]
     All,
 }

@@ -91,12 +91,14 @@ pub(super) struct RowNorm {
     pub sum: Option<usize>,
 }
 
-/// Which inputs of the node A and B are, and whether A's rows are normalised first.
+/// Which inputs of the node A and B are, and whether A's rows are normalised first or A is
+/// a SwiGLU's gate (read as silu(A) * the input `swiglu_up`, laid out as A).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Operands {
     pub a: usize,
     pub b: usize,
     pub norm: Option<RowNorm>,
+    pub swiglu_up: Option<usize>,
 }
 
 /// MatMul's operands.
@@ -104,6 +106,7 @@ const PLAIN: Operands = Operands {
     a: 0,
     b: 1,
     norm: None,
+    swiglu_up: None,
 };
 
 /// The dispatch for a product [`applies`] accepted.
@@ -147,7 +150,7 @@ pub(super) fn kernel_for(
         eps: operands.norm.map_or(0.0, |n| n.eps),
         flags: operands.norm.map_or(0, |n| {
             1 | if n.skip.is_some() { 2 } else { 0 } | if n.sum.is_some() { 4 } else { 0 }
-        }),
+        }) | if operands.swiglu_up.is_some() { 8 } else { 0 },
     };
     let variant = match (dtype, wide) {
         (DType::F16, false) => gemv::Variant::F16,
@@ -161,7 +164,7 @@ pub(super) fn kernel_for(
         a: BufRef::Input(operands.a),
         b: BufRef::Input(operands.b),
         y: BufRef::Output(0),
-        skip: input(operands.norm.and_then(|n| n.skip)),
+        skip: input(operands.norm.and_then(|n| n.skip).or(operands.swiglu_up)),
         gamma: input(operands.norm.map(|n| n.gamma)),
         sum: BufRef::Output(operands.norm.and_then(|n| n.sum).unwrap_or(0)),
     };

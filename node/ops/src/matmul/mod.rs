@@ -25,6 +25,7 @@ pub fn register(r: &mut Registry) {
         Ok(super::via_f32::ViaF32::half(Gemm::build(s)?))
     });
     r.add(norm::OP_TYPE, norm::NormMatMul::build);
+    r.add(swiglu::OP_TYPE, swiglu::SwiGluMatMul::build);
 }
 
 /// Where a matrix sits in a slice: element (i, j) is at `off + i * rs + j * cs`.
@@ -642,5 +643,6 @@ mod gemv;
 mod gpu;
 pub mod norm;
 mod splitk;
+pub mod swiglu;
 #[cfg(test)]
 mod tests;

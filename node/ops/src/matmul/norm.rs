@@ -174,6 +174,7 @@ impl NormMatMul {
                 eps: self.epsilon,
                 sum: self.sum.then_some(1),
             }),
+            swiglu_up: None,
         };
         gemv::kernel_for(dtype, &g, mode, &operands)
     }
