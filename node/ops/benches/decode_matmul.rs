@@ -89,6 +89,17 @@ fn half(shape: Vec<usize>, v: f32) -> Tensor {
     Tensor::from_vec(shape, vec![half::f16::from_f32(v); n])
 }
 
+/// The best median of a few rounds of `timer`, per run of the `repeat` in its list.
+fn per_run(timer: &KernelTimer, repeat: usize) -> f64 {
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let mut t = timer.time(7).expect("the kernel runs");
+        t.sort_by(f64::total_cmp);
+        best = best.min(t[t.len() / 2]);
+    }
+    best / repeat as f64
+}
+
 /// One kernel's time per run, in seconds: runs repeated in one list so that the list's
 /// fixed cost is spread thin, best median of a few rounds.
 fn time(gpu: &Gpu, k: &GpuKernel, inputs: &[Tensor], out: &ValueType, bytes: usize) -> f64 {
@@ -101,13 +112,7 @@ fn time(gpu: &Gpu, k: &GpuKernel, inputs: &[Tensor], out: &ValueType, bytes: usi
         &[out.bytes() as u64],
     )
     .expect("the kernel records");
-    let mut best = f64::MAX;
-    for _ in 0..3 {
-        let mut t = timer.time(7).expect("the kernel runs");
-        t.sort_by(f64::total_cmp);
-        best = best.min(t[t.len() / 2]);
-    }
-    best / repeat as f64
+    per_run(&timer, repeat)
 }
 
 /// [`time`] with B (input 1) read from a different copy in each run, enough copies for
@@ -117,11 +122,11 @@ fn time_cold(gpu: &Gpu, k: &GpuKernel, inputs: &[Tensor], out: &ValueType, bytes
     let repeat = (256usize << 20).div_ceil(bytes).clamp(4, 200);
     let copies = (256usize << 20).div_ceil(bytes).clamp(1, repeat);
     let mut run = kernel_run_repeated(k, repeat);
-    let per_run = run.dispatches.len() / repeat;
+    let dispatches = run.dispatches.len() / repeat;
     for (i, d) in run.dispatches.iter_mut().enumerate() {
         for slot in &mut d.slots {
             if let Slot::Input(1) = slot {
-                *slot = Slot::Input(1 + (i / per_run) % copies);
+                *slot = Slot::Input(1 + (i / dispatches) % copies);
             }
         }
     }
@@ -130,13 +135,7 @@ fn time_cold(gpu: &Gpu, k: &GpuKernel, inputs: &[Tensor], out: &ValueType, bytes
         .chain((0..copies).map(|_| Some(b)))
         .collect();
     let timer = KernelTimer::new(gpu, &run, &ins, &[out.bytes() as u64]).expect("records");
-    let mut best = f64::MAX;
-    for _ in 0..3 {
-        let mut t = timer.time(7).expect("the kernel runs");
-        t.sort_by(f64::total_cmp);
-        best = best.min(t[t.len() / 2]);
-    }
-    best / repeat as f64
+    per_run(&timer, repeat)
 }
 
 fn types(inputs: &[Tensor]) -> Vec<ValueType> {

@@ -3,12 +3,11 @@
 //! a norm read by anything but a product's A), and that the fused graph computes what the
 //! unfused one does, op by op on the CPU and as a session on Vulkan.
 
-use super::fuse_tests::{graph, ramp, run};
+use super::fuse_tests::{graph, ramp, run, session_outputs};
 use super::{Graph, Specialized};
 use crate::onnx::proto::{GraphProto, NodeProto, OperatorSetIdProto};
 use crate::onnx::tests::{TempDir, model_with, node, write_model};
 use crate::ops::{MS_DOMAIN, ValueType, fused, norm_matmul, swiglu_matmul};
-use crate::session::{DeviceSelection, Session, SessionOptions};
 use crate::tensor::{DType, Tensor};
 
 const K: usize = 8;
@@ -159,22 +158,7 @@ fn a_fused_session_matches_the_unfused_graph() {
         let want = run(&g, &plain, &x);
         let dir = TempDir::new("fuse-norm-session");
         let path = write_model(&dir, "m.onnx", &model(made));
-        let mut devices = vec![DeviceSelection::Cpu];
-        if vkml_testkit::test_gpu().is_some() {
-            devices.push(DeviceSelection::Vulkan);
-        }
-        for d in devices {
-            let s = Session::load(
-                &path,
-                SessionOptions {
-                    devices: d,
-                    device_memory_limit: None,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            let got = s.run(&[("x", x.clone())]).unwrap();
-            let got: Vec<Tensor> = got.into_iter().map(|(_, t)| t).collect();
+        for got in session_outputs(&path, &x) {
             close(&got, &want);
         }
     }

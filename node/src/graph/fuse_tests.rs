@@ -374,6 +374,28 @@ fn fuses_the_tanh_gelu_in_gpt2() {
     );
 }
 
+/// The outputs of the model at `path` for input `x`, run as a session (fusion on) on the CPU
+/// and on Vulkan where there is one.
+pub(super) fn session_outputs(path: &std::path::Path, x: &Tensor) -> Vec<Vec<Tensor>> {
+    let mut devices = vec![DeviceSelection::Cpu];
+    if vkml_testkit::test_gpu().is_some() {
+        devices.push(DeviceSelection::Vulkan);
+    }
+    devices
+        .into_iter()
+        .map(|d| {
+            let options = SessionOptions {
+                devices: d,
+                device_memory_limit: None,
+                ..Default::default()
+            };
+            let s = Session::load(path, options).unwrap();
+            let got = s.run(&[("x", x.clone())]).unwrap();
+            got.into_iter().map(|(_, t)| t).collect()
+        })
+        .collect()
+}
+
 /// A whole session, on Vulkan where there is one: the fused graph against the unfused one run
 /// op by op on the CPU.
 #[test]
@@ -384,23 +406,9 @@ fn a_fused_session_matches_the_unfused_graph() {
     let want = run(&g, &plain, &x);
     let dir = TempDir::new("fuse-session");
     let path = write_model(&dir, "m.onnx", &model_with(gelu()));
-    let mut devices = vec![DeviceSelection::Cpu];
-    if vkml_testkit::test_gpu().is_some() {
-        devices.push(DeviceSelection::Vulkan);
-    }
-    for d in devices {
-        let s = Session::load(
-            &path,
-            SessionOptions {
-                devices: d,
-                device_memory_limit: None,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let got = s.run(&[("x", x.clone())]).unwrap();
+    for got in session_outputs(&path, &x) {
         let (g, w) = (
-            got[0].1.view::<f32>().unwrap(),
+            got[0].view::<f32>().unwrap(),
             want[0].view::<f32>().unwrap(),
         );
         for (a, b) in g.iter().zip(w.iter()) {

@@ -114,6 +114,25 @@ pub(super) fn kernel(dtype: DType, g: &GpuGemm, mode: Gemv) -> Option<GpuKernel>
     kernel_for(dtype, g, mode, &PLAIN)
 }
 
+/// The dispatch of a fused node (NormMatMul, SwiGluMatMul) whose A is `rows` x `k` of
+/// `dtype`, read as `operands` say, against B: gemv.comp where it takes the product, else
+/// `None`. `Gemv::Off` counts as `Auto` here: such nodes exist only where the graph pass found
+/// this kernel could run them (`VKML_FUSION=chains` keeps their ops apart instead).
+pub(super) fn fused_kernel(
+    (dtype, rows, k): (DType, usize, usize),
+    b: &crate::ValueType,
+    mode: Gemv,
+    operands: &Operands,
+) -> Option<GpuKernel> {
+    let mode = if mode == Gemv::Off { Gemv::Auto } else { mode };
+    let a = crate::ValueType::new(dtype, vec![rows, k]);
+    let (dtype, g) = super::MatMul::describe(&[Some(&a), Some(b)])?;
+    if !applies(dtype, &g, mode) {
+        return None;
+    }
+    kernel_for(dtype, &g, mode, operands)
+}
+
 /// [`kernel`] for operands elsewhere among the node's inputs, or with A's rows normalised.
 pub(super) fn kernel_for(
     dtype: DType,

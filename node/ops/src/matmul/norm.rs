@@ -122,23 +122,18 @@ impl Op for NormMatMul {
         Ok(out)
     }
 
-    fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
-        self.kernel(inputs, outputs, Gemv::Auto)
+    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        self.kernel(inputs, Gemv::Auto)
     }
 
-    /// The tuning's lane counts apply; `Gemv::Off` does not: the node exists only where the
-    /// graph pass found gemv.comp could run it (`VKML_FUSION=chains` keeps the two ops apart).
+    /// The tuning's lane counts apply; `Gemv::Off` does not (gemv::fused_kernel).
     fn gpu_planned(
         &self,
         inputs: &[Option<InferInput<'_>>],
-        outputs: &[ValueType],
+        _outputs: &[ValueType],
         tuning: &KernelTuning,
     ) -> Option<GpuKernel> {
-        let mode = match tuning.gemv {
-            Gemv::Off => Gemv::Auto,
-            mode => mode,
-        };
-        self.kernel(&types_of(inputs), outputs, mode)
+        self.kernel(&types_of(inputs), tuning.gemv)
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
@@ -149,22 +144,9 @@ impl Op for NormMatMul {
 impl NormMatMul {
     /// gemv.comp with its norm prologue, for products it takes (at most four rows, N whole
     /// vectors); `None` for the others.
-    fn kernel(
-        &self,
-        inputs: &[Option<&ValueType>],
-        _outputs: &[ValueType],
-        mode: Gemv,
-    ) -> Option<GpuKernel> {
-        Self::check(inputs).ok()?;
+    fn kernel(&self, inputs: &[Option<&ValueType>], mode: Gemv) -> Option<GpuKernel> {
+        let (rows, k, _) = Self::check(inputs).ok()?;
         let (x, b) = (req(inputs, X).ok()?, req(inputs, B).ok()?);
-        let rows = ValueType::new(
-            x.dtype,
-            vec![numel(&x.shape) / b.shape[0].max(1), b.shape[0]],
-        );
-        let (dtype, g) = MatMul::describe(&[Some(&rows), Some(b)])?;
-        if !gemv::applies(dtype, &g, mode) {
-            return None;
-        }
         let operands = Operands {
             a: X,
             b: B,
@@ -176,7 +158,7 @@ impl NormMatMul {
             }),
             swiglu_up: None,
         };
-        gemv::kernel_for(dtype, &g, mode, &operands)
+        gemv::fused_kernel((x.dtype, rows, k), b, mode, &operands)
     }
 }
 
@@ -299,7 +281,7 @@ mod tests {
                             sum: true,
                         };
                         let kernel = fused
-                            .kernel(&refs, &out, mode)
+                            .kernel(&refs, mode)
                             .unwrap_or_else(|| panic!("{dtype} {m}x{k}x{n}: no kernel"));
                         let got = run_kernel_on(gpu, &kernel, &ins, &out).unwrap();
                         let tol = if dtype == DType::F16 { 3e-3 } else { 1e-4 };

@@ -60,18 +60,13 @@ impl SwiGluMatMul {
     fn kernel(inputs: &[Option<&ValueType>], mode: Gemv) -> Option<GpuKernel> {
         let (rows, k, _) = Self::check(inputs).ok()?;
         let (gate, b) = (req(inputs, 0).ok()?, req(inputs, 2).ok()?);
-        let a = ValueType::new(gate.dtype, vec![rows, k]);
-        let (dtype, g) = MatMul::describe(&[Some(&a), Some(b)])?;
-        if !gemv::applies(dtype, &g, mode) {
-            return None;
-        }
         let operands = Operands {
             a: 0,
             b: 2,
             norm: None,
             swiglu_up: Some(1),
         };
-        gemv::kernel_for(dtype, &g, mode, &operands)
+        gemv::fused_kernel((gate.dtype, rows, k), b, mode, &operands)
     }
 }
 
@@ -113,19 +108,14 @@ impl Op for SwiGluMatMul {
         Self::kernel(inputs, Gemv::Auto)
     }
 
-    /// As NormMatMul's: the lane counts apply, `Gemv::Off` does not (the node exists only
-    /// where the graph pass found gemv.comp could run it).
+    /// The tuning's lane counts apply; `Gemv::Off` does not (gemv::fused_kernel).
     fn gpu_planned(
         &self,
         inputs: &[Option<InferInput<'_>>],
         _outputs: &[ValueType],
         tuning: &KernelTuning,
     ) -> Option<GpuKernel> {
-        let mode = match tuning.gemv {
-            Gemv::Off => Gemv::Auto,
-            mode => mode,
-        };
-        Self::kernel(&types_of(inputs), mode)
+        Self::kernel(&types_of(inputs), tuning.gemv)
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
