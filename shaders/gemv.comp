@@ -28,14 +28,13 @@
 // is read once per ROWS rows).
 //
 // With flag 1 (NormMatMul, ops/matmul/norm.rs) A is an RMS norm's input rather than its
-// output: y[r] = inv_r * sum_k v[r][k] * gamma[k] * B[k], inv_r = 1 / sqrt(mean_k(v[r][k]^2)
-// + eps), v = A (+ skip, flag 2, laid out as A), in float (not rounded to T as the separate
-// norm's output would be). The squares come from the loads the product makes anyway (the
-// first vector's strands see every k once) and are added up with its sums, so finding the
-// norm delays no load of B: a pass over A before the product, a chain of dependent loads and
-// a barrier, cost more than the product's own loads of a 2048 x 512 B. With flag 4 the
-// workgroups also write v, the residual sum a SkipSimplifiedLayerNormalization passes on (a
-// slice each), so that the norm needs no dispatch of its own at all.
+// output: each workgroup first finds inv_r = 1 / sqrt(mean_k(v[r][k]^2) + eps) of its rows,
+// v = A (+ skip, flag 2, laid out as A), and then reads A[r][k] as v[r][k] * inv_r * gamma[k]
+// (in float, not rounded to T as the separate norm's output would be); with flag 4 the first
+// workgroup also writes v, the residual sum a SkipSimplifiedLayerNormalization passes on, so
+// that the norm needs no dispatch of its own at all. A row of A is a few KB,
+// read again by every workgroup from the cache, and the norm no longer waits for its own
+// dispatch and barrier before the product.
 //
 // The invocation index is made from the subgroup's (gl_SubgroupID * gl_SubgroupSize +
 // gl_SubgroupInvocationID) so that the shuffles' partners are known; THREADS is a multiple of
@@ -105,6 +104,9 @@ void unpack(uvec4 w, out float b[VEC]) {
 #endif
 }
 
+// 1 / sqrt(mean square + eps) of A's rows m0.. (with skip added), 1 without flag 1.
+float inv[ROWS];
+
 // v = A (+ skip) at A's element i.
 float value(uint i) {
     float v = float(p.a.v[i]);
@@ -114,9 +116,8 @@ float value(uint i) {
     return v;
 }
 
-// A's element (m0 + r, k) as the product reads it (before the norm's 1 / rms), adding the
-// square of v to sq under flag 1.
-float a_at(uint r, uint k, uint m0, inout float sq) {
+// A's element (m0 + r, k) as the product reads it.
+float a_at(uint r, uint k, uint m0) {
     uint i = p.offA + (m0 + r) * p.rsA + k * p.csA;
     if ((p.flags & 8u) != 0u) {
         float g = float(p.a.v[i]);
@@ -125,38 +126,24 @@ float a_at(uint r, uint k, uint m0, inout float sq) {
     if ((p.flags & 1u) == 0u) {
         return float(p.a.v[i]);
     }
-    float v = value(i);
-    sq = fma(v, v, sq);
-    return v * float(p.gamma.v[k]);
+    return value(i) * inv[r] * float(p.gamma.v[k]);
 }
 
-// acc[r][j] += A[m0 + r][k] * B[k][vector's column j], for the rows r < rows.
-void accumulate(uvec4 w, uint k, uint m0, uint rows, inout float acc[ROWS][VEC],
-                inout float sq[ROWS]) {
-    float b[VEC];
-    unpack(w, b);
-    [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
-        if (r < rows) {
-            float a = a_at(r, k, m0, sq[r]);
-            [[unroll]] for (uint j = 0u; j < VEC; ++j) {
-                acc[r][j] = fma(a, b[j], acc[r][j]);
-            }
-        }
-    }
-}
-
-// inv[r] = 1 / sqrt(mean square + eps) of the rows r < rows from the invocations' squares
-// (those of the first vector's strands, which saw every k once), 1 without flag 1. Uniform
-// control flow.
-void norms(uint lane, uint m0, uint rows, float sq[ROWS], out float inv[ROWS]) {
+// inv of the rows r < rows; `tid` is the invocation index (see main). Uniform control flow.
+void norms(uint tid, uint m0, uint rows) {
     [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
         inv[r] = 1.0;
         if ((p.flags & 1u) == 0u || r >= rows) {
             continue;
         }
-        float s = subgroupAdd(lane == 0u ? sq[r] : 0.0);
+        float sq = 0.0;
+        for (uint k = tid; k < p.K; k += THREADS) {
+            float v = value(p.offA + (m0 + r) * p.rsA + k * p.csA);
+            sq += v * v;
+        }
+        sq = subgroupAdd(sq);
         if (subgroupElect()) {
-            red[gl_SubgroupID] = s;
+            red[gl_SubgroupID] = sq;
         }
         barrier();
         float total = 0.0;
@@ -165,6 +152,20 @@ void norms(uint lane, uint m0, uint rows, float sq[ROWS], out float inv[ROWS]) {
         }
         barrier();
         inv[r] = 1.0 / sqrt(total / float(p.K) + p.eps);
+    }
+}
+
+// acc[r][j] += A[m0 + r][k] * B[k][vector's column j], for the rows r < rows.
+void accumulate(uvec4 w, uint k, uint m0, uint rows, inout float acc[ROWS][VEC]) {
+    float b[VEC];
+    unpack(w, b);
+    [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+        if (r < rows) {
+            float a = a_at(r, k, m0);
+            [[unroll]] for (uint j = 0u; j < VEC; ++j) {
+                acc[r][j] = fma(a, b[j], acc[r][j]);
+            }
+        }
     }
 }
 
@@ -179,20 +180,17 @@ void main() {
     uint vecs = p.N / VEC;
     uint m0 = gl_WorkGroupID.z * ROWS;
     uint rows = min(ROWS, p.M - m0);
-    if ((p.flags & 4u) != 0u) {
-        // Each workgroup of the row group writes its slice of the sum.
-        uint groups = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
+    norms(tid, m0, rows);
+    if ((p.flags & 4u) != 0u && gl_WorkGroupID.x == 0u && gl_WorkGroupID.y == 0u) {
         for (uint r = 0u; r < rows; ++r) {
-            for (uint k = group * THREADS + tid; k < p.K; k += groups * THREADS) {
+            for (uint k = tid; k < p.K; k += THREADS) {
                 uint i = p.offA + (m0 + r) * p.rsA + k * p.csA;
                 p.sum.v[i] = T(value(i));
             }
         }
     }
     float acc[ROWS][VEC];
-    float sq[ROWS];
     [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
-        sq[r] = 0.0;
         [[unroll]] for (uint j = 0u; j < VEC; ++j) {
             acc[r][j] = 0.0;
         }
@@ -206,7 +204,7 @@ void main() {
                 w[u] = p.b.v[col + (k + u * step) * p.rsB];
             }
             [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
-                accumulate(w[u], k + u * step, m0, rows, acc, sq);
+                accumulate(w[u], k + u * step, m0, rows, acc);
             }
         }
         // The rest, fewer than UNROLL rows a strand, still issued together.
@@ -218,13 +216,11 @@ void main() {
             }
             [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
                 if (k + u * step < p.K) {
-                    accumulate(w[u], k + u * step, m0, rows, acc, sq);
+                    accumulate(w[u], k + u * step, m0, rows, acc);
                 }
             }
         }
     }
-    float inv[ROWS];
-    norms(lane, m0, rows, sq, inv);
     // Within a subgroup the strands of one vector are `lanes` invocations apart: a butterfly
     // over those distances leaves each the subgroup's sum, and the first strand of each
     // subgroup (or every strand, where a subgroup is narrower than `lanes`) keeps it in a slot.
@@ -265,7 +261,7 @@ void main() {
             if (tid < row) {
                 uint v = group * lanes + tid / CHUNK;
                 if (v < vecs) {
-                    p.y.v[(m0 + r) * p.N + v * VEC + c + tid % CHUNK] = T(red[tid] * inv[r]);
+                    p.y.v[(m0 + r) * p.N + v * VEC + c + tid % CHUNK] = T(red[tid]);
                 }
             }
             barrier();
