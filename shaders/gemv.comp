@@ -27,6 +27,13 @@
 // Vector groups fold into y past 65,535 workgroups; rows of Y past ROWS go to workgroup z (B
 // is read once per ROWS rows).
 //
+// K may be split (`splits` > 1): workgroup z = row group * splits + split reads only rows
+// [split * slice, (split + 1) * slice) of B, so that a product with few columns still makes
+// enough workgroups to fill the GPU while each reads whole 256- or 512-byte segments of B's
+// rows (more lanes). Each writes its partial sums to `part`; the last workgroup of a vector
+// group to finish (a counter per group tells, reset by that workgroup for the next run) adds
+// the splits' partials in split order, so the result does not depend on which finished last.
+//
 // With flag 1 (NormMatMul, ops/matmul/norm.rs) A is an RMS norm's input rather than its
 // output: each workgroup first finds inv_r = 1 / sqrt(mean_k(v[r][k]^2) + eps) of its rows,
 // v = A (+ skip, flag 2, laid out as A), and then reads A[r][k] as v[r][k] * inv_r * gamma[k]
@@ -60,6 +67,9 @@ const uint VEC = 4u;
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
 layout(buffer_reference, scalar, buffer_reference_align = 16) readonly buffer Vecs { uvec4 v[]; };
 layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
+// Coherent: the last workgroup of a vector group reads the others' partial sums.
+layout(buffer_reference, scalar) coherent buffer Part { float v[]; };
+layout(buffer_reference, scalar) coherent buffer Counts { uint v[]; };
 
 layout(push_constant, scalar) uniform P {
     In a;
@@ -68,6 +78,8 @@ layout(push_constant, scalar) uniform P {
     In skip;
     In gamma;
     Out sum;
+    Part part;
+    Counts count;
     uint M;
     uint N;
     uint K;
@@ -85,9 +97,13 @@ layout(push_constant, scalar) uniform P {
     // row group writes v (A + skip) to `sum`, laid out as A; 8: A is read as
     // silu(A) * skip (SwiGluMatMul, `skip` then holding the up projection).
     uint flags;
+    // K's splits, and rows of B per split.
+    uint splits;
+    uint slice;
 } p;
 
 shared float red[THREADS * CHUNK];
+shared bool last;
 
 void unpack(uvec4 w, out float b[VEC]) {
 #if defined(DT_F16)
@@ -169,6 +185,46 @@ void accumulate(uvec4 w, uint k, uint m0, uint rows, inout float acc[ROWS][VEC])
     }
 }
 
+// Counts this workgroup's partials in; the last of the vector group's splits to arrive adds
+// them up in split order into y. Uniform control flow.
+void merge(uint tid, uint group, uint rg, uint m0, uint rows) {
+    memoryBarrierBuffer();
+    barrier();
+    if (tid == 0u) {
+        uint groups = (p.N / VEC + p.lanes - 1u) / p.lanes;
+        uint at = rg * groups + group;
+        last = atomicAdd(p.count.v[at], 1u) == p.splits - 1u;
+        if (last) {
+            p.count.v[at] = 0u;
+        }
+    }
+    barrier();
+    if (!last) {
+        return;
+    }
+    memoryBarrierBuffer();
+    uint cols = p.lanes * VEC;
+    for (uint i = tid; i < rows * cols; i += THREADS) {
+        uint col = group * cols + i % cols;
+        if (col >= p.N) {
+            continue;
+        }
+        uint at = (m0 + i / cols) * p.splits * p.N + col;
+        float s = 0.0;
+        // Eight loads in flight, added in order.
+        for (uint q = 0u; q < p.splits; q += 8u) {
+            float x[8];
+            [[unroll]] for (uint u = 0u; u < 8u; ++u) {
+                x[u] = q + u < p.splits ? p.part.v[at + (q + u) * p.N] : 0.0;
+            }
+            [[unroll]] for (uint u = 0u; u < 8u; ++u) {
+                s += x[u];
+            }
+        }
+        p.y.v[(m0 + i / cols) * p.N + col] = T(s);
+    }
+}
+
 void main() {
     uint tid = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
     uint lanes = p.lanes;
@@ -178,10 +234,17 @@ void main() {
     uint group = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint vec = group * lanes + lane;
     uint vecs = p.N / VEC;
-    uint m0 = gl_WorkGroupID.z * ROWS;
+    // Uniform over the workgroup: one past the last vector group (y's fold) has nothing to do.
+    if (group * lanes >= vecs) {
+        return;
+    }
+    uint rg = gl_WorkGroupID.z / p.splits;
+    uint sp = gl_WorkGroupID.z % p.splits;
+    uint m0 = rg * ROWS;
     uint rows = min(ROWS, p.M - m0);
+    uint k_end = min(p.K, (sp + 1u) * p.slice);
     norms(tid, m0, rows);
-    if ((p.flags & 4u) != 0u && gl_WorkGroupID.x == 0u && gl_WorkGroupID.y == 0u) {
+    if ((p.flags & 4u) != 0u && group == 0u && sp == 0u) {
         for (uint r = 0u; r < rows; ++r) {
             for (uint k = tid; k < p.K; k += THREADS) {
                 uint i = p.offA + (m0 + r) * p.rsA + k * p.csA;
@@ -197,8 +260,8 @@ void main() {
     }
     if (vec < vecs) {
         uint col = p.offB + vec;
-        uint k = strand;
-        for (; k + (UNROLL - 1u) * step < p.K; k += UNROLL * step) {
+        uint k = sp * p.slice + strand;
+        for (; k + (UNROLL - 1u) * step < k_end; k += UNROLL * step) {
             uvec4 w[UNROLL];
             [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
                 w[u] = p.b.v[col + (k + u * step) * p.rsB];
@@ -208,14 +271,14 @@ void main() {
             }
         }
         // The rest, fewer than UNROLL rows a strand, still issued together.
-        if (k < p.K) {
+        if (k < k_end) {
             uvec4 w[UNROLL];
             [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
                 uint ku = k + u * step;
-                w[u] = ku < p.K ? p.b.v[col + ku * p.rsB] : uvec4(0u);
+                w[u] = ku < k_end ? p.b.v[col + ku * p.rsB] : uvec4(0u);
             }
             [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
-                if (k + u * step < p.K) {
+                if (k + u * step < k_end) {
                     accumulate(w[u], k + u * step, m0, rows, acc);
                 }
             }
@@ -261,10 +324,18 @@ void main() {
             if (tid < row) {
                 uint v = group * lanes + tid / CHUNK;
                 if (v < vecs) {
-                    p.y.v[(m0 + r) * p.N + v * VEC + c + tid % CHUNK] = T(red[tid]);
+                    uint col = v * VEC + c + tid % CHUNK;
+                    if (p.splits == 1u) {
+                        p.y.v[(m0 + r) * p.N + col] = T(red[tid]);
+                    } else {
+                        p.part.v[((m0 + r) * p.splits + sp) * p.N + col] = red[tid];
+                    }
                 }
             }
             barrier();
         }
+    }
+    if (p.splits > 1u) {
+        merge(tid, group, rg, m0, rows);
     }
 }

@@ -65,8 +65,9 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "VKML_GEMV",
-        "auto, off, 1, 2, 4, 8, 16 or 32 (column vectors per workgroup of the few-row MatMul \
-         kernel), or wide1 ... wide32 (the same in its one-row workgroups of 1,024)",
+        "auto, unsplit, off, 1, 2, 4, 8, 16 or 32 (column vectors per workgroup of the few-row \
+         MatMul kernel), LxS (L vectors, K split in S slices, S up to 64), or wide1 ... wide32 \
+         (one-row workgroups of 1,024)",
     ),
     ("VKML_ARM", "0 or 1"),
     ("VKML_QUEUE", "compute or graphics"),
@@ -214,10 +215,14 @@ fn gemv(v: &str) -> Option<Gemv> {
     };
     Some(match v {
         "auto" => Gemv::Auto,
+        "unsplit" => Gemv::Unsplit,
         "off" => Gemv::Off,
-        _ => match v.strip_prefix("wide") {
-            Some(l) => Gemv::Wide(lanes(l)?),
-            None => Gemv::Lanes(lanes(v)?),
+        _ => match (v.strip_prefix("wide"), v.split_once('x')) {
+            (Some(l), _) => Gemv::Wide(lanes(l)?),
+            (None, Some((l, s))) => {
+                Gemv::Split(lanes(l)?, s.parse().ok().filter(|s| (1..=64).contains(s))?)
+            }
+            (None, None) => Gemv::Lanes(lanes(v)?),
         },
     })
 }

@@ -1,7 +1,7 @@
 //! A decode step's matrix products alone on a GPU: `cargo bench -p vkml-ops --bench
 //! decode_matmul [-- 1b|8b]`. For each projection of a Llama-shaped model (one row of A, as in
 //! generating one token) it times the f16 MatMul through gemv.comp at every lane count of both
-//! its workgroup sizes and
+//! its workgroup sizes, with K split at a few lane and slice counts, and
 //! through the kernel the op would take without it (tensor cores where the GPU has them, else
 //! the f16 tiles), and the int4 MatMulNBits GEMV, each as the rate its weights are read at.
 //! Each kernel runs many times in one command buffer with a barrier between runs, as dependent
@@ -162,6 +162,20 @@ fn f16_kernels(gpu: &Gpu, k: usize, n: usize) -> (Vec<Tensor>, Vec<(String, GpuK
                 .iter()
                 .map(|&l| (Gemv::Wide(l), format!("gemv wide {l}"))),
         )
+        .chain(std::iter::once((Gemv::Unsplit, "gemv unsplit".to_string())))
+        .chain(
+            [
+                (16u8, 4u8),
+                (16, 8),
+                (16, 16),
+                (16, 32),
+                (8, 8),
+                (8, 16),
+                (32, 8),
+                (32, 16),
+            ]
+            .map(|(l, s)| (Gemv::Split(l, s), format!("gemv {l}x{s}"))),
+        )
         .chain(std::iter::once((Gemv::Off, "without gemv".to_string())));
     for (mode, label) in modes {
         let tuning = KernelTuning {
@@ -227,8 +241,8 @@ fn main() {
         .filter(|s| only.as_deref().is_none_or(|o| o == s.name))
     {
         // Seconds per token of each kind: the best f16 kernel, gemv auto, without gemv, int4,
-        // gemv auto cold.
-        let mut token = [0.0f64; 5];
+        // gemv auto cold, gemv unsplit cold.
+        let mut token = [0.0f64; 6];
         for (what, k, n, times) in projections(s) {
             let (inputs, kernels) = f16_kernels(gpu, k, n);
             let out = ValueType::new(DType::F16, vec![1, n]);
@@ -248,6 +262,9 @@ fn main() {
                 if label.starts_with("gemv auto") {
                     token[1] += t * times as f64;
                     token[4] += cold * times as f64;
+                }
+                if label.starts_with("gemv unsplit") {
+                    token[5] += cold * times as f64;
                 }
                 if label.starts_with("without") {
                     token[2] += t * times as f64;
@@ -281,11 +298,13 @@ fn main() {
         }
         println!(
             "{}: a token's products take {:.3} ms in f16 with the best lane count, {:.3} with \
-             gemv auto ({:.3} with B cold), {:.3} without gemv; {:.3} in int4",
+             gemv auto ({:.3} with B cold; unsplit {:.3} cold), {:.3} without gemv; {:.3} in \
+             int4",
             s.name,
             token[0] * 1e3,
             token[1] * 1e3,
             token[4] * 1e3,
+            token[5] * 1e3,
             token[2] * 1e3,
             token[3] * 1e3
         );

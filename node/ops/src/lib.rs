@@ -349,6 +349,10 @@ pub enum BufRef {
     /// kernel that meets an index out of range records it there, and the run fails with
     /// [`Op::index_fault`]'s error.
     Fault,
+    /// This many u32 counters of the dispatch's own, zero when it starts; the kernel leaves
+    /// them zero when it ends (a workgroup that counts the others in resets its counter), so
+    /// they are zeroed once, when the dispatch is recorded, and never aliased.
+    Counters(usize),
 }
 
 /// Everything a builder sees of a node.

@@ -54,12 +54,18 @@ pub enum GemmTiles {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Gemv {
     /// The shape rule: wide workgroups for one row against a very wide B (an LLM's head),
-    /// else the four-row ones, with as many vectors as keep enough workgroups to fill a large
-    /// GPU.
+    /// else the four-row ones with 16 vectors each and K split over as many workgroups as
+    /// fill a large GPU.
     #[default]
     Auto,
+    /// The four-row workgroups with all of K each, as many vectors as keep enough workgroups
+    /// (the rule before K was split).
+    Unsplit,
     /// The four-row workgroups (256 invocations) with this many vectors (1, 2, 4, 8, 16, 32).
     Lanes(u8),
+    /// The four-row workgroups with this many vectors and K split into this many slices (up
+    /// to 64, fewer where a slice would give an invocation less than a round of loads).
+    Split(u8, u8),
     /// The wide workgroups (1,024 invocations, one row of A) with this many; products of
     /// more rows take the four-row ones.
     Wide(u8),

@@ -362,6 +362,8 @@ impl GpuLayout {
         for &c in self.faults.keys() {
             self.clear_faults(c, &readback)?;
         }
+        let counters = zeroed_counters(g, on)?;
+        let mut counter_at = 0u64;
         let mut tables = Vec::new();
         let mut lists = BTreeMap::new();
         let mut dispatch_ops = BTreeMap::new();
@@ -429,6 +431,12 @@ impl GpuLayout {
                                 // nothing reads it before the chunk ends.
                                 let off = self.fault_record(c, pos).expect("placed");
                                 addrs.push(readback.address() + off);
+                                continue;
+                            }
+                            BufRef::Counters(n) => {
+                                // A dispatch's own, not a hazard: no other dispatch sees them.
+                                addrs.push(counters.address() + counter_at);
+                                counter_at += 4 * *n as u64;
                                 continue;
                             }
                             BufRef::Table(words) => {
@@ -537,6 +545,7 @@ impl GpuLayout {
             readback,
             _arena: arena,
             _tables: tables,
+            _counters: counters,
         })
     }
 }
@@ -695,6 +704,7 @@ pub struct GpuContext {
     pub readback: GpuBuffer,
     _arena: GpuBuffer,
     _tables: Vec<GpuBuffer>,
+    _counters: GpuBuffer,
 }
 
 impl GpuContext {
@@ -813,6 +823,31 @@ fn fill_weights(
         upload_weights(gpu, &buffer, &parts, WEIGHT_STAGING, &|b| {
             crate::onnx::release_pages(b)
         })?;
+    }
+    Ok(buffer)
+}
+
+/// The counters (`BufRef::Counters`) of every dispatch of `on`, zeroed: kernels leave them
+/// zero, so a context zeroes them once, not every run.
+fn zeroed_counters(gpu: &Arc<Gpu>, on: &GpuOps<'_>) -> Result<GpuBuffer> {
+    let words: usize = on
+        .kernels
+        .iter()
+        .flatten()
+        .flat_map(|k| &k.dispatches)
+        .flat_map(|d| d.buffers())
+        .map(|b| match b {
+            BufRef::Counters(n) => *n,
+            _ => 0,
+        })
+        .sum();
+    let bytes = 4 * words.max(1) as u64;
+    let buffer = gpu
+        .create_buffer(bytes, MemoryUse::Device, "counters")
+        .map_err(dev_err)?;
+    if words > 0 {
+        let zeros = vec![0u8; bytes as usize];
+        upload_weights(gpu, &buffer, &[(0, &zeros)], WEIGHT_STAGING, &|_| {})?;
     }
     Ok(buffer)
 }

@@ -27,6 +27,8 @@ pub enum Slot {
     /// The op's fault record (`Fault` in shaders/index.glsl): zeroed before the run; a run
     /// whose kernel records an index out of range in it fails.
     Fault,
+    /// This many u32 counters of the dispatch's own, zeroed when the run is recorded.
+    Counters(usize),
 }
 
 /// Bytes of a fault record (vkml_shaders::FAULT_RECORD_BYTES).
@@ -203,6 +205,12 @@ fn steps_of(
                     a
                 }
                 Slot::Fault => b.fault.address(),
+                Slot::Counters(n) => {
+                    let c = device_copy(gpu, &vec![0; 4 * (*n).max(1)], "counters")?;
+                    let a = c.address();
+                    tables.push(c);
+                    a
+                }
             });
         }
         steps.push(Step::Dispatch {

@@ -20,6 +20,7 @@ pub fn kernel_run_repeated(k: &GpuKernel, repeat: usize) -> KernelRun {
                     BufRef::Scratch(i) => Slot::Scratch(*i),
                     BufRef::Table(t) => Slot::Table(t.clone()),
                     BufRef::Fault => Slot::Fault,
+                    BufRef::Counters(n) => Slot::Counters(*n),
                 })
                 .collect(),
             params: d.params().to_vec(),

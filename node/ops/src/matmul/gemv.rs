@@ -1,6 +1,6 @@
 //! MatMul of a few rows of A on the GPU (a decode step's projections): gemv.comp reads each
-//! element of B once, 16 bytes at a time, with all of K inside one workgroup so that one
-//! dispatch does the whole product. The GEMM kernels spend most of their tiles on rows that do
+//! element of B once, 16 bytes at a time, in one dispatch; where B has few columns, K is split
+//! over workgroups and the last of each column group adds the slices up. The GEMM kernels spend most of their tiles on rows that do
 //! not exist at this size and launch too few workgroups to keep the memory busy (the f16 tiles
 //! reached about 185 GB/s of an H200's 4.8 TB/s in a Llama-1B-shaped decode).
 
@@ -28,6 +28,21 @@ const MIN_GROUPS: usize = 128;
 /// that, fewer lanes (more invocations per column) win.
 const MAX_ROWS_PER_INVOCATION: usize = 128;
 const MAX_GROUPS: usize = 65_535;
+/// Loads an invocation issues a round (UNROLL in the shader).
+const UNROLL: usize = 8;
+/// The automatic split: vectors a workgroup owns (a 256-byte segment of a row of f16 per
+/// load of a subgroup half), the workgroups it aims at (about two a multiprocessor of an
+/// H100 or H200), and the most slices.
+const SPLIT_LANES: usize = 16;
+const SPLIT_TARGET: usize = 256;
+const MAX_SPLITS: usize = 32;
+/// K at least this many times N, and at least [`DEEP_ROUNDS`] rounds of loads an invocation
+/// unsplit, splits under the automatic choice (a down projection, not a small k or v).
+const DEEP: usize = 3;
+const DEEP_ROUNDS: usize = 4;
+/// One row against at least this many vectors of B takes the wide workgroups (an MLP's
+/// gate and up projections).
+const WIDE_FROM_VECS: usize = 1024;
 
 /// Elements of one 16-byte vector of B.
 fn vec_elems(dtype: DType) -> Option<usize> {
@@ -78,6 +93,54 @@ fn auto_lanes(k: usize, vecs: usize) -> usize {
 /// decode_matmul): more invocations a workgroup only pay where there are many workgroups.
 fn auto_wide(m: usize, vecs: usize) -> Option<usize> {
     (m == 1 && vecs / WIDE_LANES >= WIDE_FROM_GROUPS).then_some(WIDE_LANES)
+}
+
+/// The automatic choice, (wide workgroups, vectors, K's slices), on an H200's figures
+/// (benches decode_matmul, BENCHMARKS.md session 22): the head in wide workgroups; a deep
+/// product (K >= 3N and long enough for four rounds of loads unsplit: the down projection)
+/// split, which took it from 39 to 28 us; one row
+/// against a wide B (gate, up) wide, 29 -> 17 us; the rest whole in the four-row kernel,
+/// where splitting a 2048 x 2048 or 2048 x 512 product gained nothing or lost a little.
+fn auto_choice(
+    m: usize,
+    k: usize,
+    vecs: usize,
+    vec: usize,
+    row_groups: usize,
+) -> (bool, usize, usize) {
+    if let Some(l) = auto_wide(m, vecs) {
+        return (true, l, 1);
+    }
+    let lanes = auto_lanes(k, vecs);
+    if k >= DEEP * vecs * vec && k * lanes >= DEEP_ROUNDS * NARROW_THREADS * UNROLL {
+        let (l, s) = auto_split(k, vecs, row_groups);
+        if s > 1 {
+            return (false, l, s);
+        }
+    }
+    if m == 1 && vecs >= WIDE_FROM_VECS {
+        return (true, WIDE_LANES, 1);
+    }
+    (false, lanes, 1)
+}
+
+/// Vectors and K's slices of the four-row kernel under the automatic choice: [`SPLIT_LANES`]
+/// (fewer where B has fewer vectors), and as many slices as make [`SPLIT_TARGET`]
+/// workgroups, up to [`MAX_SPLITS`] and at least a round of loads an invocation.
+fn auto_split(k: usize, vecs: usize, row_groups: usize) -> (usize, usize) {
+    let lanes = [SPLIT_LANES, 8, 4, 2, 1]
+        .into_iter()
+        .find(|&l| l <= vecs)
+        .unwrap_or(1);
+    let groups = vecs.div_ceil(lanes) * row_groups;
+    let wanted = SPLIT_TARGET.div_ceil(groups).min(MAX_SPLITS);
+    (lanes, splits_for(k, lanes, wanted))
+}
+
+/// `wanted` slices of K for `lanes` vectors a workgroup, fewer where a slice would give an
+/// invocation of the four-row kernel less than a round of loads.
+fn splits_for(k: usize, lanes: usize, wanted: usize) -> usize {
+    wanted.min(k / (NARROW_THREADS / lanes * UNROLL)).max(1)
 }
 
 /// A's rows normalised inside the kernel (NormMatMul, matmul/norm.rs): the inputs that hold
@@ -143,18 +206,28 @@ pub(super) fn kernel_for(
     let vec = vec_elems(dtype)?;
     let vecs = g.n / vec;
     let valid = |l: u8| (l.is_power_of_two() && l <= 32).then_some(usize::from(l));
-    let (wide, lanes) = match mode {
-        Gemv::Wide(l) if g.m == 1 => (true, valid(l)?),
-        Gemv::Lanes(l) | Gemv::Wide(l) => (false, valid(l)?),
-        _ => match auto_wide(g.m, vecs) {
-            Some(l) => (true, l),
-            None => (false, auto_lanes(g.k, vecs)),
+    let row_groups = g.m.div_ceil(GROUP_ROWS);
+    let (wide, lanes, splits) = match mode {
+        Gemv::Wide(l) if g.m == 1 => (true, valid(l)?, 1),
+        Gemv::Lanes(l) | Gemv::Wide(l) => (false, valid(l)?, 1),
+        Gemv::Split(l, s) => {
+            let l = valid(l)?;
+            (false, l, splits_for(g.k, l, usize::from(s)))
+        }
+        Gemv::Unsplit => match auto_wide(g.m, vecs) {
+            Some(l) => (true, l, 1),
+            None => (false, auto_lanes(g.k, vecs), 1),
         },
+        Gemv::Auto | Gemv::Off => auto_choice(g.m, g.k, vecs, vec, row_groups),
     };
     let groups = vecs.div_ceil(lanes);
     let gy = groups.div_ceil(MAX_GROUPS);
     let gx = groups.div_ceil(gy);
-    let gz = g.m.div_ceil(GROUP_ROWS);
+    // Slices of equal length (a whole number of rows a strand), the last one shorter.
+    let strands = if wide { 1024 } else { NARROW_THREADS } / lanes;
+    let slice = g.k.div_ceil(splits).next_multiple_of(strands);
+    let splits = g.k.div_ceil(slice);
+    let gz = row_groups * splits;
     let word = |v: usize| u32::try_from(v).ok();
     let params = gemv::Params {
         M: word(g.m)?,
@@ -166,6 +239,8 @@ pub(super) fn kernel_for(
         rsB: word(g.b.rs / vec)?,
         offB: word(g.b.off / vec)?,
         lanes: lanes as u32,
+        splits: word(splits)?,
+        slice: word(slice)?,
         eps: operands.norm.map_or(0.0, |n| n.eps),
         flags: operands.norm.map_or(0, |n| {
             1 | if n.skip.is_some() { 2 } else { 0 } | if n.sum.is_some() { 4 } else { 0 }
@@ -186,9 +261,20 @@ pub(super) fn kernel_for(
         skip: input(operands.norm.and_then(|n| n.skip).or(operands.swiglu_up)),
         gamma: input(operands.norm.map(|n| n.gamma)),
         sum: BufRef::Output(operands.norm.and_then(|n| n.sum).unwrap_or(0)),
+        part: if splits > 1 {
+            BufRef::Scratch(0)
+        } else {
+            BufRef::Output(0)
+        },
+        count: BufRef::Counters(if splits > 1 { row_groups * groups } else { 0 }),
+    };
+    let scratch = if splits > 1 {
+        vec![4 * (splits * g.m * g.n) as u64]
+    } else {
+        vec![]
     };
     Some(GpuKernel {
-        scratch: vec![],
+        scratch,
         dispatches: vec![Dispatch::new(
             variant,
             buffers,
@@ -218,6 +304,39 @@ mod tests {
         assert_eq!(auto_lanes(4_096, 14_336 / 8), 8);
         assert_eq!(auto_lanes(14_336, 4_096 / 8), 2);
         assert_eq!(auto_lanes(4_096, 1_024 / 8), 1);
+    }
+
+    #[test]
+    fn narrow_b_splits_k_into_enough_workgroups() {
+        // Llama 1B decode (K, N / 8): q and o, k and v, gate and up, down.
+        assert_eq!(auto_split(2_048, 2_048 / 8, 1), (16, 16));
+        assert_eq!(auto_split(2_048, 512 / 8, 1), (16, 16));
+        assert_eq!(auto_split(2_048, 8_192 / 8, 1), (16, 4));
+        assert_eq!(auto_split(8_192, 2_048 / 8, 1), (16, 16));
+        // Of which the automatic choice splits only the deep one (K >= 3N): Llama 1B and 8B's
+        // down projections; gate and up take the wide workgroups, the head too.
+        let choice = |m, k, n: usize| auto_choice(m, k, n / 8, 8, 1);
+        assert_eq!(choice(1, 8_192, 2_048), (false, 16, 16));
+        assert_eq!(choice(1, 14_336, 4_096), (false, 16, 8));
+        assert_eq!(choice(1, 2_048, 2_048), (false, 2, 1));
+        assert_eq!(choice(1, 2_048, 512), (false, 1, 1));
+        assert_eq!(choice(1, 2_048, 8_192), (true, 8, 1));
+        assert_eq!(choice(2, 2_048, 8_192), (false, 8, 1));
+        assert_eq!(choice(1, 2_048, 128_256), (true, 8, 1));
+        // Too short for a round of loads per slice, or already enough workgroups: no split.
+        assert_eq!(auto_split(100, 2_048 / 8, 1), (16, 1));
+        assert_eq!(auto_split(4_096, 65_536 / 8, 1), (16, 1));
+        // Fewer vectors than the lanes: as many lanes as vectors.
+        assert_eq!(auto_split(4_096, 4, 1).0, 4);
+        // The kernel: slices of whole strands, a partial sum buffer, a counter per group.
+        let (a, b) = (
+            ValueType::new(DType::F16, vec![1, 2, 3_000]),
+            ValueType::new(DType::F16, vec![3_000, 256]),
+        );
+        let k = kernel_for(&a, &b, Gemv::Split(16, 3)).unwrap();
+        assert_eq!(k.dispatches[0].groups, [2, 1, 3]);
+        assert_eq!(k.scratch, vec![4 * 3 * 2 * 256]);
+        assert!(k.dispatches[0].buffers().contains(&BufRef::Counters(2)));
     }
 
     #[test]
@@ -286,7 +405,12 @@ mod tests {
                 let want = product(&a, &b, (m, k, n));
                 let out = ValueType::new(dtype, vec![1, m, n]);
                 let modes = [1, 2, 4, 8, 16, 32].into_iter();
-                for mode in modes.flat_map(|l| [Gemv::Lanes(l), Gemv::Wide(l)]) {
+                let split = [(32, 5), (16, 3), (2, 2), (16, 64)].map(|(l, s)| Gemv::Split(l, s));
+                let modes = modes
+                    .flat_map(|l| [Gemv::Lanes(l), Gemv::Wide(l)])
+                    .chain(split)
+                    .chain([Gemv::Auto, Gemv::Unsplit]);
+                for mode in modes {
                     let kernel = kernel_for(&ValueType::of(&a), &ValueType::of(&b), mode)
                         .unwrap_or_else(|| panic!("{dtype} {m}x{k}x{n}: no gemv"));
                     let got = run_kernel_on(

@@ -275,7 +275,7 @@ mod tests {
                         ValueType::new(dtype, vec![1, m, n]),
                         ValueType::new(dtype, vec![1, m, k]),
                     ];
-                    for mode in [Gemv::Auto, Gemv::Lanes(2), Gemv::Wide(4)] {
+                    for mode in [Gemv::Auto, Gemv::Lanes(2), Gemv::Wide(4), Gemv::Split(8, 4)] {
                         let fused = NormMatMul {
                             epsilon: EPS,
                             sum: true,

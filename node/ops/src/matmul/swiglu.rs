@@ -200,7 +200,7 @@ mod tests {
                 let types: Vec<ValueType> = t.iter().map(ValueType::of).collect();
                 let refs: Vec<Option<&ValueType>> = types.iter().map(Some).collect();
                 let out = [ValueType::new(dtype, vec![1, m, n])];
-                for mode in [Gemv::Auto, Gemv::Lanes(4), Gemv::Wide(2)] {
+                for mode in [Gemv::Auto, Gemv::Lanes(4), Gemv::Wide(2), Gemv::Split(8, 4)] {
                     let kernel = SwiGluMatMul::kernel(&refs, mode).expect("a few rows");
                     let ins = [Some(&t[0]), Some(&t[1]), Some(&t[2])];
                     let got = run_kernel_on(gpu, &kernel, &ins, &out).unwrap();
