@@ -40,9 +40,12 @@ const MAX_SPLITS: usize = 32;
 /// unsplit, splits under the automatic choice (a down projection, not a small k or v).
 const DEEP: usize = 3;
 const DEEP_ROUNDS: usize = 4;
-/// One row against at least this many vectors of B takes the wide workgroups (an MLP's
-/// gate and up projections).
+/// One row against at least this many vectors of B takes the wide workgroups with
+/// [`WIDE_LANES`] vectors (an MLP's gate and up projections), against at least
+/// [`WIDE_FROM_VECS_NARROW`] with [`WIDE_LANES_NARROW`] (q and o).
 const WIDE_FROM_VECS: usize = 1024;
+const WIDE_FROM_VECS_NARROW: usize = 256;
+const WIDE_LANES_NARROW: usize = 4;
 
 /// Elements of one 16-byte vector of B.
 fn vec_elems(dtype: DType) -> Option<usize> {
@@ -99,8 +102,10 @@ fn auto_wide(m: usize, vecs: usize) -> Option<usize> {
 /// (benches decode_matmul, BENCHMARKS.md session 22): the head in wide workgroups; a deep
 /// product (K >= 3N and long enough for four rounds of loads unsplit: the down projection)
 /// split, which took it from 39 to 28 us; one row
-/// against a wide B (gate, up) wide, 29 -> 17 us; the rest whole in the four-row kernel,
-/// where splitting a 2048 x 2048 or 2048 x 512 product gained nothing or lost a little.
+/// against a wide B (gate, up) wide, 29 -> 17 us, and against 256 vectors or more (q, o)
+/// wide with 4 vectors (1-4% more tokens/s end to end); the rest (k, v, and every product
+/// of more rows) whole in the four-row kernel, where splitting a 2048 x 2048 or 2048 x 512
+/// product gained nothing or lost a little.
 fn auto_choice(
     m: usize,
     k: usize,
@@ -120,6 +125,9 @@ fn auto_choice(
     }
     if m == 1 && vecs >= WIDE_FROM_VECS {
         return (true, WIDE_LANES, 1);
+    }
+    if m == 1 && vecs >= WIDE_FROM_VECS_NARROW {
+        return (true, WIDE_LANES_NARROW, 1);
     }
     (false, lanes, 1)
 }
@@ -318,7 +326,8 @@ mod tests {
         let choice = |m, k, n: usize| auto_choice(m, k, n / 8, 8, 1);
         assert_eq!(choice(1, 8_192, 2_048), (false, 16, 16));
         assert_eq!(choice(1, 14_336, 4_096), (false, 16, 8));
-        assert_eq!(choice(1, 2_048, 2_048), (false, 2, 1));
+        assert_eq!(choice(1, 2_048, 2_048), (true, 4, 1));
+        assert_eq!(choice(2, 2_048, 2_048), (false, 2, 1));
         assert_eq!(choice(1, 2_048, 512), (false, 1, 1));
         assert_eq!(choice(1, 2_048, 8_192), (true, 8, 1));
         assert_eq!(choice(2, 2_048, 8_192), (false, 8, 1));
