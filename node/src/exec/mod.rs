@@ -14,6 +14,7 @@ mod release;
 mod run;
 pub mod shared;
 mod topology;
+mod upload;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
