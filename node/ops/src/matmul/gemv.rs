@@ -1,8 +1,9 @@
 //! MatMul of a few rows of A on the GPU (a decode step's projections): gemv.comp reads each
-//! element of B once, 16 bytes at a time, in one dispatch; where B has few columns, K is split
-//! over workgroups and the last of each column group adds the slices up. The GEMM kernels spend most of their tiles on rows that do
-//! not exist at this size and launch too few workgroups to keep the memory busy (the f16 tiles
-//! reached about 185 GB/s of an H200's 4.8 TB/s in a Llama-1B-shaped decode).
+//! element of B once, 16 bytes at a time, in one dispatch; where K is long against N, K is
+//! split over workgroups and the last of each column group adds the slices up. The GEMM
+//! kernels spend most of their tiles on rows that do not exist at this size and launch too few
+//! workgroups to keep the memory busy (the f16 tiles reached about 185 GB/s of an H200's
+//! 4.8 TB/s in a Llama-1B-shaped decode).
 
 use super::GpuGemm;
 use crate::tensor::{DType, numel};
@@ -15,8 +16,9 @@ use vkml_shaders::gemv;
 pub(super) const MAX_ROWS: usize = 4;
 /// Rows of A one workgroup of the four-row kernel covers (ROWS in the shader).
 const GROUP_ROWS: usize = 4;
-/// Invocations of a workgroup of the four-row kernel.
+/// Invocations of a workgroup of the four-row kernel, and of the wide one.
 const NARROW_THREADS: usize = 256;
+const WIDE_THREADS: usize = 1024;
 /// Vectors a wide workgroup owns under the automatic choice, and the workgroups that makes
 /// from which it is taken (about eight a multiprocessor of an H100 or H200).
 const WIDE_LANES: usize = 8;
@@ -113,10 +115,11 @@ fn auto_choice(
     vec: usize,
     row_groups: usize,
 ) -> (bool, usize, usize) {
-    if let Some(l) = auto_wide(m, vecs) {
-        return (true, l, 1);
+    let unsplit = unsplit_choice(m, k, vecs);
+    let (wide, lanes, _) = unsplit;
+    if wide {
+        return unsplit;
     }
-    let lanes = auto_lanes(k, vecs);
     if k >= DEEP * vecs * vec && k * lanes >= DEEP_ROUNDS * NARROW_THREADS * UNROLL {
         let (l, s) = auto_split(k, vecs, row_groups);
         if s > 1 {
@@ -129,7 +132,16 @@ fn auto_choice(
     if m == 1 && vecs >= WIDE_FROM_VECS_NARROW {
         return (true, WIDE_LANES_NARROW, 1);
     }
-    (false, lanes, 1)
+    unsplit
+}
+
+/// The choice before K was split (`Gemv::Unsplit`): the head in wide workgroups, the rest in
+/// four-row ones with [`auto_lanes`].
+fn unsplit_choice(m: usize, k: usize, vecs: usize) -> (bool, usize, usize) {
+    match auto_wide(m, vecs) {
+        Some(l) => (true, l, 1),
+        None => (false, auto_lanes(k, vecs), 1),
+    }
 }
 
 /// Vectors and K's slices of the four-row kernel under the automatic choice: [`SPLIT_LANES`]
@@ -222,17 +234,14 @@ pub(super) fn kernel_for(
             let l = valid(l)?;
             (false, l, splits_for(g.k, l, usize::from(s)))
         }
-        Gemv::Unsplit => match auto_wide(g.m, vecs) {
-            Some(l) => (true, l, 1),
-            None => (false, auto_lanes(g.k, vecs), 1),
-        },
+        Gemv::Unsplit => unsplit_choice(g.m, g.k, vecs),
         Gemv::Auto | Gemv::Off => auto_choice(g.m, g.k, vecs, vec, row_groups),
     };
     let groups = vecs.div_ceil(lanes);
     let gy = groups.div_ceil(MAX_GROUPS);
     let gx = groups.div_ceil(gy);
     // Slices of equal length (a whole number of rows a strand), the last one shorter.
-    let strands = if wide { 1024 } else { NARROW_THREADS } / lanes;
+    let strands = if wide { WIDE_THREADS } else { NARROW_THREADS } / lanes;
     let slice = g.k.div_ceil(splits).next_multiple_of(strands);
     let splits = g.k.div_ceil(slice);
     let gz = row_groups * splits;

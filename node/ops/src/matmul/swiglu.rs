@@ -11,6 +11,7 @@
 
 use super::MatMul;
 use super::gemv::{self, Operands};
+use crate::llm_norm::cpu::f64s;
 use crate::numeric::from_f64;
 use crate::tensor::{DType, Tensor, numel};
 use crate::tuning::Gemv;
@@ -88,12 +89,7 @@ impl Op for SwiGluMatMul {
         let types: Vec<Option<ValueType>> = inputs.iter().map(|t| t.map(ValueType::of)).collect();
         let refs: Vec<Option<&ValueType>> = types.iter().map(Option::as_ref).collect();
         Self::check(&refs)?;
-        let values = |i| {
-            req(inputs, i)?
-                .to_f64_vec()
-                .map_err(|e| OpError::invalid(e.to_string()))
-        };
-        let (gate, up) = (values(0)?, values(1)?);
+        let (gate, up) = (f64s(req(inputs, 0)?)?, f64s(req(inputs, 1)?)?);
         let act: Vec<f64> = gate
             .iter()
             .zip(&up)
