@@ -119,6 +119,7 @@ fn print_profile(session: &Session, generations: usize) {
             );
         }
     }
+    print_node_classes(&times, generations);
     // The plan run most often is the decode step's.
     if let Some(kernels) = session
         .kernel_profile()
@@ -132,6 +133,26 @@ fn print_profile(session: &Session, generations: usize) {
                 k.kernel, k.dispatches, k.median_us
             );
         }
+    }
+}
+
+/// A decode step's nodes by name with their numbers folded (the same projection of every
+/// layer together), largest first: where within an op type the time goes.
+fn print_node_classes(times: &[vkml::NodeTime], generations: usize) {
+    let mut classes: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    for t in times.iter().filter(|t| t.runs > generations) {
+        let mut name: String = t.node.chars().filter(|c| !c.is_ascii_digit()).collect();
+        name.push_str(&format!(" ({})", t.op_type));
+        let e = classes.entry(name).or_default();
+        e.0 += t.median_us;
+        e.1 += 1;
+    }
+    let mut rows: Vec<_> = classes.into_iter().collect();
+    rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+    println!("a decode step by node, numbers folded (largest 16):");
+    for (name, (us, nodes)) in rows.into_iter().take(16) {
+        let each = us / nodes as f64;
+        println!("  {name:<60} {nodes:>4} nodes  {us:>9.1} us  {each:>7.1} us each");
     }
 }
 

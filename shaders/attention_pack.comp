@@ -23,7 +23,10 @@
 // 15 lens plus (int), 16 positions.
 // flags: 1 past present, 2 into past, 4 bias, 8 rotary, 16 interleaved, 32 offset from lens.
 // In place (dst is the past's buffer: a bound cache, exec/bound.rs) only the new rows are
-// written: the past rows are there already, and the rows after them are never read.
+// written: the past rows are there already, and the rows after them are never read. Then
+// invocation i < `fresh` (batch * heads * rows * dim) takes the new rows' element i, and the
+// rest, most of a long cache's dispatch, return before reading anything: whether the
+// buffers coincide is known only when the executor binds them, after the dispatch's size.
 layout(local_size_x = 256) in;
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
 layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
@@ -39,6 +42,7 @@ layout(push_constant, scalar) uniform P {
     Words t;
     Out dst;
     uint n;
+    uint fresh;
 } p;
 
 uint heads, len, dim, rows, past_len, flags, half_dim, off, sb, sh, ss, bias_off, positions;
@@ -69,6 +73,9 @@ float rotated(uint base, uint d, uint pos) {
 void main() {
     uint i = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     if (i >= p.n) return;
+    // The past's buffer is dst only where the present is written into it (flags 1 and 2).
+    bool in_place = uvec2(p.past) == uvec2(p.dst) && (p.t.v[6] & 3u) == 3u;
+    if (in_place && i >= p.fresh) return;
     heads = p.t.v[1];
     len = p.t.v[2];
     dim = p.t.v[3];
@@ -82,11 +89,13 @@ void main() {
     ss = p.t.v[11];
     bias_off = p.t.v[12];
     positions = p.t.v[16];
+    // Rows of the element's (b, h): all `len` of dst's, or in place the new ones.
+    uint span = in_place ? rows : len;
     uint d = i % dim;
-    uint t = (i / dim) % len;
-    uint h = (i / (dim * len)) % heads;
+    uint t = (i / dim) % span;
+    uint h = (i / (dim * span)) % heads;
     head = h;
-    uint b = i / (dim * len * heads);
+    uint b = i / (dim * span * heads);
     int offset = int(p.t.v[13]);
     if ((flags & 32u) != 0u) {
         offset = p.lens.v[b * p.t.v[14]] + int(p.t.v[15]) - int(rows);
@@ -94,8 +103,13 @@ void main() {
     // Lengths out of range were refused on the host when known; here they only must not
     // read outside the past cache.
     uint past_b = uint(clamp(offset, 0, int(past_len)));
-    bool in_place = (flags & 3u) == 3u && uvec2(p.past) == uvec2(p.dst);
-    if (in_place && (t < past_b || t >= past_b + rows)) return;
+    if (in_place) {
+        t += past_b;
+        if (t >= len) return;
+        uint base = off + b * sb + h * sh + (t - past_b) * ss;
+        p.dst.v[((b * heads + h) * len + t) * dim + d] = T(rotated(base, d, uint(max(offset, 0)) + t - past_b));
+        return;
+    }
     T y = T(0.0);
     if ((flags & 2u) != 0u && (flags & 1u) != 0u && t < past_b) {
         y = p.past.v[((b * heads + h) * past_len + t) * dim + d];

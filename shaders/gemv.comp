@@ -10,6 +10,8 @@
 // @variant f16 DT_F16
 // @variant wide_f32 DT_F32 WIDE
 // @variant wide_f16 DT_F16 WIDE
+// @variant row_f32 DT_F32 ROW
+// @variant row_f16 DT_F16 ROW
 #include "types.glsl"
 
 // MatMul for a few rows of A (decode: one token, a few beams) against a B whose rows are
@@ -24,6 +26,9 @@
 // subgroups in shared memory. The wide variant (one row of A) has four times the invocations
 // per workgroup, so that one workgroup per multiprocessor keeps four times the loads in
 // flight; it keeps one row's sums, not ROWS', within the register budget of 1,024 invocations.
+// The row variant (one row of A, 256 invocations) keeps one row's sums too, in few enough
+// registers that several of its workgroups share a multiprocessor: while one adds its sums up
+// across strands, the others' loads keep the memory busy.
 // Vector groups fold into y past 65,535 workgroups; rows of Y past ROWS go to workgroup z (B
 // is read once per ROWS rows).
 //
@@ -49,6 +54,10 @@
 #if defined(WIDE)
 layout(local_size_x = 1024) in;
 const uint THREADS = 1024u;
+const uint ROWS = 1u;
+#elif defined(ROW)
+layout(local_size_x = 256) in;
+const uint THREADS = 256u;
 const uint ROWS = 1u;
 #else
 layout(local_size_x = 256) in;

@@ -66,8 +66,8 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "VKML_GEMV",
         "auto, unsplit, off, 1, 2, 4, 8, 16 or 32 (column vectors per workgroup of the few-row \
-         MatMul kernel), LxS (L vectors, K split in S slices, S up to 64), or wide1 ... wide32 \
-         (one-row workgroups of 1,024)",
+         MatMul kernel), LxS (L vectors, K split in S slices, S up to 64), wide1 ... wide32 \
+         (one-row workgroups of 1,024), or rowL / rowLxS (one-row workgroups of 256)",
     ),
     ("VKML_ARM", "0 or 1"),
     ("VKML_QUEUE", "compute or graphics"),
@@ -213,16 +213,23 @@ fn gemv(v: &str) -> Option<Gemv> {
             .then(|| l.parse().ok())
             .flatten()
     };
+    let slices = |s: &str| s.parse().ok().filter(|s| (1..=64).contains(s));
     Some(match v {
         "auto" => Gemv::Auto,
         "unsplit" => Gemv::Unsplit,
         "off" => Gemv::Off,
-        _ => match (v.strip_prefix("wide"), v.split_once('x')) {
-            (Some(l), _) => Gemv::Wide(lanes(l)?),
-            (None, Some((l, s))) => {
-                Gemv::Split(lanes(l)?, s.parse().ok().filter(|s| (1..=64).contains(s))?)
-            }
-            (None, None) => Gemv::Lanes(lanes(v)?),
+        _ => match (
+            v.strip_prefix("wide"),
+            v.strip_prefix("row"),
+            v.split_once('x'),
+        ) {
+            (Some(l), ..) => Gemv::Wide(lanes(l)?),
+            (None, Some(r), _) => match r.split_once('x') {
+                Some((l, s)) => Gemv::Row(lanes(l)?, slices(s)?),
+                None => Gemv::Row(lanes(r)?, 1),
+            },
+            (None, None, Some((l, s))) => Gemv::Split(lanes(l)?, slices(s)?),
+            (None, None, None) => Gemv::Lanes(lanes(v)?),
         },
     })
 }
@@ -281,6 +288,30 @@ mod tests {
             warnings[0]
         );
         assert!(warnings[0].contains("khr"), "{}", warnings[0]);
+    }
+
+    #[test]
+    fn every_gemv_spelling_parses_and_bad_ones_do_not() {
+        let cases = [
+            ("auto", Some(Gemv::Auto)),
+            ("unsplit", Some(Gemv::Unsplit)),
+            ("off", Some(Gemv::Off)),
+            ("8", Some(Gemv::Lanes(8))),
+            ("16x8", Some(Gemv::Split(16, 8))),
+            ("wide4", Some(Gemv::Wide(4))),
+            ("row8", Some(Gemv::Row(8, 1))),
+            ("row32x16", Some(Gemv::Row(32, 16))),
+            ("3", None),
+            ("16x0", None),
+            ("16x65", None),
+            ("wide", None),
+            ("row", None),
+            ("row8x", None),
+            ("row64x2", None),
+        ];
+        for (v, want) in cases {
+            assert_eq!(gemv(v), want, "{v}");
+        }
     }
 
     #[test]

@@ -125,14 +125,18 @@ fn time_cold(gpu: &Gpu, k: &GpuKernel, inputs: &[Tensor], out: &ValueType, bytes
     let dispatches = run.dispatches.len() / repeat;
     for (i, d) in run.dispatches.iter_mut().enumerate() {
         for slot in &mut d.slots {
-            if let Slot::Input(1) = slot {
-                *slot = Slot::Input(1 + (i / dispatches) % copies);
+            match slot {
+                Slot::Input(1) => *slot = Slot::Input(1 + (i / dispatches) % copies),
+                // The inputs after B (MatMulNBits' scales) follow the copies.
+                Slot::Input(j) if *j > 1 => *slot = Slot::Input(*j + copies - 1),
+                _ => {}
             }
         }
     }
     let b = &inputs[1].bytes()[..];
     let ins: Vec<Option<&[u8]>> = std::iter::once(Some(&inputs[0].bytes()[..]))
         .chain((0..copies).map(|_| Some(b)))
+        .chain(inputs[2..].iter().map(|t| Some(&t.bytes()[..])))
         .collect();
     let timer = KernelTimer::new(gpu, &run, &ins, &[out.bytes() as u64]).expect("records");
     per_run(&timer, repeat)
@@ -175,6 +179,23 @@ fn f16_kernels(gpu: &Gpu, k: usize, n: usize) -> (Vec<Tensor>, Vec<(String, GpuK
                 (32, 16),
             ]
             .map(|(l, s)| (Gemv::Split(l, s), format!("gemv {l}x{s}"))),
+        )
+        .chain(
+            [
+                (2u8, 1u8),
+                (4, 1),
+                (8, 1),
+                (16, 1),
+                (32, 1),
+                (8, 2),
+                (8, 4),
+                (16, 2),
+                (16, 4),
+                (16, 8),
+                (32, 4),
+                (32, 8),
+            ]
+            .map(|(l, s)| (Gemv::Row(l, s), format!("gemv row {l}x{s}"))),
         )
         .chain(std::iter::once((Gemv::Off, "without gemv".to_string())));
     for (mode, label) in modes {

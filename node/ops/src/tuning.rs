@@ -69,6 +69,9 @@ pub enum Gemv {
     /// The wide workgroups (1,024 invocations, one row of A) with this many; products of
     /// more rows take the four-row ones.
     Wide(u8),
+    /// The one-row workgroups (256 invocations) with this many vectors and K in this many
+    /// slices (1: whole); products of more rows take the four-row ones.
+    Row(u8, u8),
     /// Never: such products take the GEMM kernels.
     Off,
 }

@@ -277,7 +277,10 @@ fn pack_dispatch(p: &Plan, k: &Pack) -> Option<Dispatch> {
             t: BufRef::Table(table),
             dst: buf(k.dst),
         },
-        attention_pack::Params { n: u(n)? },
+        attention_pack::Params {
+            n: u(n)?,
+            fresh: u(p.batch * k.heads * k.rows * k.dim)?,
+        },
         groups_1d(n, 256),
     ))
 }

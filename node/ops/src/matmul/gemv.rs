@@ -16,9 +16,46 @@ use vkml_shaders::gemv;
 pub(super) const MAX_ROWS: usize = 4;
 /// Rows of A one workgroup of the four-row kernel covers (ROWS in the shader).
 const GROUP_ROWS: usize = 4;
-/// Invocations of a workgroup of the four-row kernel, and of the wide one.
+/// Invocations of a workgroup of the four-row kernel (and of the one-row one), and of the
+/// wide one.
 const NARROW_THREADS: usize = 256;
 const WIDE_THREADS: usize = 1024;
+
+/// The shader's workgroup shapes: four rows of A in 256 invocations, one row in 256, one
+/// row in 1,024.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Four,
+    Row,
+    Wide,
+}
+
+impl Block {
+    fn threads(self) -> usize {
+        match self {
+            Block::Four | Block::Row => NARROW_THREADS,
+            Block::Wide => WIDE_THREADS,
+        }
+    }
+
+    fn rows(self) -> usize {
+        match self {
+            Block::Four => GROUP_ROWS,
+            Block::Row | Block::Wide => 1,
+        }
+    }
+
+    fn variant(self, dtype: DType) -> gemv::Variant {
+        match (dtype, self) {
+            (DType::F16, Block::Four) => gemv::Variant::F16,
+            (DType::F16, Block::Row) => gemv::Variant::RowF16,
+            (DType::F16, Block::Wide) => gemv::Variant::WideF16,
+            (_, Block::Four) => gemv::Variant::F32,
+            (_, Block::Row) => gemv::Variant::RowF32,
+            (_, Block::Wide) => gemv::Variant::WideF32,
+        }
+    }
+}
 /// Vectors a wide workgroup owns under the automatic choice, and the workgroups that makes
 /// from which it is taken (about eight a multiprocessor of an H100 or H200).
 const WIDE_LANES: usize = 8;
@@ -33,9 +70,12 @@ const MAX_GROUPS: usize = 65_535;
 /// Loads an invocation issues a round (UNROLL in the shader).
 const UNROLL: usize = 8;
 /// The automatic split: vectors a workgroup owns (a 256-byte segment of a row of f16 per
-/// load of a subgroup half), the workgroups it aims at (about two a multiprocessor of an
-/// H100 or H200), and the most slices.
+/// load of a subgroup half, or 512 bytes of a whole subgroup where B has at least
+/// [`SPLIT_WIDE_GROUPS`] groups of those), the workgroups it aims at (about two a
+/// multiprocessor of an H100 or H200), and the most slices.
 const SPLIT_LANES: usize = 16;
+const SPLIT_LANES_WIDE: usize = 32;
+const SPLIT_WIDE_GROUPS: usize = 16;
 const SPLIT_TARGET: usize = 256;
 const MAX_SPLITS: usize = 32;
 /// K at least this many times N, and at least [`DEEP_ROUNDS`] rounds of loads an invocation
@@ -100,7 +140,7 @@ fn auto_wide(m: usize, vecs: usize) -> Option<usize> {
     (m == 1 && vecs / WIDE_LANES >= WIDE_FROM_GROUPS).then_some(WIDE_LANES)
 }
 
-/// The automatic choice, (wide workgroups, vectors, K's slices), on an H200's figures
+/// The automatic choice, (workgroup shape, vectors, K's slices), on an H200's figures
 /// (benches decode_matmul, BENCHMARKS.md session 22): the head in wide workgroups; a deep
 /// product (K >= 3N and long enough for four rounds of loads unsplit: the down projection)
 /// split, which took it from 39 to 28 us; one row
@@ -114,44 +154,51 @@ fn auto_choice(
     vecs: usize,
     vec: usize,
     row_groups: usize,
-) -> (bool, usize, usize) {
+) -> (Block, usize, usize) {
     let unsplit = unsplit_choice(m, k, vecs);
-    let (wide, lanes, _) = unsplit;
-    if wide {
+    let (block, lanes, _) = unsplit;
+    if block == Block::Wide {
         return unsplit;
     }
     if k >= DEEP * vecs * vec && k * lanes >= DEEP_ROUNDS * NARROW_THREADS * UNROLL {
         let (l, s) = auto_split(k, vecs, row_groups);
         if s > 1 {
-            return (false, l, s);
+            return (Block::Four, l, s);
         }
     }
     if m == 1 && vecs >= WIDE_FROM_VECS {
-        return (true, WIDE_LANES, 1);
+        return (Block::Wide, WIDE_LANES, 1);
     }
     if m == 1 && vecs >= WIDE_FROM_VECS_NARROW {
-        return (true, WIDE_LANES_NARROW, 1);
+        return (Block::Wide, WIDE_LANES_NARROW, 1);
     }
     unsplit
 }
 
 /// The choice before K was split (`Gemv::Unsplit`): the head in wide workgroups, the rest in
 /// four-row ones with [`auto_lanes`].
-fn unsplit_choice(m: usize, k: usize, vecs: usize) -> (bool, usize, usize) {
+fn unsplit_choice(m: usize, k: usize, vecs: usize) -> (Block, usize, usize) {
     match auto_wide(m, vecs) {
-        Some(l) => (true, l, 1),
-        None => (false, auto_lanes(k, vecs), 1),
+        Some(l) => (Block::Wide, l, 1),
+        None => (Block::Four, auto_lanes(k, vecs), 1),
     }
 }
 
 /// Vectors and K's slices of the four-row kernel under the automatic choice: [`SPLIT_LANES`]
-/// (fewer where B has fewer vectors), and as many slices as make [`SPLIT_TARGET`]
-/// workgroups, up to [`MAX_SPLITS`] and at least a round of loads an invocation.
+/// ([`SPLIT_LANES_WIDE`] where B is wide enough, fewer where B has fewer vectors), and as
+/// many slices as make [`SPLIT_TARGET`] workgroups, up to [`MAX_SPLITS`] and at least a round
+/// of loads an invocation. In a Llama-8B-shaped decode on an H200 the down projection
+/// (14,336 x 4,096) took 51 us with 32 vectors in 16 slices against 65 with 16 in 8 (per-node
+/// GPU times in the model, BENCHMARKS.md session 23); 1B's stays at 16 x 16.
 fn auto_split(k: usize, vecs: usize, row_groups: usize) -> (usize, usize) {
-    let lanes = [SPLIT_LANES, 8, 4, 2, 1]
-        .into_iter()
-        .find(|&l| l <= vecs)
-        .unwrap_or(1);
+    let lanes = if vecs / SPLIT_LANES_WIDE >= SPLIT_WIDE_GROUPS {
+        SPLIT_LANES_WIDE
+    } else {
+        [SPLIT_LANES, 8, 4, 2, 1]
+            .into_iter()
+            .find(|&l| l <= vecs)
+            .unwrap_or(1)
+    };
     let groups = vecs.div_ceil(lanes) * row_groups;
     let wanted = SPLIT_TARGET.div_ceil(groups).min(MAX_SPLITS);
     (lanes, splits_for(k, lanes, wanted))
@@ -226,22 +273,28 @@ pub(super) fn kernel_for(
     let vec = vec_elems(dtype)?;
     let vecs = g.n / vec;
     let valid = |l: u8| (l.is_power_of_two() && l <= 32).then_some(usize::from(l));
-    let row_groups = g.m.div_ceil(GROUP_ROWS);
-    let (wide, lanes, splits) = match mode {
-        Gemv::Wide(l) if g.m == 1 => (true, valid(l)?, 1),
-        Gemv::Lanes(l) | Gemv::Wide(l) => (false, valid(l)?, 1),
+    let one = |l: u8, s: u8| -> Option<(Block, usize, usize)> {
+        let l = valid(l)?;
+        let block = if g.m == 1 { Block::Row } else { Block::Four };
+        Some((block, l, splits_for(g.k, l, usize::from(s))))
+    };
+    let (block, lanes, splits) = match mode {
+        Gemv::Wide(l) if g.m == 1 => (Block::Wide, valid(l)?, 1),
+        Gemv::Lanes(l) | Gemv::Wide(l) => (Block::Four, valid(l)?, 1),
         Gemv::Split(l, s) => {
             let l = valid(l)?;
-            (false, l, splits_for(g.k, l, usize::from(s)))
+            (Block::Four, l, splits_for(g.k, l, usize::from(s)))
         }
+        Gemv::Row(l, s) => one(l, s)?,
         Gemv::Unsplit => unsplit_choice(g.m, g.k, vecs),
-        Gemv::Auto | Gemv::Off => auto_choice(g.m, g.k, vecs, vec, row_groups),
+        Gemv::Auto | Gemv::Off => auto_choice(g.m, g.k, vecs, vec, g.m.div_ceil(GROUP_ROWS)),
     };
+    let row_groups = g.m.div_ceil(block.rows());
     let groups = vecs.div_ceil(lanes);
     let gy = groups.div_ceil(MAX_GROUPS);
     let gx = groups.div_ceil(gy);
     // Slices of equal length (a whole number of rows a strand), the last one shorter.
-    let strands = if wide { WIDE_THREADS } else { NARROW_THREADS } / lanes;
+    let strands = block.threads() / lanes;
     let slice = g.k.div_ceil(splits).next_multiple_of(strands);
     let splits = g.k.div_ceil(slice);
     let gz = row_groups * splits;
@@ -263,12 +316,7 @@ pub(super) fn kernel_for(
             1 | if n.skip.is_some() { 2 } else { 0 } | if n.sum.is_some() { 4 } else { 0 }
         }) | if operands.swiglu_up.is_some() { 8 } else { 0 },
     };
-    let variant = match (dtype, wide) {
-        (DType::F16, false) => gemv::Variant::F16,
-        (DType::F16, true) => gemv::Variant::WideF16,
-        (_, false) => gemv::Variant::F32,
-        (_, true) => gemv::Variant::WideF32,
-    };
+    let variant = block.variant(dtype);
     // Absent operands are stood in for by A, which the flags keep the shader from reading.
     let input = |i: Option<usize>| BufRef::Input(i.unwrap_or(operands.a));
     let buffers = gemv::Buffers {
@@ -328,22 +376,22 @@ mod tests {
         // Llama 1B decode (K, N / 8): q and o, k and v, gate and up, down.
         assert_eq!(auto_split(2_048, 2_048 / 8, 1), (16, 16));
         assert_eq!(auto_split(2_048, 512 / 8, 1), (16, 16));
-        assert_eq!(auto_split(2_048, 8_192 / 8, 1), (16, 4));
+        assert_eq!(auto_split(2_048, 8_192 / 8, 1), (32, 8));
         assert_eq!(auto_split(8_192, 2_048 / 8, 1), (16, 16));
         // Of which the automatic choice splits only the deep one (K >= 3N): Llama 1B and 8B's
         // down projections; gate and up take the wide workgroups, the head too.
         let choice = |m, k, n: usize| auto_choice(m, k, n / 8, 8, 1);
-        assert_eq!(choice(1, 8_192, 2_048), (false, 16, 16));
-        assert_eq!(choice(1, 14_336, 4_096), (false, 16, 8));
-        assert_eq!(choice(1, 2_048, 2_048), (true, 4, 1));
-        assert_eq!(choice(2, 2_048, 2_048), (false, 2, 1));
-        assert_eq!(choice(1, 2_048, 512), (false, 1, 1));
-        assert_eq!(choice(1, 2_048, 8_192), (true, 8, 1));
-        assert_eq!(choice(2, 2_048, 8_192), (false, 8, 1));
-        assert_eq!(choice(1, 2_048, 128_256), (true, 8, 1));
+        assert_eq!(choice(1, 8_192, 2_048), (Block::Four, 16, 16));
+        assert_eq!(choice(1, 14_336, 4_096), (Block::Four, 32, 16));
+        assert_eq!(choice(1, 2_048, 2_048), (Block::Wide, 4, 1));
+        assert_eq!(choice(2, 2_048, 2_048), (Block::Four, 2, 1));
+        assert_eq!(choice(1, 2_048, 512), (Block::Four, 1, 1));
+        assert_eq!(choice(1, 2_048, 8_192), (Block::Wide, 8, 1));
+        assert_eq!(choice(2, 2_048, 8_192), (Block::Four, 8, 1));
+        assert_eq!(choice(1, 2_048, 128_256), (Block::Wide, 8, 1));
         // Too short for a round of loads per slice, or already enough workgroups: no split.
         assert_eq!(auto_split(100, 2_048 / 8, 1), (16, 1));
-        assert_eq!(auto_split(4_096, 65_536 / 8, 1), (16, 1));
+        assert_eq!(auto_split(4_096, 65_536 / 8, 1), (32, 1));
         // Fewer vectors than the lanes: as many lanes as vectors.
         assert_eq!(auto_split(4_096, 4, 1).0, 4);
         // The kernel: slices of whole strands, a partial sum buffer, a counter per group.
@@ -424,9 +472,11 @@ mod tests {
                 let out = ValueType::new(dtype, vec![1, m, n]);
                 let modes = [1, 2, 4, 8, 16, 32].into_iter();
                 let split = [(32, 5), (16, 3), (2, 2), (16, 64)].map(|(l, s)| Gemv::Split(l, s));
+                let row = [(32, 5), (16, 3), (2, 2)].map(|(l, s)| Gemv::Row(l, s));
                 let modes = modes
-                    .flat_map(|l| [Gemv::Lanes(l), Gemv::Wide(l)])
+                    .flat_map(|l| [Gemv::Lanes(l), Gemv::Wide(l), Gemv::Row(l, 1)])
                     .chain(split)
+                    .chain(row)
                     .chain([Gemv::Auto, Gemv::Unsplit]);
                 for mode in modes {
                     let kernel = kernel_for(&ValueType::of(&a), &ValueType::of(&b), mode)
