@@ -29,6 +29,14 @@ pub enum Error {
     TooLarge(Box<TooLarge>),
     #[error("unsupported model: {0}")]
     Unsupported(String),
+    /// A node whose op, or this form of it (a dtype, an attribute value), the runtime does
+    /// not implement.
+    #[error("node '{node}' ({op_type}): not supported: {message}")]
+    UnsupportedNode {
+        node: String,
+        op_type: String,
+        message: String,
+    },
     #[error("input: {0}")]
     Input(String),
     #[error("no device can run this model: {0}")]

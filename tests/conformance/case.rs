@@ -244,7 +244,7 @@ pub fn classify(e: &Error) -> Category {
     match e {
         // An op of another domain (ai.onnx.ml, the preview and training domains) is an op
         // vkml does not implement; a model of only such ops names no default-domain opset.
-        Error::Node { message, .. }
+        Error::UnsupportedNode { message, .. }
             if message.contains("is not implemented") || message.contains("operator domain") =>
         {
             Category::UnsupportedOp
@@ -252,7 +252,7 @@ pub fn classify(e: &Error) -> Category {
         Error::Load(LoadError::Unsupported(m)) if m.contains("imports no opset of the default") => {
             Category::UnsupportedOp
         }
-        Error::Node { message, .. } if message.starts_with("not supported") => unsupported(message),
+        Error::UnsupportedNode { message, .. } => unsupported(message),
         Error::Load(LoadError::Unsupported(m)) | Error::Unsupported(m) => unsupported(m),
         _ => Category::Error,
     }

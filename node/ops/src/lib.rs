@@ -478,7 +478,7 @@ pub fn build_in(domain: &str, spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpErro
             )))
         }
         None => Err(OpError::unsupported(format!(
-            "not supported: operator domain '{domain}' (op '{}')",
+            "operator domain '{domain}' (op '{}')",
             spec.op_type
         ))),
     }

@@ -103,6 +103,18 @@ impl Specialized {
     }
 }
 
+/// [`node_err`] for an op's own error, keeping an unsupported op or form apart.
+fn op_err(node: &str, op_type: &str, e: crate::ops::OpError) -> Error {
+    match e {
+        crate::ops::OpError::Unsupported(message) => Error::UnsupportedNode {
+            node: node.to_string(),
+            op_type: op_type.to_string(),
+            message,
+        },
+        e => node_err(node, op_type, e),
+    }
+}
+
 fn node_err(node: &str, op_type: &str, e: impl std::fmt::Display) -> Error {
     Error::Node {
         node: node.to_string(),
@@ -154,7 +166,7 @@ impl Graph {
                     num_outputs: node.outputs.len(),
                 },
             )
-            .map_err(|e| node_err(&node.name, &node.op_type, e))?;
+            .map_err(|e| op_err(&node.name, &node.op_type, e))?;
             let ins: Vec<Option<ValueId>> = node
                 .inputs
                 .iter()

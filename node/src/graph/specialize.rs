@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Fusion, Graph, Node, Specialized, ValueId, node_err};
+use super::{Fusion, Graph, Node, Specialized, ValueId, node_err, op_err};
 use crate::error::{Error, Result};
 use crate::model::{Dim, ValueDef};
 use crate::ops::{InferInput, OpError, ValueType};
@@ -44,7 +44,7 @@ impl From<SpecializeError> for Error {
                 node,
                 op_type,
                 error,
-            } => node_err(&node, &op_type, error),
+            } => op_err(&node, &op_type, error),
             SpecializeError::NeedsValues(inputs) => Error::Unsupported(format!(
                 "planning needs the values of graph inputs {inputs:?}"
             )),
@@ -227,7 +227,7 @@ impl Graph {
                 let outs = node
                     .op
                     .run_cpu(&args, &out_types)
-                    .map_err(|e| node_err(&node.name, &node.op_type, e))?;
+                    .map_err(|e| op_err(&node.name, &node.op_type, e))?;
                 check_made(node, &outs, &out_types)?;
                 for (&o, t) in node.outputs.iter().zip(outs) {
                     consts[o] = Some(t);

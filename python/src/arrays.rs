@@ -1,0 +1,117 @@
+//! numpy arrays in and out: an input array becomes a [`Tensor`] (its bytes copied once, read
+//! as one slice where the array is C-contiguous, element by element in C order otherwise),
+//! an output tensor a new array of its dtype.
+
+use numpy::{
+    PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
+    PyUntypedArrayMethods,
+};
+use pyo3::prelude::*;
+use vkml::{DType, Tensor};
+
+use crate::errors::InvalidInput;
+
+/// The tensor holding `array`'s values (`name` is the input's, for the message).
+pub fn to_tensor(name: &str, array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let py = array.py();
+    let untyped = array.cast::<PyUntypedArray>().map_err(|_| {
+        InvalidInput::new_err(format!(
+            "input '{name}' is a {}, not a numpy array",
+            array
+                .get_type()
+                .name()
+                .map_or("?".into(), |n| n.to_string())
+        ))
+    })?;
+    let descr = untyped.dtype();
+    macro_rules! typed {
+        ($($t:ty),*) => {
+            $(if descr.is_equiv_to(&numpy::dtype::<$t>(py)) {
+                let a = array.cast::<PyArrayDyn<$t>>()?.readonly();
+                let shape = a.shape().to_vec();
+                // as_slice also takes Fortran order, which is not the tensor's.
+                let values: Vec<$t> = match a.as_slice() {
+                    Ok(s) if a.is_c_contiguous() => s.to_vec(),
+                    _ => a.as_array().iter().copied().collect(),
+                };
+                return Ok(Tensor::from_vec(shape, values));
+            })*
+        };
+    }
+    typed!(f32, f64, half::f16, i8, i16, i32, i64, u8, u16, u32, u64);
+    if descr.is_equiv_to(&numpy::dtype::<bool>(py)) {
+        let a = array.cast::<PyArrayDyn<bool>>()?.readonly();
+        let shape = a.shape().to_vec();
+        return Ok(Tensor::from_bools(
+            shape,
+            a.as_array().iter().copied().collect(),
+        ));
+    }
+    Err(InvalidInput::new_err(format!(
+        "input '{name}' has dtype {descr}, which VKML does not take (float16/32/64, \
+         int8-64, uint8-64 or bool)"
+    )))
+}
+
+/// A new numpy array with `t`'s values; bfloat16, which numpy lacks, comes back as float32.
+pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
+    fn out<'py, T>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>>
+    where
+        T: vkml::tensor::Element + numpy::Element,
+    {
+        let values = t
+            .view::<T>()
+            .map_err(|e| InvalidInput::new_err(e.to_string()))?;
+        let flat = PyArray1::<T>::from_slice(py, &values);
+        Ok(flat.reshape(t.shape().to_vec())?.into_any())
+    }
+    match t.dtype() {
+        DType::F32 => out::<f32>(py, t),
+        DType::F64 => out::<f64>(py, t),
+        DType::F16 => out::<half::f16>(py, t),
+        DType::I8 => out::<i8>(py, t),
+        DType::I16 => out::<i16>(py, t),
+        DType::I32 => out::<i32>(py, t),
+        DType::I64 => out::<i64>(py, t),
+        DType::U8 => out::<u8>(py, t),
+        DType::U16 => out::<u16>(py, t),
+        DType::U32 => out::<u32>(py, t),
+        DType::U64 => out::<u64>(py, t),
+        DType::Bool => {
+            let values = t
+                .view_bool()
+                .map_err(|e| InvalidInput::new_err(e.to_string()))?;
+            let flat = PyArray1::<bool>::from_vec(py, values);
+            Ok(flat.reshape(t.shape().to_vec())?.into_any())
+        }
+        DType::BF16 => {
+            let values = t
+                .view::<half::bf16>()
+                .map_err(|e| InvalidInput::new_err(e.to_string()))?;
+            let wide: Vec<f32> = values.iter().map(|v| v.to_f32()).collect();
+            let flat = PyArray1::<f32>::from_vec(py, wide);
+            Ok(flat.reshape(t.shape().to_vec())?.into_any())
+        }
+    }
+}
+
+/// onnxruntime's name of a tensor type: "tensor(float)", "tensor(int64)", ...
+pub fn type_name(dtype: Option<DType>) -> String {
+    let element = match dtype {
+        None => "undefined",
+        Some(DType::F32) => "float",
+        Some(DType::F64) => "double",
+        Some(DType::F16) => "float16",
+        Some(DType::BF16) => "bfloat16",
+        Some(DType::I8) => "int8",
+        Some(DType::I16) => "int16",
+        Some(DType::I32) => "int32",
+        Some(DType::I64) => "int64",
+        Some(DType::U8) => "uint8",
+        Some(DType::U16) => "uint16",
+        Some(DType::U32) => "uint32",
+        Some(DType::U64) => "uint64",
+        Some(DType::Bool) => "bool",
+    };
+    format!("tensor({element})")
+}

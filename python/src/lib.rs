@@ -1,0 +1,36 @@
+//! `vkml._vkml`: the Rust half of the Python package (python/vkml is the other). It holds a
+//! loaded model ([`session::Session`]), moves numpy arrays in and out ([`arrays`]) and turns
+//! the runtime's errors into Python exceptions ([`errors`]); onnxruntime's API shapes
+//! (InferenceSession, NodeArg, SessionOptions) are spelled in Python on top of it.
+
+// No unsafe here either: pyo3 and numpy hold it (docs/ARCHITECTURE.md, "The crates").
+#![deny(unsafe_code)]
+
+mod arrays;
+mod cluster;
+mod errors;
+mod session;
+
+use pyo3::prelude::*;
+
+/// The execution providers this build can offer, in onnxruntime's spelling, best first:
+/// Vulkan where a Vulkan device opens, and the CPU always.
+#[pyfunction]
+fn available_providers() -> Vec<&'static str> {
+    let mut providers = Vec::new();
+    if session::vulkan_available() {
+        providers.push(session::VULKAN);
+    }
+    providers.push(session::CPU);
+    providers
+}
+
+#[pymodule]
+fn _vkml(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<session::Session>()?;
+    m.add_class::<cluster::Cluster>()?;
+    m.add_class::<cluster::RemoteSession>()?;
+    m.add_function(wrap_pyfunction!(available_providers, m)?)?;
+    errors::register(m)?;
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! A loaded model, run from Python: load and run release the GIL, so Python threads calling
+//! one session run concurrently, as the runtime allows.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use pyo3::IntoPyObject;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+use vkml::{DeviceSelection, SessionOptions, Tensor};
+
+use crate::arrays;
+use crate::errors::{InvalidInput, to_py};
+
+pub const VULKAN: &str = "VulkanExecutionProvider";
+pub const CPU: &str = "CPUExecutionProvider";
+
+/// Whether a Vulkan device opens in this process.
+pub fn vulkan_available() -> bool {
+    vkml::session::vulkan(&Default::default()).is_ok_and(|v| !v.gpus().is_empty())
+}
+
+/// A declared dimension: a size, or a symbolic name ("batch", "?" when unnamed).
+#[derive(IntoPyObject, Clone)]
+pub enum Dim {
+    Fixed(usize),
+    Sym(String),
+}
+
+/// (name, shape or None where the rank is unknown, onnxruntime's type name).
+pub type Arg = (String, Option<Vec<Dim>>, String);
+
+pub fn args(defs: Vec<vkml::model::ValueDef>) -> Vec<Arg> {
+    defs.into_iter()
+        .map(|d| {
+            let shape = d.dims.map(|dims| {
+                dims.into_iter()
+                    .map(|dim| match dim {
+                        vkml::model::Dim::Fixed(n) => Dim::Fixed(n),
+                        vkml::model::Dim::Sym(s) => Dim::Sym(s),
+                    })
+                    .collect()
+            });
+            (d.name, shape, arrays::type_name(d.dtype))
+        })
+        .collect()
+}
+
+/// The positions among `outputs` of the outputs `names` asks for (all for None).
+pub fn wanted(outputs: &[String], names: Option<&[String]>) -> PyResult<Vec<usize>> {
+    match names {
+        None => Ok((0..outputs.len()).collect()),
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                outputs.iter().position(|o| o == n).ok_or_else(|| {
+                    InvalidInput::new_err(format!(
+                        "the model has no output named '{n}' (its outputs: {})",
+                        outputs.join(", ")
+                    ))
+                })
+            })
+            .collect(),
+    }
+}
+
+/// A model loaded on `device` ("auto", "cpu", "vulkan" or "vulkan:N").
+#[pyclass(frozen, module = "vkml._vkml")]
+pub struct Session {
+    inner: vkml::Session,
+    /// Graph output names, in order.
+    outputs: Vec<String>,
+}
+
+#[pymethods]
+impl Session {
+    #[new]
+    fn new(py: Python<'_>, model: &Bound<'_, PyAny>, device: &str) -> PyResult<Session> {
+        let devices = DeviceSelection::from_str(device).map_err(InvalidInput::new_err)?;
+        let options = SessionOptions {
+            devices,
+            ..Default::default()
+        };
+        let inner = if let Ok(bytes) = model.cast::<PyBytes>() {
+            let data = bytes::Bytes::copy_from_slice(bytes.as_bytes());
+            py.detach(|| vkml::Session::load_bytes(Path::new("model.onnx"), data, options))
+        } else if model.is_instance_of::<PyString>() {
+            let path: String = model.extract()?;
+            py.detach(|| vkml::Session::load(&path, options))
+        } else {
+            return Err(InvalidInput::new_err(
+                "the model is given as a path (str) or as the file's bytes",
+            ));
+        }
+        .map_err(to_py)?;
+        let outputs = inner.outputs().into_iter().map(|d| d.name).collect();
+        Ok(Session { inner, outputs })
+    }
+
+    /// The inputs a run takes: (name, shape, type).
+    fn inputs(&self) -> Vec<Arg> {
+        args(self.inner.inputs())
+    }
+
+    /// The outputs a run gives, in order: (name, shape, type).
+    fn outputs(&self) -> Vec<Arg> {
+        args(self.inner.outputs())
+    }
+
+    /// Seconds each of `runs` runs of the Rust API takes on `feeds`, one after the other
+    /// with the GIL released (benches/python/bench_overhead.py: what the Python call adds).
+    fn _time_runs(
+        &self,
+        py: Python<'_>,
+        feeds: Vec<(String, Bound<'_, PyAny>)>,
+        runs: usize,
+    ) -> PyResult<Vec<f64>> {
+        let tensors: Vec<(String, Tensor)> = feeds
+            .iter()
+            .map(|(name, array)| Ok((name.clone(), arrays::to_tensor(name, array)?)))
+            .collect::<PyResult<_>>()?;
+        let inputs: Vec<(&str, Tensor)> = tensors
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect();
+        py.detach(|| {
+            (0..runs)
+                .map(|_| {
+                    let start = std::time::Instant::now();
+                    self.inner.run(&inputs)?;
+                    Ok(start.elapsed().as_secs_f64())
+                })
+                .collect::<vkml::error::Result<Vec<f64>>>()
+        })
+        .map_err(to_py)
+    }
+
+    /// Runs once on `feeds` (name -> numpy array) and returns the outputs named in `names`
+    /// (all of them, in the model's order, for None) as numpy arrays.
+    #[pyo3(signature = (names, feeds))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        names: Option<Vec<String>>,
+        feeds: Vec<(String, Bound<'py, PyAny>)>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let wanted = wanted(&self.outputs, names.as_deref())?;
+        let tensors: Vec<(String, Tensor)> = feeds
+            .iter()
+            .map(|(name, array)| Ok((name.clone(), arrays::to_tensor(name, array)?)))
+            .collect::<PyResult<_>>()?;
+        let outs = py
+            .detach(|| {
+                // Clones of Tensors share their bytes.
+                let inputs: Vec<(&str, Tensor)> = tensors
+                    .iter()
+                    .map(|(n, t)| (n.as_str(), t.clone()))
+                    .collect();
+                self.inner.run(&inputs)
+            })
+            .map_err(to_py)?;
+        wanted
+            .into_iter()
+            .map(|i| arrays::to_numpy(py, &outs[i].1))
+            .collect()
+    }
+}

@@ -1,0 +1,128 @@
+"""onnxruntime's API shapes, errors and threads."""
+
+import pathlib
+import threading
+
+import numpy as np
+import pytest
+
+import vkml
+from conftest import FIXTURES, MODELS, assert_matches, data_sets, read_pb
+
+MNIST = FIXTURES / "mnist_cnn" / "model.onnx"
+MALFORMED = FIXTURES / "malformed"
+
+
+def test_providers_and_device():
+    available = vkml.get_available_providers()
+    assert available[-1] == "CPUExecutionProvider"
+    assert set(available) <= set(vkml.get_all_providers())
+    assert vkml.get_device() == ("GPU" if "VulkanExecutionProvider" in available else "CPU")
+    sess = vkml.InferenceSession(str(MNIST), providers=["CPUExecutionProvider"])
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_providers_vkml_lacks_are_skipped_with_a_warning():
+    with pytest.warns(UserWarning, match="CUDAExecutionProvider"):
+        sess = vkml.InferenceSession(
+            str(MNIST), providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+    with pytest.warns(UserWarning), pytest.raises(vkml.DeviceError, match="none of the providers"):
+        vkml.InferenceSession(str(MNIST), providers=["CUDAExecutionProvider"])
+
+
+def test_inputs_and_outputs_describe_the_model():
+    sess = vkml.InferenceSession(str(FIXTURES / "mnist_cnn_dynamic" / "model.onnx"),
+                                 providers=["CPUExecutionProvider"])
+    (x,) = sess.get_inputs()
+    assert isinstance(x.name, str) and x.type == "tensor(float)"
+    # A symbolic batch size comes as its name, fixed sizes as ints.
+    assert isinstance(x.shape[0], str) and x.shape[1:] == [1, 28, 28]
+    (y,) = sess.get_outputs()
+    assert y.type == "tensor(float)" and isinstance(y.shape[0], str) and y.shape[1] == 10
+    assert "NodeArg" in repr(x)
+
+
+def test_output_names_select_and_order_outputs():
+    folder = MODELS / "bert_static"
+    sess = vkml.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    inputs, outputs = data_sets(folder)[0]
+    feeds = {name: value for name, value in inputs}
+    names = [o.name for o in sess.get_outputs()]
+    every = sess.run(None, feeds)
+    picked = sess.run(list(reversed(names)), feeds)
+    assert len(every) == len(names) == len(outputs)
+    for g, p in zip(every, reversed(picked)):
+        np.testing.assert_array_equal(g, p)
+
+
+def test_a_model_given_as_bytes_runs():
+    sess = vkml.InferenceSession(MNIST.read_bytes(), providers=["CPUExecutionProvider"])
+    inputs, outputs = data_sets(MNIST.parent)[0]
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: inputs[0][1]})
+    assert_matches(got, outputs[0][1], "mnist_cnn from bytes")
+
+
+def test_inputs_in_any_memory_order_are_taken():
+    sess = vkml.InferenceSession(str(MNIST), providers=["CPUExecutionProvider"])
+    inputs, outputs = data_sets(MNIST.parent)[0]
+    x = inputs[0][1]
+    name = sess.get_inputs()[0].name
+    # The same values in Fortran order, and as a view taking every other element.
+    fortran = np.asfortranarray(x)
+    every_other = np.repeat(x, 2, axis=3)[..., ::2]
+    assert not fortran.flags["C_CONTIGUOUS"] and not every_other.flags["C_CONTIGUOUS"]
+    for what, value in [("Fortran-order", fortran), ("strided", every_other)]:
+        (got,) = sess.run(None, {name: value})
+        assert_matches(got, outputs[0][1], f"{what} input")
+
+
+def test_errors_raise_the_runtime_s_exceptions():
+    with pytest.raises(vkml.InvalidModel, match="truncated|decode|parse|read"):
+        vkml.InferenceSession(str(MALFORMED / "truncated.onnx"))
+    with pytest.raises(vkml.InvalidModel):
+        vkml.InferenceSession(str(MALFORMED / "no_such_model.onnx"))
+    with pytest.raises(vkml.UnsupportedOp):
+        vkml.InferenceSession(str(MALFORMED / "unsupported_op.onnx"),
+                              providers=["CPUExecutionProvider"]).run(None, {})
+    sess = vkml.InferenceSession(str(MNIST), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    good = data_sets(MNIST.parent)[0][0][0][1]
+    with pytest.raises(vkml.InvalidInput, match="no input named 'nope'"):
+        sess.run(None, {"nope": good})
+    with pytest.raises(vkml.InvalidInput, match="missing input"):
+        sess.run(None, {})
+    with pytest.raises(vkml.InvalidInput, match="no output named 'nope'"):
+        sess.run(["nope"], {name: good})
+    with pytest.raises(vkml.InvalidInput):
+        sess.run(None, {name: good.astype(np.int32)})
+    with pytest.raises(vkml.InvalidInput):
+        sess.run(None, {name: good[:, :, :10]})
+    with pytest.raises(vkml.InvalidInput, match="dtype"):
+        sess.run(None, {name: good.astype(np.complex64)})
+    # Every one is a VkmlError.
+    assert issubclass(vkml.InvalidInput, vkml.VkmlError)
+    assert issubclass(vkml.VkmlError, Exception)
+
+
+def test_threads_share_one_session(providers):
+    sess = vkml.InferenceSession(str(MNIST), providers=providers)
+    sets = data_sets(MNIST.parent)
+    name = sess.get_inputs()[0].name
+    failures = []
+
+    def work(t):
+        for i in range(20):
+            inputs, outputs = sets[(t + i) % len(sets)]
+            (got,) = sess.run(None, {name: inputs[0][1]})
+            try:
+                assert_matches(got, outputs[0][1], f"thread {t} run {i}")
+            except AssertionError as e:
+                failures.append(str(e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:3]

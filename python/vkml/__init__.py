@@ -1,0 +1,209 @@
+"""VKML, a Vulkan ONNX inference runtime, in onnxruntime's Python API.
+
+Switching from onnxruntime is the import line::
+
+    import vkml as ort
+
+    sess = ort.InferenceSession("model.onnx", providers=["VulkanExecutionProvider",
+                                                          "CPUExecutionProvider"])
+    x = sess.get_inputs()[0]
+    outputs = sess.run(None, {x.name: array})
+
+Providers are taken in order, as onnxruntime does: "VulkanExecutionProvider" runs the model on
+the machine's Vulkan GPUs (ops without a GPU kernel on the CPU), "CPUExecutionProvider" on the
+CPU backend. Providers this build does not have (CUDA, TensorRT, ...) are skipped with a
+warning, and so is Vulkan where no Vulkan device opens, when the CPU is listed after it.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _vkml
+from ._vkml import (
+    ClusterError,
+    DeviceError,
+    InvalidInput,
+    InvalidModel,
+    UnsupportedOp,
+    VkmlError,
+)
+
+__all__ = [
+    "InferenceSession",
+    "NodeArg",
+    "SessionOptions",
+    "GraphOptimizationLevel",
+    "ExecutionMode",
+    "get_available_providers",
+    "get_all_providers",
+    "get_device",
+    "VkmlError",
+    "InvalidModel",
+    "InvalidInput",
+    "UnsupportedOp",
+    "DeviceError",
+    "ClusterError",
+]
+
+__version__ = "0.1.0"
+
+VULKAN = "VulkanExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+
+def get_all_providers() -> List[str]:
+    """Every provider VKML knows, available here or not."""
+    return [VULKAN, CPU]
+
+
+def get_available_providers() -> List[str]:
+    """The providers this machine can run, best first (Vulkan where a device opens)."""
+    return list(_vkml.available_providers())
+
+
+def get_device() -> str:
+    """"GPU" where a Vulkan device opens, else "CPU" (onnxruntime's spelling)."""
+    return "GPU" if VULKAN in get_available_providers() else "CPU"
+
+
+class NodeArg:
+    """An input or output of a model: its name, shape (ints, and names of symbolic sizes as
+    strings; None where the model declares no shape) and type ("tensor(float)", ...)."""
+
+    __slots__ = ("name", "shape", "type")
+
+    def __init__(self, name: str, shape: Optional[List[Union[int, str]]], type: str):
+        self.name = name
+        self.shape = shape
+        self.type = type
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    """onnxruntime's graph optimisation levels (VKML always plans fully)."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(enum.IntEnum):
+    """onnxruntime's execution modes (VKML orders ops by their dependencies itself)."""
+
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class SessionOptions:
+    """onnxruntime's session options, for scripts that set them: VKML plans and threads on
+    its own, so these are kept but do not change how a model runs."""
+
+    def __init__(self) -> None:
+        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.intra_op_num_threads = 0
+        self.inter_op_num_threads = 0
+        self.log_severity_level = 2
+        self.enable_profiling = False
+        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+
+
+def _device(providers: Optional[Sequence[Any]]) -> tuple:
+    """(the runtime's device selection, the providers in use) for onnxruntime's providers."""
+    available = get_available_providers()
+    if providers is None:
+        wanted = available
+    else:
+        # A provider may come as (name, options), as onnxruntime allows.
+        wanted = [p[0] if isinstance(p, (tuple, list)) else p for p in providers]
+    used = []
+    for p in wanted:
+        if p not in get_all_providers():
+            warnings.warn(f"VKML has no {p}; it is skipped (VKML has {', '.join(get_all_providers())})",
+                          stacklevel=3)
+        elif p not in available:
+            warnings.warn(f"{p} is not available on this machine (no Vulkan device opened); "
+                          "it is skipped", stacklevel=3)
+        elif p not in used:
+            used.append(p)
+    if not used:
+        raise DeviceError(f"none of the providers {list(wanted)} can run here; "
+                          f"available: {', '.join(available)}")
+    if used[0] == VULKAN:
+        # The CPU backend runs what the GPUs cannot in either case.
+        return "vulkan" if CPU not in used else "auto", used
+    return "cpu", used
+
+
+class InferenceSession:
+    """A loaded model, onnxruntime's InferenceSession in VKML.
+
+    ``path_or_bytes`` is the .onnx file's path (external data beside it is found) or its
+    bytes. ``run`` releases the GIL while the model runs, so threads sharing a session run
+    concurrently."""
+
+    def __init__(
+        self,
+        path_or_bytes: Union[str, bytes, os.PathLike],
+        sess_options: Optional[SessionOptions] = None,
+        providers: Optional[Sequence[Any]] = None,
+        provider_options: Optional[Sequence[Dict[str, Any]]] = None,
+        **kwargs: Any,
+    ) -> None:
+        device, used = _device(providers)
+        model = path_or_bytes
+        if isinstance(model, os.PathLike):
+            model = os.fspath(model)
+        if isinstance(model, (bytearray, memoryview)):
+            model = bytes(model)
+        self._sess = _vkml.Session(model, device)
+        self._providers = used
+        self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        self._inputs = [NodeArg(*a) for a in self._sess.inputs()]
+        self._outputs = [NodeArg(*a) for a in self._sess.outputs()]
+
+    def get_inputs(self) -> List[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> List[NodeArg]:
+        return list(self._outputs)
+
+    def get_overridable_initializers(self) -> List[NodeArg]:
+        return []
+
+    def get_providers(self) -> List[str]:
+        return list(self._providers)
+
+    def get_provider_options(self) -> Dict[str, Dict[str, str]]:
+        return {p: {} for p in self._providers}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._sess_options
+
+    def run(
+        self,
+        output_names: Optional[Sequence[str]],
+        input_feed: Dict[str, Any],
+        run_options: Any = None,
+    ) -> List[np.ndarray]:
+        """Runs the model on ``input_feed`` (input name -> array) and returns the outputs
+        named in ``output_names`` (all, in the model's order, for None) as numpy arrays."""
+        names = None if output_names is None else list(output_names)
+        return self._sess.run(names, _feeds(input_feed))
+
+
+def _feeds(input_feed: Dict[str, Any]) -> List[tuple]:
+    """(name, numpy array) pairs; anything numpy.asarray takes is converted."""
+    return [(name, value if isinstance(value, np.ndarray) else np.asarray(value))
+            for name, value in input_feed.items()]
+
+
+from . import cluster  # noqa: E402 (it uses NodeArg and _feeds above)

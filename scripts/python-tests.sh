@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The Python package's tests (python/): builds the wheel with maturin into a fresh virtual
+# environment under target/ and runs pytest there, against the committed fixtures and
+# onnxruntime references. The wheel builds in the workspace's target folder, so the Rust code
+# the test step compiled is reused. Can be sourced (defines vkml_python_tests) or run directly.
+#
+# Needs python3 with venv (python3-venv on Debian, installed when missing) and PyPI for
+# maturin, numpy, onnx (to read the references) and pytest.
+
+vkml_python_tests() {
+    local repo venv
+    repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    venv="$repo/target/py-venv"
+    if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        if [ "${VKML_NO_INSTALL:-}" = 1 ] || ! command -v apt-get >/dev/null 2>&1; then
+            echo "error: the Python tests need python3 with venv (python3-venv)" >&2
+            return 1
+        fi
+        echo "installing python3-venv"
+        export DEBIAN_FRONTEND=noninteractive
+        as_root apt-get update -qq
+        as_root apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    fi
+    rm -rf "$venv"
+    python3 -m venv "$venv" || return 1
+    "$venv/bin/pip" install --quiet --disable-pip-version-check \
+        "maturin>=1.9,<2" "numpy>=1.21" "onnx>=1.16" pytest || return 1
+    rm -rf "$repo/target/wheels"
+    (cd "$repo" && "$venv/bin/maturin" build --quiet --release --locked \
+        -m python/Cargo.toml -o target/wheels -i "$venv/bin/python") || return 1
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+        "$repo"/target/wheels/vkml-*.whl || return 1
+    # The cluster tests start vkml-node processes (built already by the test step).
+    (cd "$repo" && cargo build --quiet --release --locked --bin vkml-node) || return 1
+    # From the tests' folder, so that `import vkml` is the installed wheel, not python/vkml.
+    (cd "$repo/python/tests" && VKML_NODE_BIN="$repo/target/release/vkml-node" \
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider .)
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    set -euo pipefail
+    as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+    vkml_python_tests
+fi
