@@ -22,6 +22,18 @@ fn dist_err(e: DistError) -> PyErr {
     }
 }
 
+/// Passes a load's progress to the Python callback, if any (its errors are printed: a
+/// progress display must not fail the load).
+fn report(progress: &Option<Py<PyAny>>, p: &vkml_protocol::pb::LoadProgress) {
+    if let Some(cb) = progress {
+        Python::attach(|py| {
+            if let Err(e) = cb.call1(py, (&p.stage, p.done_bytes, p.total_bytes, &p.node)) {
+                e.print(py);
+            }
+        });
+    }
+}
+
 /// A connection to a node of a cluster (`vkml-node --listen ADDR --cluster-key FILE`).
 #[pyclass(frozen, module = "vkml._vkml")]
 pub struct Cluster {
@@ -66,19 +78,7 @@ impl Cluster {
         let declared = vkml::onnx::load(&path).map_err(|e| to_py(e.into()))?;
         let client = self.client()?;
         let model = py
-            .detach(|| {
-                client.load(&path, |p| {
-                    if let Some(cb) = &progress {
-                        Python::attach(|py| {
-                            let called =
-                                cb.call1(py, (&p.stage, p.done_bytes, p.total_bytes, &p.node));
-                            if let Err(e) = called {
-                                e.print(py);
-                            }
-                        });
-                    }
-                })
-            })
+            .detach(|| client.load(&path, |p| report(&progress, p)))
             .map_err(dist_err)?;
         let pick = |names: &[String], defs: &[vkml::model::ValueDef]| {
             args(
@@ -109,6 +109,26 @@ impl Cluster {
             outputs,
             nodes,
             path: path.display().to_string(),
+        })
+    }
+
+    /// Loads the language model of folder `dir` (model.onnx, tokenizer.json) over the
+    /// cluster, for generating text; each node keeps the caches of the layers it runs.
+    #[pyo3(signature = (dir, progress=None))]
+    fn load_generator(
+        &self,
+        py: Python<'_>,
+        dir: PathBuf,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<crate::generate::Generator> {
+        let client = self.client()?;
+        let err = crate::generate::gen_err;
+        py.detach(|| {
+            let folder = vkml::generate::ModelFolder::open(&dir).map_err(err)?;
+            let (model, io) = folder
+                .load_on(&client, |p| report(&progress, p))
+                .map_err(err)?;
+            Ok(crate::generate::Generator::on_cluster(folder, model, io))
         })
     }
 

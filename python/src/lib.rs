@@ -9,6 +9,7 @@
 mod arrays;
 mod cluster;
 mod errors;
+mod generate;
 mod session;
 
 use pyo3::prelude::*;
@@ -30,6 +31,7 @@ fn _vkml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::Session>()?;
     m.add_class::<cluster::Cluster>()?;
     m.add_class::<cluster::RemoteSession>()?;
+    m.add_class::<generate::Generator>()?;
     m.add_function(wrap_pyfunction!(available_providers, m)?)?;
     errors::register(m)?;
     Ok(())

@@ -116,3 +116,12 @@ def test_cluster_errors_raise_cluster_error(cluster, tmp_path):
     with vkml.cluster.connect(addrs[0], key) as c:
         with pytest.raises(vkml.InvalidModel):
             c.load(FIXTURES / "malformed" / "truncated.onnx")
+
+
+def test_a_language_model_generates_over_the_cluster(cluster):
+    addrs, key = cluster
+    r = json.loads((REPO / "tests" / "models" / "llama_genai" / "reference.json").read_text())
+    with vkml.cluster.connect(addrs[2], key) as c:
+        gen = c.load_generator(REPO / "tests" / "models" / "llama_genai")
+        out = gen.generate(r["prompt_ids"], max_new_tokens=len(r["greedy_ids"]), ignore_eos=True)
+        assert out["tokens"] == r["greedy_ids"]

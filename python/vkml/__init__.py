@@ -38,6 +38,7 @@ __all__ = [
     "InferenceSession",
     "NodeArg",
     "SessionOptions",
+    "Generator",
     "GraphOptimizationLevel",
     "ExecutionMode",
     "get_available_providers",
@@ -198,6 +199,34 @@ class InferenceSession:
         named in ``output_names`` (all, in the model's order, for None) as numpy arrays."""
         names = None if output_names is None else list(output_names)
         return self._sess.run(names, _feeds(input_feed))
+
+
+class Generator:
+    """A language model's folder (model.onnx and tokenizer.json, as Optimum and ONNX Runtime
+    GenAI's model builder export them), loaded to generate text with VKML's own loop: the
+    caches stay where the model runs, updated in place on a GPU. ``providers`` as for
+    InferenceSession; ``vkml.cluster`` loads one over a cluster instead."""
+
+    def __init__(self, model_dir: Union[str, os.PathLike],
+                 providers: Optional[Sequence[Any]] = None, *, _inner: Any = None) -> None:
+        if _inner is not None:
+            self._g = _inner
+            return
+        device, _ = _device(providers)
+        self._g = _vkml.Generator(os.fspath(model_dir), device)
+
+    def generate(self, prompt: Union[str, Sequence[int]], max_new_tokens: int = 128,
+                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
+                 on_text: Optional[Any] = None, ignore_eos: bool = False) -> Dict[str, Any]:
+        """Generates after ``prompt`` (text, or token ids): greedy unless ``temperature`` > 0
+        (then nucleus sampling with ``top_p``, seeded by ``seed``); ``on_text(piece)`` sees
+        the text as it is made (text prompts). Returns a dict with ``tokens``, ``text``,
+        ``prompt_tokens``, ``prompt_tokens_per_s``, ``decode_tokens_per_s`` and
+        ``stopped_at_eos``. The GIL is released while it runs."""
+        if not isinstance(prompt, str):
+            prompt = [int(t) for t in prompt]
+        return self._g.generate(prompt, max_new_tokens, temperature, top_p, seed, on_text,
+                                ignore_eos)
 
 
 def _feeds(input_feed: Dict[str, Any]) -> List[tuple]:

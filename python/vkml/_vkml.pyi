@@ -1,6 +1,6 @@
 """Type stubs of the Rust extension module (python/src)."""
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -26,6 +26,7 @@ class ClusterError(VkmlError): ...
 class Cluster:
     def __init__(self, addr: str, key_file: str) -> None: ...
     def load(self, path: str, progress: Optional[Callable[[str, int, int, str], Any]] = None) -> RemoteSession: ...
+    def load_generator(self, dir: str, progress: Optional[Callable[[str, int, int, str], Any]] = None) -> Generator: ...
     def close(self) -> None: ...
 
 class RemoteSession:
@@ -36,3 +37,16 @@ class RemoteSession:
         self, names: Optional[Sequence[str]], feeds: Sequence[Tuple[str, np.ndarray]]
     ) -> List[np.ndarray]: ...
     def unload(self) -> None: ...
+
+class Generator:
+    def __init__(self, dir: str, device: str) -> None: ...
+    def generate(
+        self,
+        prompt: Union[str, Sequence[int]],
+        max_new_tokens: int = 128,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        on_text: Optional[Callable[[str], Any]] = None,
+        ignore_eos: bool = False,
+    ) -> Dict[str, Any]: ...

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import NodeArg, _feeds, _vkml
+from . import Generator, NodeArg, _feeds, _vkml
 
 __all__ = ["connect", "Cluster", "ClusterSession"]
 
@@ -65,6 +65,13 @@ class Cluster:
         """Loads the model at ``path`` (external data beside it goes too) over the cluster;
         ``progress(stage, done_bytes, total_bytes, node)`` is called as it goes."""
         return ClusterSession(self._c.load(os.fspath(path), progress))
+
+    def load_generator(self, model_dir: Union[str, os.PathLike],
+                       progress: Optional[Progress] = None) -> Generator:
+        """Loads the language model of ``model_dir`` (model.onnx, tokenizer.json) over the
+        cluster, each node keeping the caches of the layers it runs; its ``generate`` is
+        ``vkml.Generator.generate``."""
+        return Generator(model_dir, _inner=self._c.load_generator(os.fspath(model_dir), progress))
 
     def close(self) -> None:
         """Closes the connection once no model loaded through it is held."""

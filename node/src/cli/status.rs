@@ -114,6 +114,8 @@ struct JsonLoad {
 struct JsonDeviceLoad {
     busy: f64,
     busy_ms: u64,
+    /// The same in microseconds: a small part's work adds up to less than a millisecond.
+    busy_us: u64,
 }
 
 #[derive(Serialize)]
@@ -138,6 +140,7 @@ fn load(r: &pb::StatusReply) -> JsonLoad {
                 let l = JsonDeviceLoad {
                     busy: f64::from(d.busy_ppm) / 1e6,
                     busy_ms: d.busy_ns / 1_000_000,
+                    busy_us: d.busy_ns / 1_000,
                 };
                 (d.device.clone(), l)
             })

@@ -254,9 +254,14 @@ impl TextGenerator {
                 }
             }
         })?;
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(out),
+        if let Some(e) = failed {
+            return Err(e);
         }
+        // The end may stop inside a character, held back above: pass what is left.
+        let text = self.folder.decode(&made)?;
+        if let Some(rest) = text.get(shown..).filter(|r| !r.is_empty()) {
+            on_text(rest);
+        }
+        Ok(out)
     }
 }
