@@ -11,8 +11,29 @@ use vkml::{DType, Tensor};
 
 use crate::errors::InvalidInput;
 
+/// A run's inputs, converted from (name, array) pairs while the GIL is held.
+pub struct Feeds(Vec<(String, Tensor)>);
+
+impl Feeds {
+    pub fn new(feeds: &[(String, Bound<'_, PyAny>)]) -> PyResult<Feeds> {
+        feeds
+            .iter()
+            .map(|(name, array)| Ok((name.clone(), to_tensor(name, array)?)))
+            .collect::<PyResult<_>>()
+            .map(Feeds)
+    }
+
+    /// As the runtime takes them (a Tensor's clones share its bytes).
+    pub fn inputs(&self) -> Vec<(&str, Tensor)> {
+        self.0
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect()
+    }
+}
+
 /// The tensor holding `array`'s values (`name` is the input's, for the message).
-pub fn to_tensor(name: &str, array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+fn to_tensor(name: &str, array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let py = array.py();
     let untyped = array.cast::<PyUntypedArray>().map_err(|_| {
         InvalidInput::new_err(format!(

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
 use pyo3::prelude::*;
-use vkml::Tensor;
 use vkml::cluster::Secret;
 use vkml::distributed::DistError;
 use vkml::distributed::client::{ClusterClient, RemoteModel};
@@ -179,10 +178,7 @@ impl RemoteSession {
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let all: Vec<String> = self.outputs.iter().map(|o| o.0.clone()).collect();
         let wanted = crate::session::wanted(&all, names.as_deref())?;
-        let tensors: Vec<(String, Tensor)> = feeds
-            .iter()
-            .map(|(name, array)| Ok((name.clone(), arrays::to_tensor(name, array)?)))
-            .collect::<PyResult<_>>()?;
+        let feeds = arrays::Feeds::new(&feeds)?;
         let model = self
             .model
             .read()
@@ -191,15 +187,7 @@ impl RemoteSession {
             .ok_or_else(|| {
                 InvalidInput::new_err(format!("{} was unloaded from the cluster", self.path))
             })?;
-        let out = py
-            .detach(|| {
-                let inputs: Vec<(&str, Tensor)> = tensors
-                    .iter()
-                    .map(|(n, t)| (n.as_str(), t.clone()))
-                    .collect();
-                model.run(&inputs)
-            })
-            .map_err(dist_err)?;
+        let out = py.detach(|| model.run(&feeds.inputs())).map_err(dist_err)?;
         wanted
             .into_iter()
             .map(|i| arrays::to_numpy(py, &out.outputs[i].1))

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use pyo3::IntoPyObject;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
-use vkml::{DeviceSelection, SessionOptions, Tensor};
+use vkml::{DeviceSelection, SessionOptions};
 
 use crate::arrays;
 use crate::errors::{InvalidInput, to_py};
@@ -115,14 +115,8 @@ impl Session {
         feeds: Vec<(String, Bound<'_, PyAny>)>,
         runs: usize,
     ) -> PyResult<Vec<f64>> {
-        let tensors: Vec<(String, Tensor)> = feeds
-            .iter()
-            .map(|(name, array)| Ok((name.clone(), arrays::to_tensor(name, array)?)))
-            .collect::<PyResult<_>>()?;
-        let inputs: Vec<(&str, Tensor)> = tensors
-            .iter()
-            .map(|(n, t)| (n.as_str(), t.clone()))
-            .collect();
+        let feeds = arrays::Feeds::new(&feeds)?;
+        let inputs = feeds.inputs();
         py.detach(|| {
             (0..runs)
                 .map(|_| {
@@ -145,19 +139,9 @@ impl Session {
         feeds: Vec<(String, Bound<'py, PyAny>)>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let wanted = wanted(&self.outputs, names.as_deref())?;
-        let tensors: Vec<(String, Tensor)> = feeds
-            .iter()
-            .map(|(name, array)| Ok((name.clone(), arrays::to_tensor(name, array)?)))
-            .collect::<PyResult<_>>()?;
+        let feeds = arrays::Feeds::new(&feeds)?;
         let outs = py
-            .detach(|| {
-                // Clones of Tensors share their bytes.
-                let inputs: Vec<(&str, Tensor)> = tensors
-                    .iter()
-                    .map(|(n, t)| (n.as_str(), t.clone()))
-                    .collect();
-                self.inner.run(&inputs)
-            })
+            .detach(|| self.inner.run(&feeds.inputs()))
             .map_err(to_py)?;
         wanted
             .into_iter()

@@ -3,6 +3,7 @@ numpy_helper (the references are onnxruntime's outputs, committed as TensorProto
 
 import os
 import pathlib
+import threading
 
 import numpy as np
 import pytest
@@ -51,6 +52,25 @@ def assert_matches(got, want, context):
             f"{np.argwhere(bad)[0].tolist()}: {g[bad][0]} against {w[bad][0]}")
     else:
         np.testing.assert_array_equal(got, want, err_msg=context)
+
+
+def in_threads(count, work):
+    """Runs work(t) for t in range(count), each on a thread of its own; returns the messages
+    of the assertions that failed."""
+    failures = []
+
+    def guarded(t):
+        try:
+            work(t)
+        except AssertionError as e:
+            failures.append(str(e))
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return failures
 
 
 def vulkan_skipped():

@@ -1,13 +1,10 @@
 """onnxruntime's API shapes, errors and threads."""
 
-import pathlib
-import threading
-
 import numpy as np
 import pytest
 
 import vkml
-from conftest import FIXTURES, MODELS, assert_matches, data_sets, read_pb
+from conftest import FIXTURES, MODELS, assert_matches, data_sets, in_threads
 
 MNIST = FIXTURES / "mnist_cnn" / "model.onnx"
 MALFORMED = FIXTURES / "malformed"
@@ -109,20 +106,12 @@ def test_threads_share_one_session(providers):
     sess = vkml.InferenceSession(str(MNIST), providers=providers)
     sets = data_sets(MNIST.parent)
     name = sess.get_inputs()[0].name
-    failures = []
 
     def work(t):
         for i in range(20):
             inputs, outputs = sets[(t + i) % len(sets)]
             (got,) = sess.run(None, {name: inputs[0][1]})
-            try:
-                assert_matches(got, outputs[0][1], f"thread {t} run {i}")
-            except AssertionError as e:
-                failures.append(str(e))
+            assert_matches(got, outputs[0][1], f"thread {t} run {i}")
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    failures = in_threads(8, work)
     assert not failures, failures[:3]

@@ -5,14 +5,13 @@ import json
 import os
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
 
 import vkml
 import vkml.cluster
-from conftest import FIXTURES, REPO, assert_matches, data_sets
+from conftest import FIXTURES, REPO, assert_matches, data_sets, in_threads
 
 BIN = os.environ.get("VKML_NODE_BIN", str(REPO / "target" / "release" / "vkml-node"))
 MNIST = FIXTURES / "mnist_cnn"
@@ -81,22 +80,13 @@ def test_a_model_loaded_through_vkml_cluster_runs_as_a_session(cluster):
             (got,) = sess.run(None, {x.name: inputs[0][1]})
             assert_matches(got, outputs[0][1], f"mnist_cnn set {k} over the cluster")
         # Threads share the model; their runs pipeline through the nodes.
-        failures = []
-
         def work(t):
             for i in range(10):
                 inputs, outputs = sets[(t + i) % len(sets)]
                 (got,) = sess.run([sess.get_outputs()[0].name], {x.name: inputs[0][1]})
-                try:
-                    assert_matches(got, outputs[0][1], f"thread {t} run {i}")
-                except AssertionError as e:
-                    failures.append(str(e))
+                assert_matches(got, outputs[0][1], f"thread {t} run {i}")
 
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        failures = in_threads(4, work)
         assert not failures, failures[:3]
         sess.unload()
         with pytest.raises(vkml.InvalidInput, match="unloaded"):
