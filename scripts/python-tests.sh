@@ -33,8 +33,9 @@ vkml_python_tests() {
     # The cluster tests start vkml-node processes (built already by the test step).
     (cd "$repo" && cargo build --quiet --release --locked --bin vkml-node) || return 1
     # From the tests' folder, so that `import vkml` is the installed wheel, not python/vkml.
+    # Bounded, as every test of the suite is: the cluster tests start processes.
     (cd "$repo/python/tests" && VKML_NODE_BIN="$repo/target/release/vkml-node" \
-        "$venv/bin/python" -m pytest -q -p no:cacheprovider .)
+        timeout 900 "$venv/bin/python" -m pytest -q -p no:cacheprovider .)
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
