@@ -26,14 +26,7 @@ vkml_fetch_onnx_tests() {
         return 0
     fi
     if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
-        if [ "${VKML_NO_INSTALL:-}" = 1 ] || ! command -v apt-get >/dev/null 2>&1; then
-            echo "error: fetching the ONNX test data needs python3 with pip (python3 -m pip)" >&2
-            return 1
-        fi
-        echo "installing python3-pip (only to download the onnx wheel)"
-        export DEBIAN_FRONTEND=noninteractive
-        as_root apt-get update -qq
-        as_root apt-get install -y -qq --no-install-recommends python3 python3-pip >/dev/null
+        apt_install_for "downloading the onnx wheel" python3 python3-pip || return 1
     fi
     local tmp
     tmp="$(mktemp -d)"
@@ -91,11 +84,8 @@ EOF
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     set -euo pipefail
-    if ! declare -F as_root >/dev/null; then
-        as_root() {
-            if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
-        }
-    fi
+    # shellcheck source=scripts/setup.sh
+    . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
     vkml_fetch_onnx_tests
     vkml_onnx_tests_dir
 fi

@@ -12,14 +12,7 @@ vkml_python_tests() {
     repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
     venv="$repo/target/py-venv"
     if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-        if [ "${VKML_NO_INSTALL:-}" = 1 ] || ! command -v apt-get >/dev/null 2>&1; then
-            echo "error: the Python tests need python3 with venv (python3-venv)" >&2
-            return 1
-        fi
-        echo "installing python3-venv"
-        export DEBIAN_FRONTEND=noninteractive
-        as_root apt-get update -qq
-        as_root apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+        apt_install_for "the Python tests' virtual environment" python3 python3-venv || return 1
     fi
     rm -rf "$venv"
     python3 -m venv "$venv" || return 1
@@ -40,6 +33,7 @@ vkml_python_tests() {
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     set -euo pipefail
-    as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+    # shellcheck source=scripts/setup.sh
+    . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
     vkml_python_tests
 fi

@@ -65,6 +65,21 @@ install_system_packages() {
     as_root apt-get install -y -qq --no-install-recommends $missing >/dev/null
 }
 
+# Installs Debian packages a later step needs (`why` says which), or says they are missing
+# where there is no apt or installing is off. Returns non-zero when they are not there.
+apt_install_for() {
+    local why=$1
+    shift
+    if [ "${VKML_NO_INSTALL:-}" = 1 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "error: $why needs these packages: $* (install them, or run on Debian without VKML_NO_INSTALL=1)" >&2
+        return 1
+    fi
+    echo "installing $* ($why)"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -qq
+    as_root apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 version_at_least() {
     # True when $1 >= $2 (dotted versions).
     [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]

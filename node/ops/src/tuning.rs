@@ -53,9 +53,10 @@ pub enum GemmTiles {
 /// in which of its workgroup sizes, and how many 16-byte column vectors one workgroup owns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Gemv {
-    /// The shape rule: wide workgroups for one row against a very wide B (an LLM's head),
-    /// else the four-row ones with 16 vectors each and K split over as many workgroups as
-    /// fill a large GPU.
+    /// The shape rule (matmul/gemv.rs `auto_choice`): one row against a wide B (an LLM's
+    /// head, q, o, gate, up) in the wide workgroups; a deep product (K >= 3N: the down
+    /// projection) in the four-row ones with K split over as many workgroups as fill a large
+    /// GPU; the rest in the four-row ones with all of K each.
     #[default]
     Auto,
     /// The four-row workgroups with all of K each, as many vectors as keep enough workgroups

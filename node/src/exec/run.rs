@@ -378,22 +378,18 @@ impl RunState {
             // An op that panics fails the run naming it, like an op's error, instead of
             // unwinding through the run (on a cluster node, a tokio worker's thread).
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                node.op
-                    .run_cpu(&args, &exe.cpu_out_types[p])
-                    .map_err(|e| e.to_string())
+                node.op.run_cpu(&args, &exe.cpu_out_types[p])
             }));
-            let outs = ran
-                .unwrap_or_else(|panic| {
-                    Err(format!(
-                        "panicked: {}",
-                        crate::priority::panic_text(&*panic)
-                    ))
-                })
-                .map_err(|message| Error::Node {
-                    node: node.name.clone(),
-                    op_type: node.op_type.clone(),
-                    message,
-                })?;
+            let outs = match ran {
+                Ok(outs) => outs.map_err(|e| crate::graph::op_err(&node.name, &node.op_type, e))?,
+                Err(panic) => {
+                    return Err(Error::Node {
+                        node: node.name.clone(),
+                        op_type: node.op_type.clone(),
+                        message: format!("panicked: {}", crate::priority::panic_text(&*panic)),
+                    });
+                }
+            };
             if let Some(start) = start {
                 times.push((p, start.elapsed().as_nanos() as u64));
             }

@@ -104,7 +104,7 @@ impl Specialized {
 }
 
 /// [`node_err`] for an op's own error, keeping an unsupported op or form apart.
-fn op_err(node: &str, op_type: &str, e: crate::ops::OpError) -> Error {
+pub(crate) fn op_err(node: &str, op_type: &str, e: crate::ops::OpError) -> Error {
     match e {
         crate::ops::OpError::Unsupported(message) => Error::UnsupportedNode {
             node: node.to_string(),

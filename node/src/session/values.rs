@@ -5,7 +5,7 @@
 //! which record a fault that fails the run once it completes (shaders/index.glsl,
 //! exec/gpu.rs `GpuLayout::take_fault`).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::graph::{Graph, Specialized};
 use crate::ops::InferInput;
 use crate::tensor::Tensor;
@@ -71,11 +71,9 @@ impl ValueChecks {
             if args.is_empty() {
                 continue;
             }
-            node.op.check_values(&args).map_err(|e| Error::Node {
-                node: node.name.clone(),
-                op_type: node.op_type.clone(),
-                message: e.to_string(),
-            })?;
+            node.op
+                .check_values(&args)
+                .map_err(|e| crate::graph::op_err(&node.name, &node.op_type, e))?;
         }
         Ok(())
     }

@@ -141,9 +141,9 @@ fn auto_wide(m: usize, vecs: usize) -> Option<usize> {
 }
 
 /// The automatic choice, (workgroup shape, vectors, K's slices), on an H200's figures
-/// (benches decode_matmul, BENCHMARKS.md session 22): the head in wide workgroups; a deep
-/// product (K >= 3N and long enough for four rounds of loads unsplit: the down projection)
-/// split, which took it from 39 to 28 us; one row
+/// (benches decode_matmul, BENCHMARKS.md sessions 22 and 23): the head in wide workgroups; a
+/// deep product (K >= 3N and long enough for four rounds of loads unsplit: the down
+/// projection) split as [`auto_split`] says, which took 1B's from 39 to 28 us; one row
 /// against a wide B (gate, up) wide, 29 -> 17 us, and against 256 vectors or more (q, o)
 /// wide with 4 vectors (1-4% more tokens/s end to end); the rest (k, v, and every product
 /// of more rows) whole in the four-row kernel, where splitting a 2048 x 2048 or 2048 x 512
@@ -273,19 +273,23 @@ pub(super) fn kernel_for(
     let vec = vec_elems(dtype)?;
     let vecs = g.n / vec;
     let valid = |l: u8| (l.is_power_of_two() && l <= 32).then_some(usize::from(l));
-    let one = |l: u8, s: u8| -> Option<(Block, usize, usize)> {
+    // Lanes and slices as asked, fewer slices where one would be less than a round of loads.
+    let sliced = |l: u8, s: u8| -> Option<(usize, usize)> {
         let l = valid(l)?;
-        let block = if g.m == 1 { Block::Row } else { Block::Four };
-        Some((block, l, splits_for(g.k, l, usize::from(s))))
+        Some((l, splits_for(g.k, l, usize::from(s))))
     };
+    let one_row = |wide| if g.m == 1 { wide } else { Block::Four };
     let (block, lanes, splits) = match mode {
-        Gemv::Wide(l) if g.m == 1 => (Block::Wide, valid(l)?, 1),
-        Gemv::Lanes(l) | Gemv::Wide(l) => (Block::Four, valid(l)?, 1),
+        Gemv::Wide(l) => (one_row(Block::Wide), valid(l)?, 1),
+        Gemv::Lanes(l) => (Block::Four, valid(l)?, 1),
         Gemv::Split(l, s) => {
-            let l = valid(l)?;
-            (Block::Four, l, splits_for(g.k, l, usize::from(s)))
+            let (l, s) = sliced(l, s)?;
+            (Block::Four, l, s)
         }
-        Gemv::Row(l, s) => one(l, s)?,
+        Gemv::Row(l, s) => {
+            let (l, s) = sliced(l, s)?;
+            (one_row(Block::Row), l, s)
+        }
         Gemv::Unsplit => unsplit_choice(g.m, g.k, vecs),
         Gemv::Auto | Gemv::Off => auto_choice(g.m, g.k, vecs, vec, g.m.div_ceil(GROUP_ROWS)),
     };
