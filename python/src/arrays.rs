@@ -7,6 +7,7 @@ use numpy::{
     PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use vkml::{DType, Tensor};
 
 use crate::errors::InvalidInput;
@@ -15,10 +16,29 @@ use crate::errors::InvalidInput;
 pub struct Feeds(Vec<(String, Tensor)>);
 
 impl Feeds {
-    pub fn new(feeds: &[(String, Bound<'_, PyAny>)]) -> PyResult<Feeds> {
-        feeds
-            .iter()
-            .map(|(name, array)| Ok((name.clone(), to_tensor(name, array)?)))
+    /// From a dict of name -> value or a sequence of (name, value) pairs; a value that is not
+    /// a numpy array goes through `numpy.asarray` first (a list, a scalar).
+    pub fn new(feeds: &Bound<'_, PyAny>) -> PyResult<Feeds> {
+        let pairs: Vec<(String, Bound<'_, PyAny>)> = match feeds.cast::<PyDict>() {
+            Ok(dict) => dict
+                .iter()
+                .map(|(k, v)| Ok((k.extract()?, v)))
+                .collect::<PyResult<_>>()?,
+            Err(_) => feeds.extract().map_err(|_| {
+                InvalidInput::new_err("the inputs are given as a dict of input name -> numpy array")
+            })?,
+        };
+        pairs
+            .into_iter()
+            .map(|(name, value)| {
+                let value = if value.cast::<PyUntypedArray>().is_ok() {
+                    value
+                } else {
+                    asarray(&value)?
+                };
+                let t = to_tensor(&value, || format!("input '{name}'"))?;
+                Ok((name, t))
+            })
             .collect::<PyResult<_>>()
             .map(Feeds)
     }
@@ -32,12 +52,22 @@ impl Feeds {
     }
 }
 
-/// The tensor holding `array`'s values (`name` is the input's, for the message).
-fn to_tensor(name: &str, array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+/// `numpy.asarray(value)`.
+fn asarray<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    value
+        .py()
+        .import("numpy")?
+        .getattr("asarray")?
+        .call1((value,))
+}
+
+/// The tensor holding `array`'s values; `what` names it in a message ("input 'x'").
+pub fn to_tensor(array: &Bound<'_, PyAny>, what: impl Fn() -> String) -> PyResult<Tensor> {
     let py = array.py();
     let untyped = array.cast::<PyUntypedArray>().map_err(|_| {
         InvalidInput::new_err(format!(
-            "input '{name}' is a {}, not a numpy array",
+            "{} is a {}, not a numpy array",
+            what(),
             array
                 .get_type()
                 .name()
@@ -69,8 +99,9 @@ fn to_tensor(name: &str, array: &Bound<'_, PyAny>) -> PyResult<Tensor> {
         ));
     }
     Err(InvalidInput::new_err(format!(
-        "input '{name}' has dtype {descr}, which VKML does not take (float16/32/64, \
-         int8-64, uint8-64 or bool)"
+        "{} has dtype {descr}, which VKML does not take (float16/32/64, int8-64, uint8-64 \
+         or bool)",
+        what()
     )))
 }
 

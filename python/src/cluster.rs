@@ -174,11 +174,11 @@ impl RemoteSession {
         &self,
         py: Python<'py>,
         names: Option<Vec<String>>,
-        feeds: Vec<(String, Bound<'py, PyAny>)>,
+        feeds: &Bound<'py, PyAny>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let all: Vec<String> = self.outputs.iter().map(|o| o.0.clone()).collect();
         let wanted = crate::session::wanted(&all, names.as_deref())?;
-        let feeds = arrays::Feeds::new(&feeds)?;
+        let feeds = arrays::Feeds::new(feeds)?;
         let model = self
             .model
             .read()

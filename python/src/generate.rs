@@ -58,6 +58,7 @@ impl Generator {
         let devices = DeviceSelection::from_str(device).map_err(InvalidInput::new_err)?;
         let options = SessionOptions {
             devices,
+            tuning: crate::session::tuning(py)?,
             ..Default::default()
         };
         py.detach(|| {

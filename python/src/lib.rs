@@ -1,7 +1,8 @@
 //! `vkml._vkml`: the Rust half of the Python package (python/vkml is the other). It holds a
 //! loaded model ([`session::Session`]), moves numpy arrays in and out ([`arrays`]) and turns
-//! the runtime's errors into Python exceptions ([`errors`]); onnxruntime's API shapes
-//! (InferenceSession, NodeArg, SessionOptions) are spelled in Python on top of it.
+//! the runtime's errors into Python exceptions ([`errors`]), and keeps values between an io
+//! binding's runs ([`iobinding`]); onnxruntime's API shapes (InferenceSession, NodeArg,
+//! SessionOptions, OrtValue, IOBinding) are spelled in Python on top of it.
 
 // No unsafe here either: pyo3 and numpy hold it (docs/ARCHITECTURE.md, "The crates").
 #![deny(unsafe_code)]
@@ -10,6 +11,7 @@ mod arrays;
 mod cluster;
 mod errors;
 mod generate;
+mod iobinding;
 mod session;
 
 use pyo3::prelude::*;
@@ -32,6 +34,8 @@ fn _vkml(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cluster::Cluster>()?;
     m.add_class::<cluster::RemoteSession>()?;
     m.add_class::<generate::Generator>()?;
+    m.add_class::<iobinding::Value>()?;
+    m.add_class::<iobinding::Binding>()?;
     m.add_function(wrap_pyfunction!(available_providers, m)?)?;
     errors::register(m)?;
     Ok(())

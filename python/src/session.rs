@@ -15,6 +15,24 @@ use crate::errors::{InvalidInput, to_py};
 pub const VULKAN: &str = "VulkanExecutionProvider";
 pub const CPU: &str = "CPUExecutionProvider";
 
+/// The `VKML_*` settings of the process's environment, as the binary takes them
+/// (README.md lists them), each value it does not understand named in a Python warning (the default
+/// is kept for it). The bindings are an edge of the runtime, as the binary is: the library
+/// itself reads no environment.
+pub fn tuning(py: Python<'_>) -> PyResult<vkml::tuning::Tuning> {
+    let (tuning, warnings) = vkml::tuning::Tuning::from_vars(std::env::vars());
+    for w in warnings {
+        let message = std::ffi::CString::new(w).unwrap_or_default();
+        PyErr::warn(
+            py,
+            &py.get_type::<pyo3::exceptions::PyUserWarning>(),
+            &message,
+            1,
+        )?;
+    }
+    Ok(tuning)
+}
+
 /// Whether a Vulkan device opens in this process.
 pub fn vulkan_available() -> bool {
     vkml::session::vulkan(&Default::default()).is_ok_and(|v| !v.gpus().is_empty())
@@ -72,6 +90,18 @@ pub struct Session {
     outputs: Vec<String>,
 }
 
+impl Session {
+    /// The runtime's session (an io binding runs it).
+    pub fn runtime(&self) -> &vkml::Session {
+        &self.inner
+    }
+
+    /// Graph output names, in order.
+    pub fn output_names(&self) -> &[String] {
+        &self.outputs
+    }
+}
+
 #[pymethods]
 impl Session {
     #[new]
@@ -79,6 +109,7 @@ impl Session {
         let devices = DeviceSelection::from_str(device).map_err(InvalidInput::new_err)?;
         let options = SessionOptions {
             devices,
+            tuning: tuning(py)?,
             ..Default::default()
         };
         let inner = if let Ok(bytes) = model.cast::<PyBytes>() {
@@ -112,10 +143,10 @@ impl Session {
     fn _time_runs(
         &self,
         py: Python<'_>,
-        feeds: Vec<(String, Bound<'_, PyAny>)>,
+        feeds: &Bound<'_, PyAny>,
         runs: usize,
     ) -> PyResult<Vec<f64>> {
-        let feeds = arrays::Feeds::new(&feeds)?;
+        let feeds = arrays::Feeds::new(feeds)?;
         let inputs = feeds.inputs();
         py.detach(|| {
             (0..runs)
@@ -136,10 +167,10 @@ impl Session {
         &self,
         py: Python<'py>,
         names: Option<Vec<String>>,
-        feeds: Vec<(String, Bound<'py, PyAny>)>,
+        feeds: &Bound<'py, PyAny>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let wanted = wanted(&self.outputs, names.as_deref())?;
-        let feeds = arrays::Feeds::new(&feeds)?;
+        let feeds = arrays::Feeds::new(feeds)?;
         let outs = py
             .detach(|| self.inner.run(&feeds.inputs()))
             .map_err(to_py)?;

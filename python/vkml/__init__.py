@@ -13,6 +13,10 @@ Providers are taken in order, as onnxruntime does: "VulkanExecutionProvider" run
 the machine's Vulkan GPUs (ops without a GPU kernel on the CPU), "CPUExecutionProvider" on the
 CPU backend. Providers this build does not have (CUDA, TensorRT, ...) are skipped with a
 warning, and so is Vulkan where no Vulkan device opens, when the CPU is listed after it.
+
+``session.io_binding()`` and ``OrtValue`` bind values to runs as onnxruntime's do; values a
+run gives and the next run takes back stay inside the runtime (in place on a GPU where the
+plan allows).
 """
 
 from __future__ import annotations
@@ -33,12 +37,15 @@ from ._vkml import (
     UnsupportedOp,
     VkmlError,
 )
+from ._iobinding import IOBinding, OrtValue
 
 __all__ = [
     "InferenceSession",
     "NodeArg",
     "SessionOptions",
     "Generator",
+    "OrtValue",
+    "IOBinding",
     "GraphOptimizationLevel",
     "ExecutionMode",
     "get_available_providers",
@@ -198,7 +205,20 @@ class InferenceSession:
         """Runs the model on ``input_feed`` (input name -> array) and returns the outputs
         named in ``output_names`` (all, in the model's order, for None) as numpy arrays."""
         names = None if output_names is None else list(output_names)
-        return self._sess.run(names, _feeds(input_feed))
+        return self._sess.run(names, input_feed)
+
+    def io_binding(self) -> IOBinding:
+        """A new IOBinding of this session: bind inputs and outputs (OrtValues, numpy arrays),
+        then ``run_with_iobinding``."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: Any = None) -> None:
+        """Runs the model on ``iobinding``'s inputs, into its outputs (``get_outputs()``).
+        Releases the GIL while the model runs."""
+        if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
+            raise InvalidInput("run_with_iobinding takes an IOBinding of this session "
+                               "(session.io_binding())")
+        iobinding._b.run()
 
 
 class Generator:
@@ -229,10 +249,4 @@ class Generator:
                                 ignore_eos)
 
 
-def _feeds(input_feed: Dict[str, Any]) -> List[tuple]:
-    """(name, numpy array) pairs; anything numpy.asarray takes is converted."""
-    return [(name, value if isinstance(value, np.ndarray) else np.asarray(value))
-            for name, value in input_feed.items()]
-
-
-from . import cluster  # noqa: E402 (it uses NodeArg and _feeds above)
+from . import cluster  # noqa: E402 (it uses NodeArg above)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import Generator, NodeArg, _feeds, _vkml
+from . import Generator, NodeArg, _vkml
 
 __all__ = ["connect", "Cluster", "ClusterSession"]
 
@@ -48,7 +48,7 @@ class ClusterSession:
     def run(self, output_names: Optional[Sequence[str]], input_feed: Dict[str, Any],
             run_options: Any = None) -> List[np.ndarray]:
         names = None if output_names is None else list(output_names)
-        return self._remote.run(names, _feeds(input_feed))
+        return self._remote.run(names, input_feed)
 
     def unload(self) -> None:
         """Frees the model on every node; later runs raise."""
