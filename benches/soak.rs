@@ -51,7 +51,8 @@ fn main() {
         partition_for: Duration::from_secs(3),
         freeze_for: Duration::from_secs(6),
     };
-    // Every sample (seconds, node, pid, RSS KiB, threads, open files), for a trend over time.
+    // Every sample (seconds, node, pid, RSS KiB and its anonymous and lazily freed parts,
+    // threads, open files), for a trend over time.
     let samples = args
         .iter()
         .position(|a| a == "--samples")
@@ -61,11 +62,11 @@ fn main() {
     let report = soak::soak("soak-bench", plan);
     println!("{}", soak::summary(&report, warmup, judged_from));
     if let Some(path) = samples {
-        let mut csv = String::from("at_s,node,pid,rss_kib,threads,fds\n");
+        let mut csv = String::from("at_s,node,pid,rss_kib,anon_kib,lazy_free_kib,threads,fds\n");
         for s in &report.samples {
             csv.push_str(&format!(
-                "{:.1},{},{},{},{},{}\n",
-                s.at, s.node, s.pid, s.rss_kib, s.threads, s.fds
+                "{:.1},{},{},{},{},{},{},{}\n",
+                s.at, s.node, s.pid, s.rss_kib, s.anon_kib, s.lazy_free_kib, s.threads, s.fds
             ));
         }
         std::fs::write(&path, csv).expect("writing --samples");

@@ -93,6 +93,10 @@ pub struct Sample {
     pub node: String,
     pub pid: u32,
     pub rss_kib: u64,
+    /// RSS's anonymous part (the heap, not mapped files such as the weights).
+    pub anon_kib: u64,
+    /// Pages the process freed with MADV_FREE: counted in RSS until the kernel takes them.
+    pub lazy_free_kib: u64,
     pub threads: u64,
     pub fds: u64,
 }
@@ -109,6 +113,10 @@ pub struct Growth {
     /// The rise of RSS over the window along its least-squares line, over its mean: the
     /// trend, which one step of load (a killed peer's share taken over) moves little.
     pub rss_trend: f64,
+    /// Last anonymous RSS over that after the warmup, and the last sample's lazily freed
+    /// KiB (what of a step is the allocator's freed pages, not memory in use).
+    pub anon: f64,
+    pub lazy_free_kib: u64,
     /// (Most in the first quarter after the warmup, fewest in the last quarter.)
     pub threads: (u64, u64),
     pub fds: (u64, u64),
@@ -553,11 +561,21 @@ fn sample(nodes: &Nodes, shared: &Shared) {
                     .unwrap_or(0)
             };
             let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
+            let rollup =
+                std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+            let lazy_free = rollup
+                .lines()
+                .find(|l| l.starts_with("LazyFree:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
             shared.report.lock().unwrap().samples.push(Sample {
                 at: nodes.start.elapsed().as_secs_f64(),
                 node: NAMES[i].to_string(),
                 pid,
                 rss_kib: field("VmRSS:"),
+                anon_kib: field("RssAnon:"),
+                lazy_free_kib: lazy_free,
                 threads: field("Threads:"),
                 fds,
             });
@@ -690,6 +708,8 @@ pub fn growth(report: &Report, warmup: Duration) -> Vec<Growth> {
             window: last.at - base.at,
             rss: last.rss_kib as f64 / base.rss_kib.max(1) as f64,
             rss_trend: trend(&post),
+            anon: last.anon_kib as f64 / base.anon_kib.max(1) as f64,
+            lazy_free_kib: last.lazy_free_kib,
             threads: span(|s| s.threads),
             fds: span(|s| s.fds),
         });
@@ -768,13 +788,15 @@ pub fn summary(report: &Report, warmup: Duration, judged_from: Duration) -> Stri
             "stable"
         };
         s += &format!(
-            "{} (pid {}): {:.0} s after warmup, RSS x{:.2} (trend {:+.1}%), threads {} -> {}, \
-             open files {} -> {}: {verdict}\n",
+            "{} (pid {}): {:.0} s after warmup, RSS x{:.2} (trend {:+.1}%; anonymous x{:.2}, \
+             {} KiB lazily freed), threads {} -> {}, open files {} -> {}: {verdict}\n",
             g.node,
             g.pid,
             g.window,
             g.rss,
             g.rss_trend * 100.0,
+            g.anon,
+            g.lazy_free_kib,
             g.threads.0,
             g.threads.1,
             g.fds.0,
