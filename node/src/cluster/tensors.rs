@@ -619,15 +619,18 @@ async fn send_stripe(conn: Connection, h: pb::TensorHeader, data: Bytes) -> Resu
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
     let frame = Message::Tensor(h).encode().map_err(|e| e.to_string())?;
     let wrote = async {
-        send.write_all(&frame).await.map_err(|e| e.to_string())?;
+        // One write for the header and the bytes: the connection's driver wakes once, and a
+        // small tensor leaves in one packet with its header.
+        let mut chunks = vec![Bytes::from(frame)];
         let mut off = 0;
         while off < data.len() {
             let end = (off + WRITE_CHUNK).min(data.len());
-            send.write_chunk(data.slice(off..end))
-                .await
-                .map_err(|e| e.to_string())?;
+            chunks.push(data.slice(off..end));
             off = end;
         }
+        send.write_all_chunks(&mut chunks)
+            .await
+            .map_err(|e| e.to_string())?;
         send.finish().map_err(|e| e.to_string())
     }
     .await;

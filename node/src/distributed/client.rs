@@ -282,11 +282,11 @@ impl Connected {
         let inputs: Vec<(usize, Tensor)> = inputs.into_iter().collect();
         m.tensors = inputs.len() as u32;
         let model = m.model_id;
-        transport::write_message(&mut send, &Message::Run(m)).await?;
-        for (i, t) in &inputs {
+        let tensors = inputs.iter().map(|(i, t)| {
             let h = wire::header(t, pb::TensorRole::Input, model, 0, *i as u64);
-            wire::write_tensor(&mut send, h, t.bytes()).await?;
-        }
+            (h, t.bytes())
+        });
+        wire::write_with_tensors(&mut send, &Message::Run(m), tensors).await?;
         let _ = send.finish();
         let r = match wire::expect_message(&mut recv).await? {
             Message::RunResult(r) => r,

@@ -178,12 +178,11 @@ impl Link {
             m.take = step.take.iter().map(|&i| i as u32).collect();
             m.keep = wire::bindings(&step.keep);
         }
-        let m = Message::Run(m);
-        transport::write_message(&mut s, &m).await?;
-        for (i, t) in inputs {
-            let h = wire::header(&t, pb::TensorRole::Input, model, run, i as u64);
-            wire::write_tensor(&mut s, h, t.bytes()).await?;
-        }
+        let tensors = inputs.iter().map(|(i, t)| {
+            let h = wire::header(t, pb::TensorRole::Input, model, run, *i as u64);
+            (h, t.bytes())
+        });
+        wire::write_with_tensors(&mut s, &Message::Run(m), tensors).await?;
         s.finish()
             .map_err(|e| DistError::Peer(format!("{to}: {e}")))?;
         match wire::expect_message(&mut r).await {

@@ -504,12 +504,11 @@ impl Exec {
             tensors: outputs.len() as u32,
             retried,
         });
-        transport::write_message(send, &m).await?;
-        for (i, t) in outputs.iter().enumerate() {
+        let tensors = outputs.iter().enumerate().map(|(i, t)| {
             let h = wire::header(t, pb::TensorRole::Output, r.model_id, 0, i as u64);
-            wire::write_tensor(send, h, t.bytes()).await?;
-        }
-        Ok(())
+            (h, t.bytes())
+        });
+        wire::write_with_tensors(send, &m, tensors).await
     }
 
     /// A `SequenceOp`: a client's END (ended on every keeper, answered), a submitter's FETCH
@@ -543,12 +542,11 @@ impl Exec {
             tensors: values.len() as u32,
             ..op
         };
-        transport::write_message(s, &Message::Sequence(answer)).await?;
-        for (i, t) in values {
-            let h = wire::header(&t, pb::TensorRole::Input, 0, 0, i as u64);
-            wire::write_tensor(s, h, t.bytes()).await?;
-        }
-        Ok(())
+        let tensors = values.iter().map(|(i, t)| {
+            let h = wire::header(t, pb::TensorRole::Input, 0, 0, *i as u64);
+            (h, t.bytes())
+        });
+        wire::write_with_tensors(s, &Message::Sequence(answer), tensors).await
     }
 
     /// A client's step of a sequence: the inputs it sent (not sized from `r.tensors`, a
@@ -575,12 +573,11 @@ impl Exec {
             tensors: outputs.len() as u32,
             retried: false,
         });
-        transport::write_message(send, &m).await?;
-        for (i, t) in &outputs {
+        let tensors = outputs.iter().map(|(i, t)| {
             let h = wire::header(t, pb::TensorRole::Output, r.model_id, 0, *i as u64);
-            wire::write_tensor(send, h, t.bytes()).await?;
-        }
-        Ok(())
+            (h, t.bytes())
+        });
+        wire::write_with_tensors(send, &m, tensors).await
     }
 
     async fn serve_fragment(

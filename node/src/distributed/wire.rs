@@ -58,13 +58,41 @@ pub fn tensor(h: &pb::TensorHeader, payload: Bytes) -> Result<Tensor, DistError>
         .map_err(|e| DistError::Protocol(format!("tensor on the wire: {e}")))
 }
 
+/// Writes one tensor: its header frame and payload in one write (see [`write_with_tensors`]),
+/// for a sender that counts what it sent tensor by tensor.
 pub async fn write_tensor(
     send: &mut SendStream,
     h: pb::TensorHeader,
     payload: &Bytes,
 ) -> Result<(), DistError> {
-    transport::write_message(send, &Message::Tensor(h)).await?;
-    send.write_all(payload)
+    let header = Message::Tensor(h)
+        .encode()
+        .map_err(|e| DistError::Protocol(e.to_string()))?;
+    send.write_all_chunks(&mut [Bytes::from(header), payload.clone()])
+        .await
+        .map_err(|e| DistError::Peer(format!("write: {e}")))
+}
+
+/// Writes `first` and then each tensor (its header frame, then its payload) in one write:
+/// the connection's driver wakes once and packs them into as few packets as their sizes allow
+/// (one for a small run's message and inputs), where a write per frame could send each in a
+/// packet of its own, and the payloads go out without a copy into the stream's buffer.
+pub async fn write_with_tensors<'a>(
+    send: &mut SendStream,
+    first: &Message,
+    tensors: impl IntoIterator<Item = (pb::TensorHeader, &'a Bytes)>,
+) -> Result<(), DistError> {
+    let frame = |m: &Message| {
+        m.encode()
+            .map(Bytes::from)
+            .map_err(|e| DistError::Protocol(e.to_string()))
+    };
+    let mut chunks = vec![frame(first)?];
+    for (h, payload) in tensors {
+        chunks.push(frame(&Message::Tensor(h))?);
+        chunks.push(payload.clone());
+    }
+    send.write_all_chunks(&mut chunks)
         .await
         .map_err(|e| DistError::Peer(format!("write: {e}")))
 }
