@@ -155,8 +155,16 @@ fn optimum_caches_rewritten_in_place_hold_onnxruntime_s_rows() {
         assert!(worst < 1e-3, "{d:?}: logits differ by {worst}");
         assert_eq!(seq.state().on_gpu(), d == DeviceSelection::Vulkan, "{d:?}");
         let used = prompt + 3;
-        for (c, got) in io.caches.iter().zip(seq.state().values().unwrap()) {
+        // Each cache read alone (on a GPU, its own bytes copied back), its type known without
+        // a copy.
+        let types = seq.state().types();
+        assert_eq!(types.len(), io.caches.len());
+        let past_end = seq.state().value(io.caches.len()).unwrap_err();
+        assert!(past_end.to_string().contains("no value"), "{past_end}");
+        for (k, c) in io.caches.iter().enumerate() {
+            let got = seq.state().value(k).unwrap();
             assert_eq!(got.shape(), [1, 2, ROWS, 16]);
+            assert_eq!(types[k].shape, got.shape());
             let want = tensor(last, &c.present);
             assert_eq!(want.shape(), [1, 2, used, 16]);
             let (got, want) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());

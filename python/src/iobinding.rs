@@ -108,7 +108,8 @@ enum Held {
 }
 
 impl Held {
-    /// The values on the host (a bound value on a GPU is downloaded: call without the GIL).
+    /// The values on the host (a bound value on a GPU is downloaded, its slot alone: call
+    /// without the GIL).
     fn read(&self) -> PyResult<Tensor> {
         match self {
             Held::Host(t) => Ok(t.clone()),
@@ -119,8 +120,25 @@ impl Held {
             } => {
                 let state = seq.lock();
                 seq.check(&state, *slot, *generation)?;
-                let mut values = state.bound.values().map_err(to_py)?;
-                Ok(values.swap_remove(*slot))
+                state.bound.value(*slot).map_err(to_py)
+            }
+        }
+    }
+
+    /// Its element type and shape, without copying the values (call without the GIL: a run
+    /// on its state holds the state's lock).
+    fn value_type(&self) -> PyResult<(vkml::DType, Vec<usize>)> {
+        match self {
+            Held::Host(t) => Ok((t.dtype(), t.shape().to_vec())),
+            Held::Bound {
+                seq,
+                slot,
+                generation,
+            } => {
+                let state = seq.lock();
+                seq.check(&state, *slot, *generation)?;
+                let ty = state.bound.types().swap_remove(*slot);
+                Ok((ty.dtype, ty.shape))
             }
         }
     }
@@ -196,18 +214,14 @@ impl Value {
     }
 
     fn shape(&self, py: Python<'_>) -> PyResult<Vec<usize>> {
-        match self.snapshot().held {
-            Held::Host(t) => Ok(t.shape().to_vec()),
-            _ => Ok(self.read(py)?.shape().to_vec()),
-        }
+        let held = self.snapshot().held;
+        Ok(py.detach(move || held.value_type())?.1)
     }
 
     /// onnxruntime's type name: "tensor(float)", ...
     fn data_type(&self, py: Python<'_>) -> PyResult<String> {
-        let dtype = match self.snapshot().held {
-            Held::Host(t) => t.dtype(),
-            _ => self.read(py)?.dtype(),
-        };
+        let held = self.snapshot().held;
+        let dtype = py.detach(move || held.value_type())?.0;
         Ok(arrays::type_name(Some(dtype)))
     }
 

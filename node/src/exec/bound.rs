@@ -200,11 +200,23 @@ pub fn upload_into(
 
 /// The values in `state`, one per slot of `layout`, copied to the host.
 pub fn download(gpu: &Arc<Gpu>, layout: &StateLayout, state: &GpuBuffer) -> Result<Vec<Tensor>> {
+    let all: Vec<usize> = (0..layout.slots.len()).collect();
+    download_slots(gpu, layout, state, &all)
+}
+
+/// The values of slots `which` (indices into `layout.slots`), in that order, copied to the
+/// host: a reader of one cache does not pay for the whole state.
+pub fn download_slots(
+    gpu: &Arc<Gpu>,
+    layout: &StateLayout,
+    state: &GpuBuffer,
+    which: &[usize],
+) -> Result<Vec<Tensor>> {
+    let slots: Vec<&Slot> = which.iter().map(|&k| &layout.slots[k]).collect();
     let readback = gpu
         .create_buffer(layout.bytes.max(4), MemoryUse::Readback, "state readback")
         .map_err(dev_err)?;
-    let steps: Vec<Step<'_>> = layout
-        .slots
+    let steps: Vec<Step<'_>> = slots
         .iter()
         .filter(|s| s.ty.bytes() > 0)
         .map(|s| Step::Copy {
@@ -216,8 +228,7 @@ pub fn download(gpu: &Arc<Gpu>, layout: &StateLayout, state: &GpuBuffer) -> Resu
         })
         .collect();
     wait_for(gpu, &steps)?;
-    layout
-        .slots
+    slots
         .iter()
         .map(|s| {
             let mut bytes = vec![0u8; s.ty.bytes()];

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use super::Session;
 use crate::device::vulkan::{Gpu, GpuBuffer};
 use crate::error::{Error, Result};
-use crate::exec::bound::{StateLayout, download, upload, upload_into};
+use crate::exec::bound::{StateLayout, download, download_slots, upload, upload_into};
 use crate::exec::{BoundContext, BoundContexts, Executable};
 use crate::ops::ValueType;
 use crate::tensor::Tensor;
@@ -98,7 +98,26 @@ impl BoundState {
         }
     }
 
-    fn types(&self) -> Vec<ValueType> {
+    /// Value `k` (in the order they were bound), copied to the host; on a GPU only its own
+    /// bytes come back.
+    pub fn value(&self, k: usize) -> Result<Tensor> {
+        match &self.home {
+            Home::Host(v) => v.get(k).cloned(),
+            Home::Gpu(h) => (k < h.layout.slots.len())
+                .then(|| download_slots(&h.gpu, &h.layout, &h.buffer, &[k]))
+                .transpose()?
+                .and_then(|mut v| v.pop()),
+        }
+        .ok_or_else(|| {
+            Error::Input(format!(
+                "the state holds {} values; there is no value {k}",
+                self.pairs.len()
+            ))
+        })
+    }
+
+    /// The bound values' types and shapes, in the order they were bound (nothing is copied).
+    pub fn types(&self) -> Vec<ValueType> {
         match &self.home {
             Home::Host(v) => v.iter().map(ValueType::of).collect(),
             Home::Gpu(h) => h.layout.slots.iter().map(|s| s.ty.clone()).collect(),
