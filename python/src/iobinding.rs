@@ -113,15 +113,7 @@ impl Held {
     fn read(&self) -> PyResult<Tensor> {
         match self {
             Held::Host(t) => Ok(t.clone()),
-            Held::Bound {
-                seq,
-                slot,
-                generation,
-            } => {
-                let state = seq.lock();
-                seq.check(&state, *slot, *generation)?;
-                state.bound.value(*slot).map_err(to_py)
-            }
+            Held::Bound { .. } => self.in_state(|b, k| b.value(k).map_err(to_py)),
         }
     }
 
@@ -130,17 +122,26 @@ impl Held {
     fn value_type(&self) -> PyResult<(vkml::DType, Vec<usize>)> {
         match self {
             Held::Host(t) => Ok((t.dtype(), t.shape().to_vec())),
-            Held::Bound {
-                seq,
-                slot,
-                generation,
-            } => {
-                let state = seq.lock();
-                seq.check(&state, *slot, *generation)?;
-                let ty = state.bound.types().swap_remove(*slot);
+            Held::Bound { .. } => self.in_state(|b, k| {
+                let ty = b.types().swap_remove(k);
                 Ok((ty.dtype, ty.shape))
-            }
+            }),
         }
+    }
+
+    /// `f` on a bound value's state and slot, once the slot is checked to hold it still.
+    fn in_state<R>(&self, f: impl FnOnce(&BoundState, usize) -> PyResult<R>) -> PyResult<R> {
+        let Held::Bound {
+            seq,
+            slot,
+            generation,
+        } = self
+        else {
+            unreachable!("called on bound values only");
+        };
+        let state = seq.lock();
+        seq.check(&state, *slot, *generation)?;
+        f(&state.bound, *slot)
     }
 
     /// Whether it is in a GPU buffer now.
