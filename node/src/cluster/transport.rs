@@ -28,12 +28,16 @@ use super::ClusterError;
 use super::tls::{NodeTls, SERVER_NAME};
 
 const MIB: u32 = 1024 * 1024;
-/// The largest UDP payload we accept (the protocol's maximum).
-const MAX_UDP_PAYLOAD: u16 = 65527;
 /// The largest packet we send. quinn hands the kernel up to 10 packets per GSO call, and one
 /// call carries at most 64 KiB: with larger packets every batch fails with EMSGSIZE and the
 /// connection stalls (measured: 6400 runs, 6600 stalls). So not 8952 even on jumbo frames.
 const MAX_MTU: u16 = 6400;
+/// The largest UDP payload we accept: what our peers send at most. quinn sizes an endpoint's
+/// receive buffer by it (times 64 coalesced segments times 32 datagrams a call): the
+/// protocol's maximum, 65,527, made that 134 MB an endpoint, two a node, which the kernel
+/// filled a little more at each new peak of load (a node's RSS stepped by 35 MiB at a time in
+/// the soak, BENCHMARKS.md session 24); 6,400 makes it 13 MB.
+const MAX_UDP_PAYLOAD: u16 = MAX_MTU;
 /// How long a hello exchange may take before the connection is given up.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
