@@ -34,9 +34,9 @@ const MIB: u32 = 1024 * 1024;
 const MAX_MTU: u16 = 6400;
 /// The largest UDP payload we accept: what our peers send at most. quinn sizes an endpoint's
 /// receive buffer by it (times 64 coalesced segments times 32 datagrams a call): the
-/// protocol's maximum, 65,527, made that 134 MB an endpoint, two a node, which the kernel
-/// filled a little more at each new peak of load (a node's RSS stepped by 35 MiB at a time in
-/// the soak, BENCHMARKS.md session 24); 6,400 makes it 13 MB.
+/// protocol's maximum, 65,527, made that 134 MB an endpoint, two a node, which held most of a
+/// loaded node's RSS (about 270 MiB, in steps of 35 MiB in the soak, against 77-94 MiB with
+/// this limit; BENCHMARKS.md session 24); 6,400 makes it 13 MB.
 const MAX_UDP_PAYLOAD: u16 = MAX_MTU;
 /// How long a hello exchange may take before the connection is given up.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
