@@ -53,8 +53,6 @@ pub const MAX_LANES: usize = 16;
 pub const STALL: Duration = Duration::from_secs(60);
 /// How often idle receive buffers are checked against [`pool::IDLE`].
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
-/// Payload is handed to quinn in slices of this size (zero-copy `Bytes` slices).
-const WRITE_CHUNK: usize = 1 << 20;
 /// The receiver's answer to a stripe read in full.
 const ACK: u8 = 1;
 /// Whole tensors waiting for the taker of [`Cluster::tensors`].
@@ -619,16 +617,10 @@ async fn send_stripe(conn: Connection, h: pb::TensorHeader, data: Bytes) -> Resu
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
     let frame = Message::Tensor(h).encode().map_err(|e| e.to_string())?;
     let wrote = async {
-        // One write for the header and the bytes: the connection's driver wakes once, and a
-        // small tensor leaves in one packet with its header.
-        let mut chunks = vec![Bytes::from(frame)];
-        let mut off = 0;
-        while off < data.len() {
-            let end = (off + WRITE_CHUNK).min(data.len());
-            chunks.push(data.slice(off..end));
-            off = end;
-        }
-        send.write_all_chunks(&mut chunks)
+        // One write for the header and the bytes (quinn takes the payload as it can, without
+        // a copy): the connection's driver wakes once, and a small tensor leaves in one packet
+        // with its header.
+        send.write_all_chunks(&mut [Bytes::from(frame), data])
             .await
             .map_err(|e| e.to_string())?;
         send.finish().map_err(|e| e.to_string())

@@ -65,12 +65,7 @@ pub async fn write_tensor(
     h: pb::TensorHeader,
     payload: &Bytes,
 ) -> Result<(), DistError> {
-    let header = Message::Tensor(h)
-        .encode()
-        .map_err(|e| DistError::Protocol(e.to_string()))?;
-    send.write_all_chunks(&mut [Bytes::from(header), payload.clone()])
-        .await
-        .map_err(|e| DistError::Peer(format!("write: {e}")))
+    write_chunks(send, vec![frame(&Message::Tensor(h))?, payload.clone()]).await
 }
 
 /// Writes `first` and then each tensor (its header frame, then its payload) in one write:
@@ -82,16 +77,21 @@ pub async fn write_with_tensors<'a>(
     first: &Message,
     tensors: impl IntoIterator<Item = (pb::TensorHeader, &'a Bytes)>,
 ) -> Result<(), DistError> {
-    let frame = |m: &Message| {
-        m.encode()
-            .map(Bytes::from)
-            .map_err(|e| DistError::Protocol(e.to_string()))
-    };
     let mut chunks = vec![frame(first)?];
     for (h, payload) in tensors {
         chunks.push(frame(&Message::Tensor(h))?);
         chunks.push(payload.clone());
     }
+    write_chunks(send, chunks).await
+}
+
+fn frame(m: &Message) -> Result<Bytes, DistError> {
+    m.encode()
+        .map(Bytes::from)
+        .map_err(|e| DistError::Protocol(e.to_string()))
+}
+
+async fn write_chunks(send: &mut SendStream, mut chunks: Vec<Bytes>) -> Result<(), DistError> {
     send.write_all_chunks(&mut chunks)
         .await
         .map_err(|e| DistError::Peer(format!("write: {e}")))

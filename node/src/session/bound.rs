@@ -101,14 +101,14 @@ impl BoundState {
     /// Value `k` (in the order they were bound), copied to the host; on a GPU only its own
     /// bytes come back.
     pub fn value(&self, k: usize) -> Result<Tensor> {
-        match &self.home {
+        let value = match &self.home {
             Home::Host(v) => v.get(k).cloned(),
-            Home::Gpu(h) => (k < h.layout.slots.len())
-                .then(|| download_slots(&h.gpu, &h.layout, &h.buffer, &[k]))
-                .transpose()?
-                .and_then(|mut v| v.pop()),
-        }
-        .ok_or_else(|| {
+            Home::Gpu(h) if k < h.layout.slots.len() => {
+                download_slots(&h.gpu, &h.layout, &h.buffer, &[k])?.pop()
+            }
+            Home::Gpu(_) => None,
+        };
+        value.ok_or_else(|| {
             Error::Input(format!(
                 "the state holds {} values; there is no value {k}",
                 self.pairs.len()
