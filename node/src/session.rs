@@ -356,12 +356,30 @@ impl Session {
             if let Some(e) = self.plans.lock().expect("plans").get(&key) {
                 return Ok(e);
             }
-            let known: Vec<Option<&Tensor>> = (0..values.len())
-                .map(|i| values[i].filter(|_| wanted.contains(&i)))
+            // The plan and its key outlive this call: they keep copies of the values they
+            // were made for, never the caller's bytes (Tensor::unshared).
+            let known: Vec<Option<Tensor>> = (0..values.len())
+                .map(|i| {
+                    values[i]
+                        .filter(|_| wanted.contains(&i))
+                        .map(Tensor::unshared)
+                })
                 .collect();
-            match self.specialize(&types, &known) {
+            let known_refs: Vec<Option<&Tensor>> = known.iter().map(Option::as_ref).collect();
+            match self.specialize(&types, &known_refs) {
                 Ok(spec) => {
                     let exe = self.new_executable(spec, bound)?;
+                    let key = PlanKey {
+                        values: key
+                            .values
+                            .into_iter()
+                            .map(|(i, b)| {
+                                let own = known[i].as_ref().map(|t| t.bytes().clone());
+                                (i, own.unwrap_or_else(|| bytes::Bytes::copy_from_slice(&b)))
+                            })
+                            .collect(),
+                        ..key
+                    };
                     self.plans.lock().expect("plans").insert(key, exe.clone());
                     return Ok(exe);
                 }

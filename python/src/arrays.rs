@@ -1,6 +1,7 @@
-//! numpy arrays in and out: an input array becomes a [`Tensor`] (its bytes copied once, read
-//! as one slice where the array is C-contiguous, element by element in C order otherwise),
-//! an output tensor a new array of its dtype.
+//! numpy arrays in and out: an input array becomes a [`Tensor`] and an output tensor a new
+//! array of its dtype. An input's values are copied once (read as one slice where the array
+//! is C-contiguous, element by element in C order otherwise), except that a C-contiguous,
+//! aligned array of a local run's feeds is lent to the runtime for the call ([`Lend::Share`]).
 
 use numpy::{
     PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
@@ -12,13 +13,27 @@ use vkml::{DType, Tensor};
 
 use crate::errors::InvalidInput;
 
+/// How an input array's values reach the runtime.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Lend {
+    /// Copied into memory of the runtime's own: for values kept past the call (an io
+    /// binding's inputs, a cluster connection's send buffers, which QUIC holds until the
+    /// peer acknowledges them).
+    Copy,
+    /// A C-contiguous array aligned for its type is read in place: the tensor's bytes are
+    /// the array's memory, holding a reference to it (crate::lent), for a local run, which lets
+    /// go of its clones before it returns. The array must not be written while the run reads
+    /// it (onnxruntime asks the same of its inputs).
+    Share,
+}
+
 /// A run's inputs, converted from (name, array) pairs while the GIL is held.
 pub struct Feeds(Vec<(String, Tensor)>);
 
 impl Feeds {
     /// From a dict of name -> value or a sequence of (name, value) pairs; a value that is not
     /// a numpy array goes through `numpy.asarray` first (a list, a scalar).
-    pub fn new(feeds: &Bound<'_, PyAny>) -> PyResult<Feeds> {
+    pub fn new(feeds: &Bound<'_, PyAny>, lend: Lend) -> PyResult<Feeds> {
         let pairs: Vec<(String, Bound<'_, PyAny>)> = match feeds.cast::<PyDict>() {
             Ok(dict) => dict
                 .iter()
@@ -36,7 +51,7 @@ impl Feeds {
                 } else {
                     asarray(&value)?
                 };
-                let t = to_tensor(&value, || format!("input '{name}'"))?;
+                let t = to_tensor(&value, lend, || format!("input '{name}'"))?;
                 Ok((name, t))
             })
             .collect::<PyResult<_>>()
@@ -61,8 +76,13 @@ fn asarray<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         .call1((value,))
 }
 
-/// The tensor holding `array`'s values; `what` names it in a message ("input 'x'").
-pub fn to_tensor(array: &Bound<'_, PyAny>, what: impl Fn() -> String) -> PyResult<Tensor> {
+/// The tensor holding `array`'s values, lent or copied as `lend` allows; `what` names it in a
+/// message ("input 'x'").
+pub fn to_tensor(
+    array: &Bound<'_, PyAny>,
+    lend: Lend,
+    what: impl Fn() -> String,
+) -> PyResult<Tensor> {
     let py = array.py();
     let untyped = array.cast::<PyUntypedArray>().map_err(|_| {
         InvalidInput::new_err(format!(
@@ -80,6 +100,13 @@ pub fn to_tensor(array: &Bound<'_, PyAny>, what: impl Fn() -> String) -> PyResul
             $(if descr.is_equiv_to(&numpy::dtype::<$t>(py)) {
                 let a = array.cast::<PyArrayDyn<$t>>()?.readonly();
                 let shape = a.shape().to_vec();
+                if lend == Lend::Share {
+                    if let Some(bytes) = crate::lent::lend(array.cast::<PyArrayDyn<$t>>()?) {
+                        let dtype = <$t as vkml::tensor::Element>::DTYPE;
+                        return Tensor::from_bytes(dtype, shape, bytes)
+                            .map_err(|e| InvalidInput::new_err(format!("{}: {e}", what())));
+                    }
+                }
                 // as_slice also takes Fortran order, which is not the tensor's.
                 let values: Vec<$t> = match a.as_slice() {
                     Ok(s) if a.is_c_contiguous() => s.to_vec(),

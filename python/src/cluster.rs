@@ -178,7 +178,7 @@ impl RemoteSession {
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let all: Vec<String> = self.outputs.iter().map(|o| o.0.clone()).collect();
         let wanted = crate::session::wanted(&all, names.as_deref())?;
-        let feeds = arrays::Feeds::new(feeds)?;
+        let feeds = arrays::Feeds::new(feeds, arrays::Lend::Copy)?;
         let model = self
             .model
             .read()

@@ -204,7 +204,7 @@ impl Value {
     #[staticmethod]
     fn from_numpy(array: &Bound<'_, PyAny>, device: &str) -> PyResult<Value> {
         let device = Device::parse(device)?;
-        let t = arrays::to_tensor(array, || "the OrtValue's array".into())?;
+        let t = arrays::to_tensor(array, arrays::Lend::Copy, || "the OrtValue's array".into())?;
         Ok(Value::new(Held::Host(t), device, None))
     }
 
@@ -239,7 +239,7 @@ impl Value {
     /// Replaces the values with a copy of `array`'s, of the same type and element count
     /// (the value keeps its shape).
     fn update_inplace(&self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<()> {
-        let new = arrays::to_tensor(array, || "the array".into())?;
+        let new = arrays::to_tensor(array, arrays::Lend::Copy, || "the array".into())?;
         let old = self.read(py)?;
         if new.dtype() != old.dtype() || new.numel() != old.numel() {
             return Err(InvalidInput::new_err(format!(
@@ -395,7 +395,7 @@ impl Binding {
     /// Binds input `name` to a copy of `array` (a numpy array).
     fn bind_array(&self, py: Python<'_>, name: String, array: &Bound<'_, PyAny>) -> PyResult<()> {
         self.check_name(&name, true)?;
-        let t = arrays::to_tensor(array, || format!("input '{name}'"))?;
+        let t = arrays::to_tensor(array, arrays::Lend::Copy, || format!("input '{name}'"))?;
         let value = Py::new(py, Value::new(Held::Host(t), Device::Cpu, None))?;
         put(&mut lock(&self.state).inputs, name, value);
         Ok(())

@@ -146,7 +146,7 @@ impl Session {
         feeds: &Bound<'_, PyAny>,
         runs: usize,
     ) -> PyResult<Vec<f64>> {
-        let feeds = arrays::Feeds::new(feeds)?;
+        let feeds = arrays::Feeds::new(feeds, arrays::Lend::Share)?;
         let inputs = feeds.inputs();
         py.detach(|| {
             (0..runs)
@@ -170,7 +170,7 @@ impl Session {
         feeds: &Bound<'py, PyAny>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let wanted = wanted(&self.outputs, names.as_deref())?;
-        let feeds = arrays::Feeds::new(feeds)?;
+        let feeds = arrays::Feeds::new(feeds, arrays::Lend::Share)?;
         let outs = py
             .detach(|| self.inner.run(&feeds.inputs()))
             .map_err(to_py)?;

@@ -74,6 +74,52 @@ def test_inputs_in_any_memory_order_are_taken():
         assert_matches(got, outputs[0][1], f"{what} input")
 
 
+def address(array):
+    return array.__array_interface__["data"][0]
+
+
+def test_contiguous_aligned_inputs_are_lent_not_copied():
+    from vkml import _vkml
+
+    for dtype in (np.float32, np.float16, np.int64, np.uint8):
+        x = np.arange(4096).astype(dtype).reshape(64, 64)
+        assert _vkml._input_address(x) == address(x), dtype
+        # A C-contiguous view into another array is lent too: it keeps its base alive.
+        assert _vkml._input_address(x[8:]) == address(x[8:]), dtype
+        # Copied: not C-contiguous, or not aligned for the element type.
+        for other in (x[:, ::2], np.asfortranarray(x)):
+            assert _vkml._input_address(other) != address(other), dtype
+    odd = np.frombuffer(bytearray(4 * 1000 + 1), dtype=np.float32, count=1000, offset=1)
+    assert address(odd) % 4 != 0
+    assert _vkml._input_address(odd) != address(odd)
+
+
+def test_a_lent_input_is_read_now_and_not_kept(providers):
+    # A Reshape whose shape is an input: its values decide the plan, which a session keeps.
+    # Writing the same array between runs must give a new plan, not the kept one.
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "reshape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [12]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = vkml.InferenceSession(model.SerializeToString(), providers=providers)
+    x = np.arange(12, dtype=np.float32)
+    shape = np.array([2, 6], dtype=np.int64)
+    (y,) = sess.run(None, {"x": x, "shape": shape})
+    assert y.shape == (2, 6)
+    shape[:] = [3, 4]
+    x *= 2
+    (y,) = sess.run(None, {"x": x, "shape": shape})
+    assert y.shape == (3, 4)
+    np.testing.assert_array_equal(y, (2 * np.arange(12, dtype=np.float32)).reshape(3, 4))
+    shape[:] = [2, 6]
+    (y,) = sess.run(None, {"x": x, "shape": shape})
+    assert y.shape == (2, 6)
+
+
 def test_errors_raise_the_runtime_s_exceptions():
     with pytest.raises(vkml.InvalidModel, match="truncated|decode|parse|read"):
         vkml.InferenceSession(str(MALFORMED / "truncated.onnx"))

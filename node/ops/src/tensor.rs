@@ -261,6 +261,17 @@ impl Tensor {
         &self.data
     }
 
+    /// The same values in bytes of its own, for a value kept past the call that gave it: a
+    /// caller may lend bytes only for a call's duration (the Python package's large numpy
+    /// inputs are the array's own memory, which Python code may write to afterwards).
+    pub fn unshared(&self) -> Tensor {
+        Tensor {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            data: aligned_bytes(&self.data),
+        }
+    }
+
     /// Same bytes, another shape with the same element count (Reshape and friends).
     pub fn reshaped(&self, shape: Vec<usize>) -> Result<Tensor, TensorError> {
         Tensor::from_bytes(self.dtype, shape, self.data.clone())
@@ -367,6 +378,15 @@ mod tests {
         let t = Tensor::from_bytes(DType::F32, vec![2], b.clone()).unwrap();
         let v = t.view::<f32>().unwrap();
         assert_eq!(bytemuck::cast_slice::<f32, u8>(&v), &b[..]);
+    }
+
+    #[test]
+    fn an_unshared_tensor_has_the_values_in_bytes_of_its_own() {
+        let t = Tensor::from_vec(vec![2, 2], vec![1i64, -2, 3, i64::MAX]);
+        let u = t.unshared();
+        assert_eq!(u, t);
+        assert_ne!(u.bytes().as_ptr(), t.bytes().as_ptr());
+        assert!(matches!(u.view::<i64>().unwrap(), Cow::Borrowed(_)));
     }
 
     #[test]
