@@ -6,6 +6,9 @@
 //!     cargo bench --bench soak [-- --minutes N] [--samples FILE.csv] [--kill-every SECONDS]
 //!                                  [--calm]
 //!
+//! `VKML_NODE_BIN` names the vkml-node binary to start (the GPU machine runs a staged copy;
+//! by default, the one cargo built).
+//!
 //! `--calm` leaves out the kills, freezes and partitions: 64 callers (48 threads on the split
 //! model and 16 clients) against a three-node split for the whole time, where no run may fail
 //! (issue 20's load). The summary gives the successful runs' p50, p99 and p99.9 latency.

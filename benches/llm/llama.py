@@ -303,6 +303,33 @@ def bench_torch(args):
     # the cache is static and the device is CUDA; this says whether it did.
     result["compiled"] = getattr(model, "_compiled_call", None) is not None
     print(json.dumps(result))
+    if args.profile and cuda:
+        profile_torch(model, ids, kw, args)
+
+
+def profile_torch(model, ids, kw, args):
+    """The GPU kernels of a generate call of the last prompt, by total time (CUPTI sees the
+    kernels inside CUDA graphs), into args.profile: where PyTorch's decode step goes, beside
+    vkml's `--profile`."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        model.generate(ids, **kw)
+        torch.cuda.synchronize()
+    rows = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            r = rows.setdefault(e.name, [0, 0.0])
+            r[0] += 1
+            r[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+    total = sum(t for _, t in rows.values())
+    with open(args.profile, "w") as f:
+        f.write(f"generate of {ids.shape[1]} + {args.decode} tokens: GPU kernels {total:.0f} us "
+                f"({total / max(args.decode, 1):.0f} us a token, prefill included)\n")
+        f.write(f"{'us':>10} {'calls':>7} {'us/call':>8}  kernel\n")
+        for name, (n, t) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:40]:
+            f.write(f"{t:>10.0f} {n:>7} {t / n:>8.2f}  {name[:150]}\n")
 
 
 def greedy_ids(args):
@@ -331,6 +358,8 @@ def main():
     t.add_argument("--prompt", type=int, nargs="+", default=[128])
     t.add_argument("--decode", type=int, default=64)
     t.add_argument("--device", default="cuda")
+    t.add_argument("--profile", help="also write a generate call's CUDA kernels by time to "
+                   "this file (the last prompt)")
     g = sub.add_parser("greedy")
     g.add_argument("--shape", choices=SHAPES, default="tiny")
     g.add_argument("--seed", type=int, default=0)

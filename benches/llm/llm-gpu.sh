@@ -8,7 +8,8 @@
 # the cluster API (benches/cluster.rs, VKML_BENCH_LLM): decode tokens/s and the cost per cut.
 # Environment: VKML_LLM_PROMPTS (128,512,2048), VKML_LLM_DECODE (64), VKML_LLM_DTYPES ("f16 int4"),
 # VKML_LLM_RUNS (3), VKML_LLM_PROFILE (1: also a decode step's GPU time by op type, from a
-# profiled run of the first prompt length, into $OUT/profile-SHAPE-DTYPE.txt).
+# profiled run of the first prompt length, into $OUT/profile-SHAPE-DTYPE.txt, and PyTorch's
+# kernels of a generate call of the last prompt length into $OUT/torch-profile-SHAPE.txt).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 shape=${1:-1b}
@@ -51,8 +52,12 @@ if [ "$what" != torch ]; then
 fi
 if [ "$what" != vkml ]; then
     # shellcheck disable=SC2086
+    profile=()
+    if [ "${VKML_LLM_PROFILE:-0}" = 1 ]; then
+        profile=(--profile "$out/torch-profile-$shape.txt")
+    fi
     python3 benches/llm/llama.py torch --shape "$shape" --prompt ${prompts//,/ } \
-        --decode "$decode" 2>"$out/torch-$shape.log" | tee "$out/torch-$shape.json"
+        --decode "$decode" "${profile[@]}" 2>"$out/torch-$shape.log" | tee "$out/torch-$shape.json"
 fi
 
 python3 - "$out" "$shape" <<'EOF'

@@ -29,6 +29,9 @@ def main():
     ap.add_argument("--runs", type=int, default=2000, help="runs a round (default 2000)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of each (default 5)")
     ap.add_argument("--input", help="the input as a .npy file (default: the fixture's .pb)")
+    ap.add_argument("--gaps", help="also time the Rust loop with the host idle this many us "
+                    "before each run, e.g. 0,2,5,10,20,50 (a run's time against the pause "
+                    "before it)")
     args = ap.parse_args()
     if args.input:
         x = np.load(args.input)
@@ -68,6 +71,15 @@ def main():
         m = {k: statistics.median(v) * 1e6 for k, v in times.items()}
         print(f"{provider:<26} {m['rust']:>9.1f} {m['one']:>8.1f} {m['ext']:>8.1f} "
               f"{m['python']:>8.1f} {m['python'] - m['rust']:>6.1f}")
+        if args.gaps:
+            gaps = [float(g) for g in args.gaps.split(",")]
+            by_gap = {g: [] for g in gaps}
+            for _ in range(args.rounds):
+                for g in gaps:
+                    by_gap[g] += sess._sess._time_runs(pairs, args.runs, g)
+            cells = " ".join(f"{g:g}us:{statistics.median(v) * 1e6:.1f}"
+                             for g, v in by_gap.items())
+            print(f"{'':<26} run after a pause (medians, us): {cells}")
 
 if __name__ == "__main__":
     main()

@@ -139,18 +139,27 @@ impl Session {
     }
 
     /// Seconds each of `runs` runs of the Rust API takes on `feeds`, one after the other
-    /// with the GIL released (benches/python/bench_overhead.py: what the Python call adds).
+    /// with the GIL released, the host idle (spinning) `gap_us` microseconds before each
+    /// (benches/python/bench_overhead.py: what the Python call adds, and how a run's time
+    /// depends on the pause before it).
+    #[pyo3(signature = (feeds, runs, gap_us = 0.0))]
     fn _time_runs(
         &self,
         py: Python<'_>,
         feeds: &Bound<'_, PyAny>,
         runs: usize,
+        gap_us: f64,
     ) -> PyResult<Vec<f64>> {
         let feeds = arrays::Feeds::new(feeds, arrays::Lend::Share)?;
         let inputs = feeds.inputs();
+        let gap = std::time::Duration::from_secs_f64(gap_us.max(0.0) * 1e-6);
         py.detach(|| {
             (0..runs)
                 .map(|_| {
+                    let idle = std::time::Instant::now();
+                    while idle.elapsed() < gap {
+                        std::hint::spin_loop();
+                    }
                     let start = std::time::Instant::now();
                     self.inner.run(&inputs)?;
                     Ok(start.elapsed().as_secs_f64())

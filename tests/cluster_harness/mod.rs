@@ -21,7 +21,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The vkml-node binary cargo built with the tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_vkml-node");
+
+/// The vkml-node binary the harness starts: `VKML_NODE_BIN` where set (the soak staged on the
+/// GPU machine, which has no cargo and no target folder), else the one cargo built.
+pub fn bin() -> String {
+    std::env::var("VKML_NODE_BIN").unwrap_or_else(|_| BIN.to_string())
+}
 
 /// How long a node may take to start on a loaded machine (it is not what is being measured).
 pub const STARTUP: Duration = Duration::from_secs(30);
@@ -69,7 +76,7 @@ impl Cluster {
     pub fn start_args(&self, name: &str, seeds: &[&Node], extra: &[String]) -> Node {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.args(["--listen", &addr, "--name", name, "--device", "cpu"])
             .arg("--cluster-key")
             .arg(&self.key)
@@ -94,7 +101,7 @@ impl Cluster {
     ) -> Node {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.args(["--listen", &addr, "--name", name]);
         // The CPU unless the extra flags name the devices.
         if !extra.iter().any(|a| a == "--device") {
@@ -128,7 +135,7 @@ impl Cluster {
         faults: Option<&str>,
     ) -> Node {
         let addr = format!("127.0.0.1:{port}");
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.args(["--listen", &addr, "--name", name, "--device", "cpu"])
             .arg("--cluster-key")
             .arg(key)
@@ -155,7 +162,7 @@ pub fn spawn(mut cmd: Command, name: &str, port: u16) -> Node {
         .stderr(Stdio::piped());
     let mut child = cmd
         .spawn()
-        .unwrap_or_else(|e| panic!("starting {BIN}: {e}"));
+        .unwrap_or_else(|e| panic!("starting {}: {e}", bin()));
     let lines: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
     let stderr = child.stderr.take().unwrap();
     let sink = lines.clone();
@@ -183,7 +190,7 @@ impl Drop for Cluster {
 }
 
 pub fn keygen(path: &Path) {
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .arg("keygen")
         .arg("--out")
         .arg(path)
@@ -358,7 +365,7 @@ pub fn status(node: &Node, key: &Path) -> serde_json::Value {
 
 /// `vkml-node status --json` against `node`, or why it failed.
 pub fn try_status(node: &Node, key: &Path) -> Result<serde_json::Value, String> {
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args(["status", "--json", "--to", &node.addr])
         .arg("--cluster-key")
         .arg(key)

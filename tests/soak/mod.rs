@@ -173,8 +173,15 @@ impl Model {
     }
 }
 
+/// The repository the fixtures are read from: where cargo built this, or, for a copy of the
+/// binary run elsewhere (the GPU machine), the current directory.
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if built.join("tests/fixtures").is_dir() {
+        built
+    } else {
+        std::env::current_dir().unwrap_or(built)
+    }
 }
 
 /// The three nodes, restartable on their ports.
@@ -219,7 +226,7 @@ impl Nodes {
     fn launch(&self, i: usize) -> Node {
         let faults = self.cluster.dir.join(format!("{}-faults.toml", NAMES[i]));
         std::fs::write(&faults, self.faults(i)).unwrap();
-        let mut cmd = Command::new(harness::BIN);
+        let mut cmd = Command::new(harness::bin());
         cmd.args([
             "--listen",
             &self.addr(i),
