@@ -104,7 +104,8 @@ layout(push_constant, scalar) uniform P {
     float eps;
     // 1: A's rows are normalised first; 2: with skip added; 4: the first workgroup of each
     // row group writes v (A + skip) to `sum`, laid out as A; 8: A is read as
-    // silu(A) * skip (SwiGluMatMul, `skip` then holding the up projection).
+    // silu(A) * skip (SwiGluMatMul, `skip` then holding the up projection); 16 (the wide
+    // variant): A's row made into shared memory once, before the loads of B.
     uint flags;
     // K's splits, and rows of B per split.
     uint splits;
@@ -113,6 +114,12 @@ layout(push_constant, scalar) uniform P {
 
 shared float red[THREADS * CHUNK];
 shared bool last;
+#if defined(WIDE)
+// Flag 16 (K at most THREADS * CHUNK): A's row as the product reads it (normalised,
+// activated), made once per workgroup into `red`, which the sums use only after the loads,
+// so that a round of loads of B waits on no loads of A, gamma or skip.
+#define staged red
+#endif
 
 void unpack(uvec4 w, out float b[VEC]) {
 #if defined(DT_F16)
@@ -186,7 +193,11 @@ void accumulate(uvec4 w, uint k, uint m0, uint rows, inout float acc[ROWS][VEC])
     unpack(w, b);
     [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
         if (r < rows) {
+#if defined(WIDE)
+            float a = (p.flags & 16u) != 0u ? staged[k] : a_at(r, k, m0);
+#else
             float a = a_at(r, k, m0);
+#endif
             [[unroll]] for (uint j = 0u; j < VEC; ++j) {
                 acc[r][j] = fma(a, b[j], acc[r][j]);
             }
@@ -261,6 +272,14 @@ void main() {
             }
         }
     }
+#if defined(WIDE)
+    if ((p.flags & 16u) != 0u) {
+        for (uint k = tid; k < p.K; k += THREADS) {
+            staged[k] = a_at(0u, k, m0);
+        }
+        barrier();
+    }
+#endif
     float acc[ROWS][VEC];
     [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
         [[unroll]] for (uint j = 0u; j < VEC; ++j) {
@@ -293,6 +312,12 @@ void main() {
             }
         }
     }
+#if defined(WIDE)
+    if ((p.flags & 16u) != 0u) {
+        // Every strand is done reading A from `red` before the sums go into it.
+        barrier();
+    }
+#endif
     // Within a subgroup the strands of one vector are `lanes` invocations apart: a butterfly
     // over those distances leaves each the subgroup's sum, and the first strand of each
     // subgroup (or every strand, where a subgroup is narrower than `lanes`) keeps it in a slot.

@@ -20,6 +20,9 @@ const GROUP_ROWS: usize = 4;
 /// wide one.
 const NARROW_THREADS: usize = 256;
 const WIDE_THREADS: usize = 1024;
+/// Longest row of A the wide workgroups make once into shared memory (gemv.comp's flag 16:
+/// the space of their sums, THREADS * CHUNK floats).
+const STAGE_A: usize = 4096;
 
 /// The shader's workgroup shapes: four rows of A in 256 invocations, one row in 256, one
 /// row in 1,024.
@@ -318,7 +321,12 @@ pub(super) fn kernel_for(
         eps: operands.norm.map_or(0.0, |n| n.eps),
         flags: operands.norm.map_or(0, |n| {
             1 | if n.skip.is_some() { 2 } else { 0 } | if n.sum.is_some() { 4 } else { 0 }
-        }) | if operands.swiglu_up.is_some() { 8 } else { 0 },
+        }) | if operands.swiglu_up.is_some() { 8 } else { 0 }
+            | if block == Block::Wide && g.k <= STAGE_A {
+                16
+            } else {
+                0
+            },
     };
     let variant = block.variant(dtype);
     // Absent operands are stood in for by A, which the flags keep the shader from reading.
