@@ -94,6 +94,12 @@ pub fn to_tensor(
                 .map_or("?".into(), |n| n.to_string())
         ))
     })?;
+    if !untyped.is_aligned() {
+        // Elements off their alignment cannot be read in place by Rust: numpy's copy aligns
+        // them (its ALIGNED flag; our own lending checks its type's alignment too).
+        let copy = array.call_method0("copy")?;
+        return to_tensor(&copy, Lend::Copy, what);
+    }
     let descr = untyped.dtype();
     macro_rules! typed {
         ($($t:ty),*) => {

@@ -69,7 +69,13 @@ def test_inputs_in_any_memory_order_are_taken():
     fortran = np.asfortranarray(x)
     every_other = np.repeat(x, 2, axis=3)[..., ::2]
     assert not fortran.flags["C_CONTIGUOUS"] and not every_other.flags["C_CONTIGUOUS"]
-    for what, value in [("Fortran-order", fortran), ("strided", every_other)]:
+    # And C-contiguous but one byte off the floats' alignment.
+    misaligned = np.frombuffer(bytearray(x.nbytes + 1), dtype=x.dtype, count=x.size,
+                               offset=1).reshape(x.shape)
+    misaligned[...] = x
+    assert not misaligned.flags["ALIGNED"] and misaligned.flags["C_CONTIGUOUS"]
+    for what, value in [("Fortran-order", fortran), ("strided", every_other),
+                        ("misaligned", misaligned)]:
         (got,) = sess.run(None, {name: value})
         assert_matches(got, outputs[0][1], f"{what} input")
 
