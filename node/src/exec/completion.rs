@@ -79,7 +79,19 @@ fn spawn(gpu: Weak<Gpu>) -> Sender<Pending> {
     tx
 }
 
+std::thread_local! {
+    /// Set on completion threads: CPU work they make ready goes to the pool (run.rs).
+    static WATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is a GPU's completion thread, which must not run a run's CPU chunks:
+/// every run on that GPU waits on it.
+pub(super) fn on_completion_thread() -> bool {
+    WATCHING.with(std::cell::Cell::get)
+}
+
 fn watch(gpu: Weak<Gpu>, rx: Receiver<Pending>) {
+    WATCHING.with(|w| w.set(true));
     let mut pending: Vec<Pending> = Vec::new();
     let mut last_progress = Instant::now();
     loop {

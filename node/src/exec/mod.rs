@@ -76,7 +76,16 @@ pub struct Executable {
     meters: Vec<Option<Arc<busy::BusyMeter>>>,
     /// Where bound values stay between runs, when the plan keeps them on its GPU.
     state: Option<bound::StateLayout>,
+    /// Per chunk: whether it is short enough to run on the thread that makes it ready, when
+    /// that is not one of the CPU pool's (run.rs, `drain_soon`).
+    short: Vec<bool>,
 }
+
+/// Most work (arithmetic plus bytes written) a CPU chunk may do on the network task that makes
+/// it ready: a few hundred microseconds on one core at most. Waking a pool thread for a chunk
+/// costs tens of microseconds, more than a small model's whole chunk (BENCHMARKS.md, session
+/// 25), while a long chunk must not hold up the task's other work.
+const SHORT_CHUNK_WORK: u64 = 4 << 20;
 
 /// An execution context tied to one state buffer ([`Executable::bound_context`]).
 #[derive(Clone)]
@@ -485,7 +494,12 @@ impl Executable {
             arm,
             meters,
             state,
+            short: Vec::new(),
         };
+        let short = (0..exe.plan.chunks.len())
+            .map(|c| exe.chunk_work(c) <= SHORT_CHUNK_WORK)
+            .collect();
+        let exe = Executable { short, ..exe };
         // One context up front, so the first run pays no recording (a bound plan's contexts
         // belong to the state buffers they are made for).
         if exe.state.is_none() {
@@ -658,6 +672,29 @@ impl Executable {
             flops <= ARM_MAX_FLOPS
         };
         (single && self.topo.is_local(c) && self.topo.initial[c] == 0 && small()).then_some(c)
+    }
+
+    /// Chunk `c`'s work: its ops' arithmetic plus the bytes of their outputs.
+    fn chunk_work(&self, c: usize) -> u64 {
+        self.plan.chunks[c]
+            .ops
+            .iter()
+            .map(|&p| {
+                let node = self.spec.node(&self.graph, self.spec.live[p]);
+                let written: u64 = node
+                    .outputs
+                    .iter()
+                    .filter_map(|&o| self.spec.types[o].as_ref())
+                    .map(|t| t.bytes() as u64)
+                    .sum();
+                self.flops(p).saturating_add(written)
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+
+    /// Whether CPU chunk `c` may run on the thread that made it ready.
+    pub(super) fn short_chunk(&self, c: usize) -> bool {
+        self.short.get(c).copied().unwrap_or(false)
     }
 
     /// The arithmetic work of the op at plan position `p`.

@@ -10,8 +10,9 @@
 //! On a cluster the same run state serves one node's fragment of a plan: values from other
 //! nodes arrive through a [`RunLink`] and decrement the counters of the chunks that read
 //! them, and [`RemoteHooks`] carry away what other nodes need when a chunk finishes. No
-//! thread waits for such a run ([`start_detached`]): its CPU chunks run on rayon's pool as
-//! they become ready (one at a time per run), and whichever thread ends the run (the last
+//! thread waits for such a run ([`start_detached`]): its CPU chunks run as they become ready
+//! (one at a time per run), a short one on the network task that made it ready, the others on
+//! rayon's pool, and whichever thread ends the run (the last
 //! chunk's, a GPU's completion thread, or the one that delivers an abort) calls its `done`.
 //! So a node's threads do not grow with the runs it has in flight, most of which are waiting
 //! for another node's values.
@@ -185,7 +186,10 @@ impl RunState {
         drop(d.keep.lock().expect("keep lock").take());
     }
 
-    /// Runs the ready CPU chunks of a detached run on rayon's pool, unless a task already is.
+    /// Runs the ready CPU chunks of a detached run, unless something already is: short ones
+    /// on this thread when it is the network task that made them ready (a pool thread's
+    /// wake-up would cost more than they do), the rest, and any that a pool thread or a GPU's
+    /// completion thread made ready, on rayon's pool.
     fn drain_soon(self: &Arc<Self>) {
         let Driver::Detached(d) = &self.driver else {
             return;
@@ -193,16 +197,29 @@ impl RunState {
         if d.draining.swap(true, SeqCst) {
             return;
         }
-        let me = Arc::clone(self);
-        rayon::spawn(move || me.drain());
+        if rayon::current_thread_index().is_some() || completion::on_completion_thread() {
+            let me = Arc::clone(self);
+            rayon::spawn(move || me.drain(false));
+        } else {
+            self.drain(true);
+        }
     }
 
-    fn drain(self: &Arc<Self>) {
+    /// Runs ready CPU chunks until none is left; `here`: on a thread not the pool's, which
+    /// hands the pool the first chunk that is not short, and the rest with it.
+    fn drain(self: &Arc<Self>, here: bool) {
         let Driver::Detached(d) = &self.driver else {
             return;
         };
         loop {
             while let Some(c) = self.cpu_ready.pop() {
+                if here && !self.exe.short_chunk(c) {
+                    // `draining` stays up: the pool's task drains from now on.
+                    self.cpu_ready.push(c);
+                    let me = Arc::clone(self);
+                    rayon::spawn(move || me.drain(false));
+                    return;
+                }
                 let result = if self.failed.load(SeqCst) {
                     Ok(())
                 } else {
