@@ -10,11 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use vkml::exec::{Device, Executable, RemoteHooks, cost_graph, inventory};
+use vkml::exec::RemoteHooks;
 use vkml::graph::{Graph, ValueId};
 use vkml::ops::ValueType;
 use vkml::tensor::Tensor;
-use vkml_planner::{LinkCosts, Snapshot};
 
 /// Keeps the run's output and the thread it was handed over on.
 #[derive(Default)]
@@ -34,28 +33,7 @@ fn fragment_run(model: &str) -> ThreadId {
     let graph = Graph::from_model(&vkml::onnx::load(&dir.join("model.onnx")).unwrap()).unwrap();
     let set = common::read_data_set(&dir.join("test_data_set_0"));
     let x = set.inputs[0].1.clone();
-    let spec = graph.specialize(&[ValueType::of(&x)], &[]).unwrap();
-    let (cost, kernels) = cost_graph(&graph, &spec, &Default::default());
-    let mut snapshot = Snapshot::default();
-    let devs = inventory(&[Device::Cpu], None);
-    snapshot
-        .nodes
-        .insert("a".into(), devs.nodes.into_values().next().unwrap());
-    let plan = vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).unwrap();
-    let exe = Arc::new(
-        Executable::with_plan(
-            Arc::new(graph),
-            spec,
-            vec![Device::Cpu],
-            plan,
-            kernels,
-            "a",
-            false,
-            &[],
-            None,
-        )
-        .unwrap(),
-    );
+    let exe = common::cpu_fragment(graph, &[ValueType::of(&x)], &[("a", None)], |_| "a".into());
     let seen = Arc::new(Seen::default());
     let (tx, rx) = mpsc::channel();
     exe.start_fragment(

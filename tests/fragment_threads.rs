@@ -3,15 +3,16 @@
 //! had in flight, each parked on a thread of its own until its values came). Alone in its
 //! binary, so that no other test's threads come and go while this one counts them.
 
+mod common;
+
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use vkml::exec::{Device, Executable, RemoteHooks, RunLink, cost_graph, inventory};
+use vkml::exec::{RemoteHooks, RunLink};
 use vkml::graph::{Graph, ValueId};
 use vkml::ops::ValueType;
 use vkml::tensor::{DType, Tensor};
-use vkml_planner::{LinkCosts, Snapshot};
 
 /// What leaves the fragment: nothing, here (its values never come, so nothing finishes).
 struct Nowhere;
@@ -31,37 +32,20 @@ fn runs_waiting_for_another_node_hold_no_thread() {
         .join("tests/fixtures/mnist_cnn/model.onnx");
     let graph = Graph::from_model(&vkml::onnx::load(&path).unwrap()).unwrap();
     let input = ValueType::new(DType::F32, vec![1, 1, 28, 28]);
-    let spec = graph.specialize(&[input], &[]).unwrap();
-    let (cost, kernels) = cost_graph(&graph, &spec, &Default::default());
-    // Two CPU nodes, neither able to hold the model alone.
-    let mut snapshot = Snapshot::default();
-    for (name, cap) in [("a", 60_000u64), ("b", 150_000)] {
-        let devs = inventory(&[Device::Cpu], Some(cap));
-        snapshot
-            .nodes
-            .insert(name.into(), devs.nodes.into_values().next().unwrap());
-    }
-    let plan = vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).unwrap();
-    // The node whose chunks read a value from the other.
-    let t = plan
-        .transfers
-        .iter()
-        .find(|t| t.cross_host)
-        .expect("the caps split the model");
-    let waiting = plan.placement[plan.chunks[t.to_chunk].ops[0]].node.clone();
-    let exe = Arc::new(
-        Executable::with_plan(
-            Arc::new(graph),
-            spec,
-            vec![Device::Cpu],
-            plan,
-            kernels,
-            &waiting,
-            false,
-            &[],
-            None,
-        )
-        .unwrap(),
+    // Two CPU nodes, neither able to hold the model alone; the one whose chunks read a value
+    // from the other.
+    let exe = common::cpu_fragment(
+        graph,
+        &[input],
+        &[("a", Some(60_000)), ("b", Some(150_000))],
+        |plan| {
+            let t = plan
+                .transfers
+                .iter()
+                .find(|t| t.cross_host)
+                .expect("the caps split the model");
+            plan.placement[plan.chunks[t.to_chunk].ops[0]].node.clone()
+        },
     );
     let x = Tensor::from_vec(vec![1, 1, 28, 28], vec![0.5f32; 784]);
     let links: Arc<Mutex<Vec<RunLink>>> = Arc::default();

@@ -350,3 +350,40 @@ pub fn split_limit(name: &str) -> u64 {
             panic!("{name}: no device_memory_limit split the plan over cpu and vulkan:0; tried {tried:#?}")
         })
 }
+
+/// `graph`'s plan over CPU-only nodes of these names and memory caps, for inputs of `types`,
+/// and the executable of the part that node `pick` (given the plan) runs: a cluster node's
+/// fragment, run in process.
+pub fn cpu_fragment(
+    graph: vkml::graph::Graph,
+    types: &[vkml::ops::ValueType],
+    nodes: &[(&str, Option<u64>)],
+    pick: impl FnOnce(&vkml_planner::Plan) -> String,
+) -> std::sync::Arc<vkml::exec::Executable> {
+    use vkml::exec::{Device, Executable, cost_graph, inventory};
+    let spec = graph.specialize(types, &[]).unwrap();
+    let (cost, kernels) = cost_graph(&graph, &spec, &Default::default());
+    let mut snapshot = vkml_planner::Snapshot::default();
+    for &(name, cap) in nodes {
+        let devs = inventory(&[Device::Cpu], cap);
+        snapshot
+            .nodes
+            .insert(name.into(), devs.nodes.into_values().next().unwrap());
+    }
+    let plan = vkml_planner::plan(&cost, &snapshot, &Default::default()).unwrap();
+    let node = pick(&plan);
+    std::sync::Arc::new(
+        Executable::with_plan(
+            std::sync::Arc::new(graph),
+            spec,
+            vec![Device::Cpu],
+            plan,
+            kernels,
+            &node,
+            false,
+            &[],
+            None,
+        )
+        .unwrap(),
+    )
+}
