@@ -395,10 +395,12 @@ impl Exec {
         let owner = Owner {
             id,
             name: format!("client at {}", conn.remote_address()),
+            gone: Arc::default(),
         };
-        let (conn, me) = (conn.clone(), Arc::downgrade(self));
+        let (conn, me, gone) = (conn.clone(), Arc::downgrade(self), owner.gone.clone());
         tokio::spawn(async move {
             let why = conn.closed().await;
+            gone.store(true, std::sync::atomic::Ordering::SeqCst);
             if let Some(e) = me.upgrade() {
                 tracing::info!(
                     "{} is gone ({why}): its models will be unloaded",

@@ -89,6 +89,10 @@ struct Entry {
 pub struct Owner {
     pub id: u64,
     pub name: String,
+    /// Set once the connection has closed, before the machine hears of it: a submission
+    /// still being decoded or planned then leases its model to an owner already gone, whose
+    /// `owner_gone` found nothing to unload (a soak left such a model loaded).
+    pub gone: Arc<std::sync::atomic::AtomicBool>,
 }
 
 type Answer<T> = oneshot::Sender<Result<T, RunError>>;
@@ -254,6 +258,11 @@ impl Submitter {
             st.core.add_model(id);
             if let Some(o) = &owner {
                 st.core.lease(id, o.id)?;
+                // Under the lock that `owner_gone` takes: if the connection closed before
+                // this, its `owner_gone` has run or will find the lease.
+                if o.gone.load(Ordering::SeqCst) {
+                    st.core.owner_gone(o.id, now);
+                }
             }
             let Some(types) = types else {
                 return Ok(false);
