@@ -373,10 +373,7 @@ impl Session {
                         values: key
                             .values
                             .into_iter()
-                            .map(|(i, b)| {
-                                let own = known[i].as_ref().map(|t| t.bytes().clone());
-                                (i, own.unwrap_or_else(|| bytes::Bytes::copy_from_slice(&b)))
-                            })
+                            .map(|(i, b)| (i, bytes::Bytes::copy_from_slice(&b)))
                             .collect(),
                         ..key
                     };

@@ -15,6 +15,7 @@ mod run;
 pub mod shared;
 mod topology;
 mod upload;
+mod work;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -479,6 +480,9 @@ impl Executable {
             .iter()
             .map(|d| Some(busy::meter(&d.name())))
             .collect();
+        let short = (0..plan.chunks.len())
+            .map(|c| work::chunk_work(&graph, &spec, &plan, c) <= SHORT_CHUNK_WORK)
+            .collect();
         let exe = Executable {
             graph,
             spec,
@@ -494,12 +498,8 @@ impl Executable {
             arm,
             meters,
             state,
-            short: Vec::new(),
+            short,
         };
-        let short = (0..exe.plan.chunks.len())
-            .map(|c| exe.chunk_work(c) <= SHORT_CHUNK_WORK)
-            .collect();
-        let exe = Executable { short, ..exe };
         // One context up front, so the first run pays no recording (a bound plan's contexts
         // belong to the state buffers they are made for).
         if exe.state.is_none() {
@@ -674,24 +674,6 @@ impl Executable {
         (single && self.topo.is_local(c) && self.topo.initial[c] == 0 && small()).then_some(c)
     }
 
-    /// Chunk `c`'s work: its ops' arithmetic plus the bytes of their outputs.
-    fn chunk_work(&self, c: usize) -> u64 {
-        self.plan.chunks[c]
-            .ops
-            .iter()
-            .map(|&p| {
-                let node = self.spec.node(&self.graph, self.spec.live[p]);
-                let written: u64 = node
-                    .outputs
-                    .iter()
-                    .filter_map(|&o| self.spec.types[o].as_ref())
-                    .map(|t| t.bytes() as u64)
-                    .sum();
-                self.flops(p).saturating_add(written)
-            })
-            .fold(0u64, u64::saturating_add)
-    }
-
     /// Whether CPU chunk `c` may run on the thread that made it ready.
     pub(super) fn short_chunk(&self, c: usize) -> bool {
         self.short.get(c).copied().unwrap_or(false)
@@ -699,18 +681,7 @@ impl Executable {
 
     /// The arithmetic work of the op at plan position `p`.
     fn flops(&self, p: usize) -> u64 {
-        let node = self.spec.node(&self.graph, self.spec.live[p]);
-        let in_types: Vec<Option<&ValueType>> = node
-            .inputs
-            .iter()
-            .map(|v| v.and_then(|v| self.spec.types[v].as_ref()))
-            .collect();
-        let out_types: Vec<ValueType> = node
-            .outputs
-            .iter()
-            .filter_map(|&o| self.spec.types[o].clone())
-            .collect();
-        node.op.flops(&in_types, &out_types)
+        work::op_flops(&self.graph, &self.spec, p)
     }
 
     /// Runs once with inputs in the graph's input order. Concurrent runs each take an

@@ -90,8 +90,8 @@ pub struct Owner {
     pub id: u64,
     pub name: String,
     /// Set once the connection has closed, before the machine hears of it: a submission
-    /// still being decoded or planned then leases its model to an owner already gone, whose
-    /// `owner_gone` found nothing to unload (a soak left such a model loaded).
+    /// still being read when it closed leases its model to an owner already gone, whose
+    /// `owner_gone` found nothing to unload, so the lease must start its grace itself.
     pub gone: Arc<std::sync::atomic::AtomicBool>,
 }
 
