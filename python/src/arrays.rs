@@ -107,7 +107,7 @@ pub fn to_tensor(
                 let a = array.cast::<PyArrayDyn<$t>>()?.readonly();
                 let shape = a.shape().to_vec();
                 if lend == Lend::Share {
-                    if let Some(bytes) = crate::lent::lend(array.cast::<PyArrayDyn<$t>>()?) {
+                    if let Some(bytes) = crate::lent::lend(&a) {
                         let dtype = <$t as vkml::tensor::Element>::DTYPE;
                         return Tensor::from_bytes(dtype, shape, bytes)
                             .map_err(|e| InvalidInput::new_err(format!("{}: {e}", what())));
