@@ -20,7 +20,37 @@ pub const CPU: &str = "CPUExecutionProvider";
 /// is kept for it). The bindings are an edge of the runtime, as the binary is: the library
 /// itself reads no environment.
 pub fn tuning(py: Python<'_>) -> PyResult<vkml::tuning::Tuning> {
-    let (tuning, warnings) = vkml::tuning::Tuning::from_vars(std::env::vars());
+    tuning_with(py, Vec::new(), true)
+}
+
+/// As [`tuning`], with `settings` (a session's `vkml.*` config entries as `VKML_*` names)
+/// over the environment's. `arm` is the default of arming (`VKML_ARM`) where neither sets
+/// it: a run armed behind the GPU's gate starts late when the host pauses a few microseconds
+/// before releasing it, and a run called from Python always pauses so long (BENCHMARKS.md,
+/// session 25), so sessions that Python calls run by run do not arm unless asked.
+pub fn tuning_with(
+    py: Python<'_>,
+    settings: Vec<(String, String)>,
+    arm: bool,
+) -> PyResult<vkml::tuning::Tuning> {
+    let known = |name: &str| vkml::tuning::VARIABLES.iter().any(|(n, _)| *n == name);
+    if let Some((name, _)) = settings.iter().find(|(name, _)| !known(name)) {
+        let entries: Vec<String> = vkml::tuning::VARIABLES
+            .iter()
+            .map(|(n, _)| format!("vkml.{}", n["VKML_".len()..].to_lowercase()))
+            .collect();
+        return Err(InvalidInput::new_err(format!(
+            "the session config entry vkml.{} is no VKML setting; they are: {}",
+            name["VKML_".len()..].to_lowercase(),
+            entries.join(", ")
+        )));
+    }
+    let vars: Vec<(String, String)> = std::env::vars().chain(settings).collect();
+    let arm_set = vars.iter().any(|(n, _)| n == "VKML_ARM");
+    let (mut tuning, warnings) = vkml::tuning::Tuning::from_vars(vars);
+    if !arm_set {
+        tuning.arm = arm;
+    }
     for w in warnings {
         let message = std::ffi::CString::new(w).unwrap_or_default();
         PyErr::warn(
@@ -104,12 +134,20 @@ impl Session {
 
 #[pymethods]
 impl Session {
+    /// `settings`: `VKML_*` names and values over the environment's (a session's `vkml.*`
+    /// config entries).
     #[new]
-    fn new(py: Python<'_>, model: &Bound<'_, PyAny>, device: &str) -> PyResult<Session> {
+    #[pyo3(signature = (model, device, settings=Vec::new()))]
+    fn new(
+        py: Python<'_>,
+        model: &Bound<'_, PyAny>,
+        device: &str,
+        settings: Vec<(String, String)>,
+    ) -> PyResult<Session> {
         let devices = DeviceSelection::from_str(device).map_err(InvalidInput::new_err)?;
         let options = SessionOptions {
             devices,
-            tuning: tuning(py)?,
+            tuning: tuning_with(py, settings, false)?,
             ..Default::default()
         };
         let inner = if let Ok(bytes) = model.cast::<PyBytes>() {

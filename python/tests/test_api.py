@@ -167,3 +167,37 @@ def test_threads_share_one_session(providers):
 
     failures = in_threads(8, work)
     assert not failures, failures[:3]
+
+
+def test_vkml_config_entries_set_the_runtime_s_settings(providers):
+    sets = data_sets(MNIST.parent)
+    inputs, outputs = sets[0]
+    # Arming on and off (off is the default of a session Python calls), same outputs.
+    for arm in ("1", "0"):
+        so = vkml.SessionOptions()
+        so.add_session_config_entry("vkml.arm", arm)
+        assert so.get_session_config_entry("vkml.arm") == arm
+        sess = vkml.InferenceSession(str(MNIST), sess_options=so, providers=providers)
+        assert sess.get_session_options() is so
+        (got,) = sess.run(None, {sess.get_inputs()[0].name: inputs[0][1]})
+        assert_matches(got, outputs[0][1], f"vkml.arm={arm}")
+    # A setting reaches the runtime: no value may take more than 1 byte, so none fits.
+    so = vkml.SessionOptions()
+    so.add_session_config_entry("vkml.max_value_bytes", "1")
+    with pytest.raises(vkml.VkmlError, match=" 1 bytes"):
+        sess = vkml.InferenceSession(str(MNIST), sess_options=so, providers=providers)
+        sess.run(None, {sess.get_inputs()[0].name: inputs[0][1]})
+    # Other entries are kept and change nothing; a vkml name that is no setting is refused,
+    # a value the setting does not understand warned about.
+    so = vkml.SessionOptions()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    vkml.InferenceSession(str(MNIST), sess_options=so, providers=providers)
+    with pytest.raises(KeyError, match="no config entry"):
+        so.get_session_config_entry("vkml.arm")
+    so.add_session_config_entry("vkml.no_such_thing", "1")
+    with pytest.raises(vkml.InvalidInput, match="vkml.no_such_thing is no VKML setting.*vkml.arm"):
+        vkml.InferenceSession(str(MNIST), sess_options=so, providers=providers)
+    so = vkml.SessionOptions()
+    so.add_session_config_entry("vkml.fusion", "sometimes")
+    with pytest.warns(UserWarning, match="VKML_FUSION"):
+        vkml.InferenceSession(str(MNIST), sess_options=so, providers=providers)

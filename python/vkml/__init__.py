@@ -113,7 +113,11 @@ class ExecutionMode(enum.IntEnum):
 
 class SessionOptions:
     """onnxruntime's session options, for scripts that set them: VKML plans and threads on
-    its own, so these are kept but do not change how a model runs."""
+    its own, so these attributes are kept but do not change how a model runs.
+
+    Config entries named ``vkml.<setting>`` set the runtime's ``VKML_<SETTING>`` for the
+    sessions made with these options, over the environment's (README.md lists them), e.g.
+    ``add_session_config_entry("vkml.fusion", "0")``; other entries are kept and ignored."""
 
     def __init__(self) -> None:
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -122,6 +126,20 @@ class SessionOptions:
         self.log_severity_level = 2
         self.enable_profiling = False
         self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self._config: Dict[str, str] = {}
+
+    def add_session_config_entry(self, config_key: str, config_value: str) -> None:
+        self._config[str(config_key)] = str(config_value)
+
+    def get_session_config_entry(self, config_key: str) -> str:
+        if config_key not in self._config:
+            raise KeyError(f"these SessionOptions have no config entry {config_key!r}")
+        return self._config[config_key]
+
+    def _vkml_settings(self) -> List[tuple]:
+        """The ``vkml.*`` entries as the runtime's ``VKML_*`` names and values."""
+        return [("VKML_" + k[len("vkml."):].upper(), v) for k, v in self._config.items()
+                if k.startswith("vkml.")]
 
 
 def _device(providers: Optional[Sequence[Any]]) -> tuple:
@@ -172,9 +190,9 @@ class InferenceSession:
             model = os.fspath(model)
         if isinstance(model, (bytearray, memoryview)):
             model = bytes(model)
-        self._sess = _vkml.Session(model, device)
-        self._providers = used
         self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        self._sess = _vkml.Session(model, device, self._sess_options._vkml_settings())
+        self._providers = used
         self._inputs = [NodeArg(*a) for a in self._sess.inputs()]
         self._outputs = [NodeArg(*a) for a in self._sess.outputs()]
 
