@@ -1,10 +1,9 @@
 """What a call through the Python package adds to a run of the Rust API (issue 22's target:
 at most 10 us for the MNIST-like CNN). Both are timed in one process, in alternating rounds:
 `InferenceSession.run` from Python (numpy in, numpy out), and the Rust API run in a loop
-inside the extension (`_time_runs`, the GIL released) with the Rust API's default settings,
-which arm each run behind the GPU's gate; a session Python calls does not arm unless its
-options say `vkml.arm` = 1 (docs/PYTHON.md), and the Python call armed is timed too. Prints
-medians and their difference per provider.
+inside the extension (`_time_runs`, the GIL released). Both arm each run behind the GPU's
+gate, the default; a second session with the config entry `vkml.arm` = 0 times both unarmed
+too. Prints medians and the Python call's difference to the Rust API per provider.
 
     target/py-venv/bin/python benches/python/bench_overhead.py [--runs N] [--rounds R]
 
@@ -44,53 +43,52 @@ def main():
         t.ParseFromString((MNIST / "test_data_set_0" / "input_0.pb").read_bytes())
         x = numpy_helper.to_array(t)
     print(f"vkml {vkml.__version__}, MNIST-like CNN, {args.rounds} rounds of {args.runs} runs")
-    # Between the Rust loop and the full call, to tell where the time goes: the Rust loop
-    # unarmed (the Python session's own settings), one Rust run per Python call of the
-    # extension (the input converted and the GIL released each time, no output made), and
-    # the extension's run itself (outputs as numpy arrays, without InferenceSession's Python
-    # layer).
-    print(f"{'provider':<26} {'Rust API':>9} {'unarmed':>8} {'one run':>8} {'ext run':>8} "
-          f"{'Python':>8} {'armed':>8} {'added':>6}   (medians, us)")
+    # Two steps between the Rust loop and the full call, to tell where the time goes: one
+    # Rust run per Python call of the extension (the input converted and the GIL released
+    # each time, no output made), and the extension's run itself (outputs as numpy arrays,
+    # without InferenceSession's Python layer).
+    print(f"{'provider':<26} {'Rust API':>9} {'one run':>8} {'ext run':>8} {'Python':>8} "
+          f"{'added':>6} {'unarmed: Rust':>14} {'Python':>7}   (medians, us)")
     for provider in vkml.get_available_providers():
         sess = vkml.InferenceSession(str(MNIST / "model.onnx"), providers=[provider])
         so = vkml.SessionOptions()
-        so.add_session_config_entry("vkml.arm", "1")
-        armed = vkml.InferenceSession(str(MNIST / "model.onnx"), sess_options=so,
-                                      providers=[provider])
+        so.add_session_config_entry("vkml.arm", "0")
+        unarmed = vkml.InferenceSession(str(MNIST / "model.onnx"), sess_options=so,
+                                        providers=[provider])
         name = sess.get_inputs()[0].name
         feeds = {name: x}
         pairs = [(name, x)]
         for _ in range(200):  # planned and recorded, caches warm
             sess.run(None, feeds)
-            armed.run(None, feeds)
-        times = {"rust": [], "unarmed": [], "one": [], "ext": [], "python": [], "armed": []}
+            unarmed.run(None, feeds)
+        times = {"rust": [], "one": [], "ext": [], "python": [], "rust0": [], "python0": []}
         calls = {
             "one": lambda: sess._sess._time_runs(pairs, 1),
             "ext": lambda: sess._sess.run(None, pairs),
             "python": lambda: sess.run(None, feeds),
-            "armed": lambda: armed.run(None, feeds),
+            "python0": lambda: unarmed.run(None, feeds),
         }
         for _ in range(args.rounds):
-            times["rust"] += armed._sess._time_runs(pairs, args.runs)
-            times["unarmed"] += sess._sess._time_runs(pairs, args.runs)
+            times["rust"] += sess._sess._time_runs(pairs, args.runs)
+            times["rust0"] += unarmed._sess._time_runs(pairs, args.runs)
             for key, call in calls.items():
                 for _ in range(args.runs):
                     start = time.perf_counter()
                     call()
                     times[key].append(time.perf_counter() - start)
         m = {k: statistics.median(v) * 1e6 for k, v in times.items()}
-        print(f"{provider:<26} {m['rust']:>9.1f} {m['unarmed']:>8.1f} {m['one']:>8.1f} "
-              f"{m['ext']:>8.1f} {m['python']:>8.1f} {m['armed']:>8.1f} "
-              f"{m['python'] - m['rust']:>6.1f}")
+        print(f"{provider:<26} {m['rust']:>9.1f} {m['one']:>8.1f} {m['ext']:>8.1f} "
+              f"{m['python']:>8.1f} {m['python'] - m['rust']:>6.1f} {m['rust0']:>14.1f} "
+              f"{m['python0']:>7.1f}")
         if args.gaps:
             gaps = [float(g) for g in args.gaps.split(",")]
             by_gap = {g: [] for g in gaps}
             for _ in range(args.rounds):
                 for g in gaps:
-                    by_gap[g] += armed._sess._time_runs(pairs, args.runs, g)
+                    by_gap[g] += sess._sess._time_runs(pairs, args.runs, g)
             cells = " ".join(f"{g:g}us:{statistics.median(v) * 1e6:.1f}"
                              for g, v in by_gap.items())
-            print(f"{'':<26} armed run after a pause (medians, us): {cells}")
+            print(f"{'':<26} run after a pause (medians, us): {cells}")
 
 
 if __name__ == "__main__":

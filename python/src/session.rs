@@ -20,18 +20,14 @@ pub const CPU: &str = "CPUExecutionProvider";
 /// is kept for it). The bindings are an edge of the runtime, as the binary is: the library
 /// itself reads no environment.
 pub fn tuning(py: Python<'_>) -> PyResult<vkml::tuning::Tuning> {
-    tuning_with(py, Vec::new(), true)
+    tuning_with(py, Vec::new())
 }
 
 /// As [`tuning`], with `settings` (a session's `vkml.*` config entries as `VKML_*` names)
-/// over the environment's. `arm` is the default of arming (`VKML_ARM`) where neither sets
-/// it: a run armed behind the GPU's gate starts late when the host pauses a few microseconds
-/// before releasing it, and a run called from Python always pauses so long (BENCHMARKS.md,
-/// session 25), so sessions that Python calls run by run do not arm unless asked.
+/// over the environment's; a name that is no setting is refused.
 pub fn tuning_with(
     py: Python<'_>,
     settings: Vec<(String, String)>,
-    arm: bool,
 ) -> PyResult<vkml::tuning::Tuning> {
     let known = |name: &str| vkml::tuning::VARIABLES.iter().any(|(n, _)| *n == name);
     if let Some((name, _)) = settings.iter().find(|(name, _)| !known(name)) {
@@ -41,16 +37,11 @@ pub fn tuning_with(
             .collect();
         return Err(InvalidInput::new_err(format!(
             "the session config entry vkml.{} is no VKML setting; they are: {}",
-            name["VKML_".len()..].to_lowercase(),
+            name.get("VKML_".len()..).unwrap_or(name).to_lowercase(),
             entries.join(", ")
         )));
     }
-    let vars: Vec<(String, String)> = std::env::vars().chain(settings).collect();
-    let arm_set = vars.iter().any(|(n, _)| n == "VKML_ARM");
-    let (mut tuning, warnings) = vkml::tuning::Tuning::from_vars(vars);
-    if !arm_set {
-        tuning.arm = arm;
-    }
+    let (tuning, warnings) = vkml::tuning::Tuning::from_vars(std::env::vars().chain(settings));
     for w in warnings {
         let message = std::ffi::CString::new(w).unwrap_or_default();
         PyErr::warn(
@@ -147,7 +138,7 @@ impl Session {
         let devices = DeviceSelection::from_str(device).map_err(InvalidInput::new_err)?;
         let options = SessionOptions {
             devices,
-            tuning: tuning_with(py, settings, false)?,
+            tuning: tuning_with(py, settings)?,
             ..Default::default()
         };
         let inner = if let Ok(bytes) = model.cast::<PyBytes>() {

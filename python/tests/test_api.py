@@ -172,7 +172,7 @@ def test_threads_share_one_session(providers):
 def test_vkml_config_entries_set_the_runtime_s_settings(providers):
     sets = data_sets(MNIST.parent)
     inputs, outputs = sets[0]
-    # Arming on and off (off is the default of a session Python calls), same outputs.
+    # Runs armed behind the GPU's gate (the default) or not, same outputs.
     for arm in ("1", "0"):
         so = vkml.SessionOptions()
         so.add_session_config_entry("vkml.arm", arm)
