@@ -1,9 +1,50 @@
-//! The CPU backend's GEMM: ndarray's `general_mat_mul`, which runs matrixmultiply's packed,
-//! multi-threaded kernels behind a safe, bounds-checked API (so no `unsafe` here), and a plain
+//! The CPU backend's GEMM: ndarray's `general_mat_mul`, which runs matrixmultiply's packed
+//! kernels behind a safe, bounds-checked API (so no `unsafe` here), and a plain
 //! matrix-vector loop for products with a single row or column.
+//!
+//! Each matrixmultiply call is single-threaded. matrixmultiply's own `threading` (a fixed tree
+//! of four threads that every concurrent caller queues for) cost a node pinned to 5 cores
+//! 2.6x its throughput with many runs in flight (40.6 runs/s of an 8-block [256, 1024] x
+//! [1024, 1024] chain against 105.2 with it off: BENCHMARKS.md, session 26), while a run
+//! alone needs the spare cores (29.9 ms against 52.7). So a large product is cut into blocks
+//! of C's rows or columns for rayon's pool only while fewer products are in progress than the
+//! pool has threads, into as many blocks as each product's share of the threads; once runs
+//! fill the pool each product runs whole on its calling thread. Cutting regardless of load
+//! burnt 45.8 ms of CPU a run where whole products took 25.4 (the 2-core VM, 4 callers).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ndarray::linalg::general_mat_mul;
-use ndarray::{ArrayView2, ArrayViewMut2, LinalgScalar, ShapeBuilder};
+use ndarray::{ArrayView2, ArrayViewMut2, Axis, LinalgScalar, ShapeBuilder, s};
+use rayon::prelude::*;
+
+/// Products of at least [`BLOCK_MIN_WORK`] in progress in this process.
+static IN_PROGRESS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a product in [`IN_PROGRESS`] while it lives.
+struct InProgress;
+
+impl InProgress {
+    /// The guard, and the products in progress counting this one.
+    fn enter() -> (InProgress, usize) {
+        (InProgress, IN_PROGRESS.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        IN_PROGRESS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The least multiply-adds worth a block of its own: a few hundred microseconds on one core,
+/// so that handing a block to the pool (10-30 us, window/par.rs) and packing its operand
+/// again (below) stay small beside it.
+const BLOCK_MIN_WORK: usize = 1 << 21;
+
+/// The fewest rows or columns of C in a block: matrixmultiply's kernels work in panels of
+/// up to 64 wide, and a narrower block would waste them.
+const BLOCK_MIN_SIDE: usize = 64;
 
 /// One operand of [`gemm`]: element (i, j) is at `slice[off + i * rs + j * cs]`.
 type Mat<'a, T> = (&'a [T], usize, usize, usize);
@@ -54,9 +95,58 @@ pub fn gemm<T: Dot + PartialEq + Send + Sync>(
     let b = ArrayView2::from_shape((k, n).strides((b_rs, b_cs)), &b[b_off..])
         .expect("gemm: B's strides reach past its data");
     let rows = if m == 0 { 0 } else { (m - 1) * ldc + n };
-    let mut c = ArrayViewMut2::from_shape((m, n).strides((ldc, 1)), &mut c[..rows])
+    let c = ArrayViewMut2::from_shape((m, n).strides((ldc, 1)), &mut c[..rows])
         .expect("gemm: C is smaller than M x N");
-    general_mat_mul(alpha, &a, &b, beta, &mut c);
+    blocked(alpha, a, b, beta, c);
+}
+
+/// `c = alpha * a b + beta * c`, in blocks on rayon's pool when large enough (see the
+/// module's comment). Each block packs its own copy of the operand it shares with the others
+/// (all of B for a block of rows, all of A for one of columns), so C is cut along its longer
+/// side, where that copy is the smaller one.
+fn blocked<T: LinalgScalar + Send + Sync>(
+    alpha: T,
+    a: ArrayView2<'_, T>,
+    b: ArrayView2<'_, T>,
+    beta: T,
+    c: ArrayViewMut2<'_, T>,
+) {
+    let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+    let axis = if m >= n { Axis(0) } else { Axis(1) };
+    let side = m.max(n);
+    let work = m * k * n;
+    let (_counted, in_progress) = if work >= BLOCK_MIN_WORK {
+        let (guard, n) = InProgress::enter();
+        (Some(guard), n)
+    } else {
+        (None, 1)
+    };
+    let blocks = (work / BLOCK_MIN_WORK)
+        .min(side / BLOCK_MIN_SIDE)
+        .min(rayon::current_num_threads() / in_progress);
+    if blocks < 2 {
+        let mut c = c;
+        general_mat_mul(alpha, &a, &b, beta, &mut c);
+        return;
+    }
+    let mut parts = Vec::with_capacity(blocks);
+    let mut rest = c;
+    let mut start = 0;
+    for i in 0..blocks {
+        let len = side * (i + 1) / blocks - start;
+        let (part, tail) = rest.split_at(axis, len);
+        parts.push((start, part));
+        rest = tail;
+        start += len;
+    }
+    parts.into_par_iter().for_each(|(at, mut part)| {
+        let len = part.len_of(axis);
+        if axis == Axis(0) {
+            general_mat_mul(alpha, &a.slice(s![at..at + len, ..]), &b, beta, &mut part);
+        } else {
+            general_mat_mul(alpha, &a, &b.slice(s![.., at..at + len]), beta, &mut part);
+        }
+    });
 }
 
 /// Lanes of the dot product: independent partial sums the compiler keeps in vector registers
@@ -269,6 +359,59 @@ mod tests {
                                     .all(|v| v.to_bits() == seed.to_bits())
                             );
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Products large enough to be cut into blocks on rayon (of C's rows where M >= N, of its
+    /// columns otherwise; sizes that do not divide evenly), in both layouts of A and B, with
+    /// beta 0 (C's NaN never read) and not, against the definition. Run in a pool of three
+    /// threads so that the cut happens on a machine of any size.
+    #[test]
+    fn products_cut_into_blocks_match_the_definition() {
+        let data: Vec<f64> = (0..200_000)
+            .map(|i| ((i * 53 % 29) as f64 - 14.0) / 16.0)
+            .collect();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for (m, k, n) in [(389, 97, 131), (130, 150, 257), (200, 60, 400)] {
+            assert!(m * k * n >= 2 * BLOCK_MIN_WORK && m.max(n) >= 2 * BLOCK_MIN_SIDE);
+            for (a_t, b_t) in [(false, false), (true, true)] {
+                let am = if a_t { (7, 1, m) } else { (7, k, 1) };
+                let bm = if b_t { (2, 1, k) } else { (2, n, 1) };
+                let want = naive((m, k, n), &data, am, &data, bm);
+                for (alpha, beta) in [(1.0, 0.0), (-0.5, 3.0)] {
+                    let ldc = n + 3;
+                    let seed = if beta == 0.0 { f64::NAN } else { 2.0 };
+                    let mut c = vec![seed; (m - 1) * ldc + n];
+                    pool.install(|| {
+                        gemm(
+                            (m, k, n),
+                            alpha,
+                            (&data, am.0, am.1, am.2),
+                            (&data, bm.0, bm.1, bm.2),
+                            beta,
+                            &mut c,
+                            ldc,
+                        )
+                    });
+                    for i in 0..m {
+                        for j in 0..n {
+                            let w = alpha * want[i * n + j] + if beta == 0.0 { 0.0 } else { 6.0 };
+                            let g = c[i * ldc + j];
+                            assert!(
+                                (g - w).abs() <= 1e-9 * w.abs().max(1.0),
+                                "{m}x{k}x{n} t{a_t}{b_t} ({i},{j}): {g} vs {w}"
+                            );
+                        }
+                    }
+                    for i in 0..m - 1 {
+                        let gap = &c[i * ldc + n..(i + 1) * ldc];
+                        assert!(gap.iter().all(|v| v.to_bits() == seed.to_bits()));
                     }
                 }
             }
