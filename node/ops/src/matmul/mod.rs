@@ -232,7 +232,7 @@ impl MatMulShape {
 }
 
 /// Batches whose matrices are at most this large (m*k + k*n elements) run side by side on
-/// rayon; matrixmultiply would run each of them on one thread anyway.
+/// rayon; cpu_gemm.rs would run each of them whole on one thread anyway.
 const SMALL_GEMM: usize = 1 << 14;
 
 fn matmul_typed<T: MatElem>(

@@ -93,7 +93,7 @@ fn matmul_shapes_follow_numpy() {
         (&[37, 61], &[61, 19], &[37, 19]),
         (&[4, 1], &[1, 5], &[4, 5]),
         (&[3, 128, 256], &[3, 256, 64], &[3, 128, 64]),
-        // Large enough for matrixmultiply's threads.
+        // Large enough to be cut into blocks on rayon (cpu_gemm.rs).
         (&[200, 300], &[300, 150], &[200, 150]),
         // Batch axes that alternate broadcasting.
         (
