@@ -9,8 +9,8 @@
 //! alone needs the spare cores (29.9 ms against 52.7). So a large product is cut into blocks
 //! of C's rows or columns for rayon's pool only while fewer products are in progress than the
 //! pool has threads, into as many blocks as each product's share of the threads; once runs
-//! fill the pool each product runs whole on its calling thread. Cutting regardless of load
-//! burnt 45.8 ms of CPU a run where whole products took 25.4 (the 2-core VM, 4 callers).
+//! fill the pool each product runs whole on its calling thread, as blocks would then only add
+//! the packing of the operand they share (below) and hand-offs to a pool with no idle thread.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
