@@ -282,6 +282,31 @@ impl pulp::NullaryFnOnce for DotF32<'_> {
 mod tests {
     use super::*;
 
+    /// `gemm` in f64 on `data` at `am`, `bm`, into a C of row stride `ldc` seeded with `seed`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_f64(
+        data: &[f64],
+        (m, k, n): (usize, usize, usize),
+        am: (usize, usize, usize),
+        bm: (usize, usize, usize),
+        alpha: f64,
+        beta: f64,
+        ldc: usize,
+        seed: f64,
+    ) -> Vec<f64> {
+        let mut c = vec![seed; (m - 1) * ldc + n];
+        gemm(
+            (m, k, n),
+            alpha,
+            (data, am.0, am.1, am.2),
+            (data, bm.0, bm.1, bm.2),
+            beta,
+            &mut c,
+            ldc,
+        );
+        c
+    }
+
     /// The product from its definition, in f64.
     fn naive(
         (m, k, n): (usize, usize, usize),
@@ -320,16 +345,7 @@ mod tests {
                         // of it would show, and with 1.0 elsewhere.
                         let ldc = n + 2;
                         let seed = if beta == 0.0 { f64::NAN } else { 1.0 };
-                        let mut c = vec![seed; (m - 1) * ldc + n];
-                        gemm(
-                            (m, k, n),
-                            alpha,
-                            (&data, am.0, am.1, am.2),
-                            (&data, bm.0, bm.1, bm.2),
-                            beta,
-                            &mut c,
-                            ldc,
-                        );
+                        let c = gemm_f64(&data, (m, k, n), am, bm, alpha, beta, ldc, seed);
                         let mut c32 = vec![seed as f32; c.len()];
                         let (a32, b32) = (&f32_data[..], &f32_data[..]);
                         gemm(
@@ -387,18 +403,8 @@ mod tests {
                 for (alpha, beta) in [(1.0, 0.0), (-0.5, 3.0)] {
                     let ldc = n + 3;
                     let seed = if beta == 0.0 { f64::NAN } else { 2.0 };
-                    let mut c = vec![seed; (m - 1) * ldc + n];
-                    pool.install(|| {
-                        gemm(
-                            (m, k, n),
-                            alpha,
-                            (&data, am.0, am.1, am.2),
-                            (&data, bm.0, bm.1, bm.2),
-                            beta,
-                            &mut c,
-                            ldc,
-                        )
-                    });
+                    let c =
+                        pool.install(|| gemm_f64(&data, (m, k, n), am, bm, alpha, beta, ldc, seed));
                     for i in 0..m {
                         for j in 0..n {
                             let w = alpha * want[i * n + j] + if beta == 0.0 { 0.0 } else { 6.0 };

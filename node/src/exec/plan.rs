@@ -183,11 +183,7 @@ pub fn cost_graph(
         .iter()
         .map(|&i| {
             let node = spec.node(graph, i);
-            let in_types: Vec<Option<&ValueType>> = node
-                .inputs
-                .iter()
-                .map(|v| v.and_then(|v| spec.types[v].as_ref()))
-                .collect();
+            let in_types = super::work::input_types(spec, node);
             let out_types: Vec<ValueType> = node
                 .outputs
                 .iter()

@@ -3,17 +3,21 @@
 
 use vkml_planner::Plan;
 
-use crate::graph::{Graph, Specialized};
+use crate::graph::{Graph, Node, Specialized};
 use crate::ops::ValueType;
+
+/// The specialised types of `node`'s inputs (`None` for an absent or untyped one).
+pub(super) fn input_types<'a>(spec: &'a Specialized, node: &Node) -> Vec<Option<&'a ValueType>> {
+    node.inputs
+        .iter()
+        .map(|v| v.and_then(|v| spec.types[v].as_ref()))
+        .collect()
+}
 
 /// The arithmetic work of the op at plan position `p`.
 pub(super) fn op_flops(graph: &Graph, spec: &Specialized, p: usize) -> u64 {
     let node = spec.node(graph, spec.live[p]);
-    let in_types: Vec<Option<&ValueType>> = node
-        .inputs
-        .iter()
-        .map(|v| v.and_then(|v| spec.types[v].as_ref()))
-        .collect();
+    let in_types = input_types(spec, node);
     let out_types: Vec<ValueType> = node
         .outputs
         .iter()
