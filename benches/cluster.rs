@@ -12,7 +12,8 @@
 //! `benches/big/make_chain.py --blocks 12 --dim 2048 --batch 32`) on 1, 2 and 3 CPU nodes, each
 //! pinned with taskset to VKML_BENCH_CORES cores of its own (default 5), at 1, 4, 16 and 64
 //! callers, and prints runs/s against one node. VKML_BENCH_DEVICE=vulkan:{i} gives node i the
-//! i-th GPU instead (a machine with three or more).
+//! i-th GPU instead (a machine with three or more). VKML_BENCH_ENTRY=i submits to node i
+//! (default 2: the second, which relays the inputs to the first stage).
 //!
 //! Language models (issue 21): VKML_BENCH_LLM=DIR generates with the model folder DIR on one
 //! node and split over three (see `llm` for its settings), and prints the cost per cut.
@@ -223,8 +224,9 @@ fn measure_pinned(
     concurrency: &[usize],
 ) -> Row {
     let nodes = start_pinned(caps, device, cores);
-    // The node the model is submitted to: the second when there is one.
-    let entry = &nodes.addrs[nodes.addrs.len().min(2) - 1];
+    // The node the model is submitted to: the second when there is one, or
+    // VKML_BENCH_ENTRY's (1-based; the last when there are fewer).
+    let entry = &nodes.addrs[nodes.addrs.len().min(env_or("VKML_BENCH_ENTRY", 2)).max(1) - 1];
     let client = connect(entry);
     // Membership and inventories settle before planning.
     let want = caps.len();
@@ -295,7 +297,8 @@ fn measure_pinned(
 }
 
 fn measure_local(model: &Path, device: &str, secs: f64) -> Row {
-    let sel: DeviceSelection = device.parse().unwrap();
+    // `vulkan:{i}` (a GPU per node): the process alone takes the first.
+    let sel: DeviceSelection = device.replace("{i}", "0").parse().unwrap();
     let session = Session::load(
         model,
         SessionOptions {

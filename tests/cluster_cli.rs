@@ -73,7 +73,8 @@ fn plan_and_submit_from_the_command_line() {
     let to = nodes[1].addr.clone();
     let m = s(&model);
 
-    // Where it would go, asked live and offline (over `status --json`): the same plan.
+    // Where it would go, asked live and offline (over `status --json`, planned from the node
+    // asked): the same plan.
     let live = ok(&["plan", &m, "--to", &to, "--cluster-key", &key]);
     assert!(live.contains("3 node(s)"), "{live}");
     assert!(
@@ -83,11 +84,16 @@ fn plan_and_submit_from_the_command_line() {
     let status = ok(&["status", "--json", "--to", &to, "--cluster-key", &key]);
     let file: PathBuf = cluster.dir.join("cluster.json");
     std::fs::write(&file, status).unwrap();
-    let offline = ok(&["plan", &m, "--cluster", &s(&file)]);
+    let offline = ok(&["plan", &m, "--cluster", &s(&file), "--from", "n2"]);
     assert_eq!(
         live.lines().next(),
         offline.lines().next(),
         "the same membership gives the same plan (hash) live and offline"
+    );
+    // A member that is not there is named as such.
+    fails(
+        &["plan", &m, "--cluster", &s(&file), "--from", "n9"],
+        "no alive member",
     );
 
     // Submitted to the second node: outputs as `run` writes them, equal to onnxruntime's.

@@ -386,6 +386,52 @@ fn stages_are_balanced_by_speed_within_15_percent_of_the_best_split() {
     assert!(worst > 0.0, "no case planned");
 }
 
+/// The node a model is submitted to takes the last stage, wherever it falls in the snapshot's
+/// order: it then passes on the runs' inputs only, where a middle stage would pass on their
+/// inputs and their outputs. The other nodes keep the snapshot's order, under every sizing.
+#[test]
+fn the_origin_takes_the_last_stage() {
+    use crate::stages::{Sizing, place};
+    let mut rng = Rng(0x0219);
+    let (mut checked, mut with_origin) = (0, 0);
+    for case in 0..40 {
+        let ops = 12 + rng.below(20) as usize;
+        let g = layered(&mut rng, ops);
+        let need = memory::single_device(&g, false);
+        let budgets: Vec<u64> = (0..3).map(|_| need * (40 + rng.below(21)) / 100).collect();
+        let mut s = cluster(DeviceKind::Cpu, &budgets);
+        let origin = rng.below(3) as usize;
+        s.origin = Some(format!("n{origin}"));
+        // The rank each node's stage must have: the origin's last.
+        let rank = |node: &str| {
+            let i: usize = node[1..].parse().unwrap();
+            if i == origin { 3 } else { i }
+        };
+        for sizing in [Sizing::Balanced, Sizing::Proportional, Sizing::Filling] {
+            let Some((placement, _)) = place(&g, &s, sizing) else {
+                continue;
+            };
+            let mut ranks: Vec<usize> = placement.iter().map(|d| rank(&d.node)).collect();
+            ranks.dedup();
+            assert!(
+                ranks.windows(2).all(|w| w[0] < w[1]),
+                "case {case}, {sizing:?}, origin n{origin}: stages in the order {ranks:?}"
+            );
+            // (Filling may leave the origin nothing: the nodes before it held everything.)
+            checked += 1;
+            with_origin += usize::from(ranks.last() == Some(&3));
+        }
+        if let Ok(p) = plan(&g, &s, &LinkCosts::default()) {
+            check_plan(&g, &s, &p);
+            assert_eq!(Ok(&p), plan(&g, &s, &LinkCosts::default()).as_ref());
+        }
+    }
+    assert!(
+        checked > 40 && with_origin > checked / 2,
+        "{checked} stage placements checked, {with_origin} using the origin"
+    );
+}
+
 /// A model's second plan (other input shapes: here one op in ten per run, as a language
 /// model's one-token plan next to its prompt's) on a cluster its first plan filled: with the
 /// first plan's weights resident, it fits, every op reading a weight where the first put it,

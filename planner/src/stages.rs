@@ -13,6 +13,9 @@
 //! - filling: each device takes as much as fits (it fits where proportional shares do not,
 //!   e.g. when one op's activations are large next to a small device).
 //!
+//! The devices take the stages in the snapshot's order, the origin's (the node the model was
+//! submitted to) moved to the end: see `Snapshot::origin`.
+//!
 //! Each cut lands on the narrowest edge (fewest bytes crossing) among the last quarter of the
 //! positions that reach the stage's size, and each stage keeps room for its own peak
 //! activations: the memory ledger charges a stage exactly as it charges greedy placement. An
@@ -41,10 +44,13 @@ pub fn place(
     snapshot: &Snapshot,
     sizing: Sizing,
 ) -> Option<(Vec<DeviceRef>, BTreeMap<DeviceRef, u64>)> {
-    let devices: Vec<(DeviceRef, &DeviceInventory)> = snapshot
+    // The snapshot's order, the origin's devices moved to the end (Snapshot::origin says why).
+    let (mut devices, at_origin): (Vec<_>, Vec<_>) = snapshot
         .devices()
         .filter(|(_, d)| d.memory_budget > 0)
-        .collect();
+        .partition(|(r, _)| snapshot.origin.as_ref() != Some(&r.node));
+    devices.extend(at_origin);
+    let devices: Vec<(DeviceRef, &DeviceInventory)> = devices;
     let n = graph.ops.len();
     if devices.is_empty() || n == 0 {
         return None;

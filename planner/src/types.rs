@@ -83,6 +83,11 @@ pub struct Snapshot {
     /// (a language model's plan for its prompt, when its plan for one token is made): they
     /// cost nothing more there, because the plans share them (node/src/exec/shared.rs).
     pub resident: BTreeMap<DeviceRef, BTreeSet<ValueId>>,
+    /// The node a run's inputs come from and its outputs return to (the node the model was
+    /// submitted to), when known. Contiguous stages give its devices the last stage: its
+    /// outputs are then made where they are wanted, and it passes on only the inputs, where
+    /// a middle stage would pass on both (one hop more, and the busiest node of a pipeline).
+    pub origin: Option<String>,
 }
 
 impl Snapshot {
@@ -92,6 +97,7 @@ impl Snapshot {
             version: 0,
             nodes: BTreeMap::from([(node.to_string(), devices)]),
             resident: BTreeMap::new(),
+            origin: None,
         }
     }
 

@@ -33,6 +33,11 @@ pub struct PlanArgs {
     /// prints (members with their devices).
     #[arg(long, value_name = "FILE")]
     pub cluster: Option<PathBuf>,
+    /// With --cluster: plan as submitted to this member (its name), which takes the last
+    /// stage of a split, as the node a model is submitted to does. With --to, the node asked
+    /// is it.
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    pub from: Option<String>,
     /// The cluster secret (with --to).
     #[arg(long, value_name = "FILE")]
     pub cluster_key: Option<PathBuf>,
@@ -160,15 +165,29 @@ fn plan_given(
 
 pub fn plan(args: PlanArgs) -> Result<()> {
     let snapshot = match (&args.to, &args.cluster) {
-        (_, Some(file)) => snapshot_from_file(file)?,
+        (_, Some(file)) => {
+            let mut s = snapshot_from_file(file)?;
+            if let Some(from) = &args.from {
+                if !s.nodes.contains_key(from) {
+                    bail!(
+                        "--from {from}: {} has no alive member of that name (members: {})",
+                        file.display(),
+                        s.nodes.keys().cloned().collect::<Vec<_>>().join(", ")
+                    );
+                }
+                s.origin = Some(from.clone());
+            }
+            s
+        }
         (Some(to), None) => {
             let secret =
                 super::secret_for_tool(args.cluster_key.as_deref(), args.insecure, "plan")?;
-            let reply = super::runtime()?.block_on(async {
+            let (reply, asked) = super::runtime()?.block_on(async {
                 let client = Client::connect(to, &secret).await?;
                 let r = client.status().await;
+                let asked = client.node.clone();
                 client.close().await;
-                r
+                r.map(|r| (r, asked))
             })?;
             let nodes = reply
                 .members
@@ -176,9 +195,11 @@ pub fn plan(args: PlanArgs) -> Result<()> {
                 .filter(|m| m.state == pb::MemberState::Alive as i32)
                 .map(|m| (m.name.clone(), m.devices.iter().map(to_planner).collect()))
                 .collect();
+            // As a model submitted to the node asked is planned: from there.
             Snapshot {
                 version: 0,
                 nodes,
+                origin: Some(asked),
                 ..Snapshot::default()
             }
         }

@@ -279,6 +279,8 @@ impl View {
                 })
                 .collect(),
             resident: Default::default(),
+            // The planning node sets it (distributed/deploy.rs): the view is everyone's.
+            origin: None,
         }
     }
 }

@@ -125,6 +125,9 @@ pub async fn make(
     );
     snapshot.resident = resident.clone();
     gross.resident = resident;
+    // The runs' inputs come from here and their outputs return here.
+    snapshot.origin = Some(me.to_string());
+    gross.origin = Some(me.to_string());
     let tuning = cluster.tuning();
     // Fused where a GPU may run the plan, as a session does.
     let gpu = snapshot

@@ -186,6 +186,7 @@ pub fn snapshot_to_wire(s: &Snapshot) -> pb::ClusterSnapshot {
                 values: values.iter().map(|&v| v as u64).collect(),
             })
             .collect(),
+        origin: s.origin.clone().unwrap_or_default(),
     }
 }
 
@@ -213,6 +214,7 @@ pub fn snapshot_from_wire(s: &pb::ClusterSnapshot) -> Snapshot {
                 (d, r.values.iter().map(|&v| v as usize).collect())
             })
             .collect(),
+        origin: (!s.origin.is_empty()).then(|| s.origin.clone()),
     }
 }
 
