@@ -424,6 +424,35 @@ fn the_origin_takes_the_last_stage() {
         if let Ok(p) = plan(&g, &s, &LinkCosts::default()) {
             check_plan(&g, &s, &p);
             assert_eq!(Ok(&p), plan(&g, &s, &LinkCosts::default()).as_ref());
+            // The busy times count the origin's relay: each graph input read and each
+            // output made on another node, at both ends.
+            let links = LinkCosts::default();
+            let mut relayed = 0u64;
+            for v in 0..g.values.len() {
+                let input = g.values[v].kind == ValueKind::Input;
+                let far: BTreeSet<&DeviceRef> = g
+                    .ops
+                    .iter()
+                    .zip(&p.placement)
+                    .filter(|(op, d)| {
+                        d.node != format!("n{origin}")
+                            && ((input && op.inputs.contains(&v))
+                                || (g.values[v].output && op.outputs.contains(&v)))
+                    })
+                    .map(|(_, d)| d)
+                    .collect();
+                let host =
+                    links.remote_cpu_ns + g.values[v].bytes * 1000 / links.remote_cpu_bytes_per_us;
+                relayed += host * far.len() as u64;
+            }
+            let mut without = s.clone();
+            without.origin = None;
+            let total = |t: BTreeMap<DeviceRef, u64>| t.values().sum::<u64>();
+            assert_eq!(
+                total(device_ns(&g, &s, &links, &p)),
+                total(device_ns(&g, &without, &links, &p)) + 2 * relayed,
+                "case {case}"
+            );
         }
     }
     assert!(

@@ -60,9 +60,10 @@ pub fn estimate_ns(
 }
 
 /// Nanoseconds each device of a plan is busy per run: its ops' compute, one submission per
-/// GPU chunk, and the host work of each cross-host transfer at both ends. A transfer's wait is
-/// left out: in a pipeline it overlaps with other runs' compute. The largest is the plan's
-/// bottleneck: with many runs in flight, one run in that time.
+/// GPU chunk, and the host work of each cross-host transfer at both ends, the origin's relay
+/// of the graph's inputs and outputs included (`relay`). A transfer's wait is left out: in a
+/// pipeline it overlaps with other runs' compute. The largest is the plan's bottleneck: with
+/// many runs in flight, one run in that time.
 pub fn device_ns(
     graph: &CostGraph,
     snapshot: &Snapshot,
@@ -93,7 +94,56 @@ pub fn device_ns(
             }
         }
     }
+    for (at, host) in relay(graph, snapshot, links, placement) {
+        let t = busy.entry(at).or_default();
+        *t = t.saturating_add(host);
+    }
     busy
+}
+
+/// The host work of the origin's relay (`Snapshot::origin`, the node a model is submitted
+/// to): every run's inputs come from it and its outputs return to it, so each graph input an
+/// op of another node reads, and each graph output another node makes, crosses between that
+/// node's device and the origin's first device, charged to both. Empty without an origin.
+fn relay(
+    graph: &CostGraph,
+    snapshot: &Snapshot,
+    links: &LinkCosts,
+    placement: &[DeviceRef],
+) -> Vec<(DeviceRef, u64)> {
+    let Some(origin) = snapshot.origin.as_ref() else {
+        return Vec::new();
+    };
+    let at = DeviceRef {
+        node: origin.clone(),
+        index: 0,
+    };
+    if snapshot.device(&at).is_none() {
+        return Vec::new();
+    }
+    let mut crossing: BTreeSet<(usize, &DeviceRef)> = BTreeSet::new();
+    for (op, d) in graph.ops.iter().zip(placement) {
+        if d.node == *origin {
+            continue;
+        }
+        let inputs = op
+            .inputs
+            .iter()
+            .filter(|&&v| graph.values[v].kind == ValueKind::Input);
+        let outputs = op.outputs.iter().filter(|&&v| graph.values[v].output);
+        crossing.extend(inputs.chain(outputs).map(|&v| (v, d)));
+    }
+    let mut out = Vec::with_capacity(crossing.len() * 2);
+    for (v, d) in crossing {
+        let host = move_ns(
+            graph.values[v].bytes,
+            links.remote_cpu_ns,
+            links.remote_cpu_bytes_per_us,
+        );
+        out.push((at.clone(), host));
+        out.push((d.clone(), host));
+    }
+    out
 }
 
 /// Every op on `dref`, with the memory that takes, when the device can run them all and hold
