@@ -346,6 +346,17 @@ fn best_three_stage_split(g: &CostGraph, s: &Snapshot) -> u64 {
     best
 }
 
+/// A random model of 12-31 ops on three CPU nodes each holding 40-60% of it: only a split
+/// fits, and three stages do.
+fn three_way_split(rng: &mut Rng) -> (CostGraph, Snapshot) {
+    let ops = 12 + rng.below(20) as usize;
+    let g = layered(rng, ops);
+    let need = memory::single_device(&g, false);
+    let budgets: Vec<u64> = (0..3).map(|_| need * (40 + rng.below(21)) / 100).collect();
+    let s = cluster(DeviceKind::Cpu, &budgets);
+    (g, s)
+}
+
 /// Issue 20: stages balanced by speed. Three CPU nodes, one with 2 cores' speed and two with
 /// 7 (random factors around that), budgets that hold the model only split (no single device
 /// can) with room to spare: the plan's slowest device does at most 15% more per run than the
@@ -356,12 +367,7 @@ fn stages_are_balanced_by_speed_within_15_percent_of_the_best_split() {
     let mut rng = Rng(2020);
     let mut worst: f64 = 0.0;
     for case in 0..40 {
-        let ops = 12 + rng.below(20) as usize;
-        let g = layered(&mut rng, ops);
-        let need = memory::single_device(&g, false);
-        // Each device holds 40-60% of the model: only a split fits, and three stages do.
-        let budgets: Vec<u64> = (0..3).map(|_| need * (40 + rng.below(21)) / 100).collect();
-        let mut s = cluster(DeviceKind::Cpu, &budgets);
+        let (g, mut s) = three_way_split(&mut rng);
         for (d, cores) in s.nodes.values_mut().zip([2u64, 7, 7]) {
             d[0].flops_per_us = 10_000 * cores * (90 + rng.below(21)) / 100;
             d[0].op_overhead_ns = 300;
@@ -395,11 +401,7 @@ fn the_origin_takes_the_last_stage() {
     let mut rng = Rng(0x0219);
     let (mut checked, mut with_origin) = (0, 0);
     for case in 0..40 {
-        let ops = 12 + rng.below(20) as usize;
-        let g = layered(&mut rng, ops);
-        let need = memory::single_device(&g, false);
-        let budgets: Vec<u64> = (0..3).map(|_| need * (40 + rng.below(21)) / 100).collect();
-        let mut s = cluster(DeviceKind::Cpu, &budgets);
+        let (g, mut s) = three_way_split(&mut rng);
         let origin = rng.below(3) as usize;
         s.origin = Some(format!("n{origin}"));
         // The rank each node's stage must have: the origin's last.
