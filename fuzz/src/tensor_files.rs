@@ -86,7 +86,7 @@ fn pb(u: &mut Unstructured) -> Result<Vec<u8>> {
         name: edge::name(u, &[])?,
         dims: shape.iter().map(|&d| d as i64).collect(),
         data_type: dtype.onnx_code(),
-        raw_data: values::elements(u, dtype, n)?,
+        raw_data: vkml::lowp::pack(dtype, &values::elements(u, dtype, n)?),
         ..Default::default()
     };
     for _ in 0..u.int_in_range(0..=3)? {

@@ -32,7 +32,7 @@ pub mod session;
 pub mod tuning;
 
 pub use vkml_ops as ops;
-pub use vkml_ops::{model, tensor};
+pub use vkml_ops::{lowp, model, tensor};
 
 pub use error::Error;
 pub use exec::{KernelTime, NodeTime};

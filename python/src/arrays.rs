@@ -177,6 +177,21 @@ pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>>
             let flat = PyArray1::<f32>::from_vec(py, wide);
             Ok(flat.reshape(t.shape().to_vec())?.into_any())
         }
+        // numpy lacks the low-precision types too: the narrow integers come back as the int8
+        // or uint8 they are held in, the narrow floats as float32 (exact).
+        DType::I4 | DType::I2 => {
+            let values: Vec<i8> = t.bytes().iter().map(|&b| b as i8).collect();
+            let flat = PyArray1::<i8>::from_vec(py, values);
+            Ok(flat.reshape(t.shape().to_vec())?.into_any())
+        }
+        DType::U4 | DType::U2 => {
+            let flat = PyArray1::<u8>::from_slice(py, t.bytes());
+            Ok(flat.reshape(t.shape().to_vec())?.into_any())
+        }
+        _ => {
+            let flat = PyArray1::<f32>::from_vec(py, vkml::lowp::to_f32_vec(t));
+            Ok(flat.reshape(t.shape().to_vec())?.into_any())
+        }
     }
 }
 
@@ -197,6 +212,7 @@ pub fn type_name(dtype: Option<DType>) -> String {
         Some(DType::U32) => "uint32",
         Some(DType::U64) => "uint64",
         Some(DType::Bool) => "bool",
+        Some(low) => low.onnx_name(),
     };
     format!("tensor({element})")
 }

@@ -377,6 +377,23 @@ pub fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
             want.shape()
         ));
     }
+    // The low-precision floats hold a few bits of value: exactly equal, NaN matching NaN
+    // whatever its bits.
+    if vkml::lowp::Float::of(want.dtype()).is_some() {
+        let g = vkml::lowp::to_f32_vec(got);
+        let w = vkml::lowp::to_f32_vec(want);
+        return match g
+            .iter()
+            .zip(&w)
+            .position(|(a, b)| !(a == b || (a.is_nan() && b.is_nan())))
+        {
+            None => Ok(()),
+            Some(i) => Err(format!(
+                "values differ, first at flat index {i}: got {} want {}",
+                g[i], w[i]
+            )),
+        };
+    }
     if !want.dtype().is_float() {
         if got.bytes() == want.bytes() {
             return Ok(());

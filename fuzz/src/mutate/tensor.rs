@@ -59,7 +59,7 @@ pub fn tensor(u: &mut Unstructured, t: &mut TensorProto) -> Result<()> {
             let n = n.min(values::MAX_ELEMENTS);
             match vkml::DType::from_onnx_code(t.data_type) {
                 Some(dtype) => {
-                    t.raw_data = values::elements(u, dtype, n)?;
+                    t.raw_data = vkml::lowp::pack(dtype, &values::elements(u, dtype, n)?);
                     t.float_data.clear();
                     t.int64_data.clear();
                     t.int32_data.clear();

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::OnceLock;
 
+pub mod lowp;
 pub mod model;
 pub mod tensor;
 
@@ -67,6 +68,7 @@ mod testkit;
 
 mod attention;
 mod batchnorm;
+mod bitcast;
 mod cast;
 mod concat;
 mod conv;
@@ -189,6 +191,13 @@ impl OpError {
 /// Inputs are positional; an omitted optional input is `None`. Trailing omitted inputs may be
 /// absent from the slice altogether, so index with `.get(i)`.
 pub trait Op: Send + Sync + fmt::Debug {
+    /// Whether the op takes or makes the low-precision types ([`lowp`]): only those that
+    /// convert them (Cast, QuantizeLinear, DequantizeLinear...) do, and a model giving any
+    /// other op such a value is refused when it is planned, whatever its rule would say.
+    fn low_precision(&self) -> bool {
+        false
+    }
+
     /// Shape and dtype rule: output types from input types (and known input values).
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError>;
 
@@ -424,6 +433,7 @@ pub fn registry() -> &'static Registry {
         };
         attention::register(&mut r);
         batchnorm::register(&mut r);
+        bitcast::register(&mut r);
         cast::register(&mut r);
         concat::register(&mut r);
         conv::register(&mut r);

@@ -61,6 +61,13 @@ pub(crate) fn value_bits(dtype: DType, v: f64) -> u64 {
         DType::I16 => v as i16 as u16 as u64,
         DType::I32 => v as i32 as u32 as u64,
         DType::I64 => v as i64 as u64,
+        d => match crate::lowp::Float::of(d) {
+            Some(crate::lowp::Float::E8M0) => {
+                crate::lowp::encode_e8m0(v as f32, true, crate::lowp::Round::Up) as u64
+            }
+            Some(f) => f.encode(v, true) as u64,
+            None => crate::lowp::wrap_int(d, v as i64) as u64,
+        },
     }
 }
 

@@ -374,6 +374,7 @@ fn from_f64(dtype: DType, shape: Vec<usize>, v: &[f64]) -> Result<Tensor, OpErro
         DType::Bool => {
             return Err(OpError::invalid("Resize of bool tensors"));
         }
+        d => return Err(OpError::unsupported(format!("Resize of {d} tensors"))),
     })
 }
 

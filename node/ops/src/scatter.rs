@@ -91,9 +91,10 @@ fn combine(dtype: DType, r: Reduction, acc: &mut [u8], upd: &[u8]) -> Result<(),
         DType::U32 => int!(u32),
         DType::I64 => int!(i64),
         DType::U64 => int!(u64),
-        DType::Bool => {
+        // Bools and the low-precision types are only ever replaced.
+        d => {
             if r != Reduction::None {
-                return Err(OpError::unsupported("scatter reductions on bool"));
+                return Err(OpError::unsupported(format!("scatter reductions on {d}")));
             }
             acc.copy_from_slice(upd);
         }

@@ -22,10 +22,23 @@ pub enum DType {
     U32,
     U64,
     BF16,
+    /// The low-precision types: one byte per element in memory, the value in its low bits
+    /// (int4 and int2 sign-extended, so an int4 byte reads as the same int8); packed two or
+    /// four to a byte only in ONNX files and on the way out of them ([`crate::lowp`]).
+    F8E4M3FN,
+    F8E4M3FNUZ,
+    F8E5M2,
+    F8E5M2FNUZ,
+    U4,
+    I4,
+    F4E2M1,
+    F8E8M0,
+    U2,
+    I2,
 }
 
 impl DType {
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 23] = [
         DType::F32,
         DType::U8,
         DType::I8,
@@ -39,12 +52,32 @@ impl DType {
         DType::U32,
         DType::U64,
         DType::BF16,
+        DType::F8E4M3FN,
+        DType::F8E4M3FNUZ,
+        DType::F8E5M2,
+        DType::F8E5M2FNUZ,
+        DType::U4,
+        DType::I4,
+        DType::F4E2M1,
+        DType::F8E8M0,
+        DType::U2,
+        DType::I2,
     ];
 
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
             DType::U8 | DType::I8 | DType::Bool => 1,
+            DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::U4
+            | DType::I4
+            | DType::F4E2M1
+            | DType::F8E8M0
+            | DType::U2
+            | DType::I2 => 1,
             DType::U16 | DType::I16 | DType::F16 | DType::BF16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
@@ -67,6 +100,16 @@ impl DType {
             DType::U32 => 12,
             DType::U64 => 13,
             DType::BF16 => 16,
+            DType::F8E4M3FN => 17,
+            DType::F8E4M3FNUZ => 18,
+            DType::F8E5M2 => 19,
+            DType::F8E5M2FNUZ => 20,
+            DType::U4 => 21,
+            DType::I4 => 22,
+            DType::F4E2M1 => 23,
+            DType::F8E8M0 => 24,
+            DType::U2 => 25,
+            DType::I2 => 26,
         }
     }
 
@@ -90,6 +133,16 @@ impl DType {
             DType::U32 => "uint32",
             DType::U64 => "uint64",
             DType::BF16 => "bfloat16",
+            DType::F8E4M3FN => "float8e4m3fn",
+            DType::F8E4M3FNUZ => "float8e4m3fnuz",
+            DType::F8E5M2 => "float8e5m2",
+            DType::F8E5M2FNUZ => "float8e5m2fnuz",
+            DType::U4 => "uint4",
+            DType::I4 => "int4",
+            DType::F4E2M1 => "float4e2m1",
+            DType::F8E8M0 => "float8e8m0",
+            DType::U2 => "uint2",
+            DType::I2 => "int2",
         }
     }
 
@@ -110,7 +163,43 @@ impl DType {
             DType::U64 => "<u8",
             // numpy has no bfloat16; ml_dtypes writes it as raw 2-byte void.
             DType::BF16 => "<V2",
+            // The narrow integers as the int8 / uint8 they are held in; the narrow floats as
+            // ml_dtypes saves them, one raw byte.
+            DType::I4 | DType::I2 => "|i1",
+            DType::U4 | DType::U2 => "|u1",
+            DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::F4E2M1
+            | DType::F8E8M0 => "|V1",
         }
+    }
+
+    /// Bits an element takes in an ONNX file: 4 and 2 for the packed types, else 8 x size.
+    pub fn file_bits(self) -> usize {
+        match self {
+            DType::U4 | DType::I4 | DType::F4E2M1 => 4,
+            DType::U2 | DType::I2 => 2,
+            other => 8 * other.size(),
+        }
+    }
+
+    /// The low-precision types ([`crate::lowp`]), which ops compute only after converting.
+    pub fn is_low_precision(self) -> bool {
+        matches!(
+            self,
+            DType::F8E4M3FN
+                | DType::F8E4M3FNUZ
+                | DType::F8E5M2
+                | DType::F8E5M2FNUZ
+                | DType::U4
+                | DType::I4
+                | DType::F4E2M1
+                | DType::F8E8M0
+                | DType::U2
+                | DType::I2
+        )
     }
 
     pub fn is_float(self) -> bool {
@@ -314,6 +403,8 @@ impl Tensor {
             DType::U16 => self.view::<u16>()?.iter().map(|&v| v as i64).collect(),
             DType::U32 => self.view::<u32>()?.iter().map(|&v| v as i64).collect(),
             DType::U64 => self.view::<u64>()?.iter().map(|&v| v as i64).collect(),
+            DType::I4 | DType::I2 => self.data.iter().map(|&v| v as i8 as i64).collect(),
+            DType::U4 | DType::U2 => self.data.iter().map(|&v| v as i64).collect(),
             other => {
                 return Err(TensorError::WrongDType {
                     expected: DType::I64,
@@ -337,6 +428,10 @@ impl Tensor {
                 .view::<half::bf16>()?
                 .iter()
                 .map(|v| v.to_f64())
+                .collect(),
+            d if crate::lowp::Float::of(d).is_some() => crate::lowp::to_f32_vec(self)
+                .into_iter()
+                .map(f64::from)
                 .collect(),
             _ => self.to_i64_vec()?.into_iter().map(|v| v as f64).collect(),
         })

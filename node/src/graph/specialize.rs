@@ -30,6 +30,27 @@ pub enum SpecializeError {
     Failed(Error),
 }
 
+/// Refuses a low-precision value given to or made by an op that does not convert them
+/// ([`crate::ops::Op::low_precision`]).
+fn low_precision_only_where_converted<'a>(
+    node: &Node,
+    mut types: impl Iterator<Item = &'a ValueType>,
+) -> Result<(), SpecializeError> {
+    let found = types.find(|t| t.dtype.is_low_precision());
+    match found {
+        Some(t) if !node.op.low_precision() => Err(SpecializeError::Op {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            error: OpError::unsupported(format!(
+                "{} of {}: vkml converts the low-precision types only with Cast, CastLike, \
+                 QuantizeLinear and DequantizeLinear",
+                node.op_type, t.dtype
+            )),
+        }),
+        _ => Ok(()),
+    }
+}
+
 impl From<Error> for SpecializeError {
     fn from(e: Error) -> Self {
         SpecializeError::Failed(e)
@@ -182,6 +203,7 @@ impl Graph {
                     })
                 })
                 .collect();
+            low_precision_only_where_converted(node, in_types.iter().flatten().map(|i| i.ty))?;
             let out_types = match node.op.infer(&in_types) {
                 Ok(t) => t,
                 Err(OpError::NeedsValue(k)) => return Err(self.needs_value(i, k, known)),
@@ -193,6 +215,7 @@ impl Graph {
                     });
                 }
             };
+            low_precision_only_where_converted(node, out_types.iter())?;
             for (&o, ty) in node.outputs.iter().zip(&out_types) {
                 self.check_size(node, o, ty, limit)?;
             }

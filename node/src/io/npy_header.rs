@@ -187,6 +187,13 @@ pub(crate) fn dtype_of(descr: &str) -> Result<DType, String> {
         "u8" => DType::U64,
         "b1" | "?" => DType::Bool,
         "V2" => DType::BF16,
+        "V1" => {
+            return Err(format!(
+                "dtype '{descr}' is one raw byte an element (ml_dtypes' float8 and float4 types \
+                 save so), which does not say which type; save the array as float32 (the model \
+                 casts it) or as a .pb file"
+            ));
+        }
         _ => return Err(format!("dtype '{descr}' is not supported")),
     };
     if order == ">" && dtype.size() > 1 {

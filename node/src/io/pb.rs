@@ -29,11 +29,8 @@ pub fn read_pb(path: &Path) -> Result<(String, Tensor), TensorFileError> {
 /// Writes `tensor` as a TensorProto named `name`, its data in raw_data.
 pub fn write_pb(path: &Path, name: &str, tensor: &Tensor) -> Result<(), TensorFileError> {
     let proto = TensorProto {
-        dims: tensor.shape().iter().map(|&d| d as i64).collect(),
-        data_type: tensor.dtype().onnx_code(),
         name: name.to_string(),
-        raw_data: tensor.bytes().clone(),
-        ..Default::default()
+        ..onnx::tensor_proto(tensor)
     };
     crate::files::write_atomic(path, |w| w.write_all(&proto.encode_to_vec())).map_err(|source| {
         TensorFileError::Write {

@@ -165,7 +165,9 @@ impl Converter<'_> {
                     t.name
                 )));
             }
-            let later = if main {
+            // The packed 4- and 2-bit types are unpacked as they load, so never deferred.
+            let packed = DType::from_onnx_code(t.data_type).is_some_and(|d| d.file_bits() < 8);
+            let later = if main && !packed {
                 self.files.deferred(t, &t.name)?
             } else {
                 None

@@ -88,11 +88,17 @@ pub fn decode_node(data: Bytes) -> Result<NodeDef, LoadError> {
     super::convert::node_def(&proto, name, &ExternalFiles::new(None))
 }
 
-fn tensor_proto(t: &Tensor) -> TensorProto {
+/// `t` as a TensorProto, its data in raw_data.
+pub(crate) fn tensor_proto(t: &Tensor) -> TensorProto {
     TensorProto {
         dims: t.shape().iter().map(|&d| d as i64).collect(),
         data_type: t.dtype().onnx_code(),
-        raw_data: t.bytes().clone(),
+        // ONNX files pack the 4- and 2-bit types.
+        raw_data: if t.dtype().file_bits() < 8 {
+            crate::lowp::pack(t.dtype(), t.bytes()).into()
+        } else {
+            t.bytes().clone()
+        },
         ..Default::default()
     }
 }

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use prost::Message;
 
+pub(crate) use encode::tensor_proto;
 pub use encode::{decode_node, encode_node};
 pub use error::LoadError;
 #[cfg(test)]

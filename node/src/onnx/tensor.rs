@@ -74,7 +74,8 @@ fn tensor_dtype(code: i32, label: &str) -> Result<DType, LoadError> {
     }
 }
 
-/// A tensor's element type, shape and size in bytes, checked, without reading its data.
+/// A tensor's element type, shape and size in bytes in memory, checked, without reading its
+/// data (in the file the 4- and 2-bit types take less: [`file_bytes`]).
 pub(crate) fn tensor_type(
     t: &TensorProto,
     label: &str,
@@ -104,6 +105,21 @@ pub(crate) fn tensor_type(
     Ok((dtype, shape, nbytes))
 }
 
+/// Bytes `numel` elements of `dtype` take in an ONNX file (the 4- and 2-bit types packed).
+fn file_bytes(dtype: DType, numel: usize) -> usize {
+    (numel * dtype.file_bits()).div_ceil(8)
+}
+
+/// A packed type's file bytes as one byte per element ([`crate::lowp`]).
+fn unpacked(dtype: DType, data: Bytes, numel: usize) -> Result<Bytes, String> {
+    if dtype.file_bits() >= 8 {
+        return Ok(data);
+    }
+    crate::lowp::unpack(dtype, &data, numel)
+        .map(Bytes::from)
+        .ok_or_else(|| format!("{} bytes do not hold {numel} {dtype} values", data.len()))
+}
+
 /// `label` names the tensor in errors: its own name, or where it sits when it has none.
 pub(crate) fn convert_tensor(
     t: &TensorProto,
@@ -114,12 +130,14 @@ pub(crate) fn convert_tensor(
         tensor: label.to_string(),
         message,
     };
-    let (dtype, shape, nbytes) = tensor_type(t, label)?;
+    let (dtype, shape, _) = tensor_type(t, label)?;
     let numel = shape.iter().product::<usize>();
+    let nbytes = file_bytes(dtype, numel);
     let what = || format!("{dtype} {shape:?} needs {nbytes} bytes");
 
     if t.data_location == DataLocation::External as i32 {
         let data = files.read(t, label, nbytes, &what())?;
+        let data = unpacked(dtype, data, numel).map_err(bad)?;
         return Tensor::from_bytes(dtype, shape, data).map_err(|e| bad(e.to_string()));
     }
     if t.data_location != DataLocation::Default as i32 {
@@ -145,6 +163,7 @@ pub(crate) fn convert_tensor(
         if dtype == DType::Bool && data.iter().any(|&b| b > 1) {
             data = data.iter().map(|&b| u8::from(b != 0)).collect();
         }
+        let data = unpacked(dtype, data, numel).map_err(bad)?;
         return Tensor::from_bytes(dtype, shape, data).map_err(|e| bad(e.to_string()));
     }
 
@@ -158,6 +177,15 @@ pub(crate) fn convert_tensor(
         }
     };
     let ints = |field: &str| count(field, t.int32_data.len());
+    let count_packed = |field: &str, n: usize, want: usize| -> Result<(), LoadError> {
+        if n == want {
+            Ok(())
+        } else {
+            Err(bad(format!(
+                "{dtype} {shape:?} needs {want} entries in {field}, found {n}"
+            )))
+        }
+    };
     let data: Bytes = match dtype {
         DType::F32 => {
             count("float_data", t.float_data.len())?;
@@ -223,6 +251,14 @@ pub(crate) fn convert_tensor(
                 bits.push(v as u16);
             }
             pod_bytes(&bits)
+        }
+        // The low-precision types keep their bits in int32_data too, one byte of the file a
+        // value: one element of the 8-bit ones, two or four of the packed ones.
+        low => {
+            let n = file_bytes(low, numel);
+            count_packed("int32_data", t.int32_data.len(), n)?;
+            let bytes = narrow::<i32, u8>(&t.int32_data, "int32_data", label)?;
+            unpacked(low, Bytes::from(bytes), numel).map_err(bad)?
         }
     };
     Tensor::from_bytes(dtype, shape, data).map_err(|e| bad(e.to_string()))

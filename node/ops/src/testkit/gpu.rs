@@ -115,6 +115,8 @@ pub fn gpu_matches_cpu(op: &dyn Op, inputs: &[Option<&Tensor>], tol: f64) {
         assert_eq!(ValueType::of(g), ValueType::of(c), "{op:?} on {types:?}");
         if c.dtype().is_float() {
             assert_close(&f64s(g), &f64s(c), tol);
+        } else if c.dtype().is_low_precision() {
+            assert_eq!(g.bytes(), c.bytes(), "{op:?} on {types:?}");
         } else {
             assert_eq!(
                 g.to_i64_vec().unwrap(),
