@@ -16,11 +16,13 @@ use crate::lowp::{self, Float};
 use crate::numeric::from_f64;
 use crate::tensor::{DType, Tensor, TensorError};
 
+mod dynamic;
 mod gpu;
 
 pub fn register(r: &mut Registry) {
     r.add("QuantizeLinear", build_quantize);
     r.add("DequantizeLinear", build_dequantize);
+    dynamic::register(r);
 }
 
 /// Which scale (and zero point) an element of x takes.
