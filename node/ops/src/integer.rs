@@ -13,7 +13,7 @@ pub fn register(r: &mut Registry) {
     r.add("ConvInteger", |s| build(s, "Conv"));
 }
 
-fn build(spec: &NodeSpec<'_>, inner: &'static str) -> Result<Box<dyn Op>, OpError> {
+pub(crate) fn build(spec: &NodeSpec<'_>, inner: &'static str) -> Result<Box<dyn Op>, OpError> {
     let attrs: &Attrs = spec.attrs;
     let op = super::build(&NodeSpec {
         name: spec.name,

@@ -89,6 +89,7 @@ mod norm;
 mod numeric;
 mod pad;
 mod pool;
+mod qlinear;
 mod quantize;
 mod reduce;
 mod remap;
@@ -453,6 +454,7 @@ pub fn registry() -> &'static Registry {
         norm::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);
+        qlinear::register(&mut r);
         quantize::register(&mut r);
         reduce::register(&mut r);
         resize::register(&mut r);
