@@ -39,7 +39,7 @@ impl QLinear {
     }
 
     /// The inner op's inputs (a, b, a's zero point, b's) from ours.
-    fn integer_inputs<'a, T: Copy>(inputs: &[Option<T>]) -> Vec<Option<T>> {
+    fn integer_inputs<T: Copy>(inputs: &[Option<T>]) -> Vec<Option<T>> {
         vec![
             inputs.first().copied().flatten(),
             inputs.get(3).copied().flatten(),
