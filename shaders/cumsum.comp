@@ -12,7 +12,7 @@
 // @variant i64_row DT_I64 ROW
 #include "types.glsl"
 
-// CumSum (ops/cumsum.rs): one invocation per line of `len` elements `inner` apart; with ROW
+// CumSum and CumProd (`product`; ops/cumsum.rs): one invocation per line of `len` elements `inner` apart; with ROW
 // (long lines) a workgroup per line, scanning blocks of 256 in shared memory (Hillis-Steele)
 // and carrying each block's total into the next. Floats accumulate in float, integers in
 // int64 (wrapping like ONNX's).
@@ -27,6 +27,7 @@ layout(push_constant, scalar) uniform P {
     uint inner;
     uint exclusive;
     uint reverse;
+    uint product;
 } p;
 
 #ifdef IS_FLOAT
@@ -34,6 +35,10 @@ layout(push_constant, scalar) uniform P {
 #else
 #define ACC int64_t
 #endif
+
+// The scan's operation and its identity, uniform over a dispatch.
+ACC unit() { return p.product != 0u ? ACC(1) : ACC(0); }
+ACC op(ACC a, ACC b) { return p.product != 0u ? a * b : a + b; }
 
 #ifdef ROW
 const uint WG = 256;
@@ -45,26 +50,26 @@ void main() {
     if (line >= p.lines) return;
     uint tid = gl_LocalInvocationID.x;
     uint base = (line / p.inner) * p.len * p.inner + line % p.inner;
-    ACC carry = ACC(0);
+    ACC carry = unit();
     for (uint b0 = 0u; b0 < p.len; b0 += WG) {
         uint s = b0 + tid;
         uint j = p.reverse != 0u ? p.len - 1u - s : s;
-        ACC v = s < p.len ? ACC(TO_A(p.x.v[base + j * p.inner])) : ACC(0);
+        ACC v = s < p.len ? ACC(TO_A(p.x.v[base + j * p.inner])) : unit();
         buf[tid] = v;
         barrier();
         for (uint d = 1u; d < WG; d <<= 1u) {
-            ACC add = tid >= d ? buf[tid - d] : ACC(0);
+            ACC add = tid >= d ? buf[tid - d] : unit();
             barrier();
-            buf[tid] += add;
+            buf[tid] = op(buf[tid], add);
             barrier();
         }
         // Exclusive: the previous position's inclusive sum (not incl - v, which an infinite
         // element would turn into NaN).
-        ACC mine = p.exclusive != 0u ? (tid > 0u ? buf[tid - 1u] : ACC(0)) : buf[tid];
+        ACC mine = p.exclusive != 0u ? (tid > 0u ? buf[tid - 1u] : unit()) : buf[tid];
         if (s < p.len) {
-            p.y.v[base + j * p.inner] = FROM_A(A(carry + mine));
+            p.y.v[base + j * p.inner] = FROM_A(A(op(carry, mine)));
         }
-        carry += buf[WG - 1u];
+        carry = op(carry, buf[WG - 1u]);
         barrier();
     }
 }
@@ -73,16 +78,16 @@ void main() {
     uint i = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     if (i >= p.lines) return;
     uint base = (i / p.inner) * p.len * p.inner + i % p.inner;
-    ACC acc = ACC(0);
+    ACC acc = unit();
     for (uint s = 0u; s < p.len; ++s) {
         uint j = p.reverse != 0u ? p.len - 1u - s : s;
         uint k = base + j * p.inner;
         ACC v = ACC(p.x.v[k]);
         if (p.exclusive != 0u) {
             p.y.v[k] = T(acc);
-            acc += v;
+            acc = op(acc, v);
         } else {
-            acc += v;
+            acc = op(acc, v);
             p.y.v[k] = T(acc);
         }
     }

@@ -1,6 +1,7 @@
-//! CumSum (opsets 11, 14): running sums along the axis given as input 1, optionally
-//! `exclusive` (each output leaves its own element out) and `reverse` (from the end).
-//! Integers wrap; f16 accumulates in float on the GPU and in f64 on the CPU.
+//! CumSum (opsets 11, 14) and CumProd (opset 26): running sums or products along the axis
+//! given as input 1, optionally `exclusive` (each output leaves its own element out) and
+//! `reverse` (from the end). Integers wrap; f16 accumulates in float on the GPU and in f64
+//! on the CPU.
 
 use super::numeric::{Wide, narrow, widen};
 use super::util::{axis as norm_axis, const_input, groups_1d, req};
@@ -9,13 +10,15 @@ use crate::tensor::{DType, Tensor};
 use vkml_shaders::cumsum;
 
 pub fn register(r: &mut Registry) {
-    r.add("CumSum", build);
+    r.add("CumSum", |s| build(s, false));
+    r.add("CumProd", |s| build(s, true));
 }
 
-fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+fn build(spec: &NodeSpec<'_>, product: bool) -> Result<Box<dyn Op>, OpError> {
     Ok(Box::new(CumSum {
         exclusive: spec.attrs.int("exclusive", 0)? != 0,
         reverse: spec.attrs.int("reverse", 0)? != 0,
+        product,
     }))
 }
 
@@ -26,21 +29,23 @@ const ROW_MIN: usize = 512;
 struct CumSum {
     exclusive: bool,
     reverse: bool,
+    /// CumProd.
+    product: bool,
 }
 
-fn axis_of(x: &[usize], a: &Tensor) -> Result<usize, OpError> {
+fn axis_of(op: &str, x: &[usize], a: &Tensor) -> Result<usize, OpError> {
     let v = a
         .to_i64_vec()
         .map_err(|e| OpError::invalid(e.to_string()))?;
     if x.is_empty() {
-        return Err(OpError::invalid(
-            "CumSum: the input is a scalar, it has no axis",
-        ));
+        return Err(OpError::invalid(format!(
+            "{op}: the input is a scalar, it has no axis"
+        )));
     }
     match v[..] {
-        [a] => norm_axis(a, x.len()).map_err(|e| OpError::invalid(format!("CumSum: {e}"))),
+        [a] => norm_axis(a, x.len()).map_err(|e| OpError::invalid(format!("{op}: {e}"))),
         _ => Err(OpError::invalid(format!(
-            "CumSum: axis must hold one value, found {}",
+            "{op}: axis must hold one value, found {}",
             v.len()
         ))),
     }
@@ -82,13 +87,19 @@ fn scan<T: Copy>(
     }
 }
 
+impl CumSum {
+    fn name(&self) -> &'static str {
+        if self.product { "CumProd" } else { "CumSum" }
+    }
+}
+
 impl Op for CumSum {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let x = req(inputs, 0)?.ty;
         if matches!(x.dtype, DType::Bool) {
-            return Err(OpError::unsupported("CumSum: bool input"));
+            return Err(OpError::unsupported(format!("{}: bool input", self.name())));
         }
-        axis_of(&x.shape, const_input(inputs, 1)?)?;
+        axis_of(self.name(), &x.shape, const_input(inputs, 1)?)?;
         Ok(vec![x.clone()])
     }
 
@@ -98,22 +109,24 @@ impl Op for CumSum {
         _outputs: &[ValueType],
     ) -> Result<Vec<Tensor>, OpError> {
         let x = req(inputs, 0)?;
-        let a = axis_of(x.shape(), req(inputs, 1)?)?;
+        let a = axis_of(self.name(), x.shape(), req(inputs, 1)?)?;
         let g = split(x.shape(), a);
         let w = match widen(x)? {
+            Wide::F(mut v) if self.product => {
+                scan(&mut v, g, self.exclusive, self.reverse, 1.0, |a, b| a * b);
+                Wide::F(v)
+            }
             Wide::F(mut v) => {
                 scan(&mut v, g, self.exclusive, self.reverse, 0.0, |a, b| a + b);
                 Wide::F(v)
             }
             Wide::I(mut v) => {
-                scan(
-                    &mut v,
-                    g,
-                    self.exclusive,
-                    self.reverse,
-                    0,
-                    i64::wrapping_add,
-                );
+                let (unit, op): (i64, fn(i64, i64) -> i64) = if self.product {
+                    (1, i64::wrapping_mul)
+                } else {
+                    (0, i64::wrapping_add)
+                };
+                scan(&mut v, g, self.exclusive, self.reverse, unit, op);
                 Wide::I(v)
             }
         };
@@ -129,7 +142,12 @@ impl Op for CumSum {
     ) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?.ty;
         u32::try_from(x.numel()).ok()?;
-        let a = axis_of(&x.shape, inputs.get(1).copied().flatten()?.value?).ok()?;
+        let a = axis_of(
+            self.name(),
+            &x.shape,
+            inputs.get(1).copied().flatten()?.value?,
+        )
+        .ok()?;
         let (outer, len, inner) = split(&x.shape, a);
         let lines = outer * inner;
         // Long lines: a workgroup per line, scanning in shared memory.
@@ -165,6 +183,7 @@ impl Op for CumSum {
                     inner: inner as u32,
                     exclusive: self.exclusive as u32,
                     reverse: self.reverse as u32,
+                    product: self.product as u32,
                 },
                 groups,
             )],
@@ -299,6 +318,74 @@ mod tests {
                     .collect(),
             );
             gpu_matches_cpu(&*op, &[Some(&h), Some(&a)], 1e-2);
+        }
+    }
+
+    #[test]
+    fn products_by_hand_and_on_the_gpu() {
+        let op = |excl: i64, rev: i64| {
+            build(
+                "CumProd",
+                26,
+                &[
+                    ("exclusive", AttrValue::Int(excl)),
+                    ("reverse", AttrValue::Int(rev)),
+                ],
+            )
+            .unwrap()
+        };
+        let x = Tensor::from_vec(vec![4], vec![1f32, 2., 3., 4.]);
+        let a = Tensor::scalar(0i64);
+        let got = |excl, rev| {
+            run(&*op(excl, rev), &[Some(&x), Some(&a)]).unwrap()[0]
+                .to_f64_vec()
+                .unwrap()
+        };
+        assert_eq!(got(0, 0), [1., 2., 6., 24.]);
+        assert_eq!(got(1, 0), [1., 1., 2., 6.]);
+        assert_eq!(got(0, 1), [24., 24., 12., 4.]);
+        assert_eq!(got(1, 1), [24., 12., 4., 1.]);
+        // Long lines (the shared-memory scan) of factors whose products are exact: +-1, 2
+        // and 0.5 in floats; integers wrap the same way in any order.
+        let mut rng = Rng::new(5);
+        let f: Vec<f32> = rng
+            .f32s(2 * 1300)
+            .iter()
+            .map(|r| match (r * 8.0) as i32 {
+                0 => 2.0,
+                1 => 0.5,
+                k if k < 0 => -1.0,
+                _ => 1.0,
+            })
+            .collect();
+        let i: Vec<i64> = f
+            .iter()
+            .map(|&v| if v == 0.5 { 3 } else { v as i64 })
+            .collect();
+        let one = Tensor::scalar(1i64);
+        for (excl, rev) in [(0, 0), (1, 1)] {
+            let op = op(excl, rev);
+            gpu_matches_cpu(
+                &*op,
+                &[
+                    Some(&Tensor::from_vec(vec![2, 1300], f.clone())),
+                    Some(&one),
+                ],
+                0.0,
+            );
+            gpu_matches_cpu(
+                &*op,
+                &[
+                    Some(&Tensor::from_vec(vec![2, 1300], i.clone())),
+                    Some(&one),
+                ],
+                0.0,
+            );
+            gpu_matches_cpu(
+                &*op,
+                &[Some(&Tensor::from_vec(vec![26, 100], f.clone())), Some(&a)],
+                0.0,
+            );
         }
     }
 }
