@@ -83,6 +83,7 @@ mod gelu;
 mod generate;
 mod integer;
 mod llm_norm;
+mod loss;
 mod matmul;
 mod matmul_nbits;
 mod norm;
@@ -449,6 +450,7 @@ pub fn registry() -> &'static Registry {
         generate::register(&mut r);
         integer::register(&mut r);
         llm_norm::register(&mut r);
+        loss::register(&mut r);
         matmul::register(&mut r);
         matmul_nbits::register(&mut r);
         norm::register(&mut r);
