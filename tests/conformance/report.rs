@@ -215,6 +215,21 @@ pub fn conformance_md(results: &[TestResult], sections: &[&str], vulkan_device: 
         placed(|_, c| c > 0),
         placed(|g, c| g == 0 && c == 0),
     );
+    // Which ops' tests those partly-CPU passes are: where GPU kernels are missing.
+    let mut partly: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &node {
+        if let Some(Outcome::Pass { cpu_ops, .. }) = r.outcomes.get(&Backend::Vulkan)
+            && *cpu_ops > 0
+        {
+            *partly.entry(r.op.as_str()).or_default() += 1;
+        }
+    }
+    let list: Vec<String> = partly.iter().map(|(op, n)| format!("{op} {n}")).collect();
+    let _ = writeln!(
+        s,
+        "\nThe partly-CPU passes by the op they test (expanded tests included): {}.",
+        list.join(", ")
+    );
     let _ = writeln!(
         s,
         "\n## Why node tests fail\n\n\

@@ -5,7 +5,7 @@
 //! `ignore_index`. Reduction `none` keeps them, `sum` adds them, `mean` (the default) divides
 //! the sum by the weights of the targets not ignored. SoftmaxCrossEntropyLoss takes the
 //! log-softmax of x over axis 1 first and may return it. The CPU computes in f64; the GPU
-//! (NegativeLogLikelihoodLoss on f32 with int64 targets) in f32. A target outside [0, C)
+//! (f32 with int64 targets) in f32. A target outside [0, C)
 //! that is not ignored is an error, on the GPU too.
 
 use super::numeric::from_f64;
@@ -14,7 +14,8 @@ use super::{
     BufRef, Dispatch, GpuKernel, IndexFault, InferInput, NodeSpec, Op, OpError, Registry, ValueType,
 };
 use crate::tensor::{DType, Tensor, TensorError};
-use vkml_shaders::{nll_loss, nll_reduce};
+use vkml_shaders::op::Softmax as SoftmaxKind;
+use vkml_shaders::{nll_loss, nll_reduce, softmax};
 
 pub fn register(r: &mut Registry) {
     r.add("NegativeLogLikelihoodLoss", |s| build(s, false));
@@ -220,10 +221,10 @@ impl Op for Loss {
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = req(inputs, 0).ok()?;
         let t = req(inputs, 1).ok()?;
-        if self.softmax || x.dtype != DType::F32 || t.dtype != DType::I64 {
+        if x.dtype != DType::F32 || t.dtype != DType::I64 {
             return None;
         }
-        let (_, c, d) = dims(&x.shape);
+        let (rows, c, d) = dims(&x.shape);
         let n = t.numel();
         let w32 = |v: usize| u32::try_from(v).ok();
         let reduce = self.reduction != Reduction::None;
@@ -232,55 +233,79 @@ impl Op for Loss {
             Some(i) => Some(i32::try_from(i).ok()?),
             None => None,
         };
-        let elements = Dispatch::new(
-            nll_loss::Variant::Main,
-            nll_loss::Buffers {
-                x: BufRef::Input(0),
-                target: BufRef::Input(1),
-                weight: BufRef::Input(if has_weight { 2 } else { 0 }),
-                y: if reduce {
-                    BufRef::Scratch(0)
-                } else {
-                    BufRef::Output(0)
+        let mut scratch = Vec::new();
+        let mut dispatches = Vec::new();
+        let sums = reduce.then(|| {
+            scratch.push((2 * n.max(1) * 4) as u64);
+            BufRef::Scratch(scratch.len() - 1)
+        });
+        // SoftmaxCrossEntropyLoss: the log-softmax over axis 1 (softmax.comp), into its
+        // second output or a scratch buffer, is what the losses read.
+        let logp = match (self.softmax, self.log_prob) {
+            (false, _) => BufRef::Input(0),
+            (true, true) => BufRef::Output(1),
+            (true, false) => {
+                scratch.push((x.numel().max(1) * 4) as u64);
+                BufRef::Scratch(scratch.len() - 1)
+            }
+        };
+        if self.softmax && rows * c * d > 0 {
+            let lines = rows * d;
+            let gy = lines.div_ceil(65_535);
+            dispatches.push(Dispatch::new(
+                softmax::Variant::F32,
+                softmax::Buffers {
+                    x: BufRef::Input(0),
+                    y: logp.clone(),
                 },
-                fault: BufRef::Fault,
-            },
-            nll_loss::Params {
-                n: w32(n)?,
-                classes: w32(c)?,
-                inner: w32(d.max(1))?,
-                has_weight: u32::from(has_weight),
-                has_ignore: u32::from(ignore.is_some()),
-                ignore: ignore.unwrap_or(0),
-                reduce: u32::from(reduce),
-            },
-            groups_1d(n, 256),
-        );
-        if !reduce {
-            return Some(GpuKernel {
-                scratch: vec![],
-                dispatches: if n == 0 { vec![] } else { vec![elements] },
-            });
+                softmax::Params {
+                    len: w32(c)?,
+                    inner: w32(d)?,
+                    rows: w32(lines)?,
+                    mode: SoftmaxKind::LogSoftmax.code(),
+                },
+                [w32(lines.div_ceil(gy))?, w32(gy)?, 1],
+            ));
         }
-        let sum = Dispatch::new(
-            nll_reduce::Variant::Main,
-            nll_reduce::Buffers {
-                sums: BufRef::Scratch(0),
-                y: BufRef::Output(0),
-            },
-            nll_reduce::Params {
-                n: w32(n)?,
-                mean: u32::from(self.reduction == Reduction::Mean),
-            },
-            [1, 1, 1],
-        );
+        if n > 0 {
+            dispatches.push(Dispatch::new(
+                nll_loss::Variant::Main,
+                nll_loss::Buffers {
+                    x: logp.clone(),
+                    target: BufRef::Input(1),
+                    weight: BufRef::Input(if has_weight { 2 } else { 0 }),
+                    y: sums.clone().unwrap_or(BufRef::Output(0)),
+                    fault: BufRef::Fault,
+                },
+                nll_loss::Params {
+                    n: w32(n)?,
+                    classes: w32(c)?,
+                    inner: w32(d.max(1))?,
+                    has_weight: u32::from(has_weight),
+                    has_ignore: u32::from(ignore.is_some()),
+                    ignore: ignore.unwrap_or(0),
+                    reduce: u32::from(reduce),
+                },
+                groups_1d(n, 256),
+            ));
+        }
+        if let Some(sums) = sums {
+            dispatches.push(Dispatch::new(
+                nll_reduce::Variant::Main,
+                nll_reduce::Buffers {
+                    sums,
+                    y: BufRef::Output(0),
+                },
+                nll_reduce::Params {
+                    n: w32(n)?,
+                    mean: u32::from(self.reduction == Reduction::Mean),
+                },
+                [1, 1, 1],
+            ));
+        }
         Some(GpuKernel {
-            scratch: vec![(2 * n.max(1) * 4) as u64],
-            dispatches: if n == 0 {
-                vec![sum]
-            } else {
-                vec![elements, sum]
-            },
+            scratch,
+            dispatches,
         })
     }
 

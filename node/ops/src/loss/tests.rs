@@ -73,6 +73,16 @@ fn gpu_matches_the_cpu() {
             gpu_matches_cpu(&*o, &[Some(&x), Some(&t), Some(&w)], 1e-5);
         }
     }
+    for reduction in ["none", "mean"] {
+        let attrs = vec![
+            ("reduction", AttrValue::String(reduction.into())),
+            ("ignore_index", AttrValue::Int(1)),
+        ];
+        let sce = node("SoftmaxCrossEntropyLoss", 13, attrs.clone(), 3, 2).unwrap();
+        gpu_matches_cpu(&*sce, &[Some(&x), Some(&t), Some(&w)], 1e-5);
+        let sce = node("SoftmaxCrossEntropyLoss", 13, attrs, 3, 1).unwrap();
+        gpu_matches_cpu(&*sce, &[Some(&x), Some(&t)], 1e-5);
+    }
     // A target out of range fails the GPU run (the kernel records it; the executor words it
     // by index_fault).
     let mut bad: Vec<i64> = t.to_i64_vec().unwrap();
