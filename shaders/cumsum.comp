@@ -4,10 +4,12 @@
 #extension GL_GOOGLE_include_directive : require
 // @variant f32 DT_F32 IS_FLOAT
 // @variant f16 DT_F16 IS_FLOAT
+// @variant f64 DT_F64 IS_FLOAT
 // @variant i32 DT_I32
 // @variant i64 DT_I64
 // @variant f32_row DT_F32 IS_FLOAT ROW
 // @variant f16_row DT_F16 IS_FLOAT ROW
+// @variant f64_row DT_F64 IS_FLOAT ROW
 // @variant i32_row DT_I32 ROW
 // @variant i64_row DT_I64 ROW
 #include "types.glsl"
@@ -15,7 +17,7 @@
 // CumSum and CumProd (`product`; ops/cumsum.rs): one invocation per line of `len` elements `inner` apart; with ROW
 // (long lines) a workgroup per line, scanning blocks of 256 in shared memory (Hillis-Steele)
 // and carrying each block's total into the next. Floats accumulate in float, integers in
-// int64 (wrapping like ONNX's).
+// int64 (wrapping like ONNX's); f64 (GPUs with shaderFloat64) in double, as the CPU does.
 layout(local_size_x = 256) in;
 layout(buffer_reference, scalar) readonly buffer In { T v[]; };
 layout(buffer_reference, scalar) writeonly buffer Out { T v[]; };
@@ -30,7 +32,9 @@ layout(push_constant, scalar) uniform P {
     uint product;
 } p;
 
-#ifdef IS_FLOAT
+#if defined(DT_F64)
+#define ACC double
+#elif defined(IS_FLOAT)
 #define ACC float
 #else
 #define ACC int64_t

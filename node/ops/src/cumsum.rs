@@ -155,10 +155,12 @@ impl Op for CumSum {
         let variant = match (x.dtype, row) {
             (DType::F32, false) => cumsum::Variant::F32,
             (DType::F16, false) => cumsum::Variant::F16,
+            (DType::F64, false) => cumsum::Variant::F64,
             (DType::I32, false) => cumsum::Variant::I32,
             (DType::I64, false) => cumsum::Variant::I64,
             (DType::F32, true) => cumsum::Variant::F32Row,
             (DType::F16, true) => cumsum::Variant::F16Row,
+            (DType::F64, true) => cumsum::Variant::F64Row,
             (DType::I32, true) => cumsum::Variant::I32Row,
             (DType::I64, true) => cumsum::Variant::I64Row,
             _ => return None,
@@ -291,6 +293,21 @@ mod tests {
                     .collect(),
             );
             gpu_matches_cpu(&*op, &[Some(&t), Some(&Tensor::scalar(0i64))], 0.0);
+            // f64, long lines and short ones: sums of small integers are exact.
+            let d: Vec<f64> = v.iter().map(|&f| f64::from(f)).collect();
+            gpu_matches_cpu(
+                &*op,
+                &[Some(&Tensor::from_vec(vec![2, 1300], d.clone())), Some(&a)],
+                0.0,
+            );
+            gpu_matches_cpu(
+                &*op,
+                &[
+                    Some(&Tensor::from_vec(vec![1300, 2], d)),
+                    Some(&Tensor::scalar(0i64)),
+                ],
+                0.0,
+            );
         }
         for (axis, excl, rev) in [(0, 0, 0), (1, 1, 0), (-1, 0, 1), (2, 1, 1)] {
             let op = build(
