@@ -123,6 +123,13 @@ struct Common {
     block: i64,
 }
 
+impl Common {
+    /// Where x's elements find their scales, checked.
+    fn layout(&self, x: &[usize], scale: &[usize]) -> Result<Layout, OpError> {
+        Layout::new(x, scale, self.axis, self.block)
+    }
+}
+
 fn common(spec: &NodeSpec<'_>) -> Result<Common, OpError> {
     let block = spec.attrs.int("block_size", 0)?;
     if block < 0 {
@@ -298,7 +305,7 @@ impl Op for Quantize {
                 x.dtype
             )));
         }
-        Layout::new(&x.shape, &scale.shape, self.common.axis, self.common.block)?;
+        self.common.layout(&x.shape, &scale.shape)?;
         if let Some(z) = zp
             && !same_place(&z.shape, &scale.shape)
         {
@@ -318,12 +325,7 @@ impl Op for Quantize {
         let x = req(inputs, 0)?;
         let scale = req(inputs, 1)?;
         let zp = opt(inputs, 2);
-        let l = Layout::new(
-            x.shape(),
-            scale.shape(),
-            self.common.axis,
-            self.common.block,
-        )?;
+        let l = self.common.layout(x.shape(), scale.shape())?;
         let out = outputs[0].dtype;
         let q = quotients(x, scale, &l)?;
         let bytes = quantize(&q, zp, out, &l, self.saturate)?;
@@ -374,7 +376,7 @@ impl Op for Dequantize {
                 scale.dtype
             )));
         }
-        Layout::new(&x.shape, &scale.shape, self.common.axis, self.common.block)?;
+        self.common.layout(&x.shape, &scale.shape)?;
         if let Some(z) = zp {
             if !same_place(&z.shape, &scale.shape) {
                 return Err(OpError::invalid(format!(
@@ -404,12 +406,7 @@ impl Op for Dequantize {
         let x = req(inputs, 0)?;
         let scale = req(inputs, 1)?;
         let zp = opt(inputs, 2);
-        let l = Layout::new(
-            x.shape(),
-            scale.shape(),
-            self.common.axis,
-            self.common.block,
-        )?;
+        let l = self.common.layout(x.shape(), scale.shape())?;
         let float = Float::of(x.dtype());
         let xs: Vec<f64> = match float {
             Some(_) => lowp::to_f32_vec(x).into_iter().map(f64::from).collect(),

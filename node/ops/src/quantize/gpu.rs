@@ -32,6 +32,14 @@ fn placement(l: &Layout) -> Option<[u32; 5]> {
     Some([kind, w(l.inner)?, w(l.dim)?, w(l.block)?, w(l.blocks)?])
 }
 
+/// A kernel of dispatch `d`, or of none for an empty x.
+fn one_dispatch(n: usize, d: Dispatch) -> GpuKernel {
+    GpuKernel {
+        scratch: vec![],
+        dispatches: if n == 0 { vec![] } else { vec![d] },
+    }
+}
+
 pub(super) fn quantize(
     op: &Quantize,
     inputs: &[Option<&ValueType>],
@@ -52,7 +60,7 @@ pub(super) fn quantize(
         (DType::F16, 2) => V::F16B16,
         _ => return None,
     };
-    let l = Layout::new(&x.shape, &scale.shape, op.common.axis, op.common.block).ok()?;
+    let l = op.common.layout(&x.shape, &scale.shape).ok()?;
     let [kind, inner, dim, block, blocks] = placement(&l)?;
     let n = x.numel();
     let flags = u32::from(zp.is_some())
@@ -83,10 +91,7 @@ pub(super) fn quantize(
         },
         groups_1d(n, 256),
     );
-    Some(GpuKernel {
-        scratch: vec![],
-        dispatches: if n == 0 { vec![] } else { vec![d] },
-    })
+    Some(one_dispatch(n, d))
 }
 
 pub(super) fn dequantize(
@@ -113,7 +118,7 @@ pub(super) fn dequantize(
         (4, DType::F16) => V::B32F16,
         _ => return None,
     };
-    let l = Layout::new(&x.shape, &scale.shape, op.common.axis, op.common.block).ok()?;
+    let l = op.common.layout(&x.shape, &scale.shape).ok()?;
     let [kind, inner, dim, block, blocks] = placement(&l)?;
     let n = x.numel();
     // float4's zero point is ignored, as ONNX's reference does.
@@ -142,8 +147,5 @@ pub(super) fn dequantize(
         },
         groups_1d(n, 256),
     );
-    Some(GpuKernel {
-        scratch: vec![],
-        dispatches: if n == 0 { vec![] } else { vec![d] },
-    })
+    Some(one_dispatch(n, d))
 }
