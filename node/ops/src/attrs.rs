@@ -103,6 +103,14 @@ impl Attrs {
         }
     }
 
+    pub fn strings_opt(&self, name: &str) -> Result<Option<&[String]>, OpError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(AttrValue::Strings(v)) => Ok(Some(v)),
+            Some(other) => Err(Self::wrong(name, "a list of strings", other)),
+        }
+    }
+
     pub fn tensor_opt(&self, name: &str) -> Result<Option<&Tensor>, OpError> {
         match self.get(name) {
             None => Ok(None),

@@ -92,6 +92,7 @@ mod pad;
 mod pool;
 mod qlinear;
 mod quantize;
+mod recurrent;
 mod reduce;
 mod remap;
 mod resize;
@@ -458,6 +459,7 @@ pub fn registry() -> &'static Registry {
         pool::register(&mut r);
         qlinear::register(&mut r);
         quantize::register(&mut r);
+        recurrent::register(&mut r);
         reduce::register(&mut r);
         resize::register(&mut r);
         rotary::register(&mut r);
