@@ -1,5 +1,5 @@
 //! Models of the families people run (ResNet, MobileNetV2, a YOLO-style detector, BERT, GPT-2,
-//! ViT, a Whisper-style encoder), exported by PyTorch's TorchScript exporter with static sizes
+//! ViT, a Whisper-style encoder, a bidirectional-LSTM tagger, a GRU classifier), exported by PyTorch's TorchScript exporter with static sizes
 //! and by its dynamo exporter with symbolic batch and sequence sizes, each on the CPU backend
 //! and on Vulkan against onnxruntime's outputs (tests/generate/generate_models.py); and a tiny
 //! Llama as Optimum and as ONNX Runtime GenAI's model builder export it (GroupQueryAttention,
@@ -63,8 +63,12 @@ model_tests!(
     bert_static,
     gpt2_dynamic,
     gpt2_static,
+    gru_dynamic,
+    gru_static,
     llama_genai,
     llama_optimum,
+    lstm_tagger_dynamic,
+    lstm_tagger_static,
     mobilenetv2_dynamic,
     mobilenetv2_static,
     resnet_dynamic,

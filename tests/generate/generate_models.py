@@ -298,6 +298,37 @@ class WhisperEncoder(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
+# Recurrent
+
+
+class LstmTagger(nn.Module):
+    """A sequence tagger: embeddings, a two-layer bidirectional LSTM, per-token tag scores."""
+
+    def __init__(self, vocab=200, dim=24, hidden=32, tags=9):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.lstm = nn.LSTM(dim, hidden, num_layers=2, bidirectional=True, batch_first=True)
+        self.out = nn.Linear(2 * hidden, tags)
+
+    def forward(self, input_ids):
+        y, _ = self.lstm(self.emb(input_ids))
+        return self.out(y)
+
+
+class GruClassifier(nn.Module):
+    """A GRU over feature frames (batch first), classified from its last hidden state."""
+
+    def __init__(self, features=16, hidden=32, classes=5):
+        super().__init__()
+        self.gru = nn.GRU(features, hidden, num_layers=2, batch_first=True)
+        self.out = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        _, h = self.gru(x)
+        return self.out(h[-1])
+
+
+# ---------------------------------------------------------------------------------------------
 # Families: (name, model, legacy opset, input makers for (batch, seq), static size, dynamic
 # sizes, dynamic axes per input)
 
@@ -318,6 +349,10 @@ def tokens(vocab, with_mask):
     return make
 
 
+def frames(features):
+    return lambda rng, b, s: {"x": rng.standard_normal((b, s, features)).astype(np.float32)}
+
+
 def mel(mels):
     return lambda rng, b, s: {"mel": rng.standard_normal((b, mels, s)).astype(np.float32)}
 
@@ -334,6 +369,10 @@ FAMILIES = [
     ("vit", Vit, 17, images(3, 32), (1, 0), [(2, 0), (3, 0)], {"x": {0: "batch"}}, ["logits"]),
     ("whisper_encoder", WhisperEncoder, 17, mel(16), (1, 32), [(2, 20), (1, 40)],
      {"mel": {0: "batch", 2: "frames"}}, ["hidden"]),
+    ("lstm_tagger", LstmTagger, 14, tokens(200, False), (2, 12), [(2, 10), (3, 16)],
+     {"input_ids": {0: "batch", 1: "seq"}}, ["tags"]),
+    ("gru", GruClassifier, 14, frames(16), (2, 12), [(2, 10), (3, 16)],
+     {"x": {0: "batch", 1: "frames"}}, ["logits"]),
 ]
 
 
