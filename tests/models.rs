@@ -5,6 +5,11 @@
 //! Llama as Optimum and as ONNX Runtime GenAI's model builder export it (GroupQueryAttention,
 //! int4 MatMulNBits), a prefill and three decode steps each (tests/generate/llama.py;
 //! generation itself is tests/llm.rs).
+//!
+//! The quantized forms (tests/generate/quantized_models.py: `resnet_qdq` and `mobilenetv2_qdq`
+//! statically quantized to QDQ per channel, `bert_int8_dynamic` dynamically quantized) are held
+//! to the same tolerance as the float models, 1e-4 relative, against onnxruntime with its graph
+//! optimisations on: its int8 kernels, as a user's session runs the model.
 
 mod common;
 
@@ -60,6 +65,7 @@ macro_rules! model_tests {
 
 model_tests!(
     bert_dynamic,
+    bert_int8_dynamic,
     bert_static,
     gpt2_dynamic,
     gpt2_static,
@@ -70,8 +76,10 @@ model_tests!(
     lstm_tagger_dynamic,
     lstm_tagger_static,
     mobilenetv2_dynamic,
+    mobilenetv2_qdq,
     mobilenetv2_static,
     resnet_dynamic,
+    resnet_qdq,
     resnet_static,
     vit_dynamic,
     vit_static,
