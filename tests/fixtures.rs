@@ -35,6 +35,7 @@ macro_rules! fixture_tests {
 fixture_tests!(
     add_chain_1000,
     chain_external,
+    control_flow,
     elementwise_chain,
     external_data,
     mlp,

@@ -18,6 +18,7 @@
 
 pub mod cache;
 pub mod cluster;
+mod control;
 pub mod device;
 pub mod distributed;
 pub mod error;

@@ -149,6 +149,37 @@ impl Session {
         Session::from_model(&model, files, options)
     }
 
+    /// A session for a model already decoded, with no files of its own (control flow's
+    /// bodies).
+    pub(crate) fn from_model_def(
+        model: &crate::model::ModelDef,
+        options: SessionOptions,
+    ) -> Result<Session> {
+        Session::from_model(model, crate::onnx::ModelFiles::default(), options)
+    }
+
+    /// The output types for inputs of `types` with the values in `known`, as planning finds
+    /// them (a body's rule, control/body.rs).
+    pub(crate) fn output_types(
+        &self,
+        types: &[ValueType],
+        known: &[Option<&Tensor>],
+    ) -> std::result::Result<Vec<ValueType>, SpecializeError> {
+        let spec = self.specialize(types, known)?;
+        self.graph
+            .outputs
+            .iter()
+            .map(|(v, d)| {
+                spec.types[*v].clone().ok_or_else(|| {
+                    SpecializeError::Failed(Error::Unsupported(format!(
+                        "output '{}' has no type",
+                        d.name
+                    )))
+                })
+            })
+            .collect()
+    }
+
     fn from_model(
         model: &crate::model::ModelDef,
         files: crate::onnx::ModelFiles,

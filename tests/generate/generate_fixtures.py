@@ -21,6 +21,7 @@ import models  # noqa: E402
 import op_models  # noqa: E402
 import llm_op_models  # noqa: E402,F401  (adds its fixtures to op_models')
 import recurrent_op_models  # noqa: E402,F401  (likewise)
+import control_op_models  # noqa: E402,F401  (likewise)
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 # Past this, the fixture set stops being "small" and the repository starts to bloat.

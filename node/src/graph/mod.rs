@@ -155,21 +155,29 @@ impl Graph {
         let mut producer: BTreeMap<ValueId, usize> = BTreeMap::new();
         let mut raw = Vec::new();
         for (n, node) in g.nodes.iter().enumerate() {
-            let op = ops::build_in(
-                &node.domain,
-                &NodeSpec {
-                    name: &node.name,
-                    op_type: &node.op_type,
-                    attrs: &node.attrs,
-                    opset: model.opset,
-                    num_inputs: node.inputs.len(),
-                    num_outputs: node.outputs.len(),
-                },
-            )
-            .map_err(|e| op_err(&node.name, &node.op_type, e))?;
+            // If, Loop and Scan: their bodies' reads of outer values become inputs.
+            let (op, captured) = match crate::control::build(node, model) {
+                Some(built) => built.map_err(|e| op_err(&node.name, &node.op_type, e))?,
+                None => {
+                    let op = ops::build_in(
+                        &node.domain,
+                        &NodeSpec {
+                            name: &node.name,
+                            op_type: &node.op_type,
+                            attrs: &node.attrs,
+                            opset: model.opset,
+                            num_inputs: node.inputs.len(),
+                            num_outputs: node.outputs.len(),
+                        },
+                    )
+                    .map_err(|e| op_err(&node.name, &node.op_type, e))?;
+                    (op, Vec::new())
+                }
+            };
             let ins: Vec<Option<ValueId>> = node
                 .inputs
                 .iter()
+                .chain(&captured)
                 .map(|s| (!s.is_empty()).then(|| id(s, &mut names)))
                 .collect();
             // An omitted optional output ("") still gets a value of its own, which nothing
