@@ -86,5 +86,6 @@ model_tests!(
     whisper_encoder_dynamic,
     whisper_encoder_static,
     yolo_dynamic,
+    yolo_nms,
     yolo_static,
 );

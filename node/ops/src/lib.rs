@@ -86,6 +86,7 @@ mod llm_norm;
 mod loss;
 mod matmul;
 mod matmul_nbits;
+mod nms;
 mod norm;
 mod numeric;
 mod pad;
@@ -459,6 +460,7 @@ pub fn registry() -> &'static Registry {
         pool::register(&mut r);
         qlinear::register(&mut r);
         quantize::register(&mut r);
+        nms::register(&mut r);
         recurrent::register(&mut r);
         reduce::register(&mut r);
         resize::register(&mut r);
