@@ -123,14 +123,12 @@ fn iou(a: Extent, b: Extent) -> f64 {
 
 impl Op for Nms {
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
-        for (i, x) in inputs.iter().enumerate() {
-            if let Some(x) = x {
-                if i < 2 && !matches!(x.ty.dtype, DType::F32 | DType::F64 | DType::F16) {
-                    return Err(OpError::unsupported(format!(
-                        "NonMaxSuppression of {}",
-                        x.ty.dtype
-                    )));
-                }
+        for x in inputs.iter().take(2).flatten() {
+            if !matches!(x.ty.dtype, DType::F32 | DType::F64 | DType::F16) {
+                return Err(OpError::unsupported(format!(
+                    "NonMaxSuppression of {}",
+                    x.ty.dtype
+                )));
             }
         }
         let mut values = Vec::with_capacity(inputs.len());
