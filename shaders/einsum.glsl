@@ -1,6 +1,13 @@
 // einsum.glsl: the body of einsum1.comp and einsum2.comp (NIN = 1 or 2 inputs), included
 // after their push-constant blocks `p`; see those files for the table's layout.
 
+// f64 accumulates in double (GPUs with shaderFloat64), as the CPU does; the others in float.
+#ifdef DT_F64
+#define EACC double
+#else
+#define EACC float
+#endif
+
 void main() {
     uint o = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     if (o >= p.nout) return;
@@ -21,7 +28,7 @@ void main() {
         base_b += i * p.t.v[sb + uint(l)];
 #endif
     }
-    float acc = 0.0;
+    EACC acc = EACC(0);
     for (uint s = 0u; s < p.nsum; ++s) {
         uint oa = base_a;
         uint ob = base_b;
@@ -36,9 +43,9 @@ void main() {
 #endif
         }
 #if NIN == 2
-        acc += float(p.a.v[oa]) * float(p.b.v[ob]);
+        acc += EACC(p.a.v[oa]) * EACC(p.b.v[ob]);
 #else
-        acc += float(p.a.v[oa]);
+        acc += EACC(p.a.v[oa]);
 #endif
     }
     p.y.v[o] = T(acc);

@@ -4,6 +4,7 @@
 #extension GL_GOOGLE_include_directive : require
 // @variant f32 DT_F32 NIN=2
 // @variant f16 DT_F16 NIN=2
+// @variant f64 DT_F64 NIN=2
 #include "types.glsl"
 
 // einsum2: Einsum of two inputs (ops/einsum/): one invocation per output element, summing over

@@ -4,10 +4,12 @@
 #extension GL_GOOGLE_include_directive : require
 // @variant f32 DT_F32 IS_FLOAT
 // @variant f16 DT_F16 IS_FLOAT
+// @variant f64 DT_F64 IS_FLOAT
 // @variant i32 DT_I32
 // @variant i64 DT_I64
 // @variant f32_row DT_F32 IS_FLOAT ROW
 // @variant f16_row DT_F16 IS_FLOAT ROW
+// @variant f64_row DT_F64 IS_FLOAT ROW
 // @variant i32_row DT_I32 ROW
 // @variant i64_row DT_I64 ROW
 // @variant i8 DT_I8
@@ -36,7 +38,11 @@ layout(push_constant, scalar) uniform P {
     uint op;
 } p;
 
-#ifdef IS_FLOAT
+#if defined(DT_F64)
+#define ACC double
+#define NEG_INF double(uintBitsToFloat(0xff800000u))
+#define POS_INF double(uintBitsToFloat(0x7f800000u))
+#elif defined(IS_FLOAT)
 #define ACC float
 #define NEG_INF uintBitsToFloat(0xff800000u)
 #define POS_INF uintBitsToFloat(0x7f800000u)
@@ -81,6 +87,56 @@ ACC identity() {
     return ACC(0);
 }
 
+#ifdef DT_F64
+// GLSL has no exp or log for double: these keep f64's precision (what the CPU computes), by
+// range reduction and series that converge well past 1e-17 on the reduced ranges.
+const double LN2_HI = 6.93147180369123816490e-01LF;
+const double LN2_LO = 1.90821492927058770002e-10LF;
+
+double exp_d(double x) {
+    if (isnan(x)) return x;
+    if (x > 709.78LF) return POS_INF;
+    if (x < -745.2LF) return 0.0LF;
+    double k = floor(x / (LN2_HI + LN2_LO) + 0.5LF);
+    double r = (x - k * LN2_HI) - k * LN2_LO;
+    // |r| <= ln2 / 2: Taylor to r^14 / 14!.
+    double term = 1.0LF;
+    double sum = 1.0LF;
+    for (int n = 1; n <= 14; ++n) {
+        term *= r / double(n);
+        sum += term;
+    }
+    return ldexp(sum, int(k));
+}
+
+double log_d(double x) {
+    if (isnan(x) || x < 0.0LF) return NEG_INF - NEG_INF;
+    if (x == 0.0LF) return NEG_INF;
+    if (isinf(x)) return x;
+    int e;
+    double m = frexp(x, e);
+    if (m < 0.70710678118654752LF) {
+        m *= 2.0LF;
+        e -= 1;
+    }
+    // log m = 2 atanh(z), z = (m - 1) / (m + 1), |z| < 0.172: odd powers to z^25.
+    double z = (m - 1.0LF) / (m + 1.0LF);
+    double z2 = z * z;
+    double pw = z;
+    double sum = 0.0LF;
+    for (int n = 0; n < 13; ++n) {
+        sum += pw / double(2 * n + 1);
+        pw *= z2;
+    }
+    return double(e) * LN2_HI + (double(e) * LN2_LO + 2.0LF * sum);
+}
+#define EXP exp_d
+#define LOG log_d
+#else
+#define EXP exp
+#define LOG log
+#endif
+
 bool nan_of(ACC v) {
 #ifdef IS_FLOAT
     return isnan(v);
@@ -104,7 +160,7 @@ ACC map_in(ACC v, ACC m) {
     if (p.op == RED_L1) return abs(v);
     if (p.op == RED_L2 || p.op == RED_SUM_SQUARE) return v * v;
 #ifdef IS_FLOAT
-    if (p.op == RED_LOG_SUM_EXP) return exp(v - m);
+    if (p.op == RED_LOG_SUM_EXP) return EXP(v - m);
 #endif
     return v;
 }
@@ -186,8 +242,8 @@ void main() {
 #endif
 #ifdef IS_FLOAT
     if (p.op == RED_L2) res = sqrt(acc);
-    if (p.op == RED_LOG_SUM) res = log(acc);
-    if (p.op == RED_LOG_SUM_EXP) res = (isinf(m) || isnan(m)) ? m : m + log(acc);
+    if (p.op == RED_LOG_SUM) res = LOG(acc);
+    if (p.op == RED_LOG_SUM_EXP) res = (isinf(m) || isnan(m)) ? m : m + LOG(acc);
 #endif
     p.y.v[o] = FROM_A(A(res));
 }

@@ -132,9 +132,10 @@ impl Op for Einsum {
         if ts.is_empty() || ts.len() > 2 {
             return None;
         }
-        let half = match ts[0].dtype {
-            DType::F32 => false,
-            DType::F16 => true,
+        let (half, double) = match ts[0].dtype {
+            DType::F32 => (false, false),
+            DType::F16 => (true, false),
+            DType::F64 => (false, true),
             _ => return None,
         };
         let shapes: Vec<&[usize]> = ts.iter().map(|t| &t.shape[..]).collect();
@@ -145,6 +146,7 @@ impl Op for Einsum {
         let nout = plan.out_count();
         u32::try_from(nout.max(plan.sum_count())).ok()?;
         if ts.len() == 2
+            && !double
             && let Some(k) = lower::as_gemm(
                 &plan,
                 ts[0].dtype == DType::F16,
@@ -169,10 +171,10 @@ impl Op for Einsum {
         let groups = groups_1d(nout as usize, 256);
         let dispatch = if ts.len() == 1 {
             Dispatch::new(
-                if half {
-                    einsum1::Variant::F16
-                } else {
-                    einsum1::Variant::F32
+                match (half, double) {
+                    (true, _) => einsum1::Variant::F16,
+                    (_, true) => einsum1::Variant::F64,
+                    _ => einsum1::Variant::F32,
                 },
                 einsum1::Buffers {
                     a: BufRef::Input(0),
@@ -184,10 +186,10 @@ impl Op for Einsum {
             )
         } else {
             Dispatch::new(
-                if half {
-                    einsum2::Variant::F16
-                } else {
-                    einsum2::Variant::F32
+                match (half, double) {
+                    (true, _) => einsum2::Variant::F16,
+                    (_, true) => einsum2::Variant::F64,
+                    _ => einsum2::Variant::F32,
                 },
                 einsum2::Buffers {
                     a: BufRef::Input(0),

@@ -91,6 +91,13 @@ fn gpu_kernel_matches_cpu() {
         let ts: Vec<Tensor> = shapes.iter().map(|s| rng.tensor_f32(s)).collect();
         let ins: Vec<Option<&Tensor>> = ts.iter().map(Some).collect();
         gpu_matches_cpu(&*op, &ins, 1e-4);
+        // f64 takes the general kernel, accumulating in double.
+        let wide: Vec<Tensor> = shapes
+            .iter()
+            .map(|s| Tensor::from_vec(s.to_vec(), rng.f64s(s.iter().product())))
+            .collect();
+        let wide_ins: Vec<Option<&Tensor>> = wide.iter().map(Some).collect();
+        gpu_matches_cpu(&*op, &wide_ins, 1e-12);
         let types: Vec<crate::ValueType> = ts.iter().map(crate::ValueType::of).collect();
         let refs: Vec<Option<&crate::ValueType>> = types.iter().map(Some).collect();
         let infer_in: Vec<_> = types

@@ -30,7 +30,7 @@ pub fn plan_from_keepdims(shape: &[usize], out: &[usize]) -> Option<Plan> {
 }
 
 pub fn kernel(kind: Kind, dtype: DType, plan: &Plan) -> Option<GpuKernel> {
-    let float = matches!(dtype, DType::F32 | DType::F16);
+    let float = matches!(dtype, DType::F32 | DType::F16 | DType::F64);
     if !float && matches!(kind, Kind::L2 | Kind::LogSum | Kind::LogSumExp) {
         return None;
     }
@@ -53,14 +53,17 @@ pub fn kernel(kind: Kind, dtype: DType, plan: &Plan) -> Option<GpuKernel> {
             dispatches: vec![],
         });
     }
-    if nout <= SPLIT_MAX_OUT && nred >= SPLIT_MIN && !matches!(dtype, DType::I8 | DType::U8) {
+    if nout <= SPLIT_MAX_OUT
+        && nred >= SPLIT_MIN
+        && !matches!(dtype, DType::I8 | DType::U8 | DType::F64)
+    {
         return split(dtype, nout, nred, kind, table);
     }
     let row = nred >= ROW_MIN;
     let variant = if row {
-        by_dtype!(dtype, reduce::Variant, [F32 => F32Row, F16 => F16Row, I32 => I32Row, I64 => I64Row, I8 => I8Row, U8 => U8Row])
+        by_dtype!(dtype, reduce::Variant, [F32 => F32Row, F16 => F16Row, F64 => F64Row, I32 => I32Row, I64 => I64Row, I8 => I8Row, U8 => U8Row])
     } else {
-        by_dtype!(dtype, reduce::Variant, [F32, F16, I32, I64, I8, U8])
+        by_dtype!(dtype, reduce::Variant, [F32, F16, F64, I32, I64, I8, U8])
     }?;
     let groups = if row {
         let gy = nout.div_ceil(65_535);

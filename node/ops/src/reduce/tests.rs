@@ -227,6 +227,11 @@ fn gpu_reductions_match_cpu() {
                 v.iter().map(|&f| half::f16::from_f32(f)).collect(),
             );
             gpu_matches_cpu(&*o, &[Some(&h), Some(&a)], 1e-2);
+            // f64 (GPUs with shaderFloat64) keeps f64's precision: exp and log of the shader's
+            // own, by range reduction and series.
+            let wide: Vec<f64> = rng.f64s(n).iter().map(|x| 1.0 + 3.0 * x).collect();
+            let d = Tensor::from_vec(shape.to_vec(), wide);
+            gpu_matches_cpu(&*o, &[Some(&d), Some(&a)], 1e-13);
             if !matches!(op, "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp") {
                 let iv: Vec<i32> = rng.f32s(n).iter().map(|x| (x * 100.0) as i32).collect();
                 let i = Tensor::from_vec(shape.to_vec(), iv.clone());
