@@ -30,6 +30,14 @@ pub fn plan_from_keepdims(shape: &[usize], out: &[usize]) -> Option<Plan> {
 }
 
 pub fn kernel(kind: Kind, dtype: DType, plan: &Plan) -> Option<GpuKernel> {
+    // Booleans are bytes of 0 and 1: their max (any) and min (all) are uint8's, but for the
+    // empty set, whose uint8 minimum (255) is no boolean.
+    let empty = plan.axes.iter().any(|&a| plan.shape[a] == 0);
+    let dtype = match (dtype, kind) {
+        (DType::Bool, Kind::Max | Kind::Min) if !empty => DType::U8,
+        (DType::Bool, _) => return None,
+        (d, _) => d,
+    };
     let float = matches!(dtype, DType::F32 | DType::F16 | DType::F64);
     if !float && matches!(kind, Kind::L2 | Kind::LogSum | Kind::LogSumExp) {
         return None;

@@ -232,6 +232,12 @@ fn gpu_reductions_match_cpu() {
             let wide: Vec<f64> = rng.f64s(n).iter().map(|x| 1.0 + 3.0 * x).collect();
             let d = Tensor::from_vec(shape.to_vec(), wide);
             gpu_matches_cpu(&*o, &[Some(&d), Some(&a)], 1e-13);
+            if matches!(op, "ReduceMax" | "ReduceMin") && n > 0 {
+                // Any and all, on bytes of 0 and 1 (the empty set stays on the CPU).
+                let bits: Vec<bool> = rng.f32s(n).iter().map(|x| *x > 0.6).collect();
+                let t = Tensor::from_bools(shape.to_vec(), bits);
+                gpu_matches_cpu(&*o, &[Some(&t), Some(&a)], 0.0);
+            }
             if !matches!(op, "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp") {
                 let iv: Vec<i32> = rng.f32s(n).iter().map(|x| (x * 100.0) as i32).collect();
                 let i = Tensor::from_vec(shape.to_vec(), iv.clone());
