@@ -23,7 +23,7 @@ layout(push_constant, scalar) uniform P {
     uint n;
     uint depth;
     uint inner;
-    uint idx_words;
+    uint idx_words;  // 1 int32, 2 int64, 0 float32 (truncated, as ONNX casts them)
     uint wrap;       // opset 11: negative indices count from the back
 } p;
 
@@ -34,7 +34,8 @@ void main() {
     uint t = e / p.inner;
     uint d = t % p.depth;
     uint o = t / p.depth;
-    int idx = index_at(p.indices, o * p.inner + i, p.idx_words);
+    uint at = o * p.inner + i;
+    int idx = p.idx_words == 0u ? int(uintBitsToFloat(p.indices.v[at])) : index_at(p.indices, at, p.idx_words);
     if (idx < 0 && p.wrap == 1u) idx += int(p.depth);
     p.y.v[e] = p.values.v[idx == int(d) ? 1 : 0];
 }

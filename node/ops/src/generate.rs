@@ -523,7 +523,10 @@ impl Op for OneHot {
                     n: n as u32,
                     depth: depth as u32,
                     inner: numel(&idx.shape[axis..]) as u32,
-                    idx_words: super::gather_nd::index_words(idx.dtype)?,
+                    idx_words: match idx.dtype {
+                        DType::F32 => 0,
+                        d => super::gather_nd::index_words(d)?,
+                    },
                     wrap: self.negative_ok as u32,
                 },
                 groups_1d(n, 256),

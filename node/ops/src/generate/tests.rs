@@ -171,6 +171,10 @@ fn gpu_trilu_and_one_hot_match_cpu() {
         // Opset 9: negative indices are out of range (a row of "off").
         let ins = [Some(&idx), Some(&depth), Some(&values)];
         gpu_same_bytes(oh9.as_ref(), &ins, "OneHot-9");
+        // Float indices are truncated toward zero, as ONNX casts them.
+        let fidx = Tensor::from_vec(vec![2, 3], vec![0.7f32, 4.2, -1.9, -5.0, 7.5, 2.0]);
+        let ins = [Some(&fidx), Some(&depth), Some(&values)];
+        gpu_same_bytes(oh.as_ref(), &ins, "OneHot of float indices");
     }
 }
 
