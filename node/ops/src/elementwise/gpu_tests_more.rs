@@ -46,6 +46,14 @@ fn gpu_unary_float_ops_f32_f16() {
                 let x = as_type(&xs, &[xs.len()], d);
                 gpu_matches_cpu(&**op, &[Some(&x)], tol(d));
             }
+            // f64, where unary_f64.comp computes the formula at f64's precision.
+            let x = Tensor::from_vec(vec![xs.len()], xs.clone());
+            let types = [Some(crate::ValueType::of(&x))];
+            let refs: Vec<Option<&crate::ValueType>> = types.iter().map(Option::as_ref).collect();
+            let outs = [crate::ValueType::of(&x)];
+            if op.gpu(&refs, &outs).is_some() {
+                gpu_matches_cpu(&**op, &[Some(&x)], 1e-13);
+            }
         }
     }
 }

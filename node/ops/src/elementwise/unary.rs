@@ -10,7 +10,7 @@ use crate::numeric::num::{FLOATS, INTS, Int, NUMERIC, Num, dispatch_int, dispatc
 use crate::tensor::{DType, Tensor};
 use crate::util::{expect_dtype, groups_1d, req};
 use crate::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};
-use vkml_shaders::{clip, unary, unary_int};
+use vkml_shaders::{clip, unary, unary_f64, unary_int};
 
 /// The kinds are the op codes the shaders switch on, from shaders/opcodes.toml.
 pub use vkml_shaders::op::Unary as UnKind;
@@ -353,6 +353,28 @@ impl Op for Unary {
             return None;
         }
         let classify = matches!(k, UnKind::IsNaN | UnKind::IsInf);
+        // f64: the formulas unary_f64.comp computes at f64's precision.
+        if x.dtype == DType::F64
+            && !matches!(
+                k,
+                UnKind::Relu
+                    | UnKind::Sqrt
+                    | UnKind::Exp
+                    | UnKind::Log
+                    | UnKind::Neg
+                    | UnKind::Abs
+                    | UnKind::Reciprocal
+                    | UnKind::Floor
+                    | UnKind::Ceil
+                    | UnKind::Round
+                    | UnKind::Sign
+                    | UnKind::Sigmoid
+                    | UnKind::LeakyRelu
+                    | UnKind::ThresholdedRelu
+            )
+        {
+            return None;
+        }
         if !dtypes(self.kind).contains(&x.dtype) {
             return None;
         }
@@ -391,6 +413,19 @@ impl Op for Unary {
             )
         };
         let dispatch = match x.dtype {
+            DType::F64 => Dispatch::new(
+                unary_f64::Variant::Main,
+                unary_f64::Buffers {
+                    x: BufRef::Input(0),
+                    y: BufRef::Output(0),
+                },
+                unary_f64::Params {
+                    n,
+                    op,
+                    alpha: self.p[0] as f32,
+                },
+                groups,
+            ),
             DType::F32 if classify => float(unary::Variant::ClsF32),
             DType::F16 if classify => float(unary::Variant::ClsF16),
             DType::F32 => float(unary::Variant::F32),
