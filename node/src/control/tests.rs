@@ -287,3 +287,74 @@ fn malformed_control_flow_is_refused_by_name() {
         "{e}"
     );
 }
+
+#[test]
+fn nested_bodies_read_values_two_scopes_out() {
+    // Loop (3 times) whose body holds an If on the iteration's parity; both branches read
+    // `outer` from the main graph: y += outer on even iterations, y -= 1 on odd ones.
+    let then = graph(
+        vec![n("Add", &["y_in", "outer"], &["a"], vec![])],
+        vec![],
+        vec![v("a", DType::F32, None)],
+        vec![],
+    );
+    let other = graph(
+        vec![n("Sub", &["y_in", "one"], &["b"], vec![])],
+        vec![],
+        vec![v("b", DType::F32, None)],
+        vec![],
+    );
+    let body = graph(
+        vec![
+            n("Mod", &["i", "two"], &["r"], vec![]),
+            n("Equal", &["r", "zero"], &["even"], vec![]),
+            n(
+                "If",
+                &["even"],
+                &["y_out"],
+                vec![
+                    ("then_branch", AttrValue::Graph(Box::new(then))),
+                    ("else_branch", AttrValue::Graph(Box::new(other))),
+                ],
+            ),
+            n("Identity", &["cond_in"], &["cond_out"], vec![]),
+        ],
+        vec![
+            v("i", DType::I64, Some(&[])),
+            v("cond_in", DType::Bool, Some(&[])),
+            v("y_in", DType::F32, None),
+        ],
+        vec![
+            v("cond_out", DType::Bool, None),
+            v("y_out", DType::F32, None),
+        ],
+        vec![
+            ("two", Tensor::scalar(2i64)),
+            ("zero", Tensor::scalar(0i64)),
+            ("one", Tensor::scalar(1.0f32)),
+        ],
+    );
+    let g = graph(
+        vec![n(
+            "Loop",
+            &["m", "", "x"],
+            &["y"],
+            vec![("body", AttrValue::Graph(Box::new(body)))],
+        )],
+        vec![
+            v("x", DType::F32, Some(&[2])),
+            v("outer", DType::F32, Some(&[2])),
+        ],
+        vec![v("y", DType::F32, None)],
+        vec![("m", Tensor::scalar(3i64))],
+    );
+    let s = session(g, 13, DeviceSelection::Cpu);
+    let out = s
+        .run(&[
+            ("x", Tensor::from_vec(vec![2], vec![1.0f32, 2.0])),
+            ("outer", Tensor::from_vec(vec![2], vec![10.0f32, 20.0])),
+        ])
+        .unwrap();
+    // Iterations 0 and 2 add outer, 1 subtracts 1.
+    assert_eq!(f32s(&out[0].1), [20.0, 41.0]);
+}
