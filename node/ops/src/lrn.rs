@@ -125,8 +125,8 @@ mod tests {
 
     #[test]
     fn by_hand_and_on_the_gpu() {
-        // Channels 1, 2, 3 at one position, size 2: windows {c} and {c, c+1}... the window of
-        // c runs from c - 0 to c + 1: sums 1 + 4, 4 + 9, 9.
+        // Channels 1, 2, 3 at one position, size 2: the window of c runs from c to c + 1
+        // (floor(1/2) = 0 before, ceil(1/2) = 1 after), so the sums are 1 + 4, 4 + 9 and 9.
         let x = Tensor::from_vec(vec![1, 3, 1], vec![1.0f32, 2.0, 3.0]);
         let attrs = vec![
             ("size", AttrValue::Int(2)),

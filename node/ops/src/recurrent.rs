@@ -167,7 +167,8 @@ impl Recurrent {
     /// Checks every input's shape against X, W and R, and returns the sizes.
     fn dims(&self, types: &[Option<&ValueType>]) -> Result<Dims, OpError> {
         let x = req(types, 0)?;
-        let w = req(types, 1)?;
+        // W's presence; its shape is checked with the others below.
+        req(types, 1)?;
         let r = req(types, 2)?;
         let dirs = self.dirs();
         let gates = self.cell.gates();
@@ -223,7 +224,6 @@ impl Recurrent {
         same(5, "initial_h", state.clone(), f)?;
         same(6, "initial_c", state, f)?;
         same(7, "P", vec![dirs, 3 * hidden], f)?;
-        let _ = (w, r);
         Ok(dims)
     }
 
