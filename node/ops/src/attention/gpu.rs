@@ -1,10 +1,11 @@
 //! The GPU dispatches of a [`Plan`]: its packs (attention_pack.comp), the fused attention
 //! (attention.comp) and, when the key range is split, the merge (attention_combine.comp).
 
+use super::core::QkMode;
 use super::core::{Buf, MaskKind, Offset, Pack, Plan};
 use crate::util::groups_1d;
 use crate::{BufRef, Dispatch, GpuKernel};
-use vkml_shaders::{attention, attention_combine, attention_pack};
+use vkml_shaders::{attention, attention_combine, attention_pack, attention_qk};
 
 /// attention.comp's shared memory, in floats: query rows, key tile, value tile.
 const QS: usize = 2048;
@@ -67,7 +68,7 @@ pub fn splits(workgroups: usize, kv_len: usize, bk: usize) -> usize {
 /// CPU). `force_splits` overrides [`splits`] (tests of the merge on small shapes).
 pub fn kernel(p: &Plan, force_splits: Option<usize>) -> Option<GpuKernel> {
     let variant = by_dtype!(p.dtype, attention::Variant, [F32, F16])?;
-    if p.head_dim > MAX_HEAD || p.v_head_dim > MAX_HEAD || p.masks.len() > 1 || p.qk.is_some() {
+    if p.head_dim > MAX_HEAD || p.v_head_dim > MAX_HEAD || p.masks.len() > 1 {
         return None;
     }
     let esize = p.dtype.size() as u64;
@@ -88,6 +89,9 @@ pub fn kernel(p: &Plan, force_splits: Option<usize>) -> Option<GpuKernel> {
     let total_rows = p.batch * p.q_heads * p.q_len;
     let y_len = total_rows * p.v_head_dim;
     if y_len == 0 {
+        if p.qk.is_some() && p.kv_len > 0 && total_rows > 0 {
+            return None;
+        }
         return Some(GpuKernel {
             scratch,
             dispatches,
@@ -125,6 +129,9 @@ pub fn kernel(p: &Plan, force_splits: Option<usize>) -> Option<GpuKernel> {
         },
         [gx, u(p.kv_heads)?, gz],
     ));
+    if let Some(qk) = p.qk {
+        dispatches.push(qk_dispatch(p, qk, &table)?);
+    }
     if nsplit > 1 {
         let combine = by_dtype!(p.dtype, attention_combine::Variant, [F32, F16])?;
         dispatches.push(Dispatch::new(
@@ -145,6 +152,36 @@ pub fn kernel(p: &Plan, force_splits: Option<usize>) -> Option<GpuKernel> {
         scratch,
         dispatches,
     })
+}
+
+/// The qk output (attention_qk.comp): one workgroup per query row.
+fn qk_dispatch(p: &Plan, (out, mode): (usize, QkMode), table: &[u32]) -> Option<Dispatch> {
+    let variant = by_dtype!(p.dtype, attention_qk::Variant, [F32, F16])?;
+    let stand_in = buf(p.q.buf);
+    let grid = |n: usize| u(n).filter(|&g| g <= 65_535);
+    Some(Dispatch::new(
+        variant,
+        attention_qk::Buffers {
+            q: buf(p.q.buf),
+            k: buf(p.k.buf),
+            mask: p
+                .masks
+                .first()
+                .map_or(stand_in.clone(), |m| BufRef::Input(m.input)),
+            lens: p.lens.map_or(stand_in, |l| BufRef::Input(l.input)),
+            t: BufRef::Table(table.to_vec()),
+            qk: BufRef::Output(out),
+        },
+        attention_qk::Params {
+            mode: match mode {
+                QkMode::Raw => 0,
+                QkMode::Softcapped => 1,
+                QkMode::Biased => 2,
+                QkMode::Probs => 3,
+            },
+        },
+        [grid(p.q_len)?, grid(p.q_heads)?, grid(p.batch)?],
+    ))
 }
 
 /// attention.comp's table (the words its header lists).

@@ -24,8 +24,10 @@
 //! - Rotary embedding, the input bias (MultiHeadAttention) and the transposition to BNSH
 //!   happen in attention_pack.comp while the present key/value is written, which the op must
 //!   output anyway; only a rotated query needs a scratch copy.
-//! - Not on the GPU (the op runs on the CPU): a qk output (it is the matrix the fused kernel
-//!   avoids), two masks at once, head sizes above 256, types other than f32 and f16.
+//! - A qk output, the S x T matrix the fused kernel avoids, is its own dispatch
+//!   (attention_qk.comp, one workgroup per query row) when a model asks for it.
+//! - Not on the GPU (the op runs on the CPU): two masks at once, head sizes above 256, types
+//!   other than f32 and f16.
 
 mod core;
 mod cpu;

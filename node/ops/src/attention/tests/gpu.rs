@@ -320,15 +320,42 @@ fn the_split_rule_fills_the_gpu_with_slices_of_whole_tiles() {
 }
 
 #[test]
+fn the_qk_output_in_every_mode() {
+    use onnx::Cfg;
+    let mut n = 0;
+    for mode in 0..4 {
+        for (mask, causal, softcap, past) in [
+            (None, false, 0.0, 0),
+            (Some((vec![3, 6], false)), false, 2.0, 2),
+            (Some((vec![2, 1, 3, 5], true)), true, 0.0, 2),
+        ] {
+            let c = Cfg {
+                qk: Some(mode),
+                mask,
+                causal,
+                softcap,
+                past,
+                ..Cfg::new(2, 4, 2, 3, 4, 8)
+            };
+            let (op, inputs, _) = onnx::case(&c, 610 + n);
+            matches(&*op, &inputs);
+            n += 1;
+        }
+    }
+    let half = Cfg {
+        dtype: DType::F16,
+        qk: Some(3),
+        mask: Some((vec![3, 4], false)),
+        ..Cfg::new(1, 2, 2, 3, 4, 8)
+    };
+    let (op, inputs, _) = onnx::case(&half, 640);
+    matches(&*op, &inputs);
+}
+
+#[test]
 fn what_stays_on_the_cpu() {
-    // The qk output is the matrix the fused kernel avoids.
-    let (op, inputs, _) = onnx::case(
-        &onnx::Cfg {
-            qk: Some(0),
-            ..onnx::Cfg::new(1, 2, 2, 3, 4, 8)
-        },
-        600,
-    );
+    // Heads wider than attention.comp's accumulators.
+    let (op, inputs, _) = onnx::case(&onnx::Cfg::new(1, 2, 2, 3, 4, 264), 600);
     let types: Vec<Option<ValueType>> = inputs
         .iter()
         .map(|t| t.as_ref().map(ValueType::of))
