@@ -210,7 +210,8 @@ impl ShaderNeeds {
     pub const COOPERATIVE_MATRIX: ShaderNeeds = ShaderNeeds(1 << 6);
     pub const COOPERATIVE_MATRIX2: ShaderNeeds = ShaderNeeds(1 << 7);
     pub const BFLOAT16: ShaderNeeds = ShaderNeeds(1 << 8);
-    const NAMES: [&'static str; 9] = [
+    pub const INTEGER_DOT_PRODUCT: ShaderNeeds = ShaderNeeds(1 << 9);
+    const NAMES: [&'static str; 10] = [
         "shaderFloat16",
         "shaderFloat64",
         "shaderInt16",
@@ -220,6 +221,7 @@ impl ShaderNeeds {
         "cooperativeMatrix",
         "cooperativeMatrix2 (NV)",
         "shaderBFloat16Type",
+        "shaderIntegerDotProduct",
     ];
 
     pub const fn union(self, o: ShaderNeeds) -> ShaderNeeds {

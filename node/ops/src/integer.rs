@@ -3,10 +3,14 @@
 //! stays far below 2^53), and narrow to int32. Padding after the subtraction is zero, which
 //! is what padding the input with its zero point means.
 
+use super::conv::{Conv, q8};
 use super::numeric::from_i64;
 use super::util::{opt, req};
-use super::{Attrs, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use super::{
+    Attrs, BufRef, GpuKernel, InferInput, KernelTuning, NodeSpec, Op, OpError, Registry, ValueType,
+};
 use crate::tensor::{DType, Tensor};
+use crate::util::types_of;
 
 pub fn register(r: &mut Registry) {
     r.add("MatMulInteger", |s| build(s, "MatMul"));
@@ -23,9 +27,22 @@ pub(crate) fn build(spec: &NodeSpec<'_>, inner: &'static str) -> Result<Box<dyn 
         num_inputs: 2,
         num_outputs: 1,
     })?;
+    let geometry = (inner == "Conv")
+        .then(|| {
+            super::conv::parse(&NodeSpec {
+                name: spec.name,
+                op_type: inner,
+                attrs,
+                opset: 13,
+                num_inputs: 2,
+                num_outputs: 1,
+            })
+        })
+        .transpose()?;
     Ok(Box::new(Integer {
         inner: op,
         conv: inner == "Conv",
+        geometry,
     }))
 }
 
@@ -33,6 +50,59 @@ pub(crate) fn build(spec: &NodeSpec<'_>, inner: &'static str) -> Result<Box<dyn 
 struct Integer {
     inner: Box<dyn Op>,
     conv: bool,
+    /// ConvInteger's window, for the GPU kernel.
+    geometry: Option<Conv>,
+}
+
+/// Whether `t` is an 8-bit integer type, and which: `Some(signed)`.
+pub(crate) fn int8_signed(t: DType) -> Option<bool> {
+    match t {
+        DType::U8 => Some(false),
+        DType::I8 => Some(true),
+        _ => None,
+    }
+}
+
+/// A zero point or scale input `i` as the GPU kernels take it: absent, or of type `dtype`
+/// with one value, or (`per` > 1) one per output channel: `Some(Some((buffer, per
+/// channel)))`; `None` when the kernels cannot take it.
+pub(crate) fn per_channel_input(
+    inputs: &[Option<&ValueType>],
+    i: usize,
+    dtype: DType,
+    per: usize,
+) -> Option<Option<(BufRef, bool)>> {
+    let Some(t) = opt(inputs, i) else {
+        return Some(None);
+    };
+    let n = t.numel();
+    (t.dtype == dtype && (n == 1 || (n == per && t.shape.len() == 1)))
+        .then(|| Some((BufRef::Input(i), n != 1)))
+}
+
+impl Integer {
+    /// ConvInteger on the GPU (conv/q8.rs), `dot` picking the dot-product variant.
+    fn gpu_conv(&self, inputs: &[Option<&ValueType>], dot: bool) -> Option<GpuKernel> {
+        let (x, w) = (opt(inputs, 0)?, opt(inputs, 1)?);
+        let s = self
+            .geometry
+            .as_ref()?
+            .shape(&x.shape, &w.shape, None)
+            .ok()?;
+        let x_zero = per_channel_input(inputs, 2, x.dtype, 1)?.map(|z| z.0);
+        let w_zero = per_channel_input(inputs, 3, w.dtype, s.oc)?;
+        let io = q8::Io {
+            x_signed: int8_signed(x.dtype)?,
+            w_signed: int8_signed(w.dtype)?,
+            x: BufRef::Input(0),
+            w: BufRef::Input(1),
+            bias: None,
+            x_zero,
+            w_zero,
+            requant: None,
+        };
+        q8::kernel(&s, &io, dot)
+    }
 }
 
 impl Integer {
@@ -171,6 +241,23 @@ impl Op for Integer {
                 .map_err(|e| OpError::invalid(e.to_string()))?,
         };
         Ok(vec![from_i64(DType::I32, y.shape().to_vec(), v)?])
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
+        self.gpu_conv(inputs, false)
+    }
+
+    fn gpu_preferred(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        _outputs: &[ValueType],
+        _tuning: &KernelTuning,
+    ) -> Vec<GpuKernel> {
+        self.gpu_conv(&types_of(inputs), true).into_iter().collect()
+    }
+
+    fn flops(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
+        self.inner.flops(inputs, outputs)
     }
 }
 

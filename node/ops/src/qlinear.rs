@@ -4,8 +4,10 @@
 //! may be per output column or channel), in f64, plus y's zero point, rounded half to even
 //! and clipped to y's type (y's zero point's, else a's).
 
-use super::util::{opt, req};
-use super::{InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use super::conv::{Conv, q8};
+use super::integer::{int8_signed, per_channel_input};
+use super::util::{opt, req, types_of};
+use super::{GpuKernel, InferInput, KernelTuning, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::tensor::{DType, Tensor, TensorError};
 
 pub fn register(r: &mut Registry) {
@@ -15,7 +17,21 @@ pub fn register(r: &mut Registry) {
 
 fn build(spec: &NodeSpec<'_>, conv: bool) -> Result<Box<dyn Op>, OpError> {
     let inner = super::integer::build(spec, if conv { "Conv" } else { "MatMul" })?;
-    Ok(Box::new(QLinear { inner, conv }))
+    let geometry = conv
+        .then(|| {
+            super::conv::parse(&NodeSpec {
+                num_inputs: 2,
+                num_outputs: 1,
+                op_type: "Conv",
+                ..*spec
+            })
+        })
+        .transpose()?;
+    Ok(Box::new(QLinear {
+        inner,
+        conv,
+        geometry,
+    }))
 }
 
 #[derive(Debug)]
@@ -23,6 +39,8 @@ struct QLinear {
     /// MatMulInteger or ConvInteger.
     inner: Box<dyn Op>,
     conv: bool,
+    /// QLinearConv's window, for the GPU kernel.
+    geometry: Option<Conv>,
 }
 
 fn bad(e: TensorError) -> OpError {
@@ -74,6 +92,48 @@ impl QLinear {
             .into_iter()
             .map(|sb| round(round(sa * sb) / sy))
             .collect())
+    }
+}
+
+impl QLinear {
+    /// QLinearConv on the GPU (conv/q8.rs), for f32 scales; `dot` picks the dot-product
+    /// variant.
+    fn gpu_conv(
+        &self,
+        inputs: &[Option<&ValueType>],
+        outputs: &[ValueType],
+        dot: bool,
+    ) -> Option<GpuKernel> {
+        let (x, w) = (opt(inputs, 0)?, opt(inputs, 3)?);
+        let b = opt(inputs, 8);
+        if b.is_some_and(|b| b.dtype != DType::I32) {
+            return None;
+        }
+        let s = self
+            .geometry
+            .as_ref()?
+            .shape(&x.shape, &w.shape, b.map(|b| b.shape.as_slice()))
+            .ok()?;
+        let f = DType::F32;
+        let y = outputs.first()?.dtype;
+        let requant = q8::Requant {
+            x_scale: per_channel_input(inputs, 1, f, 1)??.0,
+            w_scale: per_channel_input(inputs, 4, f, s.oc)??,
+            y_scale: per_channel_input(inputs, 6, f, 1)??.0,
+            y_zero: per_channel_input(inputs, 7, y, 1)?.map(|z| z.0),
+            y_signed: int8_signed(y)?,
+        };
+        let io = q8::Io {
+            x_signed: int8_signed(x.dtype)?,
+            w_signed: int8_signed(w.dtype)?,
+            x: crate::BufRef::Input(0),
+            w: crate::BufRef::Input(3),
+            bias: b.map(|_| crate::BufRef::Input(8)),
+            x_zero: per_channel_input(inputs, 2, x.dtype, 1)?.map(|z| z.0),
+            w_zero: per_channel_input(inputs, 5, w.dtype, s.oc)?,
+            requant: Some(requant),
+        };
+        q8::kernel(&s, &io, dot)
     }
 }
 
@@ -163,6 +223,25 @@ impl Op for QLinear {
             .collect();
         let t = Tensor::from_bytes(out, shape.clone(), y.into()).map_err(bad)?;
         Ok(vec![t])
+    }
+
+    fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
+        self.gpu_conv(inputs, outputs, false)
+    }
+
+    fn gpu_preferred(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+        _tuning: &KernelTuning,
+    ) -> Vec<GpuKernel> {
+        self.gpu_conv(&types_of(inputs), outputs, true)
+            .into_iter()
+            .collect()
+    }
+
+    fn flops(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
+        self.inner.flops(&Self::integer_inputs(inputs), outputs)
     }
 }
 

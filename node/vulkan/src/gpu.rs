@@ -223,6 +223,7 @@ fn create_device(instance: &Instance, c: &Candidate) -> Result<ash::Device, Vulk
         f13.subgroup_size_control = b(v13.subgroup_size_control);
         f13.compute_full_subgroups = b(v13.compute_full_subgroups);
         f13.maintenance4 = b(v13.maintenance4);
+        f13.shader_integer_dot_product = b(v13.integer_dot_product);
     }
     let mut fcoop =
         vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);

@@ -92,6 +92,10 @@ impl Features {
             (self.coop_f16, ShaderNeeds::COOPERATIVE_MATRIX),
             (self.coopmat2, ShaderNeeds::COOPERATIVE_MATRIX2),
             (self.bf16, ShaderNeeds::BFLOAT16),
+            (
+                self.v13.is_some_and(|v| v.integer_dot_product),
+                ShaderNeeds::INTEGER_DOT_PRODUCT,
+            ),
         ] {
             if present {
                 have = have.union(need);
@@ -132,6 +136,9 @@ pub(crate) struct Features13 {
     pub subgroup_size_control: bool,
     pub compute_full_subgroups: bool,
     pub maintenance4: bool,
+    /// VK_KHR_shader_integer_dot_product's instructions (core in 1.3): conv_q8.comp's `dot`
+    /// variants.
+    pub integer_dot_product: bool,
 }
 
 pub(crate) fn version_string(v: u32) -> String {
@@ -353,6 +360,7 @@ pub(crate) fn inspect(
             subgroup_size_control: f13.subgroup_size_control != 0,
             compute_full_subgroups: f13.compute_full_subgroups != 0,
             maintenance4: f13.maintenance4 != 0,
+            integer_dot_product: f13.shader_integer_dot_product != 0,
         }),
     };
 

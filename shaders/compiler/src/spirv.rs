@@ -350,6 +350,7 @@ pub fn features_needed(capabilities: &[u32]) -> u32 {
             6022 | 5357 => 1 << 6,        // cooperative matrix (KHR, NV)
             5430..=5434 | 5439 => 1 << 7, // cooperative matrix 2 (NV)
             5116..=5118 => 1 << 8,        // bfloat16 (KHR)
+            6016..=6019 => 1 << 9,        // integer dot product
             _ => 0,
         })
         .fold(0, |a, b| a | b)

@@ -19,19 +19,18 @@ use crate::{BufRef, Dispatch, GpuKernel};
 use vkml_shaders::{conv_direct, conv_gemm, conv_splitk_reduce};
 
 /// Output pixels x output channels per workgroup of the implicit GEMM (shaders/conv_gemm.comp).
-const TILE_M: usize = 64;
-const TILE_N: usize = 64;
+pub(crate) const TILE_M: usize = 64;
+pub(crate) const TILE_N: usize = 64;
 /// Below this many output channels per group, a 64-wide channel tile would be mostly idle:
 /// the direct shader is used instead (depthwise, ResNeXt-style narrow groups).
 const MIN_GEMM_OCG: usize = 16;
 
 /// Largest element count the shaders index with 32-bit arithmetic.
-const MAX_ELEMS: usize = i32::MAX as usize;
+pub(crate) const MAX_ELEMS: usize = i32::MAX as usize;
 
 /// `half`: the tensors are f16 (the shaders' `_f16` variants; arithmetic stays in float);
 /// `mode`: split-K by the shape rule, or as tuned.
 pub fn kernel(s: &ConvShape, has_bias: bool, half: bool, mode: SplitK) -> Option<GpuKernel> {
-    let a = s.axes3();
     let x_len = s.n * s.c * s.in_plane();
     let w_len = s.oc * s.cg() * s.kernel_volume();
     let y_len = s.n * s.oc * s.out_plane();
@@ -48,16 +47,7 @@ pub fn kernel(s: &ConvShape, has_bias: bool, half: bool, mode: SplitK) -> Option
     } else {
         split_k(tiles, s.cg() * s.kernel_volume(), y_len, mode)
     };
-    let mut table: Vec<u32> = vec![s.n as u32, s.c as u32];
-    table.extend(a.iter().map(|a| a.input as u32));
-    table.push(s.oc as u32);
-    table.extend(a.iter().map(|a| a.output as u32));
-    table.extend(a.iter().map(|a| a.kernel as u32));
-    table.extend(a.iter().map(|a| a.stride as u32));
-    table.extend(a.iter().map(|a| a.dilation as u32));
-    table.extend(a.iter().map(|a| a.pad_begin as u32));
-    table.extend([s.group, s.cg(), s.ocg(), tiles_m, tiles_n, splits, k_slice].map(|v| v as u32));
-    debug_assert_eq!(table.len(), 28);
+    let table = geometry_table(s, tiles_m, tiles_n, splits, k_slice);
 
     // Without B the shaders read zeros, so they need no branch on it.
     let bias = if has_bias {
@@ -147,6 +137,28 @@ pub fn kernel(s: &ConvShape, has_bias: bool, half: bool, mode: SplitK) -> Option
         scratch: vec![],
         dispatches: vec![dispatch],
     })
+}
+
+/// The 28 words of geometry the convolution shaders (conv_gemm, conv_direct, conv_q8) read.
+pub(crate) fn geometry_table(
+    s: &ConvShape,
+    tiles_m: usize,
+    tiles_n: usize,
+    splits: usize,
+    k_slice: usize,
+) -> Vec<u32> {
+    let a = s.axes3();
+    let mut table: Vec<u32> = vec![s.n as u32, s.c as u32];
+    table.extend(a.iter().map(|a| a.input as u32));
+    table.push(s.oc as u32);
+    table.extend(a.iter().map(|a| a.output as u32));
+    table.extend(a.iter().map(|a| a.kernel as u32));
+    table.extend(a.iter().map(|a| a.stride as u32));
+    table.extend(a.iter().map(|a| a.dilation as u32));
+    table.extend(a.iter().map(|a| a.pad_begin as u32));
+    table.extend([s.group, s.cg(), s.ocg(), tiles_m, tiles_n, splits, k_slice].map(|v| v as u32));
+    debug_assert_eq!(table.len(), 28);
+    table
 }
 
 #[cfg(test)]

@@ -15,6 +15,9 @@ mod fast_tests;
 mod gpu;
 #[cfg(test)]
 pub(crate) mod gpu_tests;
+pub(crate) mod q8;
+#[cfg(test)]
+mod q8_tests;
 #[cfg(test)]
 mod splitk_tests;
 #[cfg(test)]
@@ -36,6 +39,11 @@ pub fn register(r: &mut Registry) {
 }
 
 fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    Ok(Box::new(parse(spec)?))
+}
+
+/// The Conv a node describes (also QLinearConv's and ConvInteger's geometry).
+pub(crate) fn parse(spec: &NodeSpec<'_>) -> Result<Conv, OpError> {
     if !(2..=3).contains(&spec.num_inputs) {
         return Err(OpError::invalid(format!(
             "Conv takes 2 or 3 inputs (X, W, optional B), got {}",
@@ -54,10 +62,10 @@ fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
             "Conv: group must be at least 1, got {group}"
         )));
     }
-    Ok(Box::new(Conv {
+    Ok(Conv {
         window: WindowAttrs::parse("Conv", spec.attrs)?,
         group: Size::from_i64(group, "Conv: group")?.get(),
-    }))
+    })
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -108,7 +116,12 @@ impl ConvShape {
 }
 
 impl Conv {
-    fn shape(&self, x: &[usize], w: &[usize], b: Option<&[usize]>) -> Result<ConvShape, OpError> {
+    pub(crate) fn shape(
+        &self,
+        x: &[usize],
+        w: &[usize],
+        b: Option<&[usize]>,
+    ) -> Result<ConvShape, OpError> {
         if x.len() < 3 {
             return Err(OpError::invalid(format!(
                 "Conv: X must be N x C x spatial..., got shape {x:?}"

@@ -1,0 +1,121 @@
+//! The GPU side of the integer convolutions, QLinearConv and ConvInteger: one dispatch of
+//! shaders/conv_q8.comp, an implicit GEMM over the 8-bit values as they are (zero points
+//! applied after the integer sums, see the shader), with QLinearConv's requantization in its
+//! epilogue. The `dot` variants use the packed dot-product instructions; the others compute
+//! the same integers unpacked, for devices without them.
+
+use super::ConvShape;
+use super::gpu::{MAX_ELEMS, TILE_M, TILE_N, geometry_table};
+use crate::util::groups_1d;
+use crate::{BufRef, Dispatch, GpuKernel};
+use vkml_shaders::conv_q8;
+
+/// What the shader reads and writes, as buffers of the op.
+#[derive(Debug, Clone)]
+pub struct Io {
+    pub x_signed: bool,
+    pub w_signed: bool,
+    pub x: BufRef,
+    pub w: BufRef,
+    /// int32, one per output channel.
+    pub bias: Option<BufRef>,
+    /// One value.
+    pub x_zero: Option<BufRef>,
+    /// One value, or one per output channel (`true`).
+    pub w_zero: Option<(BufRef, bool)>,
+    /// QLinearConv's requantization; `None`: the int32 sums are the output (ConvInteger).
+    pub requant: Option<Requant>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Requant {
+    /// f32 scales: x's (one value), w's (one, or one per output channel: `true`), y's.
+    pub x_scale: BufRef,
+    pub w_scale: (BufRef, bool),
+    pub y_scale: BufRef,
+    pub y_zero: Option<BufRef>,
+    pub y_signed: bool,
+}
+
+const F_REQUANT: u32 = 1;
+const F_Y_SIGNED: u32 = 2;
+const F_WZ_PER: u32 = 4;
+const F_SB_PER: u32 = 8;
+
+fn variant(x_signed: bool, w_signed: bool, dot: bool) -> conv_q8::Variant {
+    use conv_q8::Variant as V;
+    match (x_signed, w_signed, dot) {
+        (false, false, false) => V::Uu,
+        (false, true, false) => V::Us,
+        (true, false, false) => V::Su,
+        (true, true, false) => V::Ss,
+        (false, false, true) => V::UuDot,
+        (false, true, true) => V::UsDot,
+        (true, false, true) => V::SuDot,
+        (true, true, true) => V::SsDot,
+    }
+}
+
+/// The kernel, or `None` past the shader's 32-bit indexing.
+pub fn kernel(s: &ConvShape, io: &Io, dot: bool) -> Option<GpuKernel> {
+    let x_len = s.n * s.c * s.in_plane();
+    let w_len = s.oc * s.cg() * s.kernel_volume();
+    let y_len = s.n * s.oc * s.out_plane();
+    if [x_len, w_len, y_len].iter().any(|&l| l > MAX_ELEMS) || y_len == 0 {
+        return None;
+    }
+    let tiles_m = (s.n * s.out_plane()).div_ceil(TILE_M);
+    let tiles_n = s.ocg().div_ceil(TILE_N);
+    let tiles = tiles_m * tiles_n * s.group;
+    let mut table = geometry_table(s, tiles_m, tiles_n, 1, 0);
+    let zero = || BufRef::Table(vec![0]);
+    let mut flags = 0;
+    if io.w_zero.as_ref().is_some_and(|(_, per)| *per) {
+        flags |= F_WZ_PER;
+    }
+    let (sa, sb, sy, yz) = match &io.requant {
+        Some(r) => {
+            flags |= F_REQUANT;
+            if r.y_signed {
+                flags |= F_Y_SIGNED;
+            }
+            if r.w_scale.1 {
+                flags |= F_SB_PER;
+            }
+            (
+                r.x_scale.clone(),
+                r.w_scale.0.clone(),
+                r.y_scale.clone(),
+                r.y_zero.clone().unwrap_or_else(zero),
+            )
+        }
+        None => (zero(), zero(), zero(), zero()),
+    };
+    table.push(flags);
+    let dispatch = Dispatch::new(
+        variant(io.x_signed, io.w_signed, dot),
+        conv_q8::Buffers {
+            x: io.x.clone(),
+            w: io.w.clone(),
+            b: io
+                .bias
+                .clone()
+                .unwrap_or_else(|| BufRef::Table(vec![0; s.oc])),
+            xz: io.x_zero.clone().unwrap_or_else(zero),
+            wz: io.w_zero.as_ref().map_or_else(zero, |(b, _)| b.clone()),
+            yz,
+            sa,
+            sb,
+            sy,
+            y: BufRef::Output(0),
+            t: BufRef::Table(table),
+        },
+        conv_q8::Params {},
+        // One workgroup per tile; groups_1d folds the count into y past 65,535.
+        groups_1d(tiles * 256, 256),
+    );
+    Some(GpuKernel {
+        scratch: vec![],
+        dispatches: vec![dispatch],
+    })
+}
