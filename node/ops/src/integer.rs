@@ -77,7 +77,7 @@ pub(crate) fn per_channel_input(
     };
     let n = t.numel();
     (t.dtype == dtype && (n == 1 || (n == per && t.shape.len() == 1)))
-        .then(|| Some((BufRef::Input(i), n != 1)))
+        .then_some(Some((BufRef::Input(i), n != 1)))
 }
 
 impl Integer {
