@@ -105,7 +105,7 @@ impl Graph {
     /// A node of `op_type` built from `attrs` as any node is, checked against the types the
     /// graph has for its inputs and outputs; `None` where its rule or its GPU kernel refuses
     /// them.
-    fn product_node(
+    pub(super) fn product_node(
         &self,
         spec: &Specialized,
         op_type: &str,

@@ -7,6 +7,7 @@ mod fuse;
 mod fuse_norm;
 #[cfg(test)]
 mod fuse_norm_tests;
+mod fuse_qdq;
 #[cfg(test)]
 mod fuse_tests;
 mod specialize;
@@ -62,8 +63,9 @@ pub enum Fusion {
     Off,
     /// Elementwise chains only (graph/fuse.rs).
     Chains,
-    /// Elementwise chains, and row norms and SwiGLU activations into the products of a few
-    /// rows that read them (graph/fuse_norm.rs).
+    /// Elementwise chains, row norms and SwiGLU activations into the products of a few rows
+    /// that read them (graph/fuse_norm.rs), and QDQ convolutions into integer ones
+    /// (graph/fuse_qdq.rs).
     #[default]
     All,
 }

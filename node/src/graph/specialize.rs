@@ -113,6 +113,9 @@ impl Graph {
         max_value_bytes: u64,
     ) -> Result<Specialized, SpecializeError> {
         let mut spec = self.specialize_limited(inputs, known, max_value_bytes)?;
+        if fusion == Fusion::All {
+            self.fuse_qdq(&mut spec);
+        }
         if fusion != Fusion::Off {
             self.fuse_chains(&mut spec);
         }
