@@ -10,7 +10,12 @@
 // where the row sums of X (needed when zw is not zero) and the column sums of W (when zx is
 // not zero) come from the same packed words. int32 wraps on overflow, as ONNX Runtime's does.
 // Requantizing (table flag 1): y = clamp(round_half_even((acc + bias) * M) + zy), M = fl(fl(
-// sa * sb[oc]) / sy) as QLinearConv's CPU kernel rounds it.
+// sa * sb[oc]) / sy) as QLinearConv's CPU kernel rounds it (q8.glsl).
+//
+// Split-K (table words 26, 27: slices, K per slice, a multiple of 32): when there are too few
+// tiles to fill the GPU, one workgroup computes one (slice, tile) and writes its int32 partial
+// sums (zero-point terms of its slice included; slice 0 adds the bias and K zx zw) to y viewed
+// as SPLITS x (N x OC x OD x OH x OW); conv_q8_reduce.comp adds them and requantizes.
 //
 // One workgroup computes a 64 x 64 tile of Y, each of its 256 threads a 4 x 4 block; K is
 // streamed in slices of 32 (8 packed words per pixel and channel) through 4 KiB of shared
@@ -21,6 +26,7 @@
 #extension GL_EXT_scalar_block_layout : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
 #extension GL_EXT_shader_8bit_storage : require
+#extension GL_GOOGLE_include_directive : require
 // @variant uu
 // @variant us WS
 // @variant su XS
@@ -32,6 +38,7 @@
 #ifdef DOT
 #extension GL_EXT_integer_dot_product : require
 #endif
+#include "q8.glsl"
 
 layout(local_size_x = 256) in;
 
@@ -62,7 +69,8 @@ layout(push_constant, scalar) uniform P {
 const uint P_N = 0, P_C = 1, P_ID = 2, P_IH = 3, P_IW = 4, P_OC = 5, P_OD = 6, P_OH = 7,
            P_OW = 8, P_KD = 9, P_KH = 10, P_KW = 11, P_SD = 12, P_SH = 13, P_SW = 14,
            P_DD = 15, P_DH = 16, P_DW = 17, P_PD = 18, P_PH = 19, P_PW = 20, P_G = 21,
-           P_CG = 22, P_OCG = 23, P_TILES_M = 24, P_TILES_N = 25, P_FLAGS = 28;
+           P_CG = 22, P_OCG = 23, P_TILES_M = 24, P_TILES_N = 25, P_SPLITS = 26,
+           P_KSLICE = 27, P_FLAGS = 28;
 // Flags: requantize to 8 bits (else int32 out), y signed, wz per channel, sb per channel.
 const uint F_REQUANT = 1u, F_Y_SIGNED = 2u, F_WZ_PER = 4u, F_SB_PER = 8u;
 
@@ -180,7 +188,13 @@ void main() {
 
     uint tile = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint tiles_mn = TILES_M * TILES_N;
-    if (tile >= tiles_mn * G) return;
+    uint SPLITS = p.t.v[P_SPLITS];
+    // Slices outermost: the workgroups of one slice share its part of W.
+    uint slice = tile / (tiles_mn * G);
+    if (slice >= SPLITS) return;
+    tile -= slice * tiles_mn * G;
+    uint k_begin = slice * p.t.v[P_KSLICE];
+    uint k_end = min(K, k_begin + p.t.v[P_KSLICE]);
     uint g = tile / tiles_mn;
     uint rest = tile - g * tiles_mn;
     uint tn = rest / TILES_M;
@@ -215,8 +229,8 @@ void main() {
     uint ra[2];
     uint rb[2];
     for (uint j = 0; j < 2u; j++) {
-        ra[j] = load_a4(m_ok, xbase, d0, h0, w0, 4u * (a_q + 4u * j));
-        rb[j] = load_b4(g, ocl0 + b_n + 32u * j, 4u * b_q);
+        ra[j] = load_a4(m_ok, xbase, d0, h0, w0, k_begin + 4u * (a_q + 4u * j));
+        rb[j] = load_b4(g, ocl0 + b_n + 32u * j, k_begin + 4u * b_q);
     }
 
     uint tx = lid & 15u;
@@ -239,14 +253,16 @@ void main() {
         for (uint j = 0; j < 4u; j++) acc[i][j] = 0;
     }
 
-    for (uint k0 = 0u; k0 < K; k0 += 4u * BQ) {
+    // Slices start at multiples of 32, so only the last one reads past its end, where the
+    // loads' k >= K checks give zeros.
+    for (uint k0 = k_begin; k0 < k_end; k0 += 4u * BQ) {
         for (uint j = 0; j < 2u; j++) {
             As[a_q + 4u * j][a_m] = ra[j];
             Bs[b_q][b_n + 32u * j] = rb[j];
         }
         barrier();
         uint kn = k0 + 4u * BQ;
-        if (kn < K) {
+        if (kn < k_end) {
             for (uint j = 0; j < 2u; j++) {
                 ra[j] = load_a4(m_ok, xbase, d0, h0, w0, kn + 4u * (a_q + 4u * j));
                 rb[j] = load_b4(g, ocl0 + b_n + 32u * j, kn + 4u * b_q);
@@ -265,38 +281,28 @@ void main() {
         barrier();
     }
 
-    bool requant = (flags & F_REQUANT) != 0u;
-    float sa = requant ? p.sa.v[0] : 0.0;
-    float sy = requant ? p.sy.v[0] : 1.0;
-    int zy = 0;
-    if (requant) {
-        uint zb = uint(p.yz.v[0]);
-        zy = (flags & F_Y_SIGNED) != 0u ? int(zb) - (zb >= 128u ? 256 : 0) : int(zb);
-    }
-    float lo = (flags & F_Y_SIGNED) != 0u ? -128.0 : 0.0;
-    float hi = (flags & F_Y_SIGNED) != 0u ? 127.0 : 255.0;
+    bool split = SPLITS > 1u;
+    bool requant = !split && (flags & F_REQUANT) != 0u;
+    bool y_signed = (flags & F_Y_SIGNED) != 0u;
+    int zy = requant ? q8_zero(uint(p.yz.v[0]), y_signed) : 0;
+    uint y0 = split ? slice * N * OC * PLANE : 0u;
     for (uint j = 0; j < 4u; j++) {
         uint ocl = ocl0 + ty + 16u * j;
         if (ocl >= OCG) continue;
         uint oc = g * OCG + ocl;
-        float mult = 0.0;
-        if (requant) {
-            float ab = sa * p.sb.v[(flags & F_SB_PER) != 0u ? oc : 0u];
-            // One correction step makes the quotient the correctly rounded one.
-            float q = ab / sy;
-            mult = q + fma(-q, sy, ab) / sy;
-        }
-        int bias = p.b.v[oc] + int(K) * zx * zw[j];
+        float mult = requant
+            ? q8_multiplier(p.sa.v[0], p.sb.v[(flags & F_SB_PER) != 0u ? oc : 0u], p.sy.v[0])
+            : 0.0;
+        int bias = slice == 0u ? p.b.v[oc] + int(K) * zx * zw[j] : 0;
         for (uint i = 0; i < 4u; i++) {
             uint mo = tm * BM + tx + 16u * i;
             if (mo >= M) continue;
             uint n = mo / PLANE;
             uint sp = mo - n * PLANE;
             int v = acc[i][j] - zw[j] * sx[i] - zx * sw[j] + bias;
-            uint at = (n * OC + oc) * PLANE + sp;
+            uint at = y0 + (n * OC + oc) * PLANE + sp;
             if (requant) {
-                float yv = clamp(roundEven(float(v) * mult) + float(zy), lo, hi);
-                OutBytes(p.y).v[at] = uint8_t(uint(int(yv)) & 255u);
+                OutBytes(p.y).v[at] = q8_requant(v, mult, zy, y_signed);
             } else {
                 OutInts(p.y).v[at] = v;
             }

@@ -4,6 +4,7 @@ and PyTorch's timings of the same functions in the same run.
 
   big_models.py make OUT_DIR      # writes gemm_4096.onnx, resnet50.onnx (random weights)
   big_models.py torch OUT_DIR     # PyTorch CUDA eager timings of the same, as JSON lines
+  big_models.py qdq OUT_DIR       # resnet50_qdq.onnx from resnet50.onnx (needs `make` first)
 
 gemm_4096: Y = A @ B for 4096x4096 f32 matrices, A and B as weights, repeated REPS times in a
 chain (Y1 = (A + x) @ B, Y2 = Y1 @ B, ...) so one run is several GEMMs, and only one row of the
@@ -20,6 +21,10 @@ resnet50: torchvision's ResNet-50 layout (bottleneck blocks 3-4-6-3, widths 64..
 out here, random weights, exported with a symbolic batch by the TorchScript exporter (which
 folds BatchNorm into the convolutions, as deployments do). 25.6 M parameters: 102 MB of f32,
 which also serves the host-memory measurement.
+
+resnet50_qdq: the same model statically quantized by onnxruntime.quantization as a user would
+(QDQ format, int8 weights per output channel, uint8 activations, MinMax calibration on 8
+random images; the exporter's graph optimised first, as quantize_static does by default).
 """
 
 import json
@@ -149,6 +154,24 @@ def make(out):
     np.save(os.path.join(out, "zero.npy"), np.array([0.0], dtype=np.float32))
 
 
+def qdq(out):
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    class Images(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(7)
+            self.batches = iter([{"x": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+                                 for _ in range(8)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(os.path.join(out, "resnet50.onnx"), os.path.join(out, "resnet50_qdq.onnx"),
+                    Images(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
 def timed(fn, runs, sync):
     for _ in range(3):
         fn()
@@ -188,6 +211,7 @@ def torch_timings(out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("make", "torch"):
+    commands = {"make": make, "torch": torch_timings, "qdq": qdq}
+    if len(sys.argv) != 3 or sys.argv[1] not in commands:
         sys.exit(__doc__)
-    (make if sys.argv[1] == "make" else torch_timings)(sys.argv[2])
+    commands[sys.argv[1]](sys.argv[2])

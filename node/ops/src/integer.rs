@@ -9,6 +9,7 @@ use super::util::{opt, req};
 use super::{
     Attrs, BufRef, GpuKernel, InferInput, KernelTuning, NodeSpec, Op, OpError, Registry, ValueType,
 };
+use crate::splitk::SplitK;
 use crate::tensor::{DType, Tensor};
 use crate::util::types_of;
 
@@ -82,7 +83,12 @@ pub(crate) fn per_channel_input(
 
 impl Integer {
     /// ConvInteger on the GPU (conv/q8.rs), `dot` picking the dot-product variant.
-    fn gpu_conv(&self, inputs: &[Option<&ValueType>], dot: bool) -> Option<GpuKernel> {
+    fn gpu_conv(
+        &self,
+        inputs: &[Option<&ValueType>],
+        dot: bool,
+        mode: SplitK,
+    ) -> Option<GpuKernel> {
         let (x, w) = (opt(inputs, 0)?, opt(inputs, 1)?);
         let s = self
             .geometry
@@ -101,7 +107,7 @@ impl Integer {
             w_zero,
             requant: None,
         };
-        q8::kernel(&s, &io, dot)
+        q8::kernel(&s, &io, dot, mode)
     }
 }
 
@@ -244,16 +250,27 @@ impl Op for Integer {
     }
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
-        self.gpu_conv(inputs, false)
+        self.gpu_conv(inputs, false, SplitK::Auto)
+    }
+
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        _outputs: &[ValueType],
+        tuning: &KernelTuning,
+    ) -> Option<GpuKernel> {
+        self.gpu_conv(&types_of(inputs), false, tuning.conv_splitk)
     }
 
     fn gpu_preferred(
         &self,
         inputs: &[Option<InferInput<'_>>],
         _outputs: &[ValueType],
-        _tuning: &KernelTuning,
+        tuning: &KernelTuning,
     ) -> Vec<GpuKernel> {
-        self.gpu_conv(&types_of(inputs), true).into_iter().collect()
+        self.gpu_conv(&types_of(inputs), true, tuning.conv_splitk)
+            .into_iter()
+            .collect()
     }
 
     fn flops(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {

@@ -8,6 +8,7 @@ use super::conv::{Conv, q8};
 use super::integer::{int8_signed, per_channel_input};
 use super::util::{opt, req, types_of};
 use super::{GpuKernel, InferInput, KernelTuning, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::splitk::SplitK;
 use crate::tensor::{DType, Tensor, TensorError};
 
 pub fn register(r: &mut Registry) {
@@ -103,6 +104,7 @@ impl QLinear {
         inputs: &[Option<&ValueType>],
         outputs: &[ValueType],
         dot: bool,
+        mode: SplitK,
     ) -> Option<GpuKernel> {
         let (x, w) = (opt(inputs, 0)?, opt(inputs, 3)?);
         let b = opt(inputs, 8);
@@ -133,7 +135,7 @@ impl QLinear {
             w_zero: per_channel_input(inputs, 5, w.dtype, s.oc)?,
             requant: Some(requant),
         };
-        q8::kernel(&s, &io, dot)
+        q8::kernel(&s, &io, dot, mode)
     }
 }
 
@@ -226,16 +228,25 @@ impl Op for QLinear {
     }
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
-        self.gpu_conv(inputs, outputs, false)
+        self.gpu_conv(inputs, outputs, false, SplitK::Auto)
+    }
+
+    fn gpu_planned(
+        &self,
+        inputs: &[Option<InferInput<'_>>],
+        outputs: &[ValueType],
+        tuning: &KernelTuning,
+    ) -> Option<GpuKernel> {
+        self.gpu_conv(&types_of(inputs), outputs, false, tuning.conv_splitk)
     }
 
     fn gpu_preferred(
         &self,
         inputs: &[Option<InferInput<'_>>],
         outputs: &[ValueType],
-        _tuning: &KernelTuning,
+        tuning: &KernelTuning,
     ) -> Vec<GpuKernel> {
-        self.gpu_conv(&types_of(inputs), outputs, true)
+        self.gpu_conv(&types_of(inputs), outputs, true, tuning.conv_splitk)
             .into_iter()
             .collect()
     }

@@ -2,13 +2,15 @@
 //! shaders/conv_q8.comp, an implicit GEMM over the 8-bit values as they are (zero points
 //! applied after the integer sums, see the shader), with QLinearConv's requantization in its
 //! epilogue. The `dot` variants use the packed dot-product instructions; the others compute
-//! the same integers unpacked, for devices without them.
+//! the same integers unpacked, for devices without them. Split-K, as the float convolution's
+//! (conv/gpu.rs), with int32 partials summed by conv_q8_reduce.comp.
 
 use super::ConvShape;
 use super::gpu::{MAX_ELEMS, TILE_M, TILE_N, geometry_table};
+use crate::splitk::{SplitK, split_k};
 use crate::util::groups_1d;
 use crate::{BufRef, Dispatch, GpuKernel};
-use vkml_shaders::conv_q8;
+use vkml_shaders::{conv_q8, conv_q8_reduce};
 
 /// What the shader reads and writes, as buffers of the op.
 #[derive(Debug, Clone)]
@@ -56,8 +58,17 @@ fn variant(x_signed: bool, w_signed: bool, dot: bool) -> conv_q8::Variant {
     }
 }
 
+/// Split-K by the GEMMs' rule (ops/splitk.rs), in conv_q8.comp's steps of 32: the rule
+/// counts steps of 16, so it is given half of K and its slice doubled.
+fn slices(tiles: usize, k: usize, y_len: usize, mode: SplitK) -> (usize, usize) {
+    match split_k(tiles, k.div_ceil(2), y_len, mode) {
+        (1, _) => (1, k),
+        (n, half) => (n, 2 * half),
+    }
+}
+
 /// The kernel, or `None` past the shader's 32-bit indexing.
-pub fn kernel(s: &ConvShape, io: &Io, dot: bool) -> Option<GpuKernel> {
+pub fn kernel(s: &ConvShape, io: &Io, dot: bool, mode: SplitK) -> Option<GpuKernel> {
     let x_len = s.n * s.c * s.in_plane();
     let w_len = s.oc * s.cg() * s.kernel_volume();
     let y_len = s.n * s.oc * s.out_plane();
@@ -67,7 +78,8 @@ pub fn kernel(s: &ConvShape, io: &Io, dot: bool) -> Option<GpuKernel> {
     let tiles_m = (s.n * s.out_plane()).div_ceil(TILE_M);
     let tiles_n = s.ocg().div_ceil(TILE_N);
     let tiles = tiles_m * tiles_n * s.group;
-    let mut table = geometry_table(s, tiles_m, tiles_n, 1, 0);
+    let (splits, k_slice) = slices(tiles, s.cg() * s.kernel_volume(), y_len, mode);
+    let mut table = geometry_table(s, tiles_m, tiles_n, splits, k_slice);
     let zero = || BufRef::Table(vec![0]);
     let mut flags = 0;
     if io.w_zero.as_ref().is_some_and(|(_, per)| *per) {
@@ -92,7 +104,12 @@ pub fn kernel(s: &ConvShape, io: &Io, dot: bool) -> Option<GpuKernel> {
         None => (zero(), zero(), zero(), zero()),
     };
     table.push(flags);
-    let dispatch = Dispatch::new(
+    let out = if splits > 1 {
+        BufRef::Scratch(0)
+    } else {
+        BufRef::Output(0)
+    };
+    let gemm = Dispatch::new(
         variant(io.x_signed, io.w_signed, dot),
         conv_q8::Buffers {
             x: io.x.clone(),
@@ -103,19 +120,44 @@ pub fn kernel(s: &ConvShape, io: &Io, dot: bool) -> Option<GpuKernel> {
                 .unwrap_or_else(|| BufRef::Table(vec![0; s.oc])),
             xz: io.x_zero.clone().unwrap_or_else(zero),
             wz: io.w_zero.as_ref().map_or_else(zero, |(b, _)| b.clone()),
-            yz,
-            sa,
-            sb,
-            sy,
-            y: BufRef::Output(0),
+            yz: yz.clone(),
+            sa: sa.clone(),
+            sb: sb.clone(),
+            sy: sy.clone(),
+            y: out,
             t: BufRef::Table(table),
         },
         conv_q8::Params {},
-        // One workgroup per tile; groups_1d folds the count into y past 65,535.
-        groups_1d(tiles * 256, 256),
+        // One workgroup per (slice, tile); groups_1d folds the count into y past 65,535.
+        groups_1d(tiles * splits * 256, 256),
+    );
+    if splits == 1 {
+        return Some(GpuKernel {
+            scratch: vec![],
+            dispatches: vec![gemm],
+        });
+    }
+    let reduce = Dispatch::new(
+        conv_q8_reduce::Variant::Main,
+        conv_q8_reduce::Buffers {
+            part: BufRef::Scratch(0),
+            sa,
+            sb,
+            sy,
+            yz,
+            y: BufRef::Output(0),
+        },
+        conv_q8_reduce::Params {
+            n: y_len as u32,
+            splits: splits as u32,
+            plane: s.out_plane() as u32,
+            oc: s.oc as u32,
+            flags,
+        },
+        groups_1d(y_len, 256),
     );
     Some(GpuKernel {
-        scratch: vec![],
-        dispatches: vec![dispatch],
+        scratch: vec![(splits * y_len * 4) as u64],
+        dispatches: vec![gemm, reduce],
     })
 }

@@ -2,6 +2,7 @@
 //! in wide types from the definitions: every output byte or int32 must be the same, for both
 //! variants (unpacked, and the dot-product instructions where the test GPU has them).
 
+use crate::splitk::SplitK;
 use crate::tensor::{DType, Tensor};
 use crate::testkit::gpu::run_kernel_on;
 use crate::testkit::{Rng, infer_known, node, run};
@@ -36,11 +37,19 @@ fn zero_points(rng: &mut Rng, dtype: DType, n: Option<usize>) -> Tensor {
     Tensor::from_bytes(dtype, shape, v.into()).unwrap()
 }
 
-/// Runs `op` on the CPU and through each GPU kernel it offers, and compares the bytes.
-fn same_on_gpu(op: &dyn Op, inputs: &[Option<&Tensor>], what: &str) {
+/// Runs `op` on the CPU and through each GPU kernel it offers, unsplit and split in three
+/// along K where K allows, and compares the bytes. True when a kernel was split.
+fn same_on_gpu(op: &dyn Op, inputs: &[Option<&Tensor>], what: &str) -> bool {
+    [SplitK::Off, SplitK::Forced(3)]
+        .iter()
+        .map(|&split| same_on_gpu_with(op, inputs, split, &format!("{what}, {split:?}")))
+        .fold(false, |a, b| a | b)
+}
+
+fn same_on_gpu_with(op: &dyn Op, inputs: &[Option<&Tensor>], split: SplitK, what: &str) -> bool {
     let cpu = run(op, inputs).unwrap_or_else(|e| panic!("{what}: CPU: {e}"));
     let Some(gpu) = vkml_testkit::test_gpu() else {
-        return;
+        return true;
     };
     let outs = infer_known(op, inputs).unwrap();
     let types: Vec<Option<ValueType>> = inputs.iter().map(|t| t.map(ValueType::of)).collect();
@@ -49,7 +58,10 @@ fn same_on_gpu(op: &dyn Op, inputs: &[Option<&Tensor>], what: &str) {
         .zip(inputs)
         .map(|(ty, t)| ty.as_ref().map(|ty| InferInput { ty, value: *t }))
         .collect();
-    let tuning = KernelTuning::default();
+    let tuning = KernelTuning {
+        conv_splitk: split,
+        ..KernelTuning::default()
+    };
     let planned = op
         .gpu_planned(&ins, &outs, &tuning)
         .unwrap_or_else(|| panic!("{what}: no GPU kernel"));
@@ -60,6 +72,7 @@ fn same_on_gpu(op: &dyn Op, inputs: &[Option<&Tensor>], what: &str) {
         2,
         "{what}: the dot-product variant is offered"
     );
+    let split_done = kernels[0].dispatches.len() == 2;
     for k in &kernels {
         let shader = k.dispatches[0].kernel();
         if !shader.needs().met_by(gpu.info().shader_features) {
@@ -70,6 +83,7 @@ fn same_on_gpu(op: &dyn Op, inputs: &[Option<&Tensor>], what: &str) {
         assert_eq!(got[0].shape(), cpu[0].shape(), "{what}: {shader}");
         assert!(got[0].bytes() == cpu[0].bytes(), "{what}: {shader} differs");
     }
+    split_done
 }
 
 struct Case {
@@ -94,7 +108,7 @@ fn attrs(c: &Case) -> Vec<(&'static str, AttrValue)> {
     ]
 }
 
-fn qlinear_conv(c: &Case, seed: u64) {
+fn qlinear_conv(c: &Case, seed: u64) -> bool {
     let mut rng = Rng::new(seed);
     let x = bytes(&mut rng, c.x.0, &c.x.1);
     let w = bytes(&mut rng, c.w.0, &c.w.1);
@@ -129,7 +143,7 @@ fn qlinear_conv(c: &Case, seed: u64) {
     };
     let inside = v.iter().filter(|&&y| y > lo && y < hi).count();
     assert!(inside * 2 > v.len(), "case {seed}: mostly clipped: {v:?}");
-    same_on_gpu(&*op, &inputs, &format!("QLinearConv case {seed}"));
+    same_on_gpu(&*op, &inputs, &format!("QLinearConv case {seed}"))
 }
 
 #[test]
@@ -179,6 +193,12 @@ fn qlinear_conv_matches_the_cpu() {
             y: I8,
             ..base
         },
+        // K = 288, split by the rule as well as forced.
+        Case {
+            x: (U8, [1, 32, 5, 5]),
+            w: (I8, [24, 32, 3, 3]),
+            ..base
+        },
         // Depthwise.
         Case {
             x: (U8, [1, 8, 5, 5]),
@@ -187,23 +207,27 @@ fn qlinear_conv_matches_the_cpu() {
             ..base
         },
     ];
+    let mut split = false;
     for (i, c) in cases.iter().enumerate() {
-        qlinear_conv(c, 900 + i as u64);
+        split |= qlinear_conv(c, 900 + i as u64);
     }
+    assert!(split, "some case is long enough to split");
 }
 
 #[test]
 fn conv_integer_matches_the_cpu() {
     let mut rng = Rng::new(77);
-    let x = bytes(&mut rng, DType::U8, &[2, 3, 6, 5]);
-    let w = bytes(&mut rng, DType::I8, &[10, 3, 3, 3]);
+    let x = bytes(&mut rng, DType::U8, &[2, 5, 6, 5]);
+    let w = bytes(&mut rng, DType::I8, &[10, 5, 3, 3]);
     let xz = zero_points(&mut rng, DType::U8, None);
     let wz = zero_points(&mut rng, DType::I8, Some(10));
     let pads = ("pads", AttrValue::Ints(vec![1, 0, 1, 2]));
+    let mut split = false;
     for n in [2, 3, 4] {
         let op = node("ConvInteger", 10, vec![pads.clone()], n, 1).unwrap();
         let all = [&x, &w, &xz, &wz];
         let inputs: Vec<Option<&Tensor>> = all[..n].iter().map(|t| Some(*t)).collect();
-        same_on_gpu(&*op, &inputs, &format!("ConvInteger with {n} inputs"));
+        split |= same_on_gpu(&*op, &inputs, &format!("ConvInteger with {n} inputs"));
     }
+    assert!(split, "K = 45 splits");
 }
