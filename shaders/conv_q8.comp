@@ -71,16 +71,21 @@ const uint P_N = 0, P_C = 1, P_ID = 2, P_IH = 3, P_IW = 4, P_OC = 5, P_OD = 6, P
            P_DD = 15, P_DH = 16, P_DW = 17, P_PD = 18, P_PH = 19, P_PW = 20, P_G = 21,
            P_CG = 22, P_OCG = 23, P_TILES_M = 24, P_TILES_N = 25, P_SPLITS = 26,
            P_KSLICE = 27, P_FLAGS = 28;
-// Flags: requantize to 8 bits (else int32 out), y signed, wz per channel, sb per channel.
-const uint F_REQUANT = 1u, F_Y_SIGNED = 2u, F_WZ_PER = 4u, F_SB_PER = 8u;
+// Flags: requantize to 8 bits (else int32 out), y signed, wz per channel, sb per channel, K
+// walked tap-major.
+const uint F_REQUANT = 1u, F_Y_SIGNED = 2u, F_WZ_PER = 4u, F_SB_PER = 8u, F_TAP_MAJOR = 16u;
 
 const uint BM = 64, BN = 64, BQ = 8;
 
 shared uint As[BQ][BM];
 shared uint Bs[BQ][BN];
 
-uint ID, IH, IW, KH, KW, DD, DH, DW, K, KVOL, KHW, IN_PLANE, OCG;
+uint ID, IH, IW, KH, KW, DD, DH, DW, K, KVOL, KHW, IN_PLANE, OCG, CG;
 uint ZX_BYTE;
+// K in the order (tap, channel) rather than W's (channel, tap): with CG a multiple of 4, the
+// four bytes of a packed word are four channels under one tap, so a word of A costs one
+// window decomposition and one padding check instead of four.
+bool TAP_MAJOR;
 
 #ifdef XS
 #define XT int
@@ -146,6 +151,22 @@ uint load_a(bool m_ok, uint xbase, int d0, int h0, int w0, uint k) {
 }
 
 uint load_a4(bool m_ok, uint xbase, int d0, int h0, int w0, uint k) {
+    if (TAP_MAJOR) {
+        if (!m_ok || k >= K) return 0u;
+        uint tap = k / CG;
+        uint c = k - tap * CG;
+        uint kd = tap / KHW;
+        uint r = tap - kd * KHW;
+        uint kh = r / KW;
+        uint kw = r - kh * KW;
+        int id = d0 + int(kd * DD);
+        int ih = h0 + int(kh * DH);
+        int iw = w0 + int(kw * DW);
+        if (uint(id) >= ID || uint(ih) >= IH || uint(iw) >= IW) return ZX_BYTE * 0x01010101u;
+        uint at = xbase + c * IN_PLANE + (uint(id) * IH + uint(ih)) * IW + uint(iw);
+        return uint(p.x.v[at]) | uint(p.x.v[at + IN_PLANE]) << 8
+            | uint(p.x.v[at + 2u * IN_PLANE]) << 16 | uint(p.x.v[at + 3u * IN_PLANE]) << 24;
+    }
     return load_a(m_ok, xbase, d0, h0, w0, k) | load_a(m_ok, xbase, d0, h0, w0, k + 1u) << 8
         | load_a(m_ok, xbase, d0, h0, w0, k + 2u) << 16
         | load_a(m_ok, xbase, d0, h0, w0, k + 3u) << 24;
@@ -154,6 +175,12 @@ uint load_a4(bool m_ok, uint xbase, int d0, int h0, int w0, uint k) {
 // Bytes k..k+3 of W's row for channel ocl of group g, zeros past K.
 uint load_b4(uint g, uint ocl, uint k) {
     if (ocl >= OCG || k >= K) return 0u;
+    if (TAP_MAJOR) {
+        uint tap = k / CG;
+        uint at = (g * OCG + ocl) * K + (k - tap * CG) * KVOL + tap;
+        return uint(p.w.v[at]) | uint(p.w.v[at + KVOL]) << 8 | uint(p.w.v[at + 2u * KVOL]) << 16
+            | uint(p.w.v[at + 3u * KVOL]) << 24;
+    }
     uint at = (g * OCG + ocl) * K + k;
     if ((K & 3u) == 0u) return Words(p.w).v[at >> 2];
     uint v = 0u;
@@ -171,10 +198,12 @@ void main() {
     uint SD = p.t.v[P_SD], SH = p.t.v[P_SH], SW = p.t.v[P_SW];
     DD = p.t.v[P_DD]; DH = p.t.v[P_DH]; DW = p.t.v[P_DW];
     uint PD = p.t.v[P_PD], PH = p.t.v[P_PH], PW = p.t.v[P_PW];
-    uint G = p.t.v[P_G], CG = p.t.v[P_CG];
+    uint G = p.t.v[P_G];
+    CG = p.t.v[P_CG];
     OCG = p.t.v[P_OCG];
     uint TILES_M = p.t.v[P_TILES_M], TILES_N = p.t.v[P_TILES_N];
     uint flags = p.t.v[P_FLAGS];
+    TAP_MAJOR = (flags & F_TAP_MAJOR) != 0u;
 
     KHW = KH * KW;
     KVOL = p.t.v[P_KD] * KHW;

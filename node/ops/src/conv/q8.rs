@@ -43,6 +43,7 @@ const F_REQUANT: u32 = 1;
 const F_Y_SIGNED: u32 = 2;
 const F_WZ_PER: u32 = 4;
 const F_SB_PER: u32 = 8;
+const F_TAP_MAJOR: u32 = 16;
 
 fn variant(x_signed: bool, w_signed: bool, dot: bool) -> conv_q8::Variant {
     use conv_q8::Variant as V;
@@ -84,6 +85,10 @@ pub fn kernel(s: &ConvShape, io: &Io, dot: bool, mode: SplitK) -> Option<GpuKern
     let mut flags = 0;
     if io.w_zero.as_ref().is_some_and(|(_, per)| *per) {
         flags |= F_WZ_PER;
+    }
+    // Words of four channels under one tap (see the shader); a 1x1 kernel is that already.
+    if s.cg().is_multiple_of(4) && s.kernel_volume() > 1 {
+        flags |= F_TAP_MAJOR;
     }
     let (sa, sb, sy, yz) = match &io.requant {
         Some(r) => {
