@@ -94,6 +94,7 @@ mod numeric;
 mod pad;
 mod pool;
 mod qlinear;
+mod qlinear_add;
 mod quantize;
 mod recurrent;
 mod reduce;
@@ -461,6 +462,7 @@ pub fn registry() -> &'static Registry {
         pad::register(&mut r);
         pool::register(&mut r);
         qlinear::register(&mut r);
+        qlinear_add::register(&mut r);
         quantize::register(&mut r);
         nms::register(&mut r);
         grid_sample::register(&mut r);

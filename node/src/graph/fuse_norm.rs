@@ -114,14 +114,30 @@ impl Graph {
         inputs: Vec<Option<ValueId>>,
         outputs: Vec<ValueId>,
     ) -> Option<(Node, Attrs)> {
-        let op = crate::ops::build(&NodeSpec {
-            name: &name,
-            op_type,
-            attrs: &attrs,
-            opset: self.opset,
-            num_inputs: inputs.len(),
-            num_outputs: outputs.len(),
-        })
+        self.product_node_in(spec, "", op_type, attrs, name, (inputs, outputs))
+    }
+
+    /// [`Graph::product_node`] of an op of `domain`.
+    pub(super) fn product_node_in(
+        &self,
+        spec: &Specialized,
+        domain: &str,
+        op_type: &str,
+        attrs: Attrs,
+        name: String,
+        (inputs, outputs): (Vec<Option<ValueId>>, Vec<ValueId>),
+    ) -> Option<(Node, Attrs)> {
+        let op = crate::ops::build_in(
+            domain,
+            &NodeSpec {
+                name: &name,
+                op_type,
+                attrs: &attrs,
+                opset: self.opset,
+                num_inputs: inputs.len(),
+                num_outputs: outputs.len(),
+            },
+        )
         .ok()?;
         let types: Vec<Option<&ValueType>> = inputs
             .iter()
@@ -142,7 +158,7 @@ impl Graph {
         let node = Node {
             name,
             op_type: op_type.to_string(),
-            domain: String::new(),
+            domain: domain.to_string(),
             attrs: attrs.clone(),
             op,
             inputs,

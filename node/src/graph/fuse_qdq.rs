@@ -17,8 +17,13 @@
 //!   scale and zero point, 8-bit output) is its one reader;
 //! - the QLinearConv built from them has a GPU kernel for these types.
 //!
+//! A residual sum of the same form, QuantizeLinear(DequantizeLinear(a) + DequantizeLinear(b))
+//! with one-value constant scales and zero points, a and b of one 8-bit type and one shape,
+//! becomes com.microsoft QLinearAdd (ops/qlinear_add.rs, also ONNX Runtime's rewrite), whose
+//! f32 arithmetic is the three ops' own: the same bytes in a third of the dispatches.
+//!
 //! The fused node takes the QuantizeLinear's place (its inputs all come earlier). A
-//! DequantizeLinear of x left with no reader goes. Plans for the CPU alone stay unfused, as
+//! DequantizeLinear of an input left with no reader goes. Plans for the CPU alone stay unfused, as
 //! with the other passes: the CPU's integer convolution is its reference kernel, not a fast
 //! one.
 
@@ -161,7 +166,66 @@ impl Graph {
         })
     }
 
-    /// Replaces QDQ convolutions of `spec.live` by QLinearConv nodes (see the module comment).
+    /// (integers, scale, zero point) of the live one-value DequantizeLinear making `v`, and
+    /// its index.
+    fn live_dequantize(
+        &self,
+        spec: &Specialized,
+        producers: &BTreeMap<ValueId, usize>,
+        live_of: &BTreeMap<usize, usize>,
+        v: ValueId,
+    ) -> Option<(usize, [Option<ValueId>; 3])> {
+        let c = |v: ValueId| spec.consts.get(v)?.as_ref();
+        let i = *producers.get(&v)?;
+        live_of.get(&i)?;
+        let n = &self.nodes[i];
+        if n.op_type != "DequantizeLinear" || !n.domain.is_empty() {
+            return None;
+        }
+        let q = (*n.inputs.first()?)?;
+        let s = (*n.inputs.get(1)?)?;
+        let z = n.inputs.get(2).copied().flatten();
+        let scale_ok = one_value(c(s).filter(|t| t.dtype() == DType::F32));
+        if !scale_ok || z.is_some_and(|z| !one_value(c(z))) {
+            return None;
+        }
+        Some((i, [Some(q), Some(s), z]))
+    }
+
+    /// The QLinearAdd inputs for the Add `add`, read only by the QuantizeLinear `q`, and the
+    /// DequantizeLinear nodes it reads.
+    fn qdq_add_parts(
+        &self,
+        spec: &Specialized,
+        producers: &BTreeMap<ValueId, usize>,
+        live_of: &BTreeMap<usize, usize>,
+        add: &Node,
+        q: &Node,
+    ) -> Option<(Vec<Option<ValueId>>, [usize; 2])> {
+        let c = |v: ValueId| spec.consts.get(v)?.as_ref();
+        let (a, b) = ((*add.inputs.first()?)?, (*add.inputs.get(1)?)?);
+        if spec.types[a] != spec.types[b] {
+            return None;
+        }
+        let (da, ia) = self.live_dequantize(spec, producers, live_of, a)?;
+        let (db, ib) = self.live_dequantize(spec, producers, live_of, b)?;
+        let ys = (*q.inputs.get(1)?)?;
+        let yz = q.inputs.get(2).copied().flatten();
+        if !one_value(c(ys).filter(|t| t.dtype() == DType::F32))
+            || yz.is_some_and(|z| !one_value(c(z)))
+        {
+            return None;
+        }
+        let mut inputs: Vec<Option<ValueId>> = ia.into_iter().chain(ib).collect();
+        inputs.extend([Some(ys), yz]);
+        if yz.is_none() {
+            inputs.pop();
+        }
+        Some((inputs, [da, db]))
+    }
+
+    /// Replaces QDQ convolutions and sums of `spec.live` by QLinearConv and QLinearAdd nodes
+    /// (see the module comment).
     pub fn fuse_qdq(&self, spec: &mut Specialized) {
         let uses = self.readers(spec);
         let is_output = |v: ValueId| self.outputs.iter().any(|(o, _)| *o == v);
@@ -173,11 +237,12 @@ impl Graph {
         let mut gone: BTreeSet<usize> = BTreeSet::new();
         let mut dq_x: BTreeSet<usize> = BTreeSet::new();
         for (pos, &i) in spec.live.iter().enumerate() {
-            let conv = spec.node(self, i);
-            if conv.op_type != "Conv" || !conv.domain.is_empty() {
+            let node = spec.node(self, i);
+            let is = |t: &str| node.op_type == t && node.domain.is_empty();
+            if !is("Conv") && !is("Add") {
                 continue;
             }
-            let y = conv.outputs[0];
+            let y = node.outputs[0];
             let f32_out = spec.types[y]
                 .as_ref()
                 .is_some_and(|t| t.dtype == DType::F32);
@@ -188,28 +253,44 @@ impl Graph {
             if !f32_out || is_output(y) || q.op_type != "QuantizeLinear" || !q.domain.is_empty() {
                 continue;
             }
-            let Some(parts) = self.qdq_conv_parts(spec, &producers, &live_of, conv, q) else {
-                continue;
+            let made = if is("Conv") {
+                self.qdq_conv_parts(spec, &producers, &live_of, node, q)
+                    .and_then(|parts| {
+                        let made = self.product_node(
+                            spec,
+                            "QLinearConv",
+                            node.attrs.clone(),
+                            format!("qlinear({})", node.name),
+                            parts.inputs,
+                            vec![parts.out],
+                        )?;
+                        dq_x.insert(parts.dq_x);
+                        Some(made)
+                    })
+            } else {
+                self.qdq_add_parts(spec, &producers, &live_of, node, q)
+                    .and_then(|(inputs, dqs)| {
+                        let made = self.product_node_in(
+                            spec,
+                            crate::ops::MS_DOMAIN,
+                            "QLinearAdd",
+                            Attrs::default(),
+                            format!("qlinear({})", node.name),
+                            (inputs, q.outputs.clone()),
+                        )?;
+                        dq_x.extend(dqs);
+                        Some(made)
+                    })
             };
-            let name = format!("qlinear({})", conv.name);
-            let Some(made) = self.product_node(
-                spec,
-                "QLinearConv",
-                conv.attrs.clone(),
-                name,
-                parts.inputs,
-                vec![parts.out],
-            ) else {
-                continue;
-            };
-            fused.insert(*u, made);
-            gone.insert(pos);
-            dq_x.insert(parts.dq_x);
+            if let Some(made) = made {
+                fused.insert(*u, made);
+                gone.insert(pos);
+            }
         }
         if fused.is_empty() {
             return;
         }
-        tracing::debug!(convolutions = fused.len(), "fused QDQ convolutions");
+        tracing::debug!(nodes = fused.len(), "fused QDQ convolutions and sums");
         let base = self.nodes.len() + spec.extra.len();
         let mut live = Vec::with_capacity(spec.live.len());
         let mut extra = Vec::with_capacity(fused.len());

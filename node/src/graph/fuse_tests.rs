@@ -299,8 +299,16 @@ fn fixture(name: &str) -> (Graph, Specialized, Specialized) {
         .join(name)
         .join("model.onnx");
     let g = Graph::from_model(&crate::onnx::load(&path).unwrap()).unwrap();
-    let types: Vec<ValueType> = g
-        .inputs
+    let types = static_inputs(&g);
+    let plain = g.specialize_unfused(&types, &[]).unwrap();
+    let mut fused = g.specialize_unfused(&types, &[]).unwrap();
+    g.fuse_chains(&mut fused);
+    (g, plain, fused)
+}
+
+/// The input types of a model with static shapes.
+fn static_inputs(g: &Graph) -> Vec<ValueType> {
+    g.inputs
         .iter()
         .map(|(_, d)| {
             let dims = d.dims.as_ref().expect("static model");
@@ -313,11 +321,7 @@ fn fixture(name: &str) -> (Graph, Specialized, Specialized) {
                 .collect();
             ValueType::new(d.dtype.expect("typed input"), shape)
         })
-        .collect();
-    let plain = g.specialize_unfused(&types, &[]).unwrap();
-    let mut fused = g.specialize_unfused(&types, &[]).unwrap();
-    g.fuse_chains(&mut fused);
-    (g, plain, fused)
+        .collect()
 }
 
 #[test]
@@ -415,4 +419,34 @@ fn a_fused_session_matches_the_unfused_graph() {
             assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
         }
     }
+}
+
+/// The QDQ pass on the statically quantized ResNet (tests/models/resnet_qdq): every Conv with
+/// its QuantizeLinear becomes QLinearConv, every residual sum QLinearAdd, and the
+/// DequantizeLinear nodes that fed only them go.
+#[test]
+fn qdq_convolutions_and_sums_become_integer_ops_in_the_quantized_resnet() {
+    let (g, plain, _) = fixture("resnet_qdq");
+    let mut fused = g.specialize_unfused(&static_inputs(&g), &[]).unwrap();
+    g.fuse_qdq(&mut fused);
+    let count = |spec: &Specialized, t: &str| {
+        spec.live
+            .iter()
+            .filter(|&&i| spec.node(&g, i).op_type == t)
+            .count()
+    };
+    let convs = count(&plain, "Conv");
+    let adds = count(&plain, "Add");
+    assert!(convs > 10 && adds > 4, "{convs} convolutions, {adds} sums");
+    assert_eq!(count(&fused, "Conv"), 0);
+    assert_eq!(count(&fused, "QLinearConv"), convs);
+    assert_eq!(count(&fused, "Add"), 0);
+    assert_eq!(count(&fused, "QLinearAdd"), adds);
+    let dq = |s: &Specialized| count(s, "DequantizeLinear");
+    assert!(
+        dq(&fused) < dq(&plain) / 4,
+        "{} of {} left",
+        dq(&fused),
+        dq(&plain)
+    );
 }
