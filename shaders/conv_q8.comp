@@ -175,7 +175,8 @@ uint load_a4(bool m_ok, uint xbase, int d0, int h0, int w0, uint k) {
 // Bytes k..k+3 of W's row for channel ocl of group g, zeros past K.
 uint load_b4(uint g, uint ocl, uint k) {
     if (ocl >= OCG || k >= K) return 0u;
-    if (TAP_MAJOR) {
+    // With one tap the two orders are one: W's rows are read as words below.
+    if (TAP_MAJOR && KVOL > 1u) {
         uint tap = k / CG;
         uint at = (g * OCG + ocl) * K + (k - tap * CG) * KVOL + tap;
         return uint(p.w.v[at]) | uint(p.w.v[at + KVOL]) << 8 | uint(p.w.v[at + 2u * KVOL]) << 16

@@ -86,8 +86,9 @@ pub fn kernel(s: &ConvShape, io: &Io, dot: bool, mode: SplitK) -> Option<GpuKern
     if io.w_zero.as_ref().is_some_and(|(_, per)| *per) {
         flags |= F_WZ_PER;
     }
-    // Words of four channels under one tap (see the shader); a 1x1 kernel is that already.
-    if s.cg().is_multiple_of(4) && s.kernel_volume() > 1 {
+    // Words of four channels under one tap (see the shader): one window decomposition per
+    // word, 1x1 kernels included.
+    if s.cg().is_multiple_of(4) {
         flags |= F_TAP_MAJOR;
     }
     let (sa, sb, sy, yz) = match &io.requant {

@@ -177,6 +177,14 @@ fn qlinear_conv_matches_the_cpu() {
             per_channel: false,
             ..base
         },
+        // 1x1, stride 2 (a ResNet downsampling shortcut), K = 12.
+        Case {
+            x: (U8, [2, 12, 7, 7]),
+            w: (I8, [16, 12, 1, 1]),
+            pad: 0,
+            stride: 2,
+            ..base
+        },
         // Signed input and output, unsigned weights (per-channel zero points not 0).
         Case {
             x: (I8, [1, 6, 5, 5]),
