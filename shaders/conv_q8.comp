@@ -12,6 +12,10 @@
 // Requantizing (table flag 1): y = clamp(round_half_even((acc + bias) * M) + zy), M = fl(fl(
 // sa * sb[oc]) / sy) as QLinearConv's CPU kernel rounds it (q8.glsl).
 //
+// MatMul layout (table flag 32: MatMulInteger, QLinearMatMul): A is M x K and B K x N, row
+// major, as a 1x1 convolution of one image whose M pixels are A's rows (its table: N = 1, C = K,
+// OW = M, OC = N); Y is M x N.
+//
 // Split-K (table words 26, 27: slices, K per slice, a multiple of 32): when there are too few
 // tiles to fill the GPU, one workgroup computes one (slice, tile) and writes its int32 partial
 // sums (zero-point terms of its slice included; slice 0 adds the bias and K zx zw) to y viewed
@@ -73,7 +77,8 @@ const uint P_N = 0, P_C = 1, P_ID = 2, P_IH = 3, P_IW = 4, P_OC = 5, P_OD = 6, P
            P_KSLICE = 27, P_FLAGS = 28;
 // Flags: requantize to 8 bits (else int32 out), y signed, wz per channel, sb per channel, K
 // walked tap-major.
-const uint F_REQUANT = 1u, F_Y_SIGNED = 2u, F_WZ_PER = 4u, F_SB_PER = 8u, F_TAP_MAJOR = 16u;
+const uint F_REQUANT = 1u, F_Y_SIGNED = 2u, F_WZ_PER = 4u, F_SB_PER = 8u, F_TAP_MAJOR = 16u,
+           F_MATMUL = 32u;
 
 const uint BM = 64, BN = 64, BQ = 8;
 
@@ -86,6 +91,7 @@ uint ZX_BYTE;
 // four bytes of a packed word are four channels under one tap, so a word of A costs one
 // window decomposition and one padding check instead of four.
 bool TAP_MAJOR;
+bool MATMUL;
 
 #ifdef XS
 #define XT int
@@ -151,6 +157,16 @@ uint load_a(bool m_ok, uint xbase, int d0, int h0, int w0, uint k) {
 }
 
 uint load_a4(bool m_ok, uint xbase, int d0, int h0, int w0, uint k) {
+    if (MATMUL) {
+        // xbase is the row's start; k is a multiple of 4.
+        if (!m_ok || k >= K) return 0u;
+        if ((K & 3u) == 0u) return Words(p.x).v[(xbase + k) >> 2];
+        uint v = 0u;
+        for (uint i = 0u; i < 4u; ++i) {
+            if (k + i < K) v |= uint(p.x.v[xbase + k + i]) << (8u * i);
+        }
+        return v;
+    }
     if (TAP_MAJOR) {
         if (!m_ok || k >= K) return 0u;
         uint tap = k / CG;
@@ -175,6 +191,13 @@ uint load_a4(bool m_ok, uint xbase, int d0, int h0, int w0, uint k) {
 // Bytes k..k+3 of W's row for channel ocl of group g, zeros past K.
 uint load_b4(uint g, uint ocl, uint k) {
     if (ocl >= OCG || k >= K) return 0u;
+    if (MATMUL) {
+        uint v = 0u;
+        for (uint i = 0u; i < 4u; ++i) {
+            if (k + i < K) v |= uint(p.w.v[(k + i) * OCG + ocl]) << (8u * i);
+        }
+        return v;
+    }
     // With one tap the two orders are one: W's rows are read as words below.
     if (TAP_MAJOR && KVOL > 1u) {
         uint tap = k / CG;
@@ -205,6 +228,7 @@ void main() {
     uint TILES_M = p.t.v[P_TILES_M], TILES_N = p.t.v[P_TILES_N];
     uint flags = p.t.v[P_FLAGS];
     TAP_MAJOR = (flags & F_TAP_MAJOR) != 0u;
+    MATMUL = (flags & F_MATMUL) != 0u;
 
     KHW = KH * KW;
     KVOL = p.t.v[P_KD] * KHW;
@@ -248,7 +272,7 @@ void main() {
         d0 = int(od * SD) - int(PD);
         h0 = int(oh * SH) - int(PH);
         w0 = int(ow * SW) - int(PW);
-        xbase = (n * C + g * CG) * IN_PLANE;
+        xbase = MATMUL ? m * K : (n * C + g * CG) * IN_PLANE;
     }
     // B loads: word b_q of the slice for channels b_n and b_n + 32 (eight neighbours read
     // one channel's 32 consecutive bytes).
@@ -330,7 +354,7 @@ void main() {
             uint n = mo / PLANE;
             uint sp = mo - n * PLANE;
             int v = acc[i][j] - zw[j] * sx[i] - zx * sw[j] + bias;
-            uint at = y0 + (n * OC + oc) * PLANE + sp;
+            uint at = y0 + (MATMUL ? mo * OC + oc : (n * OC + oc) * PLANE + sp);
             if (requant) {
                 OutBytes(p.y).v[at] = q8_requant(v, mult, zy, y_signed);
             } else {

@@ -3,7 +3,7 @@
 //! stays far below 2^53), and narrow to int32. Padding after the subtraction is zero, which
 //! is what padding the input with its zero point means.
 
-use super::conv::{Conv, q8};
+use super::conv::{Conv, ConvShape, q8};
 use super::numeric::from_i64;
 use super::util::{opt, req};
 use super::{
@@ -55,6 +55,17 @@ struct Integer {
     geometry: Option<Conv>,
 }
 
+/// A product the GPU kernel takes: A of rank 2 or more (its leading axes are rows) by a
+/// matrix B; the geometry as conv_q8.comp's, and N.
+pub(crate) fn matmul_geometry(a: &ValueType, b: &ValueType) -> Option<(ConvShape, usize)> {
+    let (&k, rows) = a.shape.split_last()?;
+    if rows.is_empty() || b.shape.len() != 2 || b.shape[0] != k {
+        return None;
+    }
+    let n = b.shape[1];
+    Some((q8::matmul_shape(rows.iter().product(), k, n), n))
+}
+
 /// Whether `t` is an 8-bit integer type, and which: `Some(signed)`.
 pub(crate) fn int8_signed(t: DType) -> Option<bool> {
     match t {
@@ -82,7 +93,26 @@ pub(crate) fn per_channel_input(
 }
 
 impl Integer {
-    /// ConvInteger on the GPU (conv/q8.rs), `dot` picking the dot-product variant.
+    /// The op on the GPU (conv/q8.rs), `dot` picking the dot-product variant.
+    fn gpu_int(&self, inputs: &[Option<&ValueType>], dot: bool, mode: SplitK) -> Option<GpuKernel> {
+        if self.conv {
+            return self.gpu_conv(inputs, dot, mode);
+        }
+        let (a, b) = (opt(inputs, 0)?, opt(inputs, 1)?);
+        let (s, _) = matmul_geometry(a, b)?;
+        let io = q8::Io {
+            x_signed: int8_signed(a.dtype)?,
+            w_signed: int8_signed(b.dtype)?,
+            x: BufRef::Input(0),
+            w: BufRef::Input(1),
+            bias: None,
+            x_zero: per_channel_input(inputs, 2, a.dtype, 1)?.map(|z| z.0),
+            w_zero: per_channel_input(inputs, 3, b.dtype, s.oc)?,
+            requant: None,
+        };
+        q8::kernel(&s, &io, (dot, true), mode)
+    }
+
     fn gpu_conv(
         &self,
         inputs: &[Option<&ValueType>],
@@ -107,7 +137,7 @@ impl Integer {
             w_zero,
             requant: None,
         };
-        q8::kernel(&s, &io, dot, mode)
+        q8::kernel(&s, &io, (dot, false), mode)
     }
 }
 
@@ -250,7 +280,7 @@ impl Op for Integer {
     }
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
-        self.gpu_conv(inputs, false, SplitK::Auto)
+        self.gpu_int(inputs, false, SplitK::Auto)
     }
 
     fn gpu_planned(
@@ -259,7 +289,7 @@ impl Op for Integer {
         _outputs: &[ValueType],
         tuning: &KernelTuning,
     ) -> Option<GpuKernel> {
-        self.gpu_conv(&types_of(inputs), false, tuning.conv_splitk)
+        self.gpu_int(&types_of(inputs), false, tuning.conv_splitk)
     }
 
     fn gpu_preferred(
@@ -268,7 +298,7 @@ impl Op for Integer {
         _outputs: &[ValueType],
         tuning: &KernelTuning,
     ) -> Vec<GpuKernel> {
-        self.gpu_conv(&types_of(inputs), true, tuning.conv_splitk)
+        self.gpu_int(&types_of(inputs), true, tuning.conv_splitk)
             .into_iter()
             .collect()
     }

@@ -5,7 +5,7 @@
 //! and clipped to y's type (y's zero point's, else a's).
 
 use super::conv::{Conv, q8};
-use super::integer::{int8_signed, per_channel_input};
+use super::integer::{int8_signed, matmul_geometry, per_channel_input};
 use super::util::{opt, req, types_of};
 use super::{GpuKernel, InferInput, KernelTuning, NodeSpec, Op, OpError, Registry, ValueType};
 use crate::splitk::SplitK;
@@ -97,8 +97,7 @@ impl QLinear {
 }
 
 impl QLinear {
-    /// QLinearConv on the GPU (conv/q8.rs), for f32 scales; `dot` picks the dot-product
-    /// variant.
+    /// The op on the GPU (conv/q8.rs), for f32 scales; `dot` picks the dot-product variant.
     fn gpu_conv(
         &self,
         inputs: &[Option<&ValueType>],
@@ -111,11 +110,12 @@ impl QLinear {
         if b.is_some_and(|b| b.dtype != DType::I32) {
             return None;
         }
-        let s = self
-            .geometry
-            .as_ref()?
-            .shape(&x.shape, &w.shape, b.map(|b| b.shape.as_slice()))
-            .ok()?;
+        let s = match &self.geometry {
+            Some(conv) => conv
+                .shape(&x.shape, &w.shape, b.map(|b| b.shape.as_slice()))
+                .ok()?,
+            None => matmul_geometry(x, w)?.0,
+        };
         let f = DType::F32;
         let y = outputs.first()?.dtype;
         let requant = q8::Requant {
@@ -135,7 +135,7 @@ impl QLinear {
             w_zero: per_channel_input(inputs, 5, w.dtype, s.oc)?,
             requant: Some(requant),
         };
-        q8::kernel(&s, &io, dot, mode)
+        q8::kernel(&s, &io, (dot, self.geometry.is_none()), mode)
     }
 }
 

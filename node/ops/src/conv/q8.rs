@@ -29,6 +29,27 @@ pub struct Io {
     pub requant: Option<Requant>,
 }
 
+/// A matrix product M x K by K x N as the shader's 1x1 convolution of one image of M pixels
+/// (its MatMul layout reads A and B row major and writes Y as M x N).
+pub fn matmul_shape(m: usize, k: usize, n: usize) -> ConvShape {
+    use crate::window::geometry::Axis;
+    ConvShape {
+        n: 1,
+        c: k,
+        oc: n,
+        group: 1,
+        axes: vec![Axis {
+            input: m,
+            output: m,
+            kernel: 1,
+            stride: 1,
+            dilation: 1,
+            pad_begin: 0,
+            pad_end: 0,
+        }],
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Requant {
     /// f32 scales: x's (one value), w's (one, or one per output channel: `true`), y's.
@@ -44,6 +65,7 @@ const F_Y_SIGNED: u32 = 2;
 const F_WZ_PER: u32 = 4;
 const F_SB_PER: u32 = 8;
 const F_TAP_MAJOR: u32 = 16;
+const F_MATMUL: u32 = 32;
 
 fn variant(x_signed: bool, w_signed: bool, dot: bool) -> conv_q8::Variant {
     use conv_q8::Variant as V;
@@ -68,8 +90,14 @@ fn slices(tiles: usize, k: usize, y_len: usize, mode: SplitK) -> (usize, usize) 
     }
 }
 
-/// The kernel, or `None` past the shader's 32-bit indexing.
-pub fn kernel(s: &ConvShape, io: &Io, dot: bool, mode: SplitK) -> Option<GpuKernel> {
+/// The kernel, or `None` past the shader's 32-bit indexing. `matmul`: `s` is
+/// [`matmul_shape`]'s, A and B row major.
+pub fn kernel(
+    s: &ConvShape,
+    io: &Io,
+    (dot, matmul): (bool, bool),
+    mode: SplitK,
+) -> Option<GpuKernel> {
     let x_len = s.n * s.c * s.in_plane();
     let w_len = s.oc * s.cg() * s.kernel_volume();
     let y_len = s.n * s.oc * s.out_plane();
@@ -88,7 +116,9 @@ pub fn kernel(s: &ConvShape, io: &Io, dot: bool, mode: SplitK) -> Option<GpuKern
     }
     // Words of four channels under one tap (see the shader): one window decomposition per
     // word, 1x1 kernels included.
-    if s.cg().is_multiple_of(4) {
+    if matmul {
+        flags |= F_MATMUL;
+    } else if s.cg().is_multiple_of(4) {
         flags |= F_TAP_MAJOR;
     }
     let (sa, sb, sy, yz) = match &io.requant {
@@ -156,7 +186,8 @@ pub fn kernel(s: &ConvShape, io: &Io, dot: bool, mode: SplitK) -> Option<GpuKern
         conv_q8_reduce::Params {
             n: y_len as u32,
             splits: splits as u32,
-            plane: s.out_plane() as u32,
+            // Y's channel of element i is (i / plane) % oc: columns are innermost in M x N.
+            plane: if matmul { 1 } else { s.out_plane() as u32 },
             oc: s.oc as u32,
             flags,
         },

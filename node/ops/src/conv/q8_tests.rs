@@ -239,3 +239,39 @@ fn conv_integer_matches_the_cpu() {
     }
     assert!(split, "K = 45 splits");
 }
+
+/// MatMulInteger and QLinearMatMul through the shader's MatMul layout: A with leading batch
+/// axes, K a multiple of 4 (A read as words) and not, zero points per tensor and per column.
+#[test]
+fn integer_products_match_the_cpu() {
+    use DType::{I8, U8};
+    let mut rng = Rng::new(31);
+    let mut split = false;
+    for (a_shape, b_shape, (ta, tb)) in [
+        (vec![2, 5, 37], [37, 70], (U8, I8)),
+        (vec![7, 40], [40, 20], (I8, I8)),
+        (vec![65, 64], [64, 9], (U8, U8)),
+    ] {
+        let a = bytes(&mut rng, ta, &a_shape);
+        let b = bytes(&mut rng, tb, &b_shape);
+        let n = b_shape[1];
+        let az = zero_points(&mut rng, ta, None);
+        let bz = zero_points(&mut rng, tb, Some(n));
+        let what = format!("MatMulInteger {a_shape:?} x {b_shape:?}");
+        let op = node("MatMulInteger", 10, vec![], 4, 1).unwrap();
+        split |= same_on_gpu(&*op, &[Some(&a), Some(&b), Some(&az), Some(&bz)], &what);
+        let op = node("MatMulInteger", 10, vec![], 2, 1).unwrap();
+        same_on_gpu(&*op, &[Some(&a), Some(&b)], &what);
+
+        let k = b_shape[0];
+        let a_scale = scales(&mut rng, 1, 0.02);
+        let b_scale = scales(&mut rng, n, 0.01);
+        let y_scale = scales(&mut rng, 1, 0.0002 * 150.0 * (k as f32).sqrt());
+        let y_zero = zero_points(&mut rng, ta, None);
+        let op = node("QLinearMatMul", 10, vec![], 8, 1).unwrap();
+        let ins = [&a, &a_scale, &az, &b, &b_scale, &bz, &y_scale, &y_zero].map(Some);
+        let what = format!("QLinearMatMul {a_shape:?} x {b_shape:?}");
+        split |= same_on_gpu(&*op, &ins, &what);
+    }
+    assert!(split, "K = 64 splits");
+}
