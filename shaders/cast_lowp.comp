@@ -61,6 +61,13 @@ void main() {
 #endif
 #else
     float x = float(p.x.v[i]);
+#if !defined(SRC_F32)
+    // A GPU may drop a NaN's sign converting f16 to f32; the sign decides the NaN's bits.
+    if (isnan(x)) {
+        bool neg = (packFloat2x16(f16vec2(p.x.v[i], float16_t(0.0))) & 0x8000u) != 0u;
+        x = uintBitsToFloat(neg ? 0xffc00000u : 0x7fc00000u);
+    }
+#endif
     uint b;
     if (p.fmt == 5u) {
         b = encode_e8m0(x, p.saturate != 0u, p.round);

@@ -47,8 +47,14 @@ void main() {
     if (t == 0u) {
         mn = lo[0];
         mx = hi[0];
-        precise float scale = (mx == mn ? 1.0 : mx - mn) / 255.0;
-        precise float zp = clamp(0.0 - mn / scale, 0.0, 255.0);
+        // Both divisions correctly rounded, as the CPU's (a GPU's may be an ulp off): one
+        // correction from the exact residual.
+        precise float d = mx == mn ? 1.0 : mx - mn;
+        precise float s0 = d / 255.0;
+        precise float scale = fma(fma(-s0, 255.0, d), 1.0 / 255.0, s0);
+        precise float n = 0.0 - mn;
+        precise float z0 = n / scale;
+        precise float zp = clamp(fma(fma(-z0, scale, n), 1.0 / scale, z0), 0.0, 255.0);
         p.scale.v[0] = scale;
         p.zp.v[0] = uint8_t(uint(roundEven(zp)));
     }

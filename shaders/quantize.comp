@@ -94,7 +94,12 @@ void main() {
     precise float q0 = xv / s;
     precise float r = fma(-q0, s, xv);
     precise float q = fma(r, 1.0 / s, q0);
-    if ((p.flags & 4u) != 0u) q = float(float16_t(q));
+    // To f16 rounding to nearest even by hand: a GPU's own conversion may truncate.
+    if ((p.flags & 4u) != 0u && !isnan(q) && !isinf(q) && q != 0.0) {
+        float a = round_to(abs(q), 10, -14);
+        a = a > 65504.0 ? uintBitsToFloat(0x7f800000u) : a;
+        q = q < 0.0 ? -a : a;
+    }
     bool has_zp = (p.flags & 1u) != 0u;
     uint zb = has_zp ? uint(p.zp.v[k]) : 0u;
     uint b;
