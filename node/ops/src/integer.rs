@@ -20,25 +20,17 @@ pub fn register(r: &mut Registry) {
 
 pub(crate) fn build(spec: &NodeSpec<'_>, inner: &'static str) -> Result<Box<dyn Op>, OpError> {
     let attrs: &Attrs = spec.attrs;
-    let op = super::build(&NodeSpec {
+    let inner_spec = NodeSpec {
         name: spec.name,
         op_type: inner,
         attrs,
         opset: 13,
         num_inputs: 2,
         num_outputs: 1,
-    })?;
+    };
+    let op = super::build(&inner_spec)?;
     let geometry = (inner == "Conv")
-        .then(|| {
-            super::conv::parse(&NodeSpec {
-                name: spec.name,
-                op_type: inner,
-                attrs,
-                opset: 13,
-                num_inputs: 2,
-                num_outputs: 1,
-            })
-        })
+        .then(|| super::conv::parse(&inner_spec))
         .transpose()?;
     Ok(Box::new(Integer {
         inner: op,

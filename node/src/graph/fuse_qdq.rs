@@ -119,19 +119,9 @@ impl Graph {
         let c = |v: ValueId| spec.consts.get(v)?.as_ref();
         let f32_of = |v: ValueId| c(v).filter(|t| t.dtype() == DType::F32);
         // x: a live DequantizeLinear with one scale and zero point.
-        let xv = (*conv.inputs.first()?)?;
-        let dq_x = *producers.get(&xv)?;
-        live_of.get(&dq_x)?;
-        let dqx = &self.nodes[dq_x];
-        if dqx.op_type != "DequantizeLinear" || !dqx.domain.is_empty() {
-            return None;
-        }
-        let xq = (*dqx.inputs.first()?)?;
-        let xs = (*dqx.inputs.get(1)?)?;
-        let xz = dqx.inputs.get(2).copied().flatten();
-        if !one_value(f32_of(xs)) || xz.is_some_and(|z| !one_value(c(z))) {
-            return None;
-        }
+        let (dq_x, [xq, xs, xz]) =
+            self.live_dequantize(spec, producers, live_of, (*conv.inputs.first()?)?)?;
+        let (xq, xs) = (xq?, xs?);
         let x_scale = f32_of(xs)?.view::<f32>().ok()?[0];
         // W: a constant DequantizeLinear, per tensor or per output channel.
         let (wq, ws, wz, axis) =
