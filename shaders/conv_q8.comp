@@ -76,9 +76,9 @@ const uint P_N = 0, P_C = 1, P_ID = 2, P_IH = 3, P_IW = 4, P_OC = 5, P_OD = 6, P
            P_CG = 22, P_OCG = 23, P_TILES_M = 24, P_TILES_N = 25, P_SPLITS = 26,
            P_KSLICE = 27, P_FLAGS = 28;
 // Flags: requantize to 8 bits (else int32 out), y signed, wz per channel, sb per channel, K
-// walked tap-major.
+// walked tap-major, MatMul layout, B of the MatMul layout stored N x K (Gemm's transB).
 const uint F_REQUANT = 1u, F_Y_SIGNED = 2u, F_WZ_PER = 4u, F_SB_PER = 8u, F_TAP_MAJOR = 16u,
-           F_MATMUL = 32u;
+           F_MATMUL = 32u, F_B_NK = 64u;
 
 const uint BM = 64, BN = 64, BQ = 8;
 
@@ -92,6 +92,8 @@ uint ZX_BYTE;
 // window decomposition and one padding check instead of four.
 bool TAP_MAJOR;
 bool MATMUL;
+// B's rows are its output columns, as W's are its output channels: the convolution's read.
+bool B_NK;
 
 #ifdef XS
 #define XT int
@@ -191,7 +193,7 @@ uint load_a4(bool m_ok, uint xbase, int d0, int h0, int w0, uint k) {
 // Bytes k..k+3 of W's row for channel ocl of group g, zeros past K.
 uint load_b4(uint g, uint ocl, uint k) {
     if (ocl >= OCG || k >= K) return 0u;
-    if (MATMUL) {
+    if (MATMUL && !B_NK) {
         uint v = 0u;
         for (uint i = 0u; i < 4u; ++i) {
             if (k + i < K) v |= uint(p.w.v[(k + i) * OCG + ocl]) << (8u * i);
@@ -229,6 +231,7 @@ void main() {
     uint flags = p.t.v[P_FLAGS];
     TAP_MAJOR = (flags & F_TAP_MAJOR) != 0u;
     MATMUL = (flags & F_MATMUL) != 0u;
+    B_NK = (flags & F_B_NK) != 0u;
 
     KHW = KH * KW;
     KVOL = p.t.v[P_KD] * KHW;

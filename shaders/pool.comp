@@ -8,6 +8,8 @@
 #extension GL_GOOGLE_include_directive : require
 // @variant f32 DT_F32
 // @variant f16 DT_F16
+// @variant u8 DT_U8
+// @variant i8 DT_I8
 #include "types.glsl"
 #include "opcodes.glsl"
 
@@ -89,5 +91,14 @@ void main() {
         }
         result = count == 0u ? 0.0 : sum / float(count);
     }
+#if defined(DT_U8) || defined(DT_I8)
+    // MaxPool only (ONNX allows no other pool of 8-bit integers). Only an empty window (all
+    // padding, which shapes checked at load rule out) could leave the type's range.
+    #if defined(DT_U8)
+    result = clamp(result, 0.0, 255.0);
+#else
+    result = clamp(result, -128.0, 127.0);
+#endif
+#endif
     p.y.v[i] = T(result);
 }

@@ -102,7 +102,7 @@ impl Integer {
             w_zero: per_channel_input(inputs, 3, b.dtype, s.oc)?,
             requant: None,
         };
-        q8::kernel(&s, &io, (dot, true), mode)
+        q8::kernel(&s, &io, (dot, q8::Layout::MatMul), mode)
     }
 
     fn gpu_conv(
@@ -129,7 +129,7 @@ impl Integer {
             w_zero,
             requant: None,
         };
-        q8::kernel(&s, &io, (dot, false), mode)
+        q8::kernel(&s, &io, (dot, q8::Layout::Conv), mode)
     }
 }
 

@@ -135,7 +135,11 @@ impl QLinear {
             w_zero: per_channel_input(inputs, 5, w.dtype, s.oc)?,
             requant: Some(requant),
         };
-        q8::kernel(&s, &io, (dot, self.geometry.is_none()), mode)
+        let layout = match self.geometry {
+            Some(_) => q8::Layout::Conv,
+            None => q8::Layout::MatMul,
+        };
+        q8::kernel(&s, &io, (dot, layout), mode)
     }
 }
 

@@ -143,9 +143,16 @@ impl Graph {
             .iter()
             .map(|v| v.and_then(|v| spec.types.get(v)?.as_ref()))
             .collect();
+        // Constant inputs with their values: a Reshape's shape, a Slice's bounds.
         let infer: Vec<Option<InferInput<'_>>> = types
             .iter()
-            .map(|t| t.map(|ty| InferInput { ty, value: None }))
+            .zip(&inputs)
+            .map(|(t, v)| {
+                t.map(|ty| InferInput {
+                    ty,
+                    value: v.and_then(|v| spec.consts.get(v)?.as_ref()),
+                })
+            })
             .collect();
         let want: Vec<ValueType> = outputs
             .iter()

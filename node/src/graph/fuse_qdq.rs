@@ -1,36 +1,39 @@
-//! Integer convolutions from QDQ models, after specialisation: a Conv whose input is
-//! DequantizeLinear(x_q), whose weights (and bias) are constants dequantized from integers,
-//! and whose only reader is QuantizeLinear, becomes one QLinearConv node over x_q and the
-//! integer weights (ops/qlinear.rs, run by shaders/conv_q8.comp): int8 products accumulated in
-//! int32 and requantized once, instead of a float convolution of dequantized values. Between
-//! two such convolutions activations then stay 8-bit in memory. This is the rewrite ONNX
-//! Runtime makes of the same pattern (its QDQ selectors), so results follow its integer
-//! kernels rather than the float graph.
+//! Integer compute from QDQ models, after specialisation. A float op whose quantized inputs
+//! arrive through DequantizeLinear and whose only reader is QuantizeLinear becomes one op over
+//! the 8-bit values, the rewrites ONNX Runtime makes of the same patterns (its QDQ selectors),
+//! so results follow its integer kernels rather than the float graph:
+//! - Conv -> QLinearConv (ops/qlinear.rs, shaders/conv_q8.comp): int8 products accumulated in
+//!   int32 and requantized once. Between two such convolutions activations stay 8-bit.
+//! - MatMul -> QLinearMatMul, Gemm -> com.microsoft QGemm (ops/qgemm.rs), through the same
+//!   shader.
+//! - Add of two quantized values -> com.microsoft QLinearAdd (ops/qlinear_add.rs), whose f32
+//!   arithmetic is the three ops' own: the same bytes in a third of the dispatches.
+//! - An elementwise op of one quantized value (activations, Clip, arithmetic with a one-value
+//!   constant) -> Lookup8 (ops/lookup8.rs), a table of 256 entries computed by the three ops'
+//!   CPU kernels: the float graph's results in one pass over bytes.
+//! - An op that only moves or picks values (MaxPool, Reshape, Flatten, Transpose, Slice, ...)
+//!   between a DequantizeLinear and a QuantizeLinear of one scale and zero point runs on the
+//!   integers themselves: the same bytes.
 //!
 //! The rewrite is made only where it computes the same function:
 //! - x's scale and zero point are one-value constants; the weights are a constant
 //!   DequantizeLinear of int8 or uint8 values with one scale (and zero point) or one per output
-//!   channel along axis 0, no blocks; the bias, when present, is a constant DequantizeLinear of
-//!   int32 with zero points 0 and scales exactly x_scale x w_scale (as quantizers write it),
-//!   so its integers are the int32 bias QLinearConv adds;
-//! - the Conv is f32, its output is no graph output and QuantizeLinear (one-value constant
+//!   channel (Conv's axis 0, B's output column), no blocks; the bias, when present, is a
+//!   constant DequantizeLinear of int32 with zero points 0 and scales exactly x_scale x
+//!   w_scale (as quantizers write it), so its integers are the int32 bias the op adds; Gemm
+//!   has alpha and beta 1 and A not transposed;
+//! - the op is f32, its output is no graph output and QuantizeLinear (one-value constant
 //!   scale and zero point, 8-bit output) is its one reader;
-//! - the QLinearConv built from them has a GPU kernel for these types.
-//!
-//! A residual sum of the same form, QuantizeLinear(DequantizeLinear(a) + DequantizeLinear(b))
-//! with one-value constant scales and zero points, a and b of one 8-bit type and one shape,
-//! becomes com.microsoft QLinearAdd (ops/qlinear_add.rs, also ONNX Runtime's rewrite), whose
-//! f32 arithmetic is the three ops' own: the same bytes in a third of the dispatches.
+//! - the op built from them has a GPU kernel for these types.
 //!
 //! The fused node takes the QuantizeLinear's place (its inputs all come earlier). A
-//! DequantizeLinear of an input left with no reader goes. Plans for the CPU alone stay unfused, as
-//! with the other passes: the CPU's integer convolution is its reference kernel, not a fast
-//! one.
+//! DequantizeLinear of an input left with no reader goes. Plans for the CPU alone stay unfused,
+//! as with the other passes: the CPU's integer kernels are reference kernels, not fast ones.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Graph, Node, Specialized, ValueId};
-use crate::ops::Attrs;
+use crate::ops::{Attrs, ValueType};
 use crate::tensor::{DType, Tensor};
 
 /// The pieces of one fusable Conv.
@@ -39,6 +42,64 @@ struct Parts {
     inputs: Vec<Option<ValueId>>,
     out: ValueId,
 }
+
+/// Ops that only move, copy or pick values of their first input: between a DequantizeLinear
+/// and a QuantizeLinear of one scale and zero point they run on the integers themselves (ONNX
+/// Runtime drops such Q/DQ pairs too).
+const MOVES_VALUES: &[&str] = &[
+    "MaxPool",
+    "Reshape",
+    "Flatten",
+    "Transpose",
+    "Squeeze",
+    "Unsqueeze",
+    "Slice",
+    "Identity",
+    "Expand",
+    "Tile",
+    "Gather",
+    "DepthToSpace",
+    "SpaceToDepth",
+];
+
+/// Elementwise ops of one tensor (further inputs, if any, one-value constants such as Clip's
+/// bounds or a scalar operand): between a DequantizeLinear and a QuantizeLinear of 8-bit
+/// values they become a table of 256 entries (ops/lookup8.rs).
+const ELEMENTWISE: &[&str] = &[
+    "Relu",
+    "Clip",
+    "Sigmoid",
+    "Tanh",
+    "LeakyRelu",
+    "HardSigmoid",
+    "HardSwish",
+    "Elu",
+    "Selu",
+    "Celu",
+    "Gelu",
+    "Softplus",
+    "Softsign",
+    "Mish",
+    "ThresholdedRelu",
+    "Abs",
+    "Neg",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Erf",
+    "Sin",
+    "Cos",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+];
 
 fn one_value(t: Option<&Tensor>) -> bool {
     t.is_some_and(|t| t.numel() == 1)
@@ -214,6 +275,272 @@ impl Graph {
         Some((inputs, [da, db]))
     }
 
+    /// The integer node replacing `node` and the QuantizeLinear `q` reading it, and the
+    /// DequantizeLinear nodes it consumed.
+    fn qdq_rewrite(
+        &self,
+        spec: &Specialized,
+        producers: &BTreeMap<ValueId, usize>,
+        live_of: &BTreeMap<usize, usize>,
+        node: &Node,
+        q: &Node,
+    ) -> Option<((Node, Attrs), Vec<usize>)> {
+        let name = format!("qlinear({})", node.name);
+        let op = node.op_type.as_str();
+        match op {
+            "Conv" => {
+                let parts = self.qdq_conv_parts(spec, producers, live_of, node, q)?;
+                let made = self.product_node(
+                    spec,
+                    "QLinearConv",
+                    node.attrs.clone(),
+                    name,
+                    parts.inputs,
+                    vec![parts.out],
+                )?;
+                Some((made, vec![parts.dq_x]))
+            }
+            // A sum of two quantized values, else of one and a constant.
+            "Add" => self
+                .qdq_add_parts(spec, producers, live_of, node, q)
+                .and_then(|(inputs, dqs)| {
+                    let made = self.product_node_in(
+                        spec,
+                        crate::ops::MS_DOMAIN,
+                        "QLinearAdd",
+                        Attrs::default(),
+                        name.clone(),
+                        (inputs, q.outputs.clone()),
+                    )?;
+                    Some((made, dqs.to_vec()))
+                })
+                .or_else(|| self.lookup_node(spec, producers, live_of, (node, q), name)),
+            "MatMul" | "Gemm" => {
+                let (inputs, dq) = self.qdq_product_parts(spec, producers, live_of, node, q)?;
+                let (domain, op_type, attrs) = if op == "MatMul" {
+                    ("", "QLinearMatMul", Attrs::default())
+                } else {
+                    let keep = node.attrs.0.iter().filter(|(k, _)| *k == "transB");
+                    let keep = keep.map(|(k, v)| (k.clone(), v.clone())).collect();
+                    (crate::ops::MS_DOMAIN, "QGemm", Attrs(keep))
+                };
+                let made = self.product_node_in(
+                    spec,
+                    domain,
+                    op_type,
+                    attrs,
+                    name,
+                    (inputs, q.outputs.clone()),
+                )?;
+                Some((made, vec![dq]))
+            }
+            _ if ELEMENTWISE.contains(&op) => {
+                self.lookup_node(spec, producers, live_of, (node, q), name)
+            }
+            _ if MOVES_VALUES.contains(&op) => {
+                let (inputs, dq) = self.qdq_same_scale_input(spec, producers, live_of, node, q)?;
+                let made = self.product_node_in(
+                    spec,
+                    "",
+                    op,
+                    node.attrs.clone(),
+                    name,
+                    (inputs, q.outputs.clone()),
+                )?;
+                Some((made, vec![dq]))
+            }
+            _ => None,
+        }
+    }
+
+    /// QLinearMatMul's or QGemm's inputs for the MatMul or Gemm `node` read only by the
+    /// QuantizeLinear `q`: A a live one-value DequantizeLinear; B a constant one of 8-bit
+    /// integers, per tensor or per output column; Gemm's C, if any, a constant int32 one in
+    /// the product's scale (as for Conv's bias); Gemm with alpha and beta 1 and A not
+    /// transposed.
+    fn qdq_product_parts(
+        &self,
+        spec: &Specialized,
+        producers: &BTreeMap<ValueId, usize>,
+        live_of: &BTreeMap<usize, usize>,
+        node: &Node,
+        q: &Node,
+    ) -> Option<(Vec<Option<ValueId>>, usize)> {
+        let c = |v: ValueId| spec.consts.get(v)?.as_ref();
+        let gemm = node.op_type == "Gemm";
+        let a = &node.attrs;
+        if gemm
+            && (a.float("alpha", 1.0).ok()? != 1.0
+                || a.float("beta", 1.0).ok()? != 1.0
+                || a.int("transA", 0).ok()? != 0)
+        {
+            return None;
+        }
+        let trans_b = gemm && a.int("transB", 0).ok()? != 0;
+        let (dq, [aq, asc, az]) =
+            self.live_dequantize(spec, producers, live_of, (*node.inputs.first()?)?)?;
+        let (bq, bs, bz, axis) =
+            self.dequantized_const(spec, producers, (*node.inputs.get(1)?)?)?;
+        let b_shape = c(bq)?.shape().to_vec();
+        let [rows, cols] = b_shape[..] else {
+            return None;
+        };
+        let n = if trans_b { rows } else { cols };
+        let b_scale: Vec<f32> = c(bs)?.view::<f32>().ok()?.to_vec();
+        // Per column: B's axis of N.
+        let n_axis = if trans_b { 0 } else { 1 };
+        if b_scale.len() != 1 && (b_scale.len() != n || axis.rem_euclid(2) != n_axis) {
+            return None;
+        }
+        let bias = match node.inputs.get(2).copied().flatten() {
+            None => None,
+            Some(v) if gemm => {
+                let (cq, cs, cz, _) = self.dequantized_const(spec, producers, v)?;
+                let a_scale = c(asc?)?.view::<f32>().ok()?[0];
+                let exact = Self::bias_is_exact(spec, (cq, cs, cz), a_scale, &b_scale);
+                (exact && c(cq)?.shape() == [n]).then_some(Some(cq))?
+            }
+            Some(_) => return None,
+        };
+        let (ys, yz) = self.one_value_qparams(spec, q)?;
+        let mut inputs = vec![aq, asc, az, Some(bq), Some(bs), bz];
+        if gemm {
+            inputs.push(bias);
+        }
+        inputs.extend([Some(ys), yz]);
+        Some((inputs, dq))
+    }
+
+    /// Q's scale and zero point when both are one-value constants (the scale f32).
+    fn one_value_qparams(
+        &self,
+        spec: &Specialized,
+        q: &Node,
+    ) -> Option<(ValueId, Option<ValueId>)> {
+        let c = |v: ValueId| spec.consts.get(v)?.as_ref();
+        let ys = (*q.inputs.get(1)?)?;
+        let yz = q.inputs.get(2).copied().flatten();
+        let ok = one_value(c(ys).filter(|t| t.dtype() == DType::F32))
+            && yz.is_none_or(|z| one_value(c(z)));
+        ok.then_some((ys, yz))
+    }
+
+    /// The Lookup8 node replacing the elementwise `node` and the QuantizeLinear `q` reading
+    /// it (see [`Graph::qdq_table`]).
+    fn lookup_node(
+        &self,
+        spec: &Specialized,
+        producers: &BTreeMap<ValueId, usize>,
+        live_of: &BTreeMap<usize, usize>,
+        (node, q): (&Node, &Node),
+        name: String,
+    ) -> Option<((Node, Attrs), Vec<usize>)> {
+        let (xq, table, dq) = self.qdq_table(spec, producers, live_of, node, q)?;
+        let made = self.product_node_in(
+            spec,
+            "",
+            crate::ops::lookup8::OP_TYPE,
+            Attrs(crate::ops::lookup8::attrs(table).into_iter().collect()),
+            name,
+            (vec![Some(xq)], q.outputs.clone()),
+        )?;
+        Some((made, vec![dq]))
+    }
+
+    /// For an elementwise `node` of a live one-value DequantizeLinear's output (its other
+    /// inputs one-value constants), read only by the QuantizeLinear `q` of a one-value scale:
+    /// the DequantizeLinear's integers, the Lookup8 table of the three ops (their CPU kernels
+    /// run on all 256 bytes, so the table holds what the float graph computes on the CPU),
+    /// and the DequantizeLinear's index.
+    fn qdq_table(
+        &self,
+        spec: &Specialized,
+        producers: &BTreeMap<ValueId, usize>,
+        live_of: &BTreeMap<usize, usize>,
+        node: &Node,
+        q: &Node,
+    ) -> Option<(ValueId, Tensor, usize)> {
+        let c = |v: ValueId| spec.consts.get(v)?.as_ref();
+        let x = (*node.inputs.first()?)?;
+        let (dq, [xq, xs, xz]) = self.live_dequantize(spec, producers, live_of, x)?;
+        let (ys, yz) = self.one_value_qparams(spec, q)?;
+        let xq = xq?;
+        let ty = |v: ValueId| spec.types.get(v)?.clone();
+        let (x_ty, y_ty) = (ty(x)?, ty(node.outputs[0])?);
+        let out = ty(*q.outputs.first()?)?.dtype;
+        let byte = |d: DType| matches!(d, DType::U8 | DType::I8);
+        if !byte(ty(xq)?.dtype) || !byte(out) || x_ty != y_ty {
+            return None;
+        }
+        let mut rest = vec![];
+        for v in &node.inputs[1..] {
+            match v {
+                None => rest.push(None),
+                Some(v) => rest.push(Some(c(*v).filter(|t| t.numel() == 1)?)),
+            }
+        }
+        let codes = Tensor::from_bytes(
+            ty(xq)?.dtype,
+            vec![256],
+            (0..=255u8).collect::<Vec<_>>().into(),
+        )
+        .ok()?;
+        let f32s = [ValueType::new(DType::F32, vec![256])];
+        let dq_node = &self.nodes[dq];
+        let xf = dq_node
+            .op
+            .run_cpu(&[Some(&codes), Some(c(xs?)?), xz.and_then(c)], &f32s)
+            .ok()?;
+        let mut args = vec![xf.first()];
+        args.extend(rest);
+        let yf = node.op.run_cpu(&args, &f32s).ok()?;
+        let outs = [ValueType::new(out, vec![256])];
+        let y =
+            q.op.run_cpu(&[yf.first(), Some(c(ys)?), yz.and_then(c)], &outs)
+                .ok()?;
+        let table = y.into_iter().next()?;
+        (table.numel() == 256 && table.dtype() == out).then_some((xq, table, dq))
+    }
+
+    /// `node`'s inputs with its first replaced by the integers of the live DequantizeLinear
+    /// making it, when the QuantizeLinear `q` reading `node` has that DequantizeLinear's
+    /// scale (positive) and zero point and gives its type: an op that only moves or picks
+    /// values (MaxPool picks by order, which a positive scale keeps) then gives the same
+    /// integers applied to them.
+    fn qdq_same_scale_input(
+        &self,
+        spec: &Specialized,
+        producers: &BTreeMap<ValueId, usize>,
+        live_of: &BTreeMap<usize, usize>,
+        node: &Node,
+        q: &Node,
+    ) -> Option<(Vec<Option<ValueId>>, usize)> {
+        let c = |v: ValueId| spec.consts.get(v)?.as_ref();
+        let (dq, [xq, xs, xz]) =
+            self.live_dequantize(spec, producers, live_of, (*node.inputs.first()?)?)?;
+        let (ys, yz) = self.one_value_qparams(spec, q)?;
+        let xq = xq?;
+        let dtype = |v: ValueId| spec.types.get(v)?.as_ref().map(|t| t.dtype);
+        let t = dtype(xq)?;
+        let integer = matches!(t, DType::U8 | DType::I8 | DType::U16 | DType::I16);
+        if !integer || t != dtype(*q.outputs.first()?)? {
+            return None;
+        }
+        let value = |v: Option<ValueId>| -> Option<f64> {
+            match v {
+                None => Some(0.0),
+                Some(v) => c(v)?.to_f64_vec().ok()?.first().copied(),
+            }
+        };
+        let scale = value(xs)?;
+        if scale <= 0.0 || scale != value(Some(ys))? || value(xz)? != value(yz)? {
+            return None;
+        }
+        let mut inputs = node.inputs.clone();
+        inputs[0] = Some(xq);
+        Some((inputs, dq))
+    }
+
     /// Replaces QDQ convolutions and sums of `spec.live` by QLinearConv and QLinearAdd nodes
     /// (see the module comment).
     pub fn fuse_qdq(&self, spec: &mut Specialized) {
@@ -228,8 +555,7 @@ impl Graph {
         let mut dq_x: BTreeSet<usize> = BTreeSet::new();
         for (pos, &i) in spec.live.iter().enumerate() {
             let node = spec.node(self, i);
-            let is = |t: &str| node.op_type == t && node.domain.is_empty();
-            if !is("Conv") && !is("Add") {
+            if !node.domain.is_empty() || node.outputs.len() != 1 {
                 continue;
             }
             let y = node.outputs[0];
@@ -243,38 +569,10 @@ impl Graph {
             if !f32_out || is_output(y) || q.op_type != "QuantizeLinear" || !q.domain.is_empty() {
                 continue;
             }
-            let made = if is("Conv") {
-                self.qdq_conv_parts(spec, &producers, &live_of, node, q)
-                    .and_then(|parts| {
-                        let made = self.product_node(
-                            spec,
-                            "QLinearConv",
-                            node.attrs.clone(),
-                            format!("qlinear({})", node.name),
-                            parts.inputs,
-                            vec![parts.out],
-                        )?;
-                        dq_x.insert(parts.dq_x);
-                        Some(made)
-                    })
-            } else {
-                self.qdq_add_parts(spec, &producers, &live_of, node, q)
-                    .and_then(|(inputs, dqs)| {
-                        let made = self.product_node_in(
-                            spec,
-                            crate::ops::MS_DOMAIN,
-                            "QLinearAdd",
-                            Attrs::default(),
-                            format!("qlinear({})", node.name),
-                            (inputs, q.outputs.clone()),
-                        )?;
-                        dq_x.extend(dqs);
-                        Some(made)
-                    })
-            };
-            if let Some(made) = made {
+            if let Some((made, dqs)) = self.qdq_rewrite(spec, &producers, &live_of, node, q) {
                 fused.insert(*u, made);
                 gone.insert(pos);
+                dq_x.extend(dqs);
             }
         }
         if fused.is_empty() {

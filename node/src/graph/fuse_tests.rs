@@ -422,8 +422,9 @@ fn a_fused_session_matches_the_unfused_graph() {
 }
 
 /// The QDQ pass on the statically quantized ResNet (tests/models/resnet_qdq): every Conv with
-/// its QuantizeLinear becomes QLinearConv, every residual sum QLinearAdd, and the
-/// DequantizeLinear nodes that fed only them go.
+/// its QuantizeLinear becomes QLinearConv, every residual sum QLinearAdd, the classifier's
+/// Gemm QGemm, the MaxPool and Flatten between Q/DQ pairs of one scale run on the integers,
+/// and the DequantizeLinear nodes that fed only them go.
 #[test]
 fn qdq_convolutions_and_sums_become_integer_ops_in_the_quantized_resnet() {
     let (g, plain, _) = fixture("resnet_qdq");
@@ -442,6 +443,17 @@ fn qdq_convolutions_and_sums_become_integer_ops_in_the_quantized_resnet() {
     assert_eq!(count(&fused, "QLinearConv"), convs);
     assert_eq!(count(&fused, "Add"), 0);
     assert_eq!(count(&fused, "QLinearAdd"), adds);
+    assert_eq!((count(&plain, "Gemm"), count(&fused, "Gemm")), (1, 0));
+    assert_eq!(count(&fused, "QGemm"), 1);
+    // MaxPool and Flatten now read 8-bit values.
+    for op in ["MaxPool", "Flatten"] {
+        let on_bytes = fused.live.iter().any(|&i| {
+            let n = fused.node(&g, i);
+            let x = n.inputs[0].and_then(|x| fused.types[x].as_ref());
+            n.op_type == op && x.is_some_and(|t| t.dtype == crate::tensor::DType::U8)
+        });
+        assert!(on_bytes, "{op} on u8");
+    }
     let dq = |s: &Specialized| count(s, "DequantizeLinear");
     assert!(
         dq(&fused) < dq(&plain) / 4,

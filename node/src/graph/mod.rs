@@ -9,6 +9,8 @@ mod fuse_norm;
 mod fuse_norm_tests;
 mod fuse_qdq;
 #[cfg(test)]
+mod fuse_qdq_tests;
+#[cfg(test)]
 mod fuse_tests;
 mod specialize;
 #[cfg(test)]

@@ -17,7 +17,7 @@ mod gpu;
 pub(crate) mod gpu_tests;
 pub(crate) mod q8;
 #[cfg(test)]
-mod q8_tests;
+pub(crate) mod q8_tests;
 #[cfg(test)]
 mod splitk_tests;
 #[cfg(test)]

@@ -50,6 +50,17 @@ pub fn matmul_shape(m: usize, k: usize, n: usize) -> ConvShape {
     }
 }
 
+/// How the shader reads its operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// x N x C x spatial, w OC x C/group x taps: a convolution.
+    Conv,
+    /// [`matmul_shape`]'s: A M x K and B K x N, row major.
+    MatMul,
+    /// A M x K, B N x K (Gemm's transB): B's rows read as a 1x1 convolution's weights.
+    MatMulBt,
+}
+
 #[derive(Debug, Clone)]
 pub struct Requant {
     /// f32 scales: x's (one value), w's (one, or one per output channel: `true`), y's.
@@ -66,6 +77,7 @@ const F_WZ_PER: u32 = 4;
 const F_SB_PER: u32 = 8;
 const F_TAP_MAJOR: u32 = 16;
 const F_MATMUL: u32 = 32;
+const F_B_NK: u32 = 64;
 
 fn variant(x_signed: bool, w_signed: bool, dot: bool) -> conv_q8::Variant {
     use conv_q8::Variant as V;
@@ -90,14 +102,15 @@ fn slices(tiles: usize, k: usize, y_len: usize, mode: SplitK) -> (usize, usize) 
     }
 }
 
-/// The kernel, or `None` past the shader's 32-bit indexing. `matmul`: `s` is
-/// [`matmul_shape`]'s, A and B row major.
+/// The kernel, or `None` past the shader's 32-bit indexing. For the MatMul layouts `s` is
+/// [`matmul_shape`]'s.
 pub fn kernel(
     s: &ConvShape,
     io: &Io,
-    (dot, matmul): (bool, bool),
+    (dot, layout): (bool, Layout),
     mode: SplitK,
 ) -> Option<GpuKernel> {
+    let matmul = layout != Layout::Conv;
     let x_len = s.n * s.c * s.in_plane();
     let w_len = s.oc * s.cg() * s.kernel_volume();
     let y_len = s.n * s.oc * s.out_plane();
@@ -118,6 +131,9 @@ pub fn kernel(
     // word, 1x1 kernels included.
     if matmul {
         flags |= F_MATMUL;
+        if layout == Layout::MatMulBt {
+            flags |= F_B_NK;
+        }
     } else if s.cg().is_multiple_of(4) {
         flags |= F_TAP_MAJOR;
     }

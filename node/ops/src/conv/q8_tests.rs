@@ -9,13 +9,13 @@ use crate::testkit::{Rng, infer_known, node, run};
 use crate::{AttrValue, InferInput, KernelTuning, Op, ValueType};
 
 /// Random bytes of an 8-bit type.
-fn bytes(rng: &mut Rng, dtype: DType, shape: &[usize]) -> Tensor {
+pub(crate) fn bytes(rng: &mut Rng, dtype: DType, shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
     let v: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
     Tensor::from_bytes(dtype, shape.to_vec(), v.into()).unwrap()
 }
 
-fn scales(rng: &mut Rng, n: usize, around: f32) -> Tensor {
+pub(crate) fn scales(rng: &mut Rng, n: usize, around: f32) -> Tensor {
     let v: Vec<f32> = (0..n)
         .map(|_| around * (1.25 + 0.5 * rng.unit() as f32))
         .collect();
@@ -28,7 +28,7 @@ fn scales(rng: &mut Rng, n: usize, around: f32) -> Tensor {
 
 /// Zero points near the middle of the type's range (random bytes are centred there), so that
 /// the sums spread around zero rather than clip: one value, or `n` of them.
-fn zero_points(rng: &mut Rng, dtype: DType, n: Option<usize>) -> Tensor {
+pub(crate) fn zero_points(rng: &mut Rng, dtype: DType, n: Option<usize>) -> Tensor {
     let mid = if dtype == DType::U8 { 128 } else { 0 };
     let v: Vec<u8> = (0..n.unwrap_or(1))
         .map(|_| (mid + rng.range(0, 40) as i32 - 20) as u8)
@@ -39,7 +39,7 @@ fn zero_points(rng: &mut Rng, dtype: DType, n: Option<usize>) -> Tensor {
 
 /// Runs `op` on the CPU and through each GPU kernel it offers, unsplit and split in three
 /// along K where K allows, and compares the bytes. True when a kernel was split.
-fn same_on_gpu(op: &dyn Op, inputs: &[Option<&Tensor>], what: &str) -> bool {
+pub(crate) fn same_on_gpu(op: &dyn Op, inputs: &[Option<&Tensor>], what: &str) -> bool {
     [SplitK::Off, SplitK::Forced(3)]
         .iter()
         .map(|&split| same_on_gpu_with(op, inputs, split, &format!("{what}, {split:?}")))

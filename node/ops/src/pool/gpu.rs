@@ -3,6 +3,7 @@
 //! workgroup per plane).
 
 use super::{Axis, PoolKind, PoolShape};
+use crate::tensor::DType;
 use crate::util::groups_1d;
 use crate::{BufRef, Dispatch, GpuKernel};
 use vkml_shaders::{op, pool, pool_global, pool_max_indices};
@@ -10,8 +11,18 @@ use vkml_shaders::{op, pool, pool_global, pool_max_indices};
 const MAX_ELEMS: usize = i32::MAX as usize;
 
 /// `indices`: MaxPool's Indices output is wanted, numbered column-major when `Some(true)`.
-/// `half`: f16 tensors (the shaders' `_f16` variants).
-pub fn pool(s: &PoolShape, kind: PoolKind, indices: Option<bool>, half: bool) -> Option<GpuKernel> {
+/// `dtype`: the tensors' element type: f32, f16, or u8 / i8 for MaxPool without Indices.
+pub fn pool(
+    s: &PoolShape,
+    kind: PoolKind,
+    indices: Option<bool>,
+    dtype: DType,
+) -> Option<GpuKernel> {
+    let half = dtype == DType::F16;
+    let bytes = matches!(dtype, DType::U8 | DType::I8);
+    if bytes && (indices.is_some() || kind != PoolKind::Max) {
+        return None;
+    }
     let planes = s.n * s.c;
     let (x_len, y_len) = (planes * s.in_plane(), planes * s.out_plane());
     if x_len > MAX_ELEMS || y_len > MAX_ELEMS || y_len == 0 {
@@ -64,10 +75,11 @@ pub fn pool(s: &PoolShape, kind: PoolKind, indices: Option<bool>, half: bool) ->
             PoolKind::Lp { .. } => op::Pool::Lp,
         };
         Dispatch::new(
-            if half {
-                pool::Variant::F16
-            } else {
-                pool::Variant::F32
+            match dtype {
+                DType::F16 => pool::Variant::F16,
+                DType::U8 => pool::Variant::U8,
+                DType::I8 => pool::Variant::I8,
+                _ => pool::Variant::F32,
             },
             pool::Buffers {
                 x: BufRef::Input(0),

@@ -105,3 +105,31 @@ fn global_pool_shader_matches_the_cpu() {
         }
     }
 }
+
+#[test]
+fn byte_max_pools_match_the_cpu() {
+    // QDQ models run MaxPool on the 8-bit values between a DequantizeLinear and a
+    // QuantizeLinear of one scale (graph/fuse_qdq.rs): the shader's u8 and i8 variants.
+    let mut rng = Rng::new(14);
+    for i in 0..40 {
+        let mut case = Case::random(&mut rng, 1 + i % 3);
+        case.max = true;
+        case.indices = false;
+        let n: usize = case.x_shape().iter().product();
+        let signed = i % 2 == 1;
+        let x = if signed {
+            let v: Vec<i8> = (0..n)
+                .map(|_| (rng.range(0, 255) as i32 - 128) as i8)
+                .collect();
+            Tensor::from_vec(case.x_shape(), v)
+        } else {
+            let v: Vec<u8> = (0..n).map(|_| rng.range(0, 255) as u8).collect();
+            Tensor::from_vec(case.x_shape(), v)
+        };
+        let Some((gpu, cpu)) = gpu_and_cpu(case.op().as_ref(), &[Some(&x)]) else {
+            return;
+        };
+        assert_eq!(gpu[0].dtype(), x.dtype(), "{case:?}");
+        compare(&gpu[0], &cpu[0], true, &format!("{case:?}"));
+    }
+}

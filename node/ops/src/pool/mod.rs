@@ -275,12 +275,11 @@ impl Op for Pool {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> Option<GpuKernel> {
         let x = super::util::opt(inputs, 0)?;
-        if !matches!(x.dtype, DType::F32 | DType::F16) {
+        if !matches!(x.dtype, DType::F32 | DType::F16 | DType::U8 | DType::I8) {
             return None;
         }
         let indices = self.indices.then_some(self.column_major_indices);
-        let half = x.dtype == DType::F16;
-        gpu::pool(&self.shape(&x.shape).ok()?, self.kind, indices, half)
+        gpu::pool(&self.shape(&x.shape).ok()?, self.kind, indices, x.dtype)
     }
 
     fn flops(&self, _inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
