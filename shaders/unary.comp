@@ -127,6 +127,7 @@ float apply(float x) {
     case UN_CELU: return max(x, 0.0) + min(0.0, p.alpha * exp_m1(x / p.alpha));
     case UN_THRESHOLDED_RELU: return x > p.alpha ? x : 0.0;
     case UN_MISH: return x * tanh_(softplus(x));
+    case UN_SWISH: return x * sigmoid(p.alpha * x);
     case UN_SHRINK: return x < -p.alpha ? x + p.beta : (x > p.alpha ? x - p.beta : 0.0);
     default: return x;
     }

@@ -15,7 +15,7 @@ use vkml_shaders::{clip, unary, unary_f64, unary_int};
 /// The kinds are the op codes the shaders switch on, from shaders/opcodes.toml.
 pub use vkml_shaders::op::Unary as UnKind;
 
-pub const OPS: [(&str, UnKind); 41] = [
+pub const OPS: [(&str, UnKind); 42] = [
     ("Relu", UnKind::Relu),
     ("Sigmoid", UnKind::Sigmoid),
     ("Tanh", UnKind::Tanh),
@@ -52,6 +52,7 @@ pub const OPS: [(&str, UnKind); 41] = [
     ("Celu", UnKind::Celu),
     ("ThresholdedRelu", UnKind::ThresholdedRelu),
     ("Mish", UnKind::Mish),
+    ("Swish", UnKind::Swish),
     ("Shrink", UnKind::Shrink),
     ("Not", UnKind::Not),
     ("BitwiseNot", UnKind::BitwiseNot),
@@ -167,6 +168,7 @@ fn float_fn(k: UnKind) -> fn(f64, &P) -> f64 {
         UnKind::Celu => |x, p| x.max(0.0) + (p[0] * (x / p[0]).exp_m1()).min(0.0),
         UnKind::ThresholdedRelu => |x, p| if x > p[0] { x } else { 0.0 },
         UnKind::Mish => |x, _| x * softplus(x).tanh(),
+        UnKind::Swish => |x, p| x * sigmoid(p[0] * x),
         UnKind::Shrink => |x, p| {
             if x < -p[0] {
                 x + p[1]
@@ -212,7 +214,9 @@ impl Unary {
         match kind {
             UnKind::HardSigmoid => p = [f(spec, "alpha", 0.2)?, f(spec, "beta", 0.5)?, 0.0],
             UnKind::LeakyRelu => p[0] = f(spec, "alpha", 0.01)?,
-            UnKind::Elu | UnKind::Celu | UnKind::ThresholdedRelu => p[0] = f(spec, "alpha", 1.0)?,
+            UnKind::Elu | UnKind::Celu | UnKind::ThresholdedRelu | UnKind::Swish => {
+                p[0] = f(spec, "alpha", 1.0)?
+            }
             UnKind::Selu => {
                 p = [
                     f(spec, "alpha", 1.673_263_2)?,
