@@ -104,6 +104,7 @@ mod rotary;
 mod scatter;
 mod select;
 mod shape_ops;
+mod signal;
 mod simd;
 mod slice;
 mod softmax;
@@ -474,6 +475,7 @@ pub fn registry() -> &'static Registry {
         scatter::register(&mut r);
         select::register(&mut r);
         shape_ops::register(&mut r);
+        signal::register(&mut r);
         slice::register(&mut r);
         softmax::register(&mut r);
         tensor_scatter::register(&mut r);
