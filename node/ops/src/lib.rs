@@ -106,6 +106,7 @@ mod rotary;
 mod scatter;
 mod select;
 mod shape_ops;
+mod signal;
 mod simd;
 mod slice;
 mod softmax;
@@ -478,6 +479,7 @@ pub fn registry() -> &'static Registry {
         scatter::register(&mut r);
         select::register(&mut r);
         shape_ops::register(&mut r);
+        signal::register(&mut r);
         slice::register(&mut r);
         softmax::register(&mut r);
         tensor_scatter::register(&mut r);
