@@ -70,6 +70,7 @@ mod attention;
 mod batchnorm;
 mod bitcast;
 mod cast;
+mod center_crop_pad;
 mod concat;
 mod conv;
 mod conv_transpose;
@@ -446,6 +447,7 @@ pub fn registry() -> &'static Registry {
         batchnorm::register(&mut r);
         bitcast::register(&mut r);
         cast::register(&mut r);
+        center_crop_pad::register(&mut r);
         concat::register(&mut r);
         conv::register(&mut r);
         conv_transpose::register(&mut r);
