@@ -100,6 +100,7 @@ mod recurrent;
 mod reduce;
 mod remap;
 mod resize;
+mod roi_align;
 mod rotary;
 mod scatter;
 mod select;
@@ -470,6 +471,7 @@ pub fn registry() -> &'static Registry {
         recurrent::register(&mut r);
         reduce::register(&mut r);
         resize::register(&mut r);
+        roi_align::register(&mut r);
         rotary::register(&mut r);
         scatter::register(&mut r);
         select::register(&mut r);
