@@ -70,6 +70,7 @@ mod attention;
 mod batchnorm;
 mod bitcast;
 mod cast;
+mod col2im;
 mod concat;
 mod conv;
 mod conv_transpose;
@@ -444,6 +445,7 @@ pub fn registry() -> &'static Registry {
         batchnorm::register(&mut r);
         bitcast::register(&mut r);
         cast::register(&mut r);
+        col2im::register(&mut r);
         concat::register(&mut r);
         conv::register(&mut r);
         conv_transpose::register(&mut r);
