@@ -89,6 +89,7 @@ mod loss;
 mod lrn;
 mod matmul;
 mod matmul_nbits;
+mod max_unpool;
 mod nms;
 mod norm;
 mod numeric;
@@ -461,6 +462,7 @@ pub fn registry() -> &'static Registry {
         loss::register(&mut r);
         matmul::register(&mut r);
         matmul_nbits::register(&mut r);
+        max_unpool::register(&mut r);
         norm::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);
