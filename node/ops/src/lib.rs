@@ -76,6 +76,7 @@ mod conv;
 mod conv_transpose;
 mod cpu_gemm;
 mod cumsum;
+mod deform_conv;
 mod einsum;
 mod elementwise;
 mod gather;
@@ -451,6 +452,7 @@ pub fn registry() -> &'static Registry {
         conv::register(&mut r);
         conv_transpose::register(&mut r);
         cumsum::register(&mut r);
+        deform_conv::register(&mut r);
         einsum::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
