@@ -82,6 +82,7 @@ fn op_codes_keep_their_values() {
     assert_eq!(op::Compare::Ge.code(), 4);
     assert_eq!(op::Unary::GeluTanh.code(), 12);
     assert_eq!(op::Unary::IsInf.code(), 41);
+    assert_eq!(op::Unary::Swish.code(), 42);
     assert_eq!(op::Unary::IsNaN.glsl_name(), "UN_IS_NAN");
     assert_eq!(op::FusedStep::Pow.code(), 15);
     assert_eq!(op::FusedOperand::Buffer3.code(), 6);
@@ -91,7 +92,7 @@ fn op_codes_keep_their_values() {
     for u in op::Unary::ALL {
         assert_eq!(op::Unary::from_code(u.code()), Some(u));
     }
-    assert_eq!(op::Unary::ALL.len(), 42);
+    assert_eq!(op::Unary::ALL.len(), 43);
     assert_eq!(op::Binary::from_code(6), None);
 }
 
