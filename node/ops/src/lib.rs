@@ -93,6 +93,7 @@ mod lrn;
 mod matmul;
 mod matmul_nbits;
 mod max_unpool;
+mod ml;
 mod nms;
 mod norm;
 mod numeric;
@@ -471,6 +472,7 @@ pub fn registry() -> &'static Registry {
         matmul::register(&mut r);
         matmul_nbits::register(&mut r);
         max_unpool::register(&mut r);
+        ml::register(&mut r);
         norm::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);
