@@ -78,6 +78,7 @@ mod conv_transpose;
 mod cpu_gemm;
 mod cumsum;
 mod deform_conv;
+mod det;
 mod einsum;
 mod elementwise;
 mod gather;
@@ -459,6 +460,7 @@ pub fn registry() -> &'static Registry {
         conv_transpose::register(&mut r);
         cumsum::register(&mut r);
         deform_conv::register(&mut r);
+        det::register(&mut r);
         einsum::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
