@@ -66,6 +66,7 @@ pub mod util;
 #[cfg(test)]
 mod testkit;
 
+mod affine_grid;
 mod attention;
 mod batchnorm;
 mod bitcast;
@@ -449,6 +450,7 @@ pub fn registry() -> &'static Registry {
         let mut r = Registry {
             builders: BTreeMap::new(),
         };
+        affine_grid::register(&mut r);
         attention::register(&mut r);
         batchnorm::register(&mut r);
         bitcast::register(&mut r);
