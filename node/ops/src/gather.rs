@@ -12,9 +12,17 @@ pub fn register(r: &mut Registry) {
 }
 
 #[derive(Debug)]
-struct Gather {
+pub(crate) struct Gather {
     /// Negative counts from the back, at every opset (Gather-1 already allowed it).
     axis: i64,
+}
+
+impl Gather {
+    /// Gather along `axis`, for ops that are a gather under another name (ai.onnx.ml's
+    /// ArrayFeatureExtractor).
+    pub(crate) fn along(axis: i64) -> Gather {
+        Gather { axis }
+    }
 }
 
 fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {

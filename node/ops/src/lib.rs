@@ -66,6 +66,7 @@ pub mod util;
 #[cfg(test)]
 mod testkit;
 
+mod affine_grid;
 mod attention;
 mod batchnorm;
 mod bitcast;
@@ -79,6 +80,7 @@ mod conv_transpose;
 mod cpu_gemm;
 mod cumsum;
 mod deform_conv;
+mod det;
 mod einsum;
 mod elementwise;
 mod gather;
@@ -95,6 +97,7 @@ mod lrn;
 mod matmul;
 mod matmul_nbits;
 mod max_unpool;
+mod ml;
 mod nms;
 mod norm;
 mod numeric;
@@ -449,6 +452,7 @@ pub fn registry() -> &'static Registry {
         let mut r = Registry {
             builders: BTreeMap::new(),
         };
+        affine_grid::register(&mut r);
         attention::register(&mut r);
         batchnorm::register(&mut r);
         bitcast::register(&mut r);
@@ -461,6 +465,7 @@ pub fn registry() -> &'static Registry {
         conv_transpose::register(&mut r);
         cumsum::register(&mut r);
         deform_conv::register(&mut r);
+        det::register(&mut r);
         einsum::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
@@ -475,6 +480,7 @@ pub fn registry() -> &'static Registry {
         matmul::register(&mut r);
         matmul_nbits::register(&mut r);
         max_unpool::register(&mut r);
+        ml::register(&mut r);
         norm::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);

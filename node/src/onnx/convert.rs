@@ -36,7 +36,27 @@ pub(crate) fn model(
             m.ir_version
         )));
     }
-    let opset = default_opset(m, path)?;
+    let opset = match default_opset(m, path)? {
+        Some(v) => v,
+        // A model made of another domain's ops alone (ai.onnx.ml's, as scikit-learn exports
+        // them) need not import the default domain: no node reads its version. An empty graph
+        // says nothing about its domains, so it still needs the import.
+        None if !graph.node.is_empty()
+            && graph
+                .node
+                .iter()
+                .all(|n| !normalise_domain(&n.domain).is_empty()) =>
+        {
+            MAX_OPSET
+        }
+        None => {
+            return Err(LoadError::Unsupported(format!(
+                "{} imports no opset of the default ONNX domain; add one to the model's \
+                 opset_import",
+                path.display()
+            )));
+        }
+    };
     let cx = Converter {
         files,
         functions: m
@@ -75,7 +95,8 @@ pub(crate) fn node_def(
 /// refused rather than guessed.
 pub const MAX_OPSET: i64 = 27;
 
-fn default_opset(m: &ModelProto, path: &Path) -> Result<i64, LoadError> {
+/// The default domain's opset version, or `None` when the model does not import it.
+fn default_opset(m: &ModelProto, path: &Path) -> Result<Option<i64>, LoadError> {
     let mut found: Option<i64> = None;
     for o in &m.opset_import {
         if o.domain == ops::MS_DOMAIN && o.version != 1 {
@@ -116,12 +137,7 @@ fn default_opset(m: &ModelProto, path: &Path) -> Result<i64, LoadError> {
             _ => found = Some(o.version),
         }
     }
-    found.ok_or_else(|| {
-        LoadError::Unsupported(format!(
-            "{} imports no opset of the default ONNX domain",
-            path.display()
-        ))
-    })
+    Ok(found)
 }
 
 /// "ai.onnx" is another spelling of the default domain.

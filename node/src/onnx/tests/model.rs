@@ -292,6 +292,25 @@ fn opset_and_ir_checks() {
             .contains("no opset of the default ONNX domain"),
         "{e}"
     );
+    // A graph of ai.onnx.ml ops alone needs no default-domain import; one default-domain
+    // node among them does.
+    let mut ml = node("Binarizer", "b", &["x"], &["y"]);
+    ml.domain = "ai.onnx.ml".into();
+    let mut m = model_with(GraphProto {
+        node: vec![ml.clone()],
+        ..Default::default()
+    });
+    m.opset_import[0].domain = "ai.onnx.ml".into();
+    m.opset_import[0].version = 1;
+    let def = load_from_bytes(m.encode_to_vec().into(), None).unwrap();
+    assert_eq!(def.opset, crate::onnx::convert::MAX_OPSET);
+    m.graph
+        .as_mut()
+        .unwrap()
+        .node
+        .push(node("Relu", "r", &["y"], &["z"]));
+    let e = load_from_bytes(m.encode_to_vec().into(), None).unwrap_err();
+    assert!(e.to_string().contains("no opset of the default"), "{e}");
 
     let mut m = model_with(GraphProto::default());
     m.opset_import.push(OperatorSetIdProto {
