@@ -328,7 +328,10 @@ fn unsupported_op_fails_cleanly() {
         "--device",
         "cpu",
     ]);
-    assert!(err.contains("'Det'"), "stderr does not name the op:\n{err}");
+    assert!(
+        err.contains("'ImageDecoder'"),
+        "stderr does not name the op:\n{err}"
+    );
 }
 
 fn mnist_with_input(test: &str, spec: &str) -> String {

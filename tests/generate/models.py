@@ -408,13 +408,13 @@ def gen_malformed(root):
         raise SystemExit("truncated model still parses; choose another cut")
     with open(os.path.join(d, "truncated.onnx"), "wb") as f:
         f.write(cut)
-    # A well-formed model with an op outside the supported list.
+    # A well-formed model with an op outside the supported list (ImageDecoder, opset 20).
     nodes = [
-        helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("Det", ["r"], ["y"], name="det_node"),
+        helper.make_node("Identity", ["x"], ["r"], name="identity"),
+        helper.make_node("ImageDecoder", ["r"], ["y"], name="decoder_node"),
     ]
-    model = make_model("unsupported_op", nodes, [value_info("x", np.float32, [3, 3])],
-                       [value_info("y", np.float32, [])])
+    model = make_model("unsupported_op", nodes, [value_info("x", np.uint8, [9])],
+                       [value_info("y", np.uint8, ["h", "w", 3])], opset=20)
     onnx.save_model(model, os.path.join(d, "unsupported_op.onnx"))
     # 'n' (0x6e) reads as protobuf field 13 with wire type 6, which does not exist; '\x93' is not
     # numpy's magic: no tensor reader can take this for a tensor.
