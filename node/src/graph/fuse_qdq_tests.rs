@@ -33,6 +33,19 @@ fn attr(name: &str, i: i64, f: Option<f32>) -> AttributeProto {
     }
 }
 
+/// QuantizeLinear of `v` to `{v}_q` and DequantizeLinear back to `{v}_d`.
+fn qdq(v: &str, s: &str, z: &str) -> [NodeProto; 2] {
+    [
+        node("QuantizeLinear", "", &[v, s, z], &[&format!("{v}_q")]),
+        node(
+            "DequantizeLinear",
+            "",
+            &[&format!("{v}_q"), s, z],
+            &[&format!("{v}_d")],
+        ),
+    ]
+}
+
 fn with(mut n: NodeProto, attrs: Vec<AttributeProto>) -> NodeProto {
     n.attribute = attrs;
     n
@@ -72,17 +85,6 @@ fn model(alpha: f32) -> Graph {
         scalar("sg", sg),
         raw_tensor("zg", UINT8, &[], &[100]),
     ];
-    let qdq = |v: &str, s: &str, z: &str| {
-        [
-            node("QuantizeLinear", "", &[v, s, z], &[&format!("{v}_q")]),
-            node(
-                "DequantizeLinear",
-                "",
-                &[&format!("{v}_q"), s, z],
-                &[&format!("{v}_d")],
-            ),
-        ]
-    };
     let mut nodes = vec![];
     nodes.extend(qdq("x", "sx", "zx"));
     nodes.push(with(
@@ -195,17 +197,6 @@ fn activations() -> Graph {
         scalar("lo", 0.1),
         scalar("hi", 2.0),
     ];
-    let qdq = |v: &str, s: &str, z: &str| {
-        [
-            node("QuantizeLinear", "", &[v, s, z], &[&format!("{v}_q")]),
-            node(
-                "DequantizeLinear",
-                "",
-                &[&format!("{v}_q"), s, z],
-                &[&format!("{v}_d")],
-            ),
-        ]
-    };
     let mut nodes = vec![];
     nodes.extend(qdq("x", "sx", "zx"));
     nodes.push(node("Sigmoid", "s", &["x_d"], &["s"]));
