@@ -27,6 +27,7 @@ pub mod files;
 pub mod generate;
 pub mod graph;
 pub mod io;
+pub mod lower;
 pub mod onnx;
 pub mod priority;
 pub mod session;

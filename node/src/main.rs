@@ -2,13 +2,14 @@
 
 mod cli;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use vkml::{DeviceSelection, Session, SessionOptions, Tensor};
+use vkml::io::Value;
+use vkml::{DeviceSelection, Session, SessionOptions};
 
 // See Cargo.toml: glibc's allocator hands the heap's top back after every small CPU run.
 #[global_allocator]
@@ -149,10 +150,10 @@ fn real_main(cli: Cli) -> Result<()> {
                 },
             )
             .with_context(|| format!("cannot load {}", model.display()))?;
-            let fed = read_inputs(&session, &inputs, test_data.as_deref())?;
-            let named: Vec<(&str, Tensor)> =
-                fed.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
-            let summary = session.plan_summary(&named)?;
+            let fed = cli::read_values(&session.inputs(), &inputs, test_data.as_deref())?;
+            let named: Vec<(&str, Value)> =
+                fed.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+            let summary = session.plan_summary_values(&named)?;
             eprintln!(
                 "plan: {} ({} chunks, {} transfers)",
                 summary
@@ -168,9 +169,10 @@ fn real_main(cli: Cli) -> Result<()> {
             let mut outputs = Vec::new();
             for _ in 0..repeat {
                 let t0 = Instant::now();
-                outputs = session.run(&named)?;
+                outputs = session.run_values(&named)?;
                 times.push(t0.elapsed().as_secs_f64() * 1e6);
             }
+            let outputs = cli::flatten_outputs(outputs);
             // All files or none, each under a name of its own.
             let paths = vkml::io::write_outputs(&output_dir, &outputs)?;
             for ((name, t), path) in outputs.iter().zip(paths) {
@@ -240,15 +242,6 @@ fn print_profile(times: &[vkml::NodeTime]) {
 /// (`run` also makes them unique: `vkml::io::write_outputs`).
 pub(crate) fn sanitize(name: &str) -> String {
     vkml::io::sanitize(name)
-}
-
-fn read_inputs(
-    session: &Session,
-    inputs: &[String],
-    test_data: Option<&Path>,
-) -> Result<Vec<(String, Tensor)>> {
-    let declared: Vec<String> = session.inputs().into_iter().map(|d| d.name).collect();
-    cli::read_inputs(&declared, inputs, test_data)
 }
 
 fn devices() -> Result<()> {

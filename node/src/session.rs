@@ -26,6 +26,8 @@ pub use crate::exec::PlanSummary;
 use crate::exec::shared::SharedWeights;
 use crate::exec::{Device, Executable, KernelTime, NodeTime};
 use crate::graph::{Fusion, Graph, SpecializeError, Specialized};
+use crate::io::Value;
+use crate::lower::Structured;
 use crate::model::{Dim, ValueDef};
 use crate::ops::{OpError, ValueType};
 use crate::tensor::Tensor;
@@ -123,6 +125,9 @@ pub struct Session {
     weights: SharedWeights,
     /// State buffers and contexts of ended sequences, for the next ones (session/bound.rs).
     idle_homes: Arc<bound::IdleHomes>,
+    /// For a model with sequences or optionals, what runs it: a lowered tensor graph per
+    /// input structure (lower/); `graph` is then empty.
+    structured: Option<Box<Structured>>,
 }
 
 impl Session {
@@ -165,6 +170,9 @@ impl Session {
         types: &[ValueType],
         known: &[Option<&Tensor>],
     ) -> std::result::Result<Vec<ValueType>, SpecializeError> {
+        if let Some(s) = &self.structured {
+            return s.output_types(types, known);
+        }
         let spec = self.specialize(types, known)?;
         self.graph
             .outputs
@@ -185,7 +193,16 @@ impl Session {
         files: crate::onnx::ModelFiles,
         options: SessionOptions,
     ) -> Result<Session> {
-        let graph = Arc::new(Graph::from_model(model)?);
+        let structured = crate::lower::uses_structure(&model.graph)
+            .then(|| Box::new(Structured::new(model, options.clone())));
+        let graph = match structured {
+            // The lowered graphs are built and checked per input structure.
+            Some(_) => Arc::new(Graph::from_model(&crate::model::ModelDef {
+                graph: crate::model::GraphDef::default(),
+                ..model.clone()
+            })?),
+            None => Arc::new(Graph::from_model(model)?),
+        };
         let devices = select_devices(options.devices, &options.tuning.vulkan)?;
         let max_value_bytes = options.tuning.max_value_bytes.unwrap_or_else(|| {
             // Uncapped: `device_memory_limit` splits a model over devices, which the planner
@@ -212,8 +229,11 @@ impl Session {
             value_checks,
             weights: SharedWeights::default(),
             idle_homes: Arc::default(),
+            structured,
         };
-        session.check_at_load()?;
+        if session.structured.is_none() {
+            session.check_at_load()?;
+        }
         Ok(session)
     }
 
@@ -311,6 +331,9 @@ impl Session {
     /// first); empty otherwise. GPU ops are timed by timestamps in their command buffers
     /// (exec/profile.rs); a GPU whose queue writes none leaves its ops out.
     pub fn profile(&self) -> Vec<NodeTime> {
+        if let Some(s) = &self.structured {
+            return s.profile();
+        }
         let profiled = self.profiled.lock().expect("profiled");
         profiled.iter().flat_map(|e| e.profile()).collect()
     }
@@ -318,6 +341,9 @@ impl Session {
     /// With [`SessionOptions::profile`], per plan made so far (one per input shape, in the
     /// order they were made), each GPU kernel's median time in a run, largest first.
     pub fn kernel_profile(&self) -> Vec<Vec<KernelTime>> {
+        if let Some(s) = &self.structured {
+            return s.kernel_profile();
+        }
         let profiled = self.profiled.lock().expect("profiled");
         profiled.iter().map(|e| e.kernel_profile()).collect()
     }
@@ -344,10 +370,16 @@ impl Session {
 
     /// Inputs the caller must feed, as declared by the model.
     pub fn inputs(&self) -> Vec<ValueDef> {
+        if let Some(s) = &self.structured {
+            return s.inputs().to_vec();
+        }
         self.graph.inputs.iter().map(|(_, d)| d.clone()).collect()
     }
 
     pub fn outputs(&self) -> Vec<ValueDef> {
+        if let Some(s) = &self.structured {
+            return s.outputs().to_vec();
+        }
         self.graph.outputs.iter().map(|(_, d)| d.clone()).collect()
     }
 
@@ -462,6 +494,23 @@ impl Session {
 
     /// Runs once. Outputs come back in the graph's output order.
     pub fn run(&self, inputs: &[(&str, Tensor)]) -> Result<Vec<(String, Tensor)>> {
+        if self.structured.is_some() {
+            let values: Vec<(&str, Value)> = inputs
+                .iter()
+                .map(|(n, t)| (*n, Value::Tensor(t.clone())))
+                .collect();
+            return self
+                .run_values(&values)?
+                .into_iter()
+                .map(|(name, v)| match v {
+                    Value::Tensor(t) => Ok((name, t)),
+                    v => Err(Error::Unsupported(format!(
+                        "output '{name}' is a {}; Session::run_values gives those",
+                        v.kind()
+                    ))),
+                })
+                .collect();
+        }
         self.files.check()?;
         let ordered = self.order(inputs)?;
         let exe = self.executable(&ordered)?;
@@ -477,13 +526,60 @@ impl Session {
             .collect())
     }
 
+    /// Runs once with values that may be sequences or optionals of tensors (ONNX's
+    /// `seq(...)` and `optional(...)` inputs and outputs). Outputs come back in the graph's
+    /// output order.
+    pub fn run_values(&self, inputs: &[(&str, Value)]) -> Result<Vec<(String, Value)>> {
+        self.files.check()?;
+        match &self.structured {
+            Some(s) => s.run(inputs),
+            None => {
+                let tensors = tensors_of(inputs)?;
+                let outs = self.run(&tensors)?;
+                Ok(outs
+                    .into_iter()
+                    .map(|(n, t)| (n, Value::Tensor(t)))
+                    .collect())
+            }
+        }
+    }
+
+    /// [`Session::plan_summary`] for values that may be sequences or optionals.
+    pub fn plan_summary_values(&self, inputs: &[(&str, Value)]) -> Result<PlanSummary> {
+        match &self.structured {
+            Some(s) => s.plan_summary(inputs),
+            None => self.plan_summary(&tensors_of(inputs)?),
+        }
+    }
+
     /// The placement used for inputs of these shapes (planning them if needed).
     pub fn plan_summary(&self, inputs: &[(&str, Tensor)]) -> Result<PlanSummary> {
+        if self.structured.is_some() {
+            let values: Vec<(&str, Value)> = inputs
+                .iter()
+                .map(|(n, t)| (*n, Value::Tensor(t.clone())))
+                .collect();
+            return self.plan_summary_values(&values);
+        }
         self.files.check()?;
         let ordered = self.order(inputs)?;
         let exe = self.executable(&ordered)?;
         Ok(exe.summary().clone())
     }
+}
+
+/// Tensor feeds of values: a model without sequences or optionals takes only tensors.
+fn tensors_of<'a>(inputs: &'a [(&'a str, Value)]) -> Result<Vec<(&'a str, Tensor)>> {
+    inputs
+        .iter()
+        .map(|(n, v)| match v {
+            Value::Tensor(t) => Ok((*n, t.clone())),
+            v => Err(Error::Input(format!(
+                "'{n}' is a {}; the model takes a tensor there",
+                v.kind()
+            ))),
+        })
+        .collect()
 }
 
 pub(crate) fn select_devices(sel: DeviceSelection, vk: &VulkanOptions) -> Result<Vec<Device>> {

@@ -89,6 +89,7 @@ impl Cluster {
                                 name: n.clone(),
                                 dtype: None,
                                 dims: None,
+                                kind: Default::default(),
                             },
                         )
                     })

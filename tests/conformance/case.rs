@@ -13,7 +13,7 @@ use vkml::{DType, DeviceSelection, Error, Session, SessionOptions, Tensor};
 pub enum Category {
     /// An op type vkml does not implement.
     UnsupportedOp,
-    /// An element type an op or the loader refuses, or a sequence/map/optional value.
+    /// An element type an op or the loader refuses, or a map value.
     UnsupportedType,
     /// Any other "not supported" (an attribute value, a model-local function...).
     UnsupportedFeature,
@@ -303,23 +303,16 @@ fn run_test_in(test: &Path, outline: &ModelOutline, backend: Backend) -> Outcome
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let mut feeds: Vec<(&str, Tensor)> = Vec::new();
-        for (name, v) in &set.inputs {
-            match v.as_tensor() {
-                Some(t) => feeds.push((name.as_str(), t.clone())),
-                None => {
-                    return Outcome::fail(
-                        Category::UnsupportedType,
-                        format!("input '{name}' is a {}; vkml runs tensors only", v.kind()),
-                    );
-                }
-            }
-        }
-        let got = match session.run(&feeds) {
+        let feeds: Vec<(&str, Value)> = set
+            .inputs
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.clone()))
+            .collect();
+        let got = match session.run_values(&feeds) {
             Ok(g) => g,
             Err(e) => return error_outcome(&format!("run {set_name}"), &e),
         };
-        if let Ok(summary) = session.plan_summary(&feeds) {
+        if let Ok(summary) = session.plan_summary_values(&feeds) {
             let on = |cpu: bool| {
                 summary
                     .ops_per_device
@@ -341,16 +334,7 @@ fn run_test_in(test: &Path, outline: &ModelOutline, backend: Backend) -> Outcome
             );
         }
         for ((name, g), (_, want)) in got.iter().zip(&set.outputs) {
-            let Some(w) = want.as_tensor() else {
-                return Outcome::fail(
-                    Category::UnsupportedType,
-                    format!(
-                        "output '{name}' is a {}; vkml runs tensors only",
-                        want.kind()
-                    ),
-                );
-            };
-            if let Err(why) = compare(g, w) {
+            if let Err(why) = compare_values(g, want) {
                 return Outcome::fail(
                     Category::WrongValue,
                     format!("{set_name}: output '{name}': {why}"),
@@ -361,6 +345,30 @@ fn run_test_in(test: &Path, outline: &ModelOutline, backend: Backend) -> Outcome
     Outcome::Pass {
         gpu_ops: placed.0,
         cpu_ops: placed.1,
+    }
+}
+
+/// [`compare`] through sequences and optionals: the same structure, each tensor passing.
+fn compare_values(got: &Value, want: &Value) -> Result<(), String> {
+    match (got, want) {
+        (Value::Tensor(g), Value::Tensor(w)) => compare(g, w),
+        (Value::Sequence(g), Value::Sequence(w)) if g.len() == w.len() => g
+            .iter()
+            .zip(w)
+            .enumerate()
+            .try_for_each(|(k, (g, w))| compare_values(g, w).map_err(|e| format!("[{k}]: {e}"))),
+        (Value::Optional(None), Value::Optional(None)) => Ok(()),
+        (Value::Optional(Some(g)), Value::Optional(Some(w))) => compare_values(g, w),
+        _ => Err(format!("{} instead of {}", describe(got), describe(want))),
+    }
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Sequence(items) => format!("a sequence of {}", items.len()),
+        Value::Optional(None) => "an empty optional".into(),
+        Value::Optional(Some(_)) => "an optional holding a value".into(),
+        v => format!("a {}", v.kind()),
     }
 }
 

@@ -234,8 +234,8 @@ pub fn conformance_md(results: &[TestResult], sections: &[&str], vulkan_device: 
         s,
         "\n## Why node tests fail\n\n\
          - unsupported op: an op type vkml does not implement (refused at load);\n\
-         - unsupported type: an element type an op or the loader refuses, or a sequence, map or \
-         optional value (decoded from the test data, but vkml runs tensors only);\n\
+         - unsupported type: an element type an op or the loader refuses (string tensors among \
+         them), or a map value;\n\
          - unsupported feature: any other refused construct (an attribute value, a subgraph...);\n\
          - wrong value: ran, and an output differs in dtype, shape or value;\n\
          - error: anything else (a failed plan, a run-time error, a panic, a timeout).\n\n\

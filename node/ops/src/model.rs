@@ -54,13 +54,41 @@ pub struct NodeDef {
     pub attrs: Attrs,
 }
 
-/// A declared value: its element type and shape when the file gives them.
+/// A declared value: its element type and shape when the file gives them. For a sequence or
+/// an optional ([`Kind`]) they describe the tensors inside it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValueDef {
     pub name: String,
     pub dtype: Option<DType>,
     /// None when the file declares no shape at all (rank unknown).
     pub dims: Option<Vec<Dim>>,
+    pub kind: Kind,
+}
+
+/// What a declared value is: a tensor, or a sequence or optional of them, which vkml lowers
+/// to tensors when it plans a model (node/src/lower/).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Kind {
+    #[default]
+    Tensor,
+    Sequence(Box<Kind>),
+    Optional(Box<Kind>),
+}
+
+impl Kind {
+    pub fn is_tensor(&self) -> bool {
+        matches!(self, Kind::Tensor)
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kind::Tensor => f.write_str("tensor"),
+            Kind::Sequence(k) => write!(f, "sequence of {k}s"),
+            Kind::Optional(k) => write!(f, "optional {k}"),
+        }
+    }
 }
 
 /// One dimension of a declared shape.

@@ -12,6 +12,9 @@ mod submit;
 use std::path::{Path, PathBuf};
 
 use vkml::Tensor;
+use vkml::io::Value;
+use vkml::model::{Kind, ValueDef};
+use vkml::onnx::DeclaredType;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -248,6 +251,71 @@ async fn wait_for_signal() -> Result<()> {
         _ = int.recv() => {}
     }
     Ok(())
+}
+
+/// [`read_inputs`] for `run`, whose model may take sequences and optionals: the .pb files of
+/// `test_data` are read as the model declares each input.
+pub fn read_values(
+    declared: &[ValueDef],
+    inputs: &[String],
+    test_data: Option<&Path>,
+) -> Result<Vec<(String, Value)>> {
+    let Some(dir) = test_data else {
+        let names: Vec<String> = declared.iter().map(|d| d.name.clone()).collect();
+        let tensors = read_inputs(&names, inputs, None)?;
+        return Ok(tensors
+            .into_iter()
+            .map(|(n, t)| (n, Value::Tensor(t)))
+            .collect());
+    };
+    declared
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let path = dir.join(format!("input_{i}.pb"));
+            let ty = declared_type(&d.kind, d.dtype);
+            let (_, v) = vkml::io::read_value_pb(&path, &ty)?;
+            Ok((d.name.clone(), v))
+        })
+        .collect()
+}
+
+/// The ONNX type a value of `kind` holding `dtype` tensors is stored as.
+fn declared_type(kind: &Kind, dtype: Option<vkml::DType>) -> DeclaredType {
+    match kind {
+        Kind::Tensor => DeclaredType::Tensor {
+            elem_type: dtype.map_or(0, |d| d.onnx_code()),
+        },
+        Kind::Sequence(k) => DeclaredType::Sequence(Box::new(declared_type(k, dtype))),
+        Kind::Optional(k) => DeclaredType::Optional(Box::new(declared_type(k, dtype))),
+    }
+}
+
+/// Outputs as tensor files take them: the tensors of a sequence `s` as `s.0`, `s.1`...; an
+/// empty optional is said on standard error and gives no file.
+pub fn flatten_outputs(outputs: Vec<(String, Value)>) -> Vec<(String, Tensor)> {
+    let mut out = Vec::new();
+    for (name, v) in outputs {
+        push_value(&name, v, &mut out);
+    }
+    out
+}
+
+fn push_value(name: &str, v: Value, out: &mut Vec<(String, Tensor)>) {
+    match v {
+        Value::Tensor(t) => out.push((name.to_string(), t)),
+        Value::Sequence(items) => {
+            if items.is_empty() {
+                eprintln!("{name}: an empty sequence");
+            }
+            for (k, item) in items.into_iter().enumerate() {
+                push_value(&format!("{name}.{k}"), item, out);
+            }
+        }
+        Value::Optional(Some(v)) => push_value(name, *v, out),
+        Value::Optional(None) => eprintln!("{name}: an empty optional"),
+        Value::Map { .. } => eprintln!("{name}: a map, which vkml does not write"),
+    }
 }
 
 /// Inputs by name: from NAME=FILE flags, or DIR/input_<i>.pb in the model's input order.

@@ -56,6 +56,7 @@ impl Body {
             name: name.clone(),
             dtype: None,
             dims: None,
+            kind: Default::default(),
         }));
         let names = graph.inputs.iter().map(|v| v.name.clone()).collect();
         let outputs = graph.outputs.len();

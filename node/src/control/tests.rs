@@ -22,6 +22,7 @@ fn v(name: &str, dtype: DType, dims: Option<&[usize]>) -> ValueDef {
         name: name.into(),
         dtype: Some(dtype),
         dims: dims.map(|d| d.iter().map(|&x| Dim::Fixed(x)).collect()),
+        kind: Default::default(),
     }
 }
 

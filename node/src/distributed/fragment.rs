@@ -409,6 +409,7 @@ pub fn rebuild(
             dims: types[v]
                 .as_ref()
                 .map(|t| t.shape.iter().map(|&d| Dim::Fixed(d)).collect()),
+            kind: Default::default(),
         }
     };
     let inputs = f

@@ -11,6 +11,7 @@ fn def(name: &str, dtype: DType, dims: &[Dim]) -> ValueDef {
         name: name.into(),
         dtype: Some(dtype),
         dims: Some(dims.to_vec()),
+        kind: Default::default(),
     }
 }
 

@@ -2,8 +2,9 @@
 //! or output as a SequenceProto, MapProto or OptionalProto. The bytes do not say which message
 //! they hold, so the graph's declared type ([`DeclaredType`]) decides how to parse them.
 //!
-//! vkml runs tensors only; these are read so that a harness can tell "this model takes a
-//! sequence" from "this file is broken", and so that support can grow into them.
+//! Sessions run sequences and optionals of tensors (`Session::run_values`, lowered to
+//! tensors when planned: node/src/lower/); maps are read so that a harness can tell "this
+//! model takes a map" from "this file is broken".
 
 use std::path::Path;
 

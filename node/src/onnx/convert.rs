@@ -8,9 +8,11 @@ use super::external::ExternalFiles;
 use super::proto::attribute_proto::AttributeType;
 use super::proto::tensor_shape_proto::dimension::Value as DimValue;
 use super::proto::type_proto::Value as TypeValue;
-use super::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+use super::proto::{
+    AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, ValueInfoProto, type_proto,
+};
 use super::tensor::{convert_tensor, onnx_type_name, tensor_type};
-use crate::model::{DeferredWeight, Dim, GraphDef, ModelDef, NodeDef, ValueDef};
+use crate::model::{DeferredWeight, Dim, GraphDef, Kind, ModelDef, NodeDef, ValueDef};
 use crate::ops::{self, AttrValue, Attrs};
 use crate::tensor::DType;
 
@@ -424,29 +426,22 @@ fn declared(v: &ValueInfoProto, role: &str, graph: &str) -> Result<ValueDef, Loa
     })
 }
 
-/// The declared type of a value, or why vkml cannot represent it.
+/// The declared type of a value, or why vkml cannot represent it. A sequence or optional
+/// of tensors is described by its kind and its innermost tensor's element type and shape.
 fn value_def(v: &ValueInfoProto) -> Result<ValueDef, String> {
     let mut def = ValueDef {
         name: v.name.clone(),
         dtype: None,
         dims: None,
+        kind: Kind::Tensor,
     };
     let Some(value) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
         return Ok(def);
     };
-    let t = match value {
-        TypeValue::TensorType(t) => t,
-        TypeValue::SequenceType(_) => {
-            return Err("is a sequence; only tensors are supported".into());
-        }
-        TypeValue::MapType(_) => return Err("is a map; only tensors are supported".into()),
-        TypeValue::OptionalType(_) => {
-            return Err("is an optional; only tensors are supported".into());
-        }
-        TypeValue::SparseTensorType(_) => {
-            return Err("is a sparse tensor; only dense tensors are supported".into());
-        }
-        TypeValue::OpaqueType(_) => return Err("is opaque; only tensors are supported".into()),
+    let (kind, t) = tensor_within(value)?;
+    def.kind = kind;
+    let Some(t) = t else {
+        return Ok(def);
     };
     if t.elem_type != 0 {
         def.dtype =
@@ -475,4 +470,31 @@ fn value_def(v: &ValueInfoProto) -> Result<ValueDef, String> {
             .collect()
     });
     Ok(def)
+}
+
+/// The kind of a declared value and its innermost tensor type (`None` when a sequence or
+/// optional leaves its element type out).
+fn tensor_within(value: &TypeValue) -> Result<(Kind, Option<&type_proto::Tensor>), String> {
+    fn inner(elem: &Option<Box<TypeProto>>) -> Result<(Kind, Option<&type_proto::Tensor>), String> {
+        match elem.as_ref().and_then(|t| t.value.as_ref()) {
+            Some(v) => tensor_within(v),
+            None => Ok((Kind::Tensor, None)),
+        }
+    }
+    match value {
+        TypeValue::TensorType(t) => Ok((Kind::Tensor, Some(t))),
+        TypeValue::SequenceType(s) => {
+            let (k, t) = inner(&s.elem_type)?;
+            Ok((Kind::Sequence(Box::new(k)), t))
+        }
+        TypeValue::OptionalType(o) => {
+            let (k, t) = inner(&o.elem_type)?;
+            Ok((Kind::Optional(Box::new(k)), t))
+        }
+        TypeValue::MapType(_) => Err("is a map; vkml runs tensors, sequences and optionals".into()),
+        TypeValue::SparseTensorType(_) => {
+            Err("is a sparse tensor; only dense tensors are supported".into())
+        }
+        TypeValue::OpaqueType(_) => Err("is opaque; only tensors are supported".into()),
+    }
 }

@@ -173,6 +173,11 @@ impl Session {
     /// that input of the next run, starting from `initial` (one value per pair). Run with
     /// [`Session::run_bound`]; one state per sequence, dropped when the sequence ends.
     pub fn bind(&self, pairs: &[(&str, &str)], initial: Vec<Tensor>) -> Result<BoundState> {
+        if self.structured.is_some() {
+            return Err(Error::Unsupported(
+                "bound state is for models of tensors; this one has sequences or optionals".into(),
+            ));
+        }
         if pairs.len() != initial.len() {
             return Err(Error::Input(format!(
                 "{} bound pairs but {} initial values",

@@ -345,12 +345,36 @@ fn unsupported_graph_features_are_named() {
         }),
         ..Default::default()
     };
-    let e = load_graph_err(GraphProto {
+    // A sequence loads, declared as one (lower/ runs it); a map does not.
+    let m: ModelProto = model_with(GraphProto {
         name: "g".into(),
-        input: vec![seq],
+        input: vec![seq.clone()],
+        output: vec![ValueInfoProto {
+            name: "s".into(),
+            ..seq
+        }],
         ..Default::default()
     });
-    assert!(e.contains("input 's' of graph 'g' is a sequence"), "{e}");
+    let loaded = load_from_bytes(m.encode_to_vec().into(), None).unwrap();
+    let want = crate::model::Kind::Sequence(Box::new(crate::model::Kind::Tensor));
+    assert_eq!(loaded.graph.inputs[0].kind, want);
+    let map = ValueInfoProto {
+        name: "m".into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::MapType(Box::new(type_proto::Map {
+                key_type: 7,
+                value_type: None,
+            }))),
+            denotation: String::new(),
+        }),
+        ..Default::default()
+    };
+    let e = load_graph_err(GraphProto {
+        name: "g".into(),
+        input: vec![map],
+        ..Default::default()
+    });
+    assert!(e.contains("input 'm' of graph 'g' is a map"), "{e}");
 
     let e = load_graph_err(GraphProto {
         output: vec![tensor_value("o", 8, None)],
