@@ -3,6 +3,7 @@
 //! which resolves the Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains exporters emit),
 //! and to the values of the graph inputs a shape rule needs (see specialize.rs).
 
+mod expand;
 mod fuse;
 mod fuse_norm;
 #[cfg(test)]
@@ -129,6 +130,7 @@ fn node_err(node: &str, op_type: &str, e: impl std::fmt::Display) -> Error {
 
 impl Graph {
     pub fn from_model(model: &ModelDef) -> Result<Graph> {
+        let model = &*expand::functions(model)?;
         let g = &model.graph;
         let mut ids: BTreeMap<String, ValueId> = BTreeMap::new();
         let mut names: Vec<String> = Vec::new();
