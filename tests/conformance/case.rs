@@ -334,7 +334,12 @@ fn run_test_in(test: &Path, outline: &ModelOutline, backend: Backend) -> Outcome
             );
         }
         for ((name, g), (_, want)) in got.iter().zip(&set.outputs) {
-            if let Err(why) = compare_values(g, want) {
+            let check = if draws_random(outline) {
+                compare_random
+            } else {
+                compare_values
+            };
+            if let Err(why) = check(g, want) {
                 return Outcome::fail(
                     Category::WrongValue,
                     format!("{set_name}: output '{name}': {why}"),
@@ -346,6 +351,43 @@ fn run_test_in(test: &Path, outline: &ModelOutline, backend: Backend) -> Outcome
         gpu_ops: placed.0,
         cpu_ops: placed.1,
     }
+}
+
+/// The ops whose outputs are random draws.
+const RANDOM: [&str; 6] = [
+    "Bernoulli",
+    "RandomUniform",
+    "RandomUniformLike",
+    "RandomNormal",
+    "RandomNormalLike",
+    "Multinomial",
+];
+
+fn draws_random(outline: &ModelOutline) -> bool {
+    outline
+        .op_types
+        .iter()
+        .any(|o| RANDOM.contains(&o.as_str()))
+}
+
+/// The pass rule of a random graph: dtype and shape, and 0s and 1s where the reference
+/// has only those (a Bernoulli draw).
+fn compare_random(got: &Value, want: &Value) -> Result<(), String> {
+    let (Value::Tensor(g), Value::Tensor(w)) = (got, want) else {
+        return compare_values(got, want);
+    };
+    if g.dtype() != w.dtype() || g.shape() != w.shape() {
+        return Err(format!("{g:?} instead of {w:?}"));
+    }
+    let binary = |t: &Tensor| {
+        t.to_f64_vec()
+            .map(|v| v.iter().all(|&x| x == 0.0 || x == 1.0))
+            .unwrap_or(false)
+    };
+    if binary(w) && !binary(g) {
+        return Err("values other than 0 and 1 where the reference draws 0s and 1s".into());
+    }
+    Ok(())
 }
 
 /// [`compare`] through sequences and optionals: the same structure, each tensor passing.
@@ -460,6 +502,12 @@ pub fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
 /// The pass rule on hand-made cases; run before the suite (this harness has no #[test]s), so a
 /// broken comparison cannot pass everything.
 pub fn check_pass_rule() {
+    {
+        let t = |v: Vec<f32>| Value::Tensor(Tensor::from_vec(vec![v.len()], v));
+        assert!(compare_random(&t(vec![1.0, 0.0]), &t(vec![0.0, 0.0])).is_ok());
+        assert!(compare_random(&t(vec![0.5, 0.0]), &t(vec![1.0, 0.0])).is_err());
+        assert!(compare_random(&t(vec![0.0]), &t(vec![1.0, 0.0])).is_err());
+    }
     {
         let want = Tensor::from_vec(vec![3], vec![1.0f32, f32::NAN, f32::INFINITY]);
         let close = Tensor::from_vec(vec![3], vec![1.0009f32, f32::NAN, f32::INFINITY]);

@@ -176,7 +176,10 @@ pub fn conformance_md(results: &[TestResult], sections: &[&str], vulkan_device: 
          `DeviceSelection::Vulkan` on {vulkan_device}, where ops with no Vulkan kernel run on \
          the CPU backend. A test passes when every output of every data set has the reference's \
          dtype and shape, integers and booleans are equal, and floats are within \
-         `1e-7 + 1e-3 * |want|` (`1e-2` for float16 and bfloat16), NaN matching NaN.\n",
+         `1e-7 + 1e-3 * |want|` (`1e-2` for float16 and bfloat16), NaN matching NaN. A test \
+         whose graph draws random numbers (Bernoulli, RandomUniformLike...) has reference values \
+         from numpy's generator, which no other runtime reproduces: there dtype and shape must \
+         match, and where the reference holds only 0s and 1s (Bernoulli) so must the output.\n",
         ver = crate::ONNX_VERSION
     );
     let _ = writeln!(

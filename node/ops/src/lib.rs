@@ -107,6 +107,7 @@ mod qgemm;
 mod qlinear;
 mod qlinear_add;
 mod quantize;
+mod random;
 mod recurrent;
 mod reduce;
 mod remap;
@@ -216,6 +217,12 @@ pub trait Op: Send + Sync + fmt::Debug {
     /// convert them (Cast, QuantizeLinear, DequantizeLinear...) do, and a model giving any
     /// other op such a value is refused when it is planned, whatever its rule would say.
     fn low_precision(&self) -> bool {
+        false
+    }
+
+    /// Whether its outputs are drawn anew on every run (the random ops): such a node is never
+    /// folded while planning, whatever it knows of its inputs.
+    fn random(&self) -> bool {
         false
     }
 
@@ -481,6 +488,7 @@ pub fn registry() -> &'static Registry {
         matmul_nbits::register(&mut r);
         max_unpool::register(&mut r);
         ml::register(&mut r);
+        random::register(&mut r);
         norm::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);

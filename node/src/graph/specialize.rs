@@ -239,7 +239,8 @@ impl Graph {
                 .iter()
                 .map(|v| v.and_then(|v| types[v].as_ref()))
                 .collect();
-            let foldable = node.inputs.iter().flatten().all(|&v| consts[v].is_some());
+            let foldable =
+                !node.op.random() && node.inputs.iter().flatten().all(|&v| consts[v].is_some());
             if let Some(outs) = node.op.known_outputs(&in_tys).filter(|_| !foldable) {
                 for (&o, t) in node.outputs.iter().zip(outs) {
                     consts[o] = Some(t);
