@@ -89,6 +89,7 @@ mod gelu;
 mod generate;
 mod grid_sample;
 mod integer;
+mod label_encoder;
 mod linear_attention;
 mod llm_norm;
 pub mod lookup8;
@@ -122,6 +123,7 @@ mod simd;
 mod slice;
 mod softmax;
 mod splitk;
+mod strings;
 mod tensor_scatter;
 mod tile_expand;
 mod topk;
@@ -217,6 +219,12 @@ pub trait Op: Send + Sync + fmt::Debug {
     /// convert them (Cast, QuantizeLinear, DequantizeLinear...) do, and a model giving any
     /// other op such a value is refused when it is planned, whatever its rule would say.
     fn low_precision(&self) -> bool {
+        false
+    }
+
+    /// Whether the op takes or makes string tensors ([`DType::String`]): only the string ops
+    /// (and Equal, LabelEncoder) do; a model giving any other op one is refused when planned.
+    fn strings(&self) -> bool {
         false
     }
 
@@ -488,7 +496,9 @@ pub fn registry() -> &'static Registry {
         matmul_nbits::register(&mut r);
         max_unpool::register(&mut r);
         ml::register(&mut r);
+        label_encoder::register(&mut r);
         random::register(&mut r);
+        strings::register(&mut r);
         norm::register(&mut r);
         pad::register(&mut r);
         pool::register(&mut r);

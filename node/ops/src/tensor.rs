@@ -35,10 +35,14 @@ pub enum DType {
     F8E8M0,
     U2,
     I2,
+    /// UTF-8 text, one string per element: the bytes are the end offset of each string (u64,
+    /// little-endian) followed by the text ([`Tensor::from_strings`]). Only the string ops
+    /// take them ([`crate::Op::strings`]); they never reach a GPU.
+    String,
 }
 
 impl DType {
-    pub const ALL: [DType; 23] = [
+    pub const ALL: [DType; 24] = [
         DType::F32,
         DType::U8,
         DType::I8,
@@ -62,6 +66,7 @@ impl DType {
         DType::F8E8M0,
         DType::U2,
         DType::I2,
+        DType::String,
     ];
 
     /// Bytes per element.
@@ -81,6 +86,8 @@ impl DType {
             DType::U16 | DType::I16 | DType::F16 | DType::BF16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
+            // The offset of each string; its text comes after them all.
+            DType::String => 8,
         }
     }
 
@@ -110,6 +117,7 @@ impl DType {
             DType::F8E8M0 => 24,
             DType::U2 => 25,
             DType::I2 => 26,
+            DType::String => 8,
         }
     }
 
@@ -143,6 +151,7 @@ impl DType {
             DType::F8E8M0 => "float8e8m0",
             DType::U2 => "uint2",
             DType::I2 => "int2",
+            DType::String => "string",
         }
     }
 
@@ -173,6 +182,8 @@ impl DType {
             | DType::F8E5M2FNUZ
             | DType::F4E2M1
             | DType::F8E8M0 => "|V1",
+            // numpy's strings are objects, which .npy files hold as pickles: not written.
+            DType::String => "|O",
         }
     }
 
@@ -276,6 +287,13 @@ pub fn aligned_bytes(data: &[u8]) -> Bytes {
 impl Tensor {
     /// Wraps raw little-endian bytes. Fails when the length does not match the shape.
     pub fn from_bytes(dtype: DType, shape: Vec<usize>, data: Bytes) -> Result<Tensor, TensorError> {
+        if dtype == DType::String {
+            let n = numel(&shape);
+            return match Tensor::check_strings(n, &data) {
+                Ok(()) => Ok(Tensor { dtype, shape, data }),
+                Err(reason) => Err(TensorError::BadStrings { shape, reason }),
+            };
+        }
         let Ok(want) = crate::size::bytes(dtype, &shape) else {
             return Err(TensorError::TooLarge { dtype, shape });
         };
@@ -314,6 +332,78 @@ impl Tensor {
             shape,
             data: Bytes::from(bytes),
         }
+    }
+
+    /// A tensor of strings, laid out as [`DType::String`] says.
+    pub fn from_strings<S: AsRef<str>>(shape: Vec<usize>, values: &[S]) -> Tensor {
+        assert_eq!(
+            numel(&shape),
+            values.len(),
+            "Tensor::from_strings: shape {shape:?}"
+        );
+        let text: usize = values.iter().map(|v| v.as_ref().len()).sum();
+        let mut data = Vec::with_capacity(8 * values.len() + text);
+        let mut end = 0u64;
+        for v in values {
+            end += v.as_ref().len() as u64;
+            data.extend_from_slice(&end.to_le_bytes());
+        }
+        for v in values {
+            data.extend_from_slice(v.as_ref().as_bytes());
+        }
+        Tensor {
+            dtype: DType::String,
+            shape,
+            data: Bytes::from(data),
+        }
+    }
+
+    /// The strings of a string tensor, in row-major order.
+    pub fn strings(&self) -> Result<Vec<&str>, TensorError> {
+        if self.dtype != DType::String {
+            return Err(TensorError::WrongDType {
+                expected: DType::String,
+                actual: self.dtype,
+            });
+        }
+        let n = numel(&self.shape);
+        let (table, text) = self.data.split_at(8 * n);
+        let mut start = 0usize;
+        let mut out = Vec::with_capacity(n);
+        for e in table.chunks_exact(8) {
+            let end = u64::from_le_bytes(e.try_into().expect("8 bytes")) as usize;
+            // from_bytes checked the offsets and the text: a slice of valid UTF-8 at
+            // character boundaries.
+            out.push(std::str::from_utf8(&text[start..end]).expect("checked when made"));
+            start = end;
+        }
+        Ok(out)
+    }
+
+    /// Checks bytes laid out as [`DType::String`] says, for `n` strings.
+    fn check_strings(n: usize, data: &[u8]) -> Result<(), String> {
+        let Some(table) = n.checked_mul(8).filter(|&t| t <= data.len()) else {
+            return Err(format!(
+                "{} bytes cannot hold {n} string offsets",
+                data.len()
+            ));
+        };
+        let text = &data[table..];
+        let mut start = 0usize;
+        for e in data[..table].chunks_exact(8) {
+            let end = u64::from_le_bytes(e.try_into().expect("8 bytes")) as usize;
+            if end < start || end > text.len() {
+                return Err(format!(
+                    "string offset {end} is out of order or past the text"
+                ));
+            }
+            std::str::from_utf8(&text[start..end]).map_err(|e| format!("a string: {e}"))?;
+            start = end;
+        }
+        if start != text.len() {
+            return Err("text follows the last string".into());
+        }
+        Ok(())
     }
 
     pub fn scalar<T: Element>(value: T) -> Tensor {
@@ -460,6 +550,8 @@ pub enum TensorError {
         crate::size::Size::MAX
     )]
     TooLarge { dtype: DType, shape: Vec<usize> },
+    #[error("a string tensor {shape:?} is malformed: {reason}")]
+    BadStrings { shape: Vec<usize>, reason: String },
 }
 
 #[cfg(test)]

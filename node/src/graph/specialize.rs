@@ -12,7 +12,7 @@ use super::{Fusion, Graph, Node, Specialized, ValueId, node_err, op_err};
 use crate::error::{Error, Result};
 use crate::model::{Dim, ValueDef};
 use crate::ops::{InferInput, OpError, ValueType};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 /// Why a graph could not be specialized.
 #[derive(Debug)]
@@ -49,6 +49,27 @@ fn low_precision_only_where_converted<'a>(
         }),
         _ => Ok(()),
     }
+}
+
+/// Refuses a string tensor given to or made by an op that does not take them
+/// ([`crate::ops::Op::strings`]): their bytes are offsets and text, which an op moving
+/// elements of a fixed size would scramble.
+fn strings_only_where_taken<'a>(
+    node: &Node,
+    mut types: impl Iterator<Item = &'a ValueType>,
+) -> Result<(), SpecializeError> {
+    if node.op.strings() || !types.any(|t| t.dtype == DType::String) {
+        return Ok(());
+    }
+    Err(SpecializeError::Op {
+        node: node.name.clone(),
+        op_type: node.op_type.clone(),
+        error: OpError::unsupported(format!(
+            "{} of string tensors: vkml runs strings through the string ops (StringConcat, \
+             StringSplit, StringNormalizer, RegexFullMatch, LabelEncoder, Equal) only",
+            node.op_type
+        )),
+    })
 }
 
 impl From<Error> for SpecializeError {
@@ -207,6 +228,7 @@ impl Graph {
                 })
                 .collect();
             low_precision_only_where_converted(node, in_types.iter().flatten().map(|i| i.ty))?;
+            strings_only_where_taken(node, in_types.iter().flatten().map(|i| i.ty))?;
             let out_types = match node.op.infer(&in_types) {
                 Ok(t) => t,
                 Err(OpError::NeedsValue(k)) => return Err(self.needs_value(i, k, known)),
@@ -219,6 +241,7 @@ impl Graph {
                 }
             };
             low_precision_only_where_converted(node, out_types.iter())?;
+            strings_only_where_taken(node, out_types.iter())?;
             for (&o, ty) in node.outputs.iter().zip(&out_types) {
                 self.check_size(node, o, ty, limit)?;
             }

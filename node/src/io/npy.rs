@@ -99,6 +99,13 @@ pub fn write_npy(path: &Path, tensor: &Tensor) -> Result<(), TensorFileError> {
 
 /// The .npy encoding of `tensor`, into `w`.
 pub(crate) fn write_npy_to(w: &mut dyn Write, tensor: &Tensor) -> std::io::Result<()> {
+    if tensor.dtype() == crate::tensor::DType::String {
+        // numpy keeps strings as Python objects, which .npy holds only as pickles.
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "a string tensor has no .npy form vkml writes; write it with write_pb",
+        ));
+    }
     w.write_all(&npy_header::encode(tensor.dtype(), tensor.shape()))?;
     w.write_all(tensor.bytes())
 }

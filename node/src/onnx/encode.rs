@@ -88,8 +88,16 @@ pub fn decode_node(data: Bytes) -> Result<NodeDef, LoadError> {
     super::convert::node_def(&proto, name, &ExternalFiles::new(None))
 }
 
-/// `t` as a TensorProto, its data in raw_data.
+/// `t` as a TensorProto, its data in raw_data (strings in string_data).
 pub(crate) fn tensor_proto(t: &Tensor) -> TensorProto {
+    if let Ok(text) = t.strings() {
+        return TensorProto {
+            dims: t.shape().iter().map(|&d| d as i64).collect(),
+            data_type: t.dtype().onnx_code(),
+            string_data: text.iter().map(|s| s.as_bytes().to_vec().into()).collect(),
+            ..Default::default()
+        };
+    }
     TensorProto {
         dims: t.shape().iter().map(|&d| d as i64).collect(),
         data_type: t.dtype().onnx_code(),

@@ -135,6 +135,23 @@ pub(crate) fn convert_tensor(
     let nbytes = file_bytes(dtype, numel);
     let what = || format!("{dtype} {shape:?} needs {nbytes} bytes");
 
+    if dtype == DType::String {
+        // Strings live in string_data only (ONNX allows neither raw_data nor external data
+        // for them).
+        if t.string_data.len() != numel {
+            return Err(bad(format!(
+                "string {shape:?} needs {numel} values in string_data, found {}",
+                t.string_data.len()
+            )));
+        }
+        let text: Vec<&str> = t
+            .string_data
+            .iter()
+            .map(|b| std::str::from_utf8(b))
+            .collect::<Result<_, _>>()
+            .map_err(|e| bad(format!("a string is not UTF-8: {e}")))?;
+        return Ok(Tensor::from_strings(shape, &text));
+    }
     if t.data_location == DataLocation::External as i32 {
         let data = files.read(t, label, nbytes, &what())?;
         let data = unpacked(dtype, data, numel).map_err(bad)?;

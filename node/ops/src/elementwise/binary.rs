@@ -108,7 +108,7 @@ impl BinKind {
     }
 
     fn dtypes(self) -> &'static [DType] {
-        const NUMERIC_BOOL: [DType; 13] = [
+        const EQUAL: [DType; 14] = [
             DType::F32,
             DType::F64,
             DType::F16,
@@ -122,12 +122,13 @@ impl BinKind {
             DType::U32,
             DType::U64,
             DType::Bool,
+            DType::String,
         ];
         match self {
             BinKind::BitShift(_) => &[DType::U8, DType::U16, DType::U32, DType::U64],
             BinKind::BitAnd | BinKind::BitOr | BinKind::BitXor => &INTS,
             BinKind::And | BinKind::Or | BinKind::Xor => &[DType::Bool],
-            BinKind::Equal => &NUMERIC_BOOL,
+            BinKind::Equal => &EQUAL,
             _ => &NUMERIC,
         }
     }
@@ -372,7 +373,21 @@ fn logic(k: BinKind, a: &Tensor, b: &Tensor, s: &Shapes<'_>) -> Result<Tensor, O
     bool_tensor(s.out, broadcast::binary(&x, s.a, &y, s.b, s.out, f))
 }
 
+/// Equal on strings (CPU only: string tensors never reach a GPU).
+fn strings_equal(a: &Tensor, b: &Tensor, s: &Shapes<'_>) -> Result<Tensor, OpError> {
+    let bad = |e: crate::TensorError| OpError::invalid(e.to_string());
+    let (x, y) = (a.strings().map_err(bad)?, b.strings().map_err(bad)?);
+    bool_tensor(
+        s.out,
+        broadcast::binary(&x, s.a, &y, s.b, s.out, |p, q| u8::from(p == q)),
+    )
+}
+
 impl Op for Binary {
+    fn strings(&self) -> bool {
+        self.kind == BinKind::Equal
+    }
+
     fn infer(&self, inputs: &[Option<InferInput<'_>>]) -> Result<Vec<ValueType>, OpError> {
         let k = self.kind;
         let name = k.name();
@@ -435,6 +450,7 @@ impl Op for Binary {
             BinKind::Pow => dispatch_num!(d, pow(a, b, &s), bad()),
             BinKind::And | BinKind::Or | BinKind::Xor => logic(k, a, b, &s),
             BinKind::Equal if d == DType::Bool => logic(k, a, b, &s),
+            BinKind::Equal if d == DType::String => strings_equal(a, b, &s),
             _ if k.is_compare() => dispatch_num!(d, compare(k, a, b, &s), bad()),
             BinKind::BitShift(_) | BinKind::BitAnd | BinKind::BitOr | BinKind::BitXor => {
                 dispatch_int!(d, bits(k, a, b, &s), bad())
@@ -446,6 +462,9 @@ impl Op for Binary {
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
         let (a, b) = (req(inputs, 0).ok()?, req(inputs, 1).ok()?);
+        if a.dtype == DType::String {
+            return None;
+        }
         let out = outputs.first()?;
         let k = self.kind;
         let b_shape = self.b_shape(&a.shape, &b.shape).ok()?;

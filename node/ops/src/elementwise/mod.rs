@@ -10,7 +10,7 @@
 //!   the CPU kernels), on the crate's op test kit (`testkit`).
 
 mod binary;
-mod broadcast;
+pub(crate) mod broadcast;
 pub mod fused;
 mod select;
 mod unary;
