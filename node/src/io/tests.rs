@@ -127,6 +127,11 @@ fn writes_what_numpy_writes() {
 
 /// A tensor of `dtype` whose bytes are 0, 1, 2...: every byte position is distinguishable.
 fn counting(dtype: DType, shape: Vec<usize>) -> Tensor {
+    if dtype == DType::String {
+        let n = crate::tensor::numel(&shape);
+        let text: Vec<String> = (0..n).map(|i| "ab".repeat(i % 3)).collect();
+        return Tensor::from_strings(shape, &text);
+    }
     let n = crate::tensor::numel(&shape) * dtype.size();
     let bytes: Vec<u8> = match dtype {
         DType::Bool => (0..n).map(|i| (i % 2) as u8).collect(),
@@ -147,7 +152,12 @@ fn npy_and_pb_round_trip_every_dtype() {
         for shape in [vec![], vec![3], vec![2, 0], vec![2, 3, 2]] {
             let t = counting(dtype, shape.clone());
             let p = dir.join("t.npy");
-            write_npy(&p, &t).unwrap();
+            if dtype == DType::String {
+                // No .npy form (numpy pickles strings); .pb below.
+                assert!(write_npy(&p, &t).is_err());
+            } else {
+                write_npy(&p, &t).unwrap();
+            }
             // numpy has no low-precision types: the narrow integers come back as the int8 or
             // uint8 they are held in, and the one-byte floats cannot be told apart.
             match dtype {
@@ -160,6 +170,7 @@ fn npy_and_pb_round_trip_every_dtype() {
                     };
                     assert_eq!((back.dtype(), back.bytes()), (held, t.bytes()));
                 }
+                DType::String => {}
                 d if d.is_low_precision() => {
                     let e = read_npy(&p).unwrap_err().to_string();
                     assert!(e.contains("does not say which type"), "{e}");

@@ -88,7 +88,7 @@ fn declared_types_nest_and_initializers_are_not_inputs() {
         o.outputs,
         vec![("y".to_string(), DeclaredType::Tensor { elem_type: 1 })]
     );
-    // The loader itself refuses the sequence input, by name.
+    // The loader itself refuses the map input, by name (sequences and optionals load).
     let e = crate::onnx::load(&path).unwrap_err().to_string();
-    assert!(e.contains("'seq'") && e.contains("sequence"), "{e}");
+    assert!(e.contains("'m'") && e.contains("map"), "{e}");
 }

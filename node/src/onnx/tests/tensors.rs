@@ -192,12 +192,26 @@ fn bad_tensors_are_errors_naming_the_tensor() {
 
 #[test]
 fn unsupported_and_unknown_dtypes_name_the_tensor() {
-    let mut s = typed(8, &[1]);
+    let mut s = typed(15, &[1]);
     s.name = "labels".into();
-    s.string_data = vec![bytes::Bytes::from_static(b"cat")];
     let e = tensor_from_proto(&s, None).unwrap_err();
     assert!(matches!(e, LoadError::Unsupported(_)), "{e:?}");
-    assert!(e.to_string().contains("'labels'") && e.to_string().contains("string"));
+    assert!(e.to_string().contains("'labels'") && e.to_string().contains("complex128"));
+
+    // Strings load from string_data, and must be UTF-8 and as many as the shape says.
+    let mut s = typed(8, &[2]);
+    s.string_data = vec![
+        bytes::Bytes::from_static(b"cat"),
+        bytes::Bytes::from_static("é".as_bytes()),
+    ];
+    let t = tensor_from_proto(&s, None).unwrap();
+    assert_eq!(t.strings().unwrap(), ["cat", "é"]);
+    s.string_data[1] = bytes::Bytes::from_static(b"\xff");
+    let e = tensor_from_proto(&s, None).unwrap_err().to_string();
+    assert!(e.contains("UTF-8"), "{e}");
+    s.string_data.pop();
+    let e = tensor_from_proto(&s, None).unwrap_err().to_string();
+    assert!(e.contains("needs 2 values in string_data"), "{e}");
 
     let e = tensor_from_proto(&typed(14, &[1]), None).unwrap_err();
     assert!(e.to_string().contains("complex64"), "{e}");
