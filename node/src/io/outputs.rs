@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::TensorFileError;
 use crate::files::Staged;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 /// An output name as a file name: anything but letters, digits, '.', '_' and '-' is '_'.
 pub fn sanitize(name: &str) -> String {
@@ -64,7 +64,8 @@ pub fn file_stems(names: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// Writes each output as `dir/<stem>.npy` ([`file_stems`]), creating `dir`: every file goes
+/// Writes each output as `dir/<stem>.npy` ([`file_stems`]; a string tensor, which .npy holds
+/// only as a pickle, as `dir/<stem>.pb`, a TensorProto), creating `dir`: every file goes
 /// to a temporary file first, and only when all are complete are they renamed into place, so
 /// a failure (a full disk, an unwritable folder) leaves no truncated file and no partial set.
 /// Returns each output's path, in order.
@@ -80,14 +81,21 @@ pub fn write_outputs(
     let names: Vec<&str> = outputs.iter().map(|(n, _)| n.as_str()).collect();
     let paths: Vec<PathBuf> = file_stems(&names)
         .iter()
-        .map(|s| dir.join(format!("{s}.npy")))
+        .zip(outputs)
+        .map(|(s, (_, t))| match t.dtype() {
+            DType::String => dir.join(format!("{s}.pb")),
+            _ => dir.join(format!("{s}.npy")),
+        })
         .collect();
     let mut staged = Vec::with_capacity(outputs.len());
-    for ((_, t), path) in outputs.iter().zip(&paths) {
+    for ((name, t), path) in outputs.iter().zip(&paths) {
         let mut s = Staged::new(path).map_err(werr(path))?;
         let mut w = BufWriter::new(s.file());
-        super::npy::write_npy_to(&mut w, t)
-            .and_then(|()| w.flush())
+        match t.dtype() {
+            DType::String => super::pb::write_pb_to(&mut w, name, t),
+            _ => super::npy::write_npy_to(&mut w, t),
+        }
+        .and_then(|()| w.flush())
             .map_err(werr(path))?;
         drop(w);
         staged.push((s, path));

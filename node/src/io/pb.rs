@@ -1,5 +1,6 @@
 //! ONNX TensorProto files (.pb), as ONNX's test data sets keep their inputs and outputs.
 
+use std::io::Write;
 use std::path::Path;
 
 use prost::Message;
@@ -26,16 +27,22 @@ pub fn read_pb(path: &Path) -> Result<(String, Tensor), TensorFileError> {
     Ok((proto.name, tensor))
 }
 
-/// Writes `tensor` as a TensorProto named `name`, its data in raw_data.
+/// Writes `tensor` as a TensorProto named `name`, its data in raw_data (strings in
+/// string_data).
 pub fn write_pb(path: &Path, name: &str, tensor: &Tensor) -> Result<(), TensorFileError> {
-    let proto = TensorProto {
-        name: name.to_string(),
-        ..onnx::tensor_proto(tensor)
-    };
-    crate::files::write_atomic(path, |w| w.write_all(&proto.encode_to_vec())).map_err(|source| {
+    crate::files::write_atomic(path, |w| write_pb_to(w, name, tensor)).map_err(|source| {
         TensorFileError::Write {
             path: path.to_path_buf(),
             source,
         }
     })
+}
+
+/// The TensorProto encoding of `tensor`, named `name`, into `w`.
+pub(crate) fn write_pb_to(w: &mut dyn Write, name: &str, tensor: &Tensor) -> std::io::Result<()> {
+    let proto = TensorProto {
+        name: name.to_string(),
+        ..onnx::tensor_proto(tensor)
+    };
+    w.write_all(&proto.encode_to_vec())
 }
