@@ -6,10 +6,14 @@
 // @variant f16 DT_F16 IS_FLOAT
 // @variant i32 DT_I32
 // @variant i64 DT_I64
+// @variant u32 DT_U32
+// @variant u64 DT_U64
 // @variant f32_row DT_F32 IS_FLOAT ROW
 // @variant f16_row DT_F16 IS_FLOAT ROW
 // @variant i32_row DT_I32 ROW
 // @variant i64_row DT_I64 ROW
+// @variant u32_row DT_U32 ROW
+// @variant u64_row DT_U64 ROW
 #include "types.glsl"
 
 // TopK (ops/topk.rs) by ranking: one invocation per input element counts the elements of its

@@ -41,10 +41,21 @@ impl Default for LinkCosts {
     }
 }
 
+/// The per-op overhead at and above which a device is a fallback: it takes an op only when
+/// no other device can run it (the CPU beside a GPU that lacks some kernels).
+pub const FALLBACK_OVERHEAD_NS: u64 = 1 << 40;
+
 /// Nanoseconds to run `op` on `dev`.
 pub fn compute_ns(op: &OpCost, dev: &DeviceInventory) -> u64 {
     if op.view {
-        return 0;
+        // A view computes nothing wherever it is, but a fallback device still takes it only
+        // when nothing else can: free there, a view between the caller and a GPU (a model's
+        // input reshaped) would leave the GPU for the fallback to save an upload.
+        return if dev.op_overhead_ns >= FALLBACK_OVERHEAD_NS {
+            dev.op_overhead_ns
+        } else {
+            0
+        };
     }
     let rate = dev.flops_per_us.max(1);
     dev.op_overhead_ns

@@ -20,7 +20,7 @@ mod whole;
 
 use std::collections::BTreeMap;
 
-pub use cost::LinkCosts;
+pub use cost::{FALLBACK_OVERHEAD_NS, LinkCosts};
 
 /// Runs in flight a pipeline plan is ranked for (see [`plan`]): a model split over machines is
 /// there to serve many clients, so its throughput counts for far more than one run's latency,

@@ -415,3 +415,47 @@ fn a_cheap_first_op_does_not_keep_a_model_off_the_gpu() {
     assert!(p.placement.iter().all(|d| d.index == 0), "{p:?}");
     assert!(p.transfers.is_empty());
 }
+
+/// One view from the caller's input to the caller's output: free on any device, so a plain
+/// CPU may take it (no upload), but a fallback CPU takes only what no other device can run.
+#[test]
+fn a_fallback_device_takes_no_view_a_gpu_can_hold() {
+    let mut g = CostGraph::default();
+    for (kind, output) in [(ValueKind::Input, false), (ValueKind::Computed, true)] {
+        g.values.push(ValueCost {
+            bytes: 96,
+            kind,
+            output,
+        });
+    }
+    g.ops.push(OpCost {
+        name: "reshape".into(),
+        inputs: vec![0],
+        outputs: vec![1],
+        flops: 0,
+        gpu: true,
+        gpu_needs: 0,
+        view: true,
+    });
+    let placed_on = |cpu_overhead_ns: u64| {
+        let s = Snapshot::single(
+            "n",
+            vec![
+                device("vulkan:0", DeviceKind::Gpu, 1 << 20),
+                DeviceInventory {
+                    op_overhead_ns: cpu_overhead_ns,
+                    ..device("cpu", DeviceKind::Cpu, 1 << 20)
+                },
+            ],
+        );
+        let p = plan(&g, &s, &LinkCosts::default()).unwrap();
+        check_plan(&g, &s, &p);
+        p.placement[0].index
+    };
+    assert_eq!(placed_on(500), 1, "a plain CPU saves the upload");
+    assert_eq!(
+        placed_on(FALLBACK_OVERHEAD_NS),
+        0,
+        "a fallback is the last resort"
+    );
+}

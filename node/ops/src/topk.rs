@@ -152,6 +152,17 @@ impl Op for TopK {
         let x = req(inputs, 0)?;
         let k = self.k_of(inputs.get(1).copied().flatten())?;
         let (a, k, out) = self.geometry(x.shape(), k)?;
+        if x.dtype() == DType::U64 {
+            // Compared as unsigned: through i64 the values from 2^63 up would rank below 0.
+            let v = x
+                .view::<u64>()
+                .map_err(|e| OpError::invalid(e.to_string()))?;
+            let (vals, idx) = self.select(&v, x.shape(), a, k, |a: u64, b: u64| a.cmp(&b));
+            return Ok(vec![
+                Tensor::from_vec(out.clone(), vals),
+                Tensor::from_vec(out, idx),
+            ]);
+        }
         let (vals, idx) = match widen(x)? {
             Wide::F(v) => {
                 let (vals, idx) = self.select(&v, x.shape(), a, k, cmp_f);
@@ -180,9 +191,9 @@ impl Op for TopK {
             return None;
         }
         let variant = if row {
-            by_dtype!(x.dtype, topk::Variant, [F32 => F32Row, F16 => F16Row, I32 => I32Row, I64 => I64Row])
+            by_dtype!(x.dtype, topk::Variant, [F32 => F32Row, F16 => F16Row, I32 => I32Row, I64 => I64Row, U32 => U32Row, U64 => U64Row])
         } else {
-            by_dtype!(x.dtype, topk::Variant, [F32, F16, I32, I64])
+            by_dtype!(x.dtype, topk::Variant, [F32, F16, I32, I64, U32, U64])
         }?;
         let inner: usize = x.shape[a + 1..].iter().product();
         let rows = x.numel() / len.max(1);
@@ -359,5 +370,80 @@ mod tests {
             );
             crate::testkit::gpu_matches_cpu(&*op, &[Some(&i), Some(&kt)], 0.0);
         }
+    }
+
+    /// Unsigned rows on the GPU (both shaders) against a stable sort of the indices, values
+    /// from 2^63 up included: they must rank above the small ones.
+    #[test]
+    fn gpu_unsigned_rows_match_a_sort() {
+        use crate::testkit::gpu::run_op;
+        let mut rng = crate::testkit::Rng::new(9);
+        for (rows, len, k, largest) in [(3, 7, 3, true), (5, 13, 13, false), (2, 5001, 9, true)] {
+            let attrs = Attrs(
+                [("largest".to_string(), AttrValue::Int(i64::from(largest)))]
+                    .into_iter()
+                    .collect(),
+            );
+            let spec = NodeSpec {
+                name: "t",
+                op_type: "TopK",
+                attrs: &attrs,
+                opset: 11,
+                num_inputs: 2,
+                num_outputs: 2,
+            };
+            let op = crate::build(&spec).unwrap();
+            let kt = Tensor::from_vec(vec![1], vec![k as i64]);
+            // Few distinct values (ties keep index order), about half of them from 2^63 up; 5001 is past GPU_MAX_LEN, for the per-row shader.
+            let v64: Vec<u64> = (0..rows * len)
+                .map(|_| (rng.range(0, 6) as u64) << if rng.coin() { 62 } else { 1 })
+                .collect();
+            let want = |v: &[u64]| {
+                let (mut vals, mut idx) = (Vec::new(), Vec::new());
+                for r in 0..rows {
+                    let row = &v[r * len..(r + 1) * len];
+                    let mut order: Vec<usize> = (0..len).collect();
+                    order.sort_by_key(|&j| if largest { u64::MAX - row[j] } else { row[j] });
+                    vals.extend(order[..k].iter().map(|&j| row[j]));
+                    idx.extend(order[..k].iter().map(|&j| j as i64));
+                }
+                (vals, idx)
+            };
+            let (vals, idx) = want(&v64);
+            let x = Tensor::from_vec(vec![rows, len], v64.clone());
+            let outs = crate::testkit::infer_known(&*op, &[Some(&x), Some(&kt)]).unwrap();
+            assert_eq!(
+                run(&*op, &[Some(&x), Some(&kt)]).unwrap()[0]
+                    .view::<u64>()
+                    .unwrap()[..],
+                vals[..]
+            );
+            let Ok(y) = run_op(&*op, &[Some(&x), Some(&kt)], &outs) else {
+                return; // no GPU (VKML_SKIP_VULKAN=1)
+            };
+            assert_eq!(
+                y[0].view::<u64>().unwrap()[..],
+                vals[..],
+                "{rows}x{len} k={k}"
+            );
+            assert_eq!(y[1].to_i64_vec().unwrap(), idx, "{rows}x{len} k={k}");
+            // uint32: the same values shifted into range.
+            let v32: Vec<u32> = v64.iter().map(|&v| (v >> 32) as u32).collect();
+            let (vals, idx) = want(&v32.iter().map(|&v| u64::from(v)).collect::<Vec<_>>());
+            let x = Tensor::from_vec(vec![rows, len], v32);
+            let y = run_op(&*op, &[Some(&x), Some(&kt)], &outs_of(&*op, &x, &kt)).unwrap();
+            let got: Vec<u64> = y[0]
+                .view::<u32>()
+                .unwrap()
+                .iter()
+                .map(|&v| u64::from(v))
+                .collect();
+            assert_eq!(got, vals, "u32 {rows}x{len} k={k}");
+            assert_eq!(y[1].to_i64_vec().unwrap(), idx, "u32 {rows}x{len} k={k}");
+        }
+    }
+
+    fn outs_of(op: &dyn Op, x: &Tensor, k: &Tensor) -> Vec<ValueType> {
+        crate::testkit::infer_known(op, &[Some(x), Some(k)]).unwrap()
     }
 }

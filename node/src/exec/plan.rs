@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use vkml_planner::{
-    CostGraph, DeviceInventory, DeviceKind, OpCost, Snapshot, ValueCost, ValueKind,
+    CostGraph, DeviceInventory, DeviceKind, FALLBACK_OVERHEAD_NS, OpCost, Snapshot, ValueCost,
+    ValueKind,
 };
 
 use crate::device::vulkan::{Gpu, ShaderNeeds};
@@ -109,7 +110,7 @@ fn estimated(devices: &[Device], limit: Option<u64>) -> Snapshot {
                 flops_per_us: cpu_flops_per_us(),
                 // A fallback costs so much that the planner picks it only when nothing else can.
                 op_overhead_ns: if matches!(d, Device::CpuFallback) {
-                    1 << 40
+                    FALLBACK_OVERHEAD_NS
                 } else {
                     300
                 },

@@ -76,3 +76,54 @@ fn gpu_launch_folds_past_65535_groups() {
     gpu_matches_cpu(&*build("Relu", 14, &[]).unwrap(), &[Some(&x)], 0.0);
     gpu_matches_cpu(&*build("Mul", 14, &[]).unwrap(), &[Some(&x), Some(&y)], 0.0);
 }
+
+/// Dropout with its mask at inference, on the GPU: the output is the input's bytes and the
+/// mask all ones in its type (bool from opset 10, the data's type before), on odd sizes whose
+/// bytes are not whole words.
+#[test]
+fn gpu_dropout_writes_the_input_and_an_all_true_mask() {
+    use crate::testkit::gpu::run_op;
+    use crate::{Attrs, NodeSpec, ValueType};
+    use half::f16;
+    let attrs = Attrs::default();
+    let mut rng = Rng::new(23);
+    let f32s = |shape: &[usize], rng: &mut Rng| rng.tensor_f32(shape);
+    let f16s = |shape: &[usize], rng: &mut Rng| {
+        let n = shape.iter().product();
+        let v = rng.f32s(n).into_iter().map(f16::from_f32).collect();
+        Tensor::from_vec(shape.to_vec(), v)
+    };
+    type Make = fn(&[usize], &mut Rng) -> Tensor;
+    let makes: [Make; 2] = [f32s, f16s];
+    for shape in [&[3, 5, 7][..], &[1], &[0, 3], &[2, 1, 3]] {
+        for make in makes {
+            let x = make(shape, &mut rng);
+            for opset in [7, 10, 13] {
+                let spec = NodeSpec {
+                    name: "d",
+                    op_type: "Dropout",
+                    attrs: &attrs,
+                    opset,
+                    num_inputs: 1,
+                    num_outputs: 2,
+                };
+                let op = crate::build(&spec).unwrap();
+                let outs = crate::testkit::infer_known(&*op, &[Some(&x)]).unwrap();
+                let ys = match run_op(&*op, &[Some(&x)], &outs) {
+                    Err(e) if e == "skipped" => return,
+                    r => r.unwrap(),
+                };
+                assert_eq!(ys[0].bytes(), x.bytes(), "opset {opset} {shape:?}");
+                let m = &ys[1];
+                assert_eq!(ValueType::of(m), outs[1]);
+                let n = x.numel();
+                if opset < 10 {
+                    assert_eq!(m.dtype(), x.dtype());
+                    assert_eq!(crate::testkit::f64s(m), vec![1.0; n], "opset {opset}");
+                } else {
+                    assert_eq!(m.view_bool().unwrap(), vec![true; n], "opset {opset}");
+                }
+            }
+        }
+    }
+}

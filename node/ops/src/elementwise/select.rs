@@ -4,7 +4,7 @@ use super::broadcast;
 use crate::tensor::{DType, Tensor, numel};
 use crate::util::{broadcast_shapes, broadcast_strides, groups_1d, opt, req};
 use crate::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, ValueType};
-use vkml_shaders::{copy, r#where};
+use vkml_shaders::{fill, r#where};
 
 #[derive(Debug)]
 pub struct Where;
@@ -175,6 +175,32 @@ impl Dropout {
     }
 }
 
+/// A dispatch setting every element of output `out` (of type `ty`) to one (true for a bool),
+/// or none for an empty output; `None` where the fill kernel has no variant for the type.
+fn fill_one(ty: &ValueType, out: usize) -> Option<Option<Dispatch>> {
+    let one = crate::cast::cast_tensor(&Tensor::from_bools(vec![1], vec![true]), ty.dtype).ok()?;
+    let bytes: &[u8] = one.bytes();
+    let variant = by_width!(bytes.len(), fill::Variant)?;
+    let mut bits = [0u8; 8];
+    bits.get_mut(..bytes.len())?.copy_from_slice(bytes);
+    let v = u64::from_le_bytes(bits);
+    let n = u32::try_from(ty.numel()).ok()?;
+    Some((n > 0).then(|| {
+        Dispatch::new(
+            variant,
+            fill::Buffers {
+                y: BufRef::Output(out),
+            },
+            fill::Params {
+                n,
+                lo: v as u32,
+                hi: (v >> 32) as u32,
+            },
+            groups_1d(n as usize, 256),
+        )
+    }))
+}
+
 /// Training mode is refused unless the ratio (default 0.5) is 0, when it drops nothing.
 fn check_training(training: Option<&Tensor>, ratio: Option<&Tensor>) -> Result<(), OpError> {
     let Some(t) = training else { return Ok(()) };
@@ -244,33 +270,17 @@ impl Op for Dropout {
     }
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
-        // With a mask the op has a second output to fill, and a training_mode input has a value
-        // to check: the CPU does those.
-        if self.with_mask || opt(inputs, 2).is_some() {
+        // A training_mode input has a value to check when the op runs: the CPU does that.
+        if opt(inputs, 2).is_some() {
             return None;
         }
-        let bytes = outputs.first()?.bytes();
-        if !bytes.is_multiple_of(4) {
-            return None;
+        // The output is the input: the view ops' copy, for a layer that does not alias (and
+        // the copy there is when the mask makes this op no view).
+        let mut k = crate::shape_ops::copy_kernel(outputs.first()?)?;
+        if let Some(mask) = outputs.get(1) {
+            k.dispatches.extend(fill_one(mask, 1)?);
         }
-        let words = u32::try_from(bytes / 4).ok()?;
-        Some(GpuKernel {
-            scratch: vec![],
-            dispatches: if words == 0 {
-                vec![]
-            } else {
-                // The view ops' word copy (shaders/copy.comp), for a layer that does not alias.
-                vec![Dispatch::new(
-                    copy::Variant::Main,
-                    copy::Buffers {
-                        x: BufRef::Input(0),
-                        y: BufRef::Output(0),
-                    },
-                    copy::Params { n: words },
-                    groups_1d(words as usize, 256),
-                )]
-            },
-        })
+        Some(k)
     }
 
     fn is_view(&self) -> bool {

@@ -9,6 +9,8 @@ mod view;
 
 use super::{NodeSpec, OpError, Registry};
 
+pub(crate) use view::copy_kernel;
+
 pub fn register(r: &mut Registry) {
     r.add("Reshape", reshape::build_reshape);
     r.add("Flatten", reshape::build_flatten);
