@@ -42,6 +42,13 @@ pub fn make(
 
 fn tensor(u: &mut Unstructured, dtype: DType, shape: Vec<usize>) -> Result<Tensor> {
     let n = shape.iter().product::<usize>();
+    if dtype == DType::String {
+        let words = ["", "a", "Monday", "naïve", " two  words ", "x-y-z"];
+        let text = (0..n)
+            .map(|_| u.choose(&words).copied())
+            .collect::<Result<Vec<_>>>()?;
+        return Ok(Tensor::from_strings(shape, &text));
+    }
     let data = values::elements(u, dtype, n)?;
     Ok(Tensor::from_bytes(dtype, shape, Bytes::from(data)).expect("sizes agree by construction"))
 }

@@ -96,7 +96,7 @@ pub fn write_outputs(
             _ => super::npy::write_npy_to(&mut w, t),
         }
         .and_then(|()| w.flush())
-            .map_err(werr(path))?;
+        .map_err(werr(path))?;
         drop(w);
         staged.push((s, path));
     }

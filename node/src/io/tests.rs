@@ -345,9 +345,15 @@ fn string_outputs_are_written_as_tensor_protos() {
     let dir = TempDir::new("stringout");
     let words = Tensor::from_strings(vec![2], &["naïve", ""]);
     let nums = Tensor::from_vec(vec![1], vec![3i64]);
-    let outputs = vec![("w".to_string(), words.clone()), ("n".to_string(), nums.clone())];
+    let outputs = vec![
+        ("w".to_string(), words.clone()),
+        ("n".to_string(), nums.clone()),
+    ];
     let paths = write_outputs(dir.path(), &outputs).unwrap();
-    assert!(paths[0].ends_with("w.pb") && paths[1].ends_with("n.npy"), "{paths:?}");
+    assert!(
+        paths[0].ends_with("w.pb") && paths[1].ends_with("n.npy"),
+        "{paths:?}"
+    );
     let (name, back) = read_pb(&paths[0]).unwrap();
     assert_eq!((name.as_str(), back), ("w", words));
     assert_eq!(read_npy(&paths[1]).unwrap(), nums);

@@ -107,7 +107,9 @@ pub(crate) fn tensor_type(
 
 /// Bytes `numel` elements of `dtype` take in an ONNX file (the 4- and 2-bit types packed).
 fn file_bytes(dtype: DType, numel: usize) -> usize {
-    (numel * dtype.file_bits()).div_ceil(8)
+    // tensor_type checked numel x size; bits are 8 x size at most, so saturating only
+    // matters for a count no file can hold anyway.
+    numel.saturating_mul(dtype.file_bits()).div_ceil(8)
 }
 
 /// A packed type's file bytes as one byte per element ([`crate::lowp`]).
@@ -132,9 +134,6 @@ pub(crate) fn convert_tensor(
     };
     let (dtype, shape, _) = tensor_type(t, label)?;
     let numel = shape.iter().product::<usize>();
-    let nbytes = file_bytes(dtype, numel);
-    let what = || format!("{dtype} {shape:?} needs {nbytes} bytes");
-
     if dtype == DType::String {
         // Strings live in string_data only (ONNX allows neither raw_data nor external data
         // for them).
@@ -152,6 +151,9 @@ pub(crate) fn convert_tensor(
             .map_err(|e| bad(format!("a string is not UTF-8: {e}")))?;
         return Ok(Tensor::from_strings(shape, &text));
     }
+    let nbytes = file_bytes(dtype, numel);
+    let what = || format!("{dtype} {shape:?} needs {nbytes} bytes");
+
     if t.data_location == DataLocation::External as i32 {
         let data = files.read(t, label, nbytes, &what())?;
         let data = unpacked(dtype, data, numel).map_err(bad)?;

@@ -468,6 +468,11 @@ impl Op for Binary {
         let out = outputs.first()?;
         let k = self.kind;
         let b_shape = self.b_shape(&a.shape, &b.shape).ok()?;
+        // Types from elsewhere (a cluster fragment) may disagree with the rule: no kernel
+        // rather than strides for a shape the inputs do not broadcast to.
+        if broadcast_shapes(&a.shape, &b_shape).ok()? != out.shape {
+            return None;
+        }
         if k == BinKind::Pow {
             return pow_kernel(a, b, &b_shape, &out.shape);
         }
