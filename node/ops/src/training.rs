@@ -134,7 +134,7 @@ fn build_adagrad(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
         epsilon: a.float("epsilon", 1e-6)?,
         decay: a.float("decay_factor", 0.0)?,
     };
-    Optimizer::new(rule, spec)
+    Optimizer::build(rule, spec)
 }
 
 fn build_adam(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
@@ -146,7 +146,7 @@ fn build_adam(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
         beta: a.float("beta", 0.999)?,
         epsilon: a.float("epsilon", 1e-6)?,
     };
-    Optimizer::new(rule, spec)
+    Optimizer::build(rule, spec)
 }
 
 fn build_momentum(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
@@ -171,15 +171,15 @@ fn build_momentum(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
         beta: required(a, "beta", "Momentum")?,
         nesterov,
     };
-    Optimizer::new(rule, spec)
+    Optimizer::build(rule, spec)
 }
 
 impl Optimizer {
-    fn new(rule: Rule, spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
+    fn build(rule: Rule, spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
         let per = 2 + rule.states();
         let tensors = spec.num_inputs.saturating_sub(2);
         let groups = tensors / per;
-        if spec.num_inputs < 2 + per || tensors % per != 0 {
+        if spec.num_inputs < 2 + per || !tensors.is_multiple_of(per) {
             return Err(OpError::invalid(format!(
                 "{} takes R, T, then {per} inputs per optimized tensor (X..., G..., {}); \
                  the node has {} inputs",

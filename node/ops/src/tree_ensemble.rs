@@ -90,38 +90,18 @@ fn index(v: i64, len: usize, what: &str) -> Result<usize, OpError> {
     })
 }
 
+fn tensor_attr(a: &Attrs, name: &str) -> Result<(Vec<f64>, DType), OpError> {
+    floats(a, name)?.ok_or_else(|| {
+        OpError::invalid(format!(
+            "TreeEnsemble needs the tensor attribute '{name}'; add it to the node"
+        ))
+    })
+}
+
 pub(crate) fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
     let a = spec.attrs;
-    let need = |name: &str| -> Result<(Vec<f64>, DType), OpError> {
-        floats(a, name)?.ok_or_else(|| {
-            OpError::invalid(format!(
-                "TreeEnsemble needs the tensor attribute '{name}'; add it to the node"
-            ))
-        })
-    };
-    let (splits, values_dtype) = need("nodes_splits")?;
-    let (weights, _) = need("leaf_weights")?;
-    let (modes, _) = need("nodes_modes")?;
-    let features = ints(a, "nodes_featureids")?;
-    let yes = ints(a, "nodes_truenodeids")?;
-    let no = ints(a, "nodes_falsenodeids")?;
-    let yes_leaf = ints(a, "nodes_trueleafs")?;
-    let no_leaf = ints(a, "nodes_falseleafs")?;
-    let nan_true = a.ints_opt("nodes_missing_value_tracks_true")?;
+    let (weights, _) = tensor_attr(a, "leaf_weights")?;
     let leaf_targets = ints(a, "leaf_targetids")?;
-    let n = splits.len();
-    let lists = [
-        features.len(),
-        yes.len(),
-        no.len(),
-        yes_leaf.len(),
-        no_leaf.len(),
-    ];
-    if modes.len() != n || lists.iter().any(|&l| l != n) || nan_true.is_some_and(|v| v.len() != n) {
-        return Err(OpError::invalid(
-            "TreeEnsemble: the nodes_* attributes must all have one entry per interior node",
-        ));
-    }
     if leaf_targets.len() != weights.len() {
         return Err(OpError::invalid(
             "TreeEnsemble: leaf_targetids and leaf_weights must have one entry per leaf",
@@ -146,8 +126,53 @@ pub(crate) fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
         .transpose()
         .map_err(|e| OpError::invalid(format!("TreeEnsemble membership_values: {e}")))?
         .unwrap_or_default();
-    let mut sets = member_sets(&members).collect::<Vec<_>>().into_iter();
-    let leaves = weights.len();
+    let (nodes, values_dtype) = branches(a, weights.len(), &members)?;
+    let roots = ints(a, "tree_roots")?
+        .iter()
+        .map(|&r| index(r, nodes.len(), "tree root"))
+        .collect::<Result<Vec<_>, _>>()?;
+    if roots.is_empty() {
+        return Err(OpError::invalid("TreeEnsemble: tree_roots is empty"));
+    }
+    check_acyclic(&nodes)?;
+    let (aggregate, post) = aggregate_and_post(a)?;
+    Ok(Box::new(TreeEnsemble {
+        nodes,
+        roots,
+        leaf_targets,
+        leaf_weights: weights,
+        members,
+        targets,
+        aggregate,
+        post,
+        values_dtype,
+    }))
+}
+
+/// The interior nodes from the nodes_* attributes, and the element type of their splits.
+fn branches(a: &Attrs, leaves: usize, members: &[f64]) -> Result<(Vec<Branch>, DType), OpError> {
+    let (splits, values_dtype) = tensor_attr(a, "nodes_splits")?;
+    let (modes, _) = tensor_attr(a, "nodes_modes")?;
+    let features = ints(a, "nodes_featureids")?;
+    let yes = ints(a, "nodes_truenodeids")?;
+    let no = ints(a, "nodes_falsenodeids")?;
+    let yes_leaf = ints(a, "nodes_trueleafs")?;
+    let no_leaf = ints(a, "nodes_falseleafs")?;
+    let nan_true = a.ints_opt("nodes_missing_value_tracks_true")?;
+    let n = splits.len();
+    let lists = [
+        features.len(),
+        yes.len(),
+        no.len(),
+        yes_leaf.len(),
+        no_leaf.len(),
+    ];
+    if modes.len() != n || lists.iter().any(|&l| l != n) || nan_true.is_some_and(|v| v.len() != n) {
+        return Err(OpError::invalid(
+            "TreeEnsemble: the nodes_* attributes must all have one entry per interior node",
+        ));
+    }
+    let mut sets = member_sets(members);
     let next = |is_leaf: i64, id: i64| -> Result<Next, OpError> {
         Ok(if is_leaf != 0 {
             Next::Leaf(index(id, leaves, "leaf id")?)
@@ -186,14 +211,10 @@ pub(crate) fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
             set,
         });
     }
-    let roots = ints(a, "tree_roots")?
-        .iter()
-        .map(|&r| index(r, n, "tree root"))
-        .collect::<Result<Vec<_>, _>>()?;
-    if roots.is_empty() {
-        return Err(OpError::invalid("TreeEnsemble: tree_roots is empty"));
-    }
-    check_acyclic(&nodes)?;
+    Ok((nodes, values_dtype))
+}
+
+fn aggregate_and_post(a: &Attrs) -> Result<(Aggregate, Post), OpError> {
     let aggregate = match a.int("aggregate_function", 1)? {
         0 => Aggregate::Average,
         1 => Aggregate::Sum,
@@ -221,17 +242,7 @@ pub(crate) fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
             )));
         }
     };
-    Ok(Box::new(TreeEnsemble {
-        nodes,
-        roots,
-        leaf_targets,
-        leaf_weights: weights,
-        members,
-        targets,
-        aggregate,
-        post,
-        values_dtype,
-    }))
+    Ok((aggregate, post))
 }
 
 /// The NaN-terminated sets of membership_values, as ranges; a last set without its NaN ends
