@@ -27,6 +27,15 @@ fn variants_name_their_kernels() {
     assert_eq!(gemm_splitk::Variant::F32.name(), "gemm_splitk_f32");
     assert_eq!(einsum2::Variant::F16.name(), "einsum2_f16");
     assert_eq!(copy::Variant::Main.name(), "copy");
+    // The training optimizers and TreeEnsemble, one kernel per float type.
+    assert_eq!(adagrad::Variant::ALL.len(), 2);
+    assert_eq!(adam::Variant::F64.name(), "adam_f64");
+    assert_eq!(momentum::Variant::F32.name(), "momentum_f32");
+    assert_eq!(tree_ensemble::Variant::F64.name(), "tree_ensemble_f64");
+    assert_eq!(
+        <adam::Variant as Shader>::BUFFER_NAMES,
+        ["r", "t", "x", "g", "v", "h", "x_new", "v_new", "h_new"]
+    );
     assert_eq!(r#where::Variant::ALL[0].kernel().name(), "where_w8");
     assert_eq!(
         gemm_coop2::Variant::ExactWideBf16.name(),

@@ -125,9 +125,12 @@ mod softmax;
 mod splitk;
 mod strings;
 mod tensor_scatter;
+mod tfidf;
 mod tile_expand;
 mod topk;
+mod training;
 mod transpose;
+mod tree_ensemble;
 mod via_f32;
 mod window;
 
@@ -521,8 +524,10 @@ pub fn registry() -> &'static Registry {
         slice::register(&mut r);
         softmax::register(&mut r);
         tensor_scatter::register(&mut r);
+        tfidf::register(&mut r);
         tile_expand::register(&mut r);
         topk::register(&mut r);
+        training::register(&mut r);
         transpose::register(&mut r);
         r
     })

@@ -1,6 +1,7 @@
 //! Ops of the ai.onnx.ml domain (version 1 of each): Binarizer, y = x > threshold ? 1 : 0 in x's
 //! type, and ArrayFeatureExtractor, a gather along the last axis whose output is [..., len(Y)]
-//! (a 1-D X gives [1, len(Y)], as ONNX Runtime and the ONNX reference do).
+//! (a 1-D X gives [1, len(Y)], as ONNX Runtime and the ONNX reference do). TreeEnsemble
+//! (opset 5) lives in tree_ensemble.rs.
 
 use super::gather::Gather;
 use super::util::{groups_1d, req};
@@ -14,6 +15,7 @@ pub const ML_DOMAIN: &str = "ai.onnx.ml";
 pub fn register(r: &mut Registry) {
     r.add_in(ML_DOMAIN, "Binarizer", build_binarizer);
     r.add_in(ML_DOMAIN, "ArrayFeatureExtractor", build_extractor);
+    r.add_in(ML_DOMAIN, "TreeEnsemble", super::tree_ensemble::build);
 }
 
 #[derive(Debug)]
