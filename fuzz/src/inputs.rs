@@ -89,6 +89,10 @@ fn wrong(u: &mut Unstructured, inputs: &mut Vec<(String, Tensor)>) -> Result<()>
     let i = u.choose_index(inputs.len())?;
     let (name, t) = &mut inputs[i];
     match u.int_in_range(0..=5u8)? {
+        // A string's bytes are offsets and text: its edge values are other strings.
+        0 if t.dtype() == DType::String => {
+            *t = tensor(u, DType::String, t.shape().to_vec())?;
+        }
         0 => {
             // Edge values in place: indices out of range, NaN, the limits of the type.
             let mut data = t.bytes().to_vec();

@@ -212,9 +212,15 @@ impl Recurrent {
             _ => Ok(()),
         };
         let f = x.dtype;
-        same(1, "W", vec![dirs, gates * hidden, input], f)?;
-        same(2, "R", vec![dirs, gates * hidden, hidden], f)?;
-        same(3, "B", vec![dirs, 2 * gates * hidden], f)?;
+        // hidden_size is the model's word: a size no weight can have fails here, not by
+        // overflow below.
+        let gh = gates
+            .checked_mul(hidden)
+            .filter(|g| g.checked_mul(2).is_some())
+            .ok_or_else(|| self.err(format!("hidden size {hidden} is too large")))?;
+        same(1, "W", vec![dirs, gh, input], f)?;
+        same(2, "R", vec![dirs, gh, hidden], f)?;
+        same(3, "B", vec![dirs, 2 * gh], f)?;
         same(4, "sequence_lens", vec![batch], DType::I32)?;
         let state = if self.batch_first {
             vec![batch, dirs, hidden]

@@ -24,7 +24,7 @@ pub use structured::Structured;
 
 use crate::error::{Error, Result};
 use crate::io::Value;
-use crate::model::{GraphDef, Kind};
+use crate::model::{GraphDef, Kind, NodeDef};
 use crate::ops::{AttrValue, ValueType};
 use crate::tensor::Tensor;
 
@@ -48,14 +48,19 @@ pub const OPS: [&str; 12] = [
 /// Whether a graph needs lowering: it takes or gives a sequence or optional, runs one of
 /// [`OPS`], or has a subgraph that declares one (an If whose branches make sequences).
 pub fn uses_structure(g: &GraphDef) -> bool {
-    declares_structure(g)
-        || g.nodes.iter().any(|n| {
-            n.domain.is_empty() && OPS.contains(&n.op_type.as_str())
-                || n.attrs.0.values().any(|a| match a {
-                    AttrValue::Graph(sub) => declares_structure(sub),
-                    _ => false,
-                })
-        })
+    declares_structure(g) || structured_node(g).is_some()
+}
+
+/// The first node of `g` that is one of [`OPS`] or has a subgraph declaring a sequence or an
+/// optional.
+fn structured_node(g: &GraphDef) -> Option<&NodeDef> {
+    g.nodes.iter().find(|n| {
+        n.domain.is_empty() && OPS.contains(&n.op_type.as_str())
+            || n.attrs.0.values().any(|a| match a {
+                AttrValue::Graph(sub) => declares_structure(sub),
+                _ => false,
+            })
+    })
 }
 
 fn declares_structure(g: &GraphDef) -> bool {

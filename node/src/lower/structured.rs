@@ -241,6 +241,18 @@ impl Structured {
             outputs.push((d.name.clone(), lw.output(&sym, &d.name)?));
         }
         let model = lw.into_model();
+        // What the rules leave is tensors only; a node they do not lower (a Scan whose body
+        // takes a sequence) would otherwise make the lowered graph structured again.
+        if let Some(n) = super::structured_node(&model.graph) {
+            return Err(Error::UnsupportedNode {
+                node: n.name.clone(),
+                op_type: n.op_type.clone(),
+                message: "it takes or gives sequences or optionals where vkml lowers them only \
+                          for the sequence and optional ops, If, Loop and SequenceMap"
+                    .into(),
+            }
+            .into());
+        }
         let session = Session::from_model_def(&model, self.options.clone())?;
         Ok(Lowered { session, outputs })
     }

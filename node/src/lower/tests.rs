@@ -337,3 +337,34 @@ fn bad_positions_and_kinds_are_named() {
         "{e}"
     );
 }
+
+#[test]
+fn a_node_left_structured_is_refused_not_lowered_forever() {
+    // A Scan whose body declares a sequence: no rule lowers it.
+    let body = GraphDef {
+        name: "body".into(),
+        nodes: vec![n("Identity", &["x"], &["y"], vec![])],
+        inputs: vec![v("x", DType::F32, None, seq())],
+        outputs: vec![v("y", DType::F32, None, seq())],
+        ..Default::default()
+    };
+    let nodes = vec![n(
+        "Scan",
+        &["a"],
+        &["b"],
+        vec![
+            ("body", AttrValue::Graph(Box::new(body))),
+            ("num_scan_inputs", AttrValue::Int(1)),
+        ],
+    )];
+    let s = session(
+        nodes,
+        vec![v("a", DType::F32, Some(&[2]), Kind::Tensor)],
+        vec![v("b", DType::F32, None, Kind::Tensor)],
+    );
+    let e = s.run(&[("a", range(vec![2]))]).unwrap_err().to_string();
+    assert!(
+        e.contains("Scan") && e.contains("sequences or optionals"),
+        "{e}"
+    );
+}
