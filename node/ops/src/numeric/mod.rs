@@ -62,7 +62,14 @@ pub fn from_i64(dtype: DType, shape: Vec<usize>, v: Vec<i64>) -> Result<Tensor, 
         DType::U32 => Tensor::from_vec(shape, v.into_iter().map(|x| x as u32).collect()),
         DType::U64 => Tensor::from_vec(shape, v.into_iter().map(|x| x as u64).collect()),
         DType::Bool => Tensor::from_bools(shape, v.into_iter().map(|x| x != 0).collect()),
-        _ => from_f64(dtype, shape, v.into_iter().map(|x| x as f64).collect())?,
+        d if d.is_float() => from_f64(dtype, shape, v.into_iter().map(|x| x as f64).collect())?,
+        // Strings and the low-precision types are converted by their own code (Cast's,
+        // lowp.rs), never through numbers here.
+        d => {
+            return Err(OpError::unsupported(format!(
+                "a numeric result as {d}: convert it with Cast"
+            )));
+        }
     })
 }
 

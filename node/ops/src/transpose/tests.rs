@@ -84,7 +84,9 @@ fn every_dtype_against_the_definition() {
         &[2, 3, 0, 4, 1],
         &[0, 1, 2, 3, 4],
     ];
-    for (seed, dtype) in DType::ALL.into_iter().enumerate() {
+    // Strings are moved by no op but the string ops (Op::strings): left out.
+    let dtypes = DType::ALL.into_iter().filter(|&d| d != DType::String);
+    for (seed, dtype) in dtypes.enumerate() {
         let x = random_tensor(dtype, &shape, seed as u64);
         for perm in perms {
             let p: Vec<i64> = perm.iter().map(|&v| v as i64).collect();
