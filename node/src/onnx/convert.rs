@@ -364,10 +364,14 @@ impl Converter<'_> {
                     whose()
                 )));
             }
+            // A type (Optional's, SequenceEmpty's element type is an int instead): kept as
+            // ONNX's text for it; lowering (lower/) takes the kind from the values it meets.
+            AttributeType::TypeProto => {
+                AttrValue::String(super::DeclaredType::of_proto(a.tp.as_ref()).to_string())
+            }
             other @ (AttributeType::Graphs
             | AttributeType::SparseTensor
             | AttributeType::SparseTensors
-            | AttributeType::TypeProto
             | AttributeType::TypeProtos) => {
                 return Err(LoadError::Unsupported(format!(
                     "{} is of type {}, which vkml does not support",

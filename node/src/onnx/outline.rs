@@ -33,6 +33,11 @@ pub enum DeclaredType {
 }
 
 impl DeclaredType {
+    /// The declared type a TypeProto says.
+    pub fn of_proto(t: Option<&TypeProto>) -> DeclaredType {
+        DeclaredType::of(t)
+    }
+
     fn of(t: Option<&TypeProto>) -> DeclaredType {
         let inner = |t: &Option<Box<TypeProto>>| Box::new(DeclaredType::of(t.as_deref()));
         match t.and_then(|t| t.value.as_ref()) {
