@@ -102,8 +102,12 @@ fn format_name(f: ImageFormat) -> &'static str {
 
 const SUPPORTED: &str = "BMP, JPEG, PNG, PNM, TIFF and WebP";
 
-/// A reader over the bytes with their format recognised, or the error naming why not.
-fn reader(bytes: &[u8]) -> Result<(ImageReader<Cursor<&[u8]>>, &'static str), OpError> {
+/// `image`'s decoder over an in-memory stream.
+type Reader<'a> = ImageReader<Cursor<&'a [u8]>>;
+
+/// A reader over the bytes with their format recognised (and the format's name), or the
+/// error naming why not.
+fn reader(bytes: &[u8]) -> Result<(Reader<'_>, &'static str), OpError> {
     if is_jpeg2000(bytes) {
         return Err(OpError::unsupported(format!(
             "ImageDecoder: the stream is a JPEG 2000 image, which vkml does not decode (it \
