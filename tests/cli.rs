@@ -329,7 +329,7 @@ fn unsupported_op_fails_cleanly() {
         "cpu",
     ]);
     assert!(
-        err.contains("'ImageDecoder'"),
+        err.contains("'MaxRoiPool'"),
         "stderr does not name the op:\n{err}"
     );
 }

@@ -408,13 +408,17 @@ def gen_malformed(root):
         raise SystemExit("truncated model still parses; choose another cut")
     with open(os.path.join(d, "truncated.onnx"), "wb") as f:
         f.write(cut)
-    # A well-formed model with an op outside the supported list (ImageDecoder, opset 20).
+    # A well-formed model with a real ONNX op that vkml does not implement: MaxRoiPool (opset
+    # 1, still in opset 20; no node test exercises it). It must stay an op vkml lacks, else
+    # the error tests that load this model run it instead.
     nodes = [
         helper.make_node("Identity", ["x"], ["r"], name="identity"),
-        helper.make_node("ImageDecoder", ["r"], ["y"], name="decoder_node"),
+        helper.make_node("MaxRoiPool", ["r", "rois"], ["y"], name="roi_pool_node",
+                         pooled_shape=[2, 2]),
     ]
-    model = make_model("unsupported_op", nodes, [value_info("x", np.uint8, [9])],
-                       [value_info("y", np.uint8, ["h", "w", 3])], opset=20)
+    rois = init("rois", np.array([[0, 0, 0, 3, 3]], np.float32))
+    model = make_model("unsupported_op", nodes, [value_info("x", np.float32, [1, 1, 4, 4])],
+                       [value_info("y", np.float32, [1, 1, 2, 2])], [rois], opset=20)
     onnx.save_model(model, os.path.join(d, "unsupported_op.onnx"))
     # 'n' (0x6e) reads as protobuf field 13 with wire type 6, which does not exist; '\x93' is not
     # numpy's magic: no tensor reader can take this for a tensor.

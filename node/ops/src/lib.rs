@@ -88,6 +88,7 @@ mod gather_nd;
 mod gelu;
 mod generate;
 mod grid_sample;
+mod image_decoder;
 mod integer;
 mod label_encoder;
 mod linear_attention;
@@ -511,6 +512,7 @@ pub fn registry() -> &'static Registry {
         quantize::register(&mut r);
         nms::register(&mut r);
         grid_sample::register(&mut r);
+        image_decoder::register(&mut r);
         lrn::register(&mut r);
         recurrent::register(&mut r);
         reduce::register(&mut r);
