@@ -351,18 +351,7 @@ fn sequence_map(
             })
             .collect::<Result<_, _>>()?;
         let got = lw.inline(scope, g, per, &format!("{prefix}{}/{i}/", n.name))?;
-        for (o, s) in outs.iter_mut().zip(got) {
-            match s {
-                Sym::Tensor(t) => o.push(t),
-                s => {
-                    return Err(node_error(
-                        n,
-                        format!("its body gives a {}; it must give tensors", s.kind()),
-                    )
-                    .into());
-                }
-            }
-        }
+        push_tensors(n, &mut outs, got, "a body output")?;
     }
     let mut syms = Vec::new();
     for (o, def) in outs.into_iter().zip(&g.outputs) {
@@ -499,24 +488,35 @@ fn unroll(
         };
         cond = truth(&lw.value(&c, &what("condition each iteration gives"))?, n)?;
         state = got.by_ref().take(carried).collect();
-        for (s, v) in stacked.iter_mut().zip(got) {
-            match v {
-                Sym::Tensor(t) => s.push(t),
-                v => {
-                    return Err(node_error(
-                        n,
-                        format!("a scan output is a {}; it must be a tensor", v.kind()),
-                    )
-                    .into());
-                }
-            }
-        }
+        push_tensors(n, &mut stacked, got, "a scan output")?;
         i += 1;
     }
     for s in stacked {
         state.push(Sym::Tensor(stack(lw, n, prefix, &s)?));
     }
     Ok(state)
+}
+
+/// Appends each of `got` (one per list) to its list; `what` names them when one is not a
+/// tensor.
+fn push_tensors(
+    n: &NodeDef,
+    lists: &mut [Vec<String>],
+    got: impl IntoIterator<Item = Sym>,
+    what: &str,
+) -> Result<(), Error> {
+    for (list, s) in lists.iter_mut().zip(got) {
+        match s {
+            Sym::Tensor(t) => list.push(t),
+            s => {
+                return Err(node_error(
+                    n,
+                    format!("{what} is a {}; it must be a tensor", s.kind()),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn truth(t: &Tensor, n: &NodeDef) -> Result<bool, Error> {

@@ -36,7 +36,22 @@ struct Key {
 
 struct Lowered {
     session: Session,
+    /// The lowered graph's inputs, in the order the model's values flatten to.
+    inputs: Vec<String>,
     outputs: Vec<(String, Layout)>,
+}
+
+impl Lowered {
+    /// The lowered graph's feeds for the model's values (in the model's input order).
+    fn feeds<'a>(&'a self, values: &[&Value]) -> Vec<(&'a str, Tensor)> {
+        let mut tensors = Vec::new();
+        values.iter().for_each(|v| flatten(v, &mut tensors));
+        self.inputs
+            .iter()
+            .map(String::as_str)
+            .zip(tensors)
+            .collect()
+    }
 }
 
 impl std::fmt::Debug for Structured {
@@ -93,12 +108,7 @@ impl Structured {
     pub fn run(&self, feeds: &[(&str, Value)]) -> Result<Vec<(String, Value)>> {
         let values = self.order(feeds)?;
         let lowered = self.lowered_for(&values)?;
-        let mut tensors = Vec::new();
-        values.iter().for_each(|v| flatten(v, &mut tensors));
-        let names = lowered.session.inputs();
-        let inner: Vec<(&str, Tensor)> =
-            names.iter().map(|d| d.name.as_str()).zip(tensors).collect();
-        let outs = lowered.session.run(&inner)?;
+        let outs = lowered.session.run(&lowered.feeds(&values))?;
         let outs: Vec<Tensor> = outs.into_iter().map(|(_, t)| t).collect();
         Ok(lowered
             .outputs
@@ -110,12 +120,7 @@ impl Structured {
     pub fn plan_summary(&self, feeds: &[(&str, Value)]) -> Result<PlanSummary> {
         let values = self.order(feeds)?;
         let lowered = self.lowered_for(&values)?;
-        let mut tensors = Vec::new();
-        values.iter().for_each(|v| flatten(v, &mut tensors));
-        let names = lowered.session.inputs();
-        let inner: Vec<(&str, Tensor)> =
-            names.iter().map(|d| d.name.as_str()).zip(tensors).collect();
-        lowered.session.plan_summary(&inner)
+        lowered.session.plan_summary(&lowered.feeds(&values))
     }
 
     /// A body's output types (control/body.rs) for tensor inputs of `types`, some known.
@@ -253,7 +258,12 @@ impl Structured {
             }
             .into());
         }
+        let inputs = model.graph.inputs.iter().map(|d| d.name.clone()).collect();
         let session = Session::from_model_def(&model, self.options.clone())?;
-        Ok(Lowered { session, outputs })
+        Ok(Lowered {
+            session,
+            inputs,
+            outputs,
+        })
     }
 }
