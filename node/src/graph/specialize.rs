@@ -30,46 +30,31 @@ pub enum SpecializeError {
     Failed(Error),
 }
 
-/// Refuses a low-precision value given to or made by an op that does not convert them
-/// ([`crate::ops::Op::low_precision`]).
-fn low_precision_only_where_converted<'a>(
+/// Refuses a value of a type only some ops take, given to or made by another op: a
+/// low-precision value outside the ops that convert them ([`crate::ops::Op::low_precision`]),
+/// or a string tensor outside the string ops ([`crate::ops::Op::strings`]: its bytes are
+/// offsets and text, which an op moving elements of a fixed size would scramble).
+fn restricted_types_only_where_taken<'a>(
     node: &Node,
-    mut types: impl Iterator<Item = &'a ValueType>,
+    types: impl Iterator<Item = &'a ValueType>,
 ) -> Result<(), SpecializeError> {
-    let found = types.find(|t| t.dtype.is_low_precision());
-    match found {
-        Some(t) if !node.op.low_precision() => Err(SpecializeError::Op {
+    for t in types {
+        let why = if t.dtype.is_low_precision() && !node.op.low_precision() {
+            "vkml converts the low-precision types only with Cast, CastLike, QuantizeLinear and \
+             DequantizeLinear"
+        } else if t.dtype == DType::String && !node.op.strings() {
+            "vkml runs strings through the string ops (StringConcat, StringSplit, \
+             StringNormalizer, RegexFullMatch, LabelEncoder, Equal) only"
+        } else {
+            continue;
+        };
+        return Err(SpecializeError::Op {
             node: node.name.clone(),
             op_type: node.op_type.clone(),
-            error: OpError::unsupported(format!(
-                "{} of {}: vkml converts the low-precision types only with Cast, CastLike, \
-                 QuantizeLinear and DequantizeLinear",
-                node.op_type, t.dtype
-            )),
-        }),
-        _ => Ok(()),
+            error: OpError::unsupported(format!("{} of {}: {why}", node.op_type, t.dtype)),
+        });
     }
-}
-
-/// Refuses a string tensor given to or made by an op that does not take them
-/// ([`crate::ops::Op::strings`]): their bytes are offsets and text, which an op moving
-/// elements of a fixed size would scramble.
-fn strings_only_where_taken<'a>(
-    node: &Node,
-    mut types: impl Iterator<Item = &'a ValueType>,
-) -> Result<(), SpecializeError> {
-    if node.op.strings() || !types.any(|t| t.dtype == DType::String) {
-        return Ok(());
-    }
-    Err(SpecializeError::Op {
-        node: node.name.clone(),
-        op_type: node.op_type.clone(),
-        error: OpError::unsupported(format!(
-            "{} of string tensors: vkml runs strings through the string ops (StringConcat, \
-             StringSplit, StringNormalizer, RegexFullMatch, LabelEncoder, Equal) only",
-            node.op_type
-        )),
-    })
+    Ok(())
 }
 
 impl From<Error> for SpecializeError {
@@ -227,8 +212,7 @@ impl Graph {
                     })
                 })
                 .collect();
-            low_precision_only_where_converted(node, in_types.iter().flatten().map(|i| i.ty))?;
-            strings_only_where_taken(node, in_types.iter().flatten().map(|i| i.ty))?;
+            restricted_types_only_where_taken(node, in_types.iter().flatten().map(|i| i.ty))?;
             let out_types = match node.op.infer(&in_types) {
                 Ok(t) => t,
                 Err(OpError::NeedsValue(k)) => return Err(self.needs_value(i, k, known)),
@@ -240,8 +224,7 @@ impl Graph {
                     });
                 }
             };
-            low_precision_only_where_converted(node, out_types.iter())?;
-            strings_only_where_taken(node, out_types.iter())?;
+            restricted_types_only_where_taken(node, out_types.iter())?;
             for (&o, ty) in node.outputs.iter().zip(&out_types) {
                 self.check_size(node, o, ty, limit)?;
             }

@@ -111,6 +111,12 @@ fn input(scope: &Scope<'_>, n: &NodeDef, k: usize) -> Result<Option<Sym>, Error>
     }
 }
 
+/// Inputs `ks`, each of which must be given.
+fn required(scope: &Scope<'_>, n: &NodeDef, ks: std::ops::Range<usize>) -> Result<Vec<Sym>, Error> {
+    ks.map(|k| input(scope, n, k)?.ok_or_else(|| node_error(n, format!("input {k} is missing"))))
+        .collect()
+}
+
 fn tensor(scope: &Scope<'_>, n: &NodeDef, k: usize) -> Result<String, Error> {
     match input(scope, n, k)? {
         Some(Sym::Tensor(t)) => Ok(t),
@@ -321,9 +327,7 @@ fn sequence_map(
 ) -> Result<Vec<Sym>, LowerError> {
     let g = body(n, "body")?;
     let (_, first) = sequence(scope, n, 0)?;
-    let args: Vec<Sym> = (0..n.inputs.len())
-        .map(|k| input(scope, n, k)?.ok_or_else(|| node_error(n, format!("input {k} is missing"))))
-        .collect::<Result<_, _>>()?;
+    let args = required(scope, n, 0..n.inputs.len())?;
     if g.inputs.len() != args.len() || g.outputs.len() != n.outputs.len() {
         return Err(node_error(
             n,
@@ -457,9 +461,7 @@ fn unroll(
         )
         .into());
     }
-    let mut state: Vec<Sym> = (2..n.inputs.len())
-        .map(|k| input(scope, n, k)?.ok_or_else(|| node_error(n, format!("input {k} is missing"))))
-        .collect::<Result<_, _>>()?;
+    let mut state = required(scope, n, 2..n.inputs.len())?;
     let mut stacked: Vec<Vec<String>> = vec![Vec::new(); scans];
     let mut i = 0i64;
     while cond && trip.is_none_or(|m| i < m) {
