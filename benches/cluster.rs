@@ -15,8 +15,12 @@
 //! i-th GPU instead (a machine with three or more). VKML_BENCH_ENTRY=i submits to node i
 //! (default 2: the second, which relays the inputs to the first stage).
 //!
+//! Two GPUs (issue 26): VKML_BENCH_MULTI_GPU=MODEL runs MODEL on one GPU and over two, in one
+//! process and as two nodes of one GPU each (see `multi_gpu`).
+//!
 //! Language models (issue 21): VKML_BENCH_LLM=DIR generates with the model folder DIR on one
-//! node and split over three (see `llm` for its settings), and prints the cost per cut.
+//! node and split over VKML_BENCH_LLM_NODES (three; see `llm` for its settings), and prints
+//! the cost per cut.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -198,6 +202,8 @@ fn throughput(run: &(dyn Fn() + Sync), k: usize, secs: f64) -> f64 {
 struct Row {
     model: String,
     setup: String,
+    /// Loading the model and its first run, seconds.
+    load_s: f64,
     edges: usize,
     cut_bytes: u64,
     latency_us: f64,
@@ -231,8 +237,9 @@ fn measure_pinned(
     // Membership and inventories settle before planning.
     let want = caps.len();
     let end = Instant::now() + Duration::from_secs(30);
-    let remote: RemoteModel = loop {
+    let (remote, loaded): (RemoteModel, Instant) = loop {
         std::thread::sleep(Duration::from_millis(300));
+        let loaded = Instant::now();
         match client.load(model, |_| {}) {
             Ok(m) => {
                 let used = m.placement.as_ref().map_or(0, |p| {
@@ -243,7 +250,7 @@ fn measure_pinned(
                         .len()
                 });
                 if used == want || Instant::now() > end {
-                    break m;
+                    break (m, loaded);
                 }
                 let _ = m.unload();
             }
@@ -257,6 +264,8 @@ fn measure_pinned(
     let run = || {
         remote.run(&feeds).expect("run");
     };
+    run();
+    let load_s = loaded.elapsed().as_secs_f64();
     let latency_us = latency(&run, if cores.is_some() { 40 } else { 200 });
     // VKML_BENCH_GAP_MS: the latency again with a pause before each run, as a stage of a split
     // run sees between its runs at one caller (does a device idle for that long run slower?).
@@ -289,6 +298,7 @@ fn measure_pinned(
             .to_string_lossy()
             .into(),
         setup: label.into(),
+        load_s,
         edges: p.edges.len(),
         cut_bytes: p.edges.iter().map(|e| e.bytes).sum(),
         latency_us,
@@ -299,19 +309,24 @@ fn measure_pinned(
 fn measure_local(model: &Path, device: &str, secs: f64) -> Row {
     // `vulkan:{i}` (a GPU per node): the process alone takes the first.
     let sel: DeviceSelection = device.replace("{i}", "0").parse().unwrap();
-    let session = Session::load(
-        model,
-        SessionOptions {
-            devices: sel,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let options = SessionOptions {
+        devices: sel,
+        ..Default::default()
+    };
+    measure_in_process(model, options, secs, "in process (no cluster)")
+}
+
+fn measure_in_process(model: &Path, options: SessionOptions, secs: f64, label: &str) -> Row {
+    let loaded = Instant::now();
+    let session = Session::load(model, options).unwrap();
     let ins = inputs(model.parent().unwrap());
     let feeds: Vec<(&str, Tensor)> = ins.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let run = || {
         session.run(&feeds).expect("run");
     };
+    run();
+    let load_s = loaded.elapsed().as_secs_f64();
+    let plan = session.plan_summary(&feeds).unwrap();
     Row {
         model: model
             .parent()
@@ -320,8 +335,9 @@ fn measure_local(model: &Path, device: &str, secs: f64) -> Row {
             .unwrap()
             .to_string_lossy()
             .into(),
-        setup: "in process (no cluster)".into(),
-        edges: 0,
+        setup: label.into(),
+        load_s,
+        edges: plan.transfers,
         cut_bytes: 0,
         latency_us: latency(&run, 200),
         rates: [1, 4, 16]
@@ -384,12 +400,78 @@ fn scaling(model: &Path, device: &str, cores: usize, secs: f64) {
     }
 }
 
+/// Issue 26, on a machine with two GPUs: MODEL (weights in .data/.bin files beside it) on one
+/// GPU, split over both in one process by a cap of VKML_BENCH_PERCENT (60) percent of its
+/// bytes per device (values between the GPUs through shared host memory, then with
+/// `Tuning::bridge` off through the host's copies), on one node, and over two nodes of one GPU
+/// each under the same cap: load time, latency, runs/s at 1, 4 and 16 callers.
+fn multi_gpu(model: &Path, secs: f64) {
+    let bytes: u64 = std::fs::read_dir(model.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
+    let cap = bytes * env_or::<u64>("VKML_BENCH_PERCENT", 60) / 100;
+    let local = |devices: &str, limit: Option<u64>, bridge: bool| {
+        let mut options = SessionOptions {
+            devices: devices.parse().unwrap(),
+            device_memory_limit: limit,
+            ..Default::default()
+        };
+        options.tuning.bridge = bridge;
+        options
+    };
+    let rows = [
+        measure_in_process(
+            model,
+            local("vulkan:0", None, true),
+            secs,
+            "1 GPU, in process",
+        ),
+        measure_in_process(
+            model,
+            local("vulkan", Some(cap), true),
+            secs,
+            "2 GPUs, in process",
+        ),
+        measure_in_process(
+            model,
+            local("vulkan", Some(cap), false),
+            secs,
+            "2 GPUs, in process, no bridge",
+        ),
+        measure_cluster(model, &[None], "vulkan:0", secs, "1 node, 1 GPU"),
+        measure_cluster(
+            model,
+            &[Some(cap); 2],
+            "vulkan:{i}",
+            secs,
+            "2 nodes, 1 GPU each",
+        ),
+    ];
+    println!(
+        "\nmodel {} ({bytes} bytes), cap {cap} bytes per device",
+        model.display()
+    );
+    println!(
+        "{:<30} {:>7} {:>5} {:>11} {:>9} {:>9} {:>9}",
+        "setup", "load s", "edges", "latency us", "c1", "c4", "c16"
+    );
+    for r in &rows {
+        println!(
+            "{:<30} {:>7.2} {:>5} {:>11.0} {:>9.1} {:>9.1} {:>9.1}",
+            r.setup, r.load_s, r.edges, r.latency_us, r.rates[0], r.rates[1], r.rates[2]
+        );
+    }
+}
+
 /// VKML_BENCH_LLM=DIR (a folder benches/llm/llama.py made): greedy generation through the
-/// cluster API on one node, then split over three by memory caps (each node's budget
-/// VKML_BENCH_LLM_PERCENT of the model's bytes, default 45, so that no two hold it), at
-/// VKML_BENCH_LLM_PROMPT tokens of prompt (128) and VKML_BENCH_LLM_DECODE steps (32). Prints a
-/// JSON line per setup and the cost per cut per token: the decode step's time on three nodes
-/// less one node's, over the two cuts of a three-stage pipeline.
+/// cluster API on one node, then split over VKML_BENCH_LLM_NODES nodes (3) by memory caps
+/// (each node's budget VKML_BENCH_LLM_PERCENT of the model's bytes, default 45, so that with
+/// three no two hold it), at VKML_BENCH_LLM_PROMPT tokens of prompt (128) and
+/// VKML_BENCH_LLM_DECODE steps (32). Prints a JSON line per setup and the cost per cut per
+/// token: the decode step's time on the split less one node's, over its cuts.
 fn llm(dir: &Path, device: &str) {
     use vkml::generate::{GenerateOptions, ModelFolder, generate};
     let folder = ModelFolder::open(dir).unwrap_or_else(|e| panic!("{e}"));
@@ -399,6 +481,7 @@ fn llm(dir: &Path, device: &str) {
         .filter(|m| m.is_file())
         .map(|m| m.len())
         .sum();
+    let nodes: usize = env_or("VKML_BENCH_LLM_NODES", 3);
     let percent: u64 = env_or("VKML_BENCH_LLM_PERCENT", 45);
     let prompt: usize = env_or("VKML_BENCH_LLM_PROMPT", 128);
     let decode: usize = env_or("VKML_BENCH_LLM_DECODE", 32);
@@ -411,8 +494,11 @@ fn llm(dir: &Path, device: &str) {
     };
     let mut step_ms = Vec::new();
     for (label, caps) in [
-        ("1 node", vec![None]),
-        ("3 nodes", vec![Some(bytes * percent / 100); 3]),
+        ("1 node".to_string(), vec![None]),
+        (
+            format!("{nodes} nodes"),
+            vec![Some(bytes * percent / 100); nodes],
+        ),
     ] {
         let nodes = start_pinned(&caps, device, None);
         let client = connect(&nodes.addrs[0]);
@@ -473,8 +559,8 @@ fn llm(dir: &Path, device: &str) {
         drop(nodes);
     }
     println!(
-        "cost per cut per token: {:.2} ms (median decode step {:.2} ms on 3 nodes, {:.2} on 1)",
-        (step_ms[1] - step_ms[0]) / 2.0,
+        "cost per cut per token: {:.2} ms (median decode step {:.2} ms on {nodes} nodes, {:.2} on 1)",
+        (step_ms[1] - step_ms[0]) / (nodes - 1).max(1) as f64,
         step_ms[1],
         step_ms[0]
     );
@@ -487,6 +573,10 @@ fn main() {
         return;
     }
     let device = std::env::var("VKML_BENCH_DEVICE").unwrap_or_else(|_| "cpu".into());
+    if let Ok(model) = std::env::var("VKML_BENCH_MULTI_GPU") {
+        multi_gpu(Path::new(&model), env_or("VKML_BENCH_SECS", 3.0));
+        return;
+    }
     if let Ok(dir) = std::env::var("VKML_BENCH_LLM") {
         llm(Path::new(&dir), &device);
         return;

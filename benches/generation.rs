@@ -4,7 +4,10 @@
 //! plans, records and compiles). Prints one JSON object per prompt length; the median of the
 //! timed runs.
 //!
-//!     cargo bench --bench generation -- DIR [--device vulkan:0] [--prompt 128,2048] [--decode 64] [--runs 3] [--profile]
+//!     cargo bench --bench generation -- DIR [--device vulkan:0] [--prompt 128,2048] [--decode 64] [--runs 3] [--profile] [--device-memory-limit BYTES]
+//!
+//! `--device-memory-limit` caps every device's budget, as `vkml-node run` does: with
+//! `--device vulkan` on a machine with several GPUs, it splits the model over them.
 //!
 //! `VKML_*` variables set the tuning as for `vkml-node` (e.g. `VKML_GEMV=off`). `--profile`
 //! loads the model once per prompt length with op profiling on (GPU ops timed by timestamps
@@ -29,6 +32,7 @@ struct Args {
     decode: usize,
     runs: usize,
     profile: bool,
+    limit: Option<u64>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -40,6 +44,7 @@ fn parse() -> Result<Args, String> {
         decode: 64,
         runs: 3,
         profile: false,
+        limit: None,
     };
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or(format!("{a} needs a value"));
@@ -54,6 +59,13 @@ fn parse() -> Result<Args, String> {
             "--decode" => args.decode = value()?.parse().map_err(|e| format!("--decode: {e}"))?,
             "--runs" => args.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
             "--profile" => args.profile = true,
+            "--device-memory-limit" => {
+                let v = value()?;
+                let bytes: f64 = v
+                    .parse()
+                    .map_err(|e| format!("--device-memory-limit: {e}"))?;
+                args.limit = Some(bytes as u64);
+            }
             _ if a.starts_with('-') => return Err(format!("unknown option {a}")),
             _ => args.dir = PathBuf::from(a),
         }
@@ -88,9 +100,9 @@ fn load(folder: &ModelFolder, args: &Args) -> (Session, LlmIo, f64) {
     let (session, io) = folder
         .load_session(SessionOptions {
             devices: args.device,
+            device_memory_limit: args.limit,
             profile: args.profile,
             tuning: tuning(),
-            ..Default::default()
         })
         .unwrap_or_else(|e| panic!("{e}"));
     (session, io, t.elapsed().as_secs_f64())

@@ -22,6 +22,7 @@ cp "$(newest models)" .gpu/models
 cp "$(newest cluster)" .gpu/bench-cluster
 cp "$(newest transport)" .gpu/bench-transport
 cp "$(newest timing)" .gpu/bench-timing
+cp "$(newest transfer)" .gpu/bench-transfer
 cp "$(newest coop)" .gpu/bench-coop
 cp "$(newest coop_gemm)" .gpu/bench-coop-gemm
 cp "$(newest decode_matmul)" .gpu/bench-decode-matmul

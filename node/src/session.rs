@@ -320,6 +320,15 @@ impl Session {
         Ok(exe)
     }
 
+    /// The session on `devices` instead of those its options chose, its plans dropped (tests:
+    /// one GPU passed twice stands for two).
+    #[cfg(test)]
+    pub(crate) fn on_devices(mut self, devices: Vec<Device>) -> Session {
+        self.devices = devices;
+        self.plans = Mutex::new(PlanCache::new(MAX_PLANS));
+        self
+    }
+
     /// Buffers of weights its plans share on its GPUs (tests).
     #[cfg(test)]
     pub(crate) fn shared_weight_buffers(&self) -> usize {

@@ -22,6 +22,9 @@ pub struct Tuning {
     pub kernels: KernelTuning,
     /// Queue a short single-GPU run ahead of its inputs (exec/gpu.rs, `ArmSlot`).
     pub arm: bool,
+    /// Pass values between this process's GPUs through host memory they both import, moved
+    /// by their copy engines alone (exec/bridge.rs), rather than by two copies on the CPU.
+    pub bridge: bool,
     /// How Vulkan is opened (validation layer, queue family).
     pub vulkan: VulkanOptions,
     /// The most bytes one value (an input, a folded constant, an op's output) may take; a
@@ -38,6 +41,7 @@ impl Default for Tuning {
             fusion: Fusion::All,
             kernels: KernelTuning::default(),
             arm: true,
+            bridge: true,
             vulkan: VulkanOptions::default(),
             max_value_bytes: None,
         }
@@ -70,6 +74,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
          (one-row workgroups of 1,024), or rowL / rowLxS (one-row workgroups of 256)",
     ),
     ("VKML_ARM", "0 or 1"),
+    ("VKML_BRIDGE", "0 or 1"),
     ("VKML_QUEUE", "compute or graphics"),
     ("VKML_VALIDATION", "0 or 1"),
     (
@@ -83,6 +88,14 @@ pub const VARIABLES: &[(&str, &str)] = &[
 ];
 
 impl Tuning {
+    /// What the executor reads of these settings.
+    pub fn launch(&self) -> crate::exec::Launch {
+        crate::exec::Launch {
+            arm: self.arm,
+            bridge: self.bridge,
+        }
+    }
+
     /// The settings `VKML_*` variables among `vars` ask for (the binary passes
     /// `std::env::vars()`), and a warning for each value that is not understood (the
     /// default is kept then). Variables this does not know are left alone: the caller decides
@@ -100,6 +113,7 @@ impl Tuning {
                 "VKML_GEMM_KERNEL" => tiles(v).map(|g| t.kernels.gemm_tiles = g),
                 "VKML_GEMV" => gemv(v).map(|g| t.kernels.gemv = g),
                 "VKML_ARM" => flag(v).map(|b| t.arm = b),
+                "VKML_BRIDGE" => flag(v).map(|b| t.bridge = b),
                 "VKML_QUEUE" => queue(v).map(|q| t.vulkan.queue = q),
                 "VKML_VALIDATION" => flag(v).map(|b| t.vulkan.validation = b),
                 "VKML_GPU_SPIN_US" => v
@@ -261,6 +275,7 @@ mod tests {
             ("VKML_GEMM_COOP", "khr"),
             ("VKML_GEMM_KERNEL", "gemm_big"),
             ("VKML_ARM", " 0 "),
+            ("VKML_BRIDGE", "0"),
             ("VKML_QUEUE", "graphics"),
             ("VKML_VALIDATION", "1"),
             ("VKML_MAX_VALUE_BYTES", "4096"),
@@ -268,7 +283,7 @@ mod tests {
             ("HOME", "/root"),
         ]));
         assert!(warnings.is_empty(), "{warnings:?}");
-        assert!(t.fusion == Fusion::Off && !t.arm);
+        assert!(t.fusion == Fusion::Off && !t.arm && !t.bridge);
         assert_eq!(t.kernels.conv_splitk, SplitK::Forced(4));
         assert_eq!(t.kernels.gemm_splitk, SplitK::Off);
         assert_eq!(t.kernels.gemm_coop, CoopKernels::Khr);

@@ -133,7 +133,15 @@ pub fn all_fixture_names() -> Vec<String> {
     names
 }
 
+/// Session options for a test. On a machine with several GPUs (benches/multi-gpu.sh),
+/// VKML_TEST_VULKAN=vulkan:1 points the tests that ask for `vulkan` at that GPU instead.
 pub fn options(devices: DeviceSelection, device_memory_limit: Option<u64>) -> SessionOptions {
+    let devices = match std::env::var("VKML_TEST_VULKAN") {
+        Ok(s) if devices == DeviceSelection::Vulkan => s
+            .parse()
+            .unwrap_or_else(|e| panic!("VKML_TEST_VULKAN={s}: {e}")),
+        _ => devices,
+    };
     SessionOptions {
         devices,
         device_memory_limit,
@@ -167,11 +175,28 @@ pub fn check_fixture(name: &str, devices: DeviceSelection) {
 /// The same for a fixture folder anywhere (model.onnx beside its test_data_set_<k>).
 pub fn check_dir(dir: &Path, devices: DeviceSelection) {
     let path = dir.join("model.onnx");
-    let session = Session::load(&path, options(devices, None))
+    let session = Session::load(&path, options(devices, test_split_limit(dir, devices)))
         .unwrap_or_else(|e| panic!("loading {} on {devices:?}: {e}", path.display()));
     for set in data_sets_in(dir) {
         run_and_check(&session, &set, &format!("{} on {devices:?}", dir.display()));
     }
+}
+
+/// VKML_TEST_SPLIT=F (a fraction, e.g. 0.6) caps each device of the `vulkan` tests at F times
+/// the bytes of the model's folder (its data sets left out), so that on a machine with several
+/// GPUs the model is split over them (benches/multi-gpu.sh).
+fn test_split_limit(dir: &Path, devices: DeviceSelection) -> Option<u64> {
+    let fraction: f64 = std::env::var("VKML_TEST_SPLIT").ok()?.parse().ok()?;
+    if devices != DeviceSelection::Vulkan {
+        return None;
+    }
+    let bytes: u64 = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
+    Some((bytes as f64 * fraction) as u64)
 }
 
 /// tests/models/: the PyTorch-exported models of tests/generate/generate_models.py.
@@ -380,7 +405,10 @@ pub fn cpu_fragment(
             plan,
             kernels,
             &node,
-            false,
+            vkml::exec::Launch {
+                arm: false,
+                bridge: true,
+            },
             &[],
             None,
         )

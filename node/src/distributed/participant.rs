@@ -220,7 +220,7 @@ impl Participant {
             plan,
             kernels,
             &self.me,
-            self.tuning.arm,
+            self.tuning.launch(),
             &pairs,
             sharing.as_ref().map(|(_, s)| s),
         );

@@ -56,6 +56,11 @@ pub struct GpuLayout {
     arena_size: u64,
     /// Per chunk (plan chunk id): values read back after it, with their readback offsets.
     pub exports: BTreeMap<usize, Vec<(ValueId, u64)>>,
+    /// Per chunk: values another GPU left in the bridge, copied into the arena before the
+    /// chunk's first dispatch, with their bridge offsets (exec/bridge.rs).
+    bridge_in: BTreeMap<usize, Vec<(ValueId, u64)>>,
+    /// Per chunk: values copied into the bridge after it, for another GPU.
+    bridge_out: BTreeMap<usize, Vec<(ValueId, u64)>>,
     readback_size: u64,
     /// Per chunk (plan chunk id): its ops with a fault record (`BufRef::Fault`), in order, and
     /// where in readback memory their records start, one `FAULT_RECORD_BYTES` each.
@@ -82,6 +87,9 @@ pub struct GpuOps<'a> {
     /// The model's weights shared with its other plans, and this GPU's index among the
     /// node's devices.
     pub shared: Option<(&'a Sharing, usize)>,
+    /// Values passed between this process's GPUs through the bridge, by bridge offset: those
+    /// of them this GPU makes are copied there, those it reads copied from there.
+    pub bridge: &'a BTreeMap<ValueId, u64>,
 }
 
 impl GpuLayout {
@@ -102,6 +110,11 @@ impl GpuLayout {
         let mut root: BTreeMap<ValueId, ValueId> = BTreeMap::new();
         let last_pos = on.ops.last().map_or(0, |o| o.0);
         let chunk_end: BTreeMap<usize, usize> = on.ops.iter().map(|&(p, c)| (c, p)).collect();
+        let mut chunk_start: BTreeMap<usize, usize> = BTreeMap::new();
+        for &(p, c) in &on.ops {
+            chunk_start.entry(c).or_insert(p);
+        }
+        let mut bridge_in: BTreeMap<usize, Vec<(ValueId, u64)>> = BTreeMap::new();
         for &(pos, chunk) in &on.ops {
             let node = spec.node(graph, spec.live[pos]);
             for &v in node.inputs.iter().flatten() {
@@ -123,6 +136,16 @@ impl GpuLayout {
                             bytes: b,
                         },
                     );
+                } else if let Some(&at) = on.bridge.get(&r) {
+                    // Copied in when its first reader's chunk starts, so it holds its bytes
+                    // from then on.
+                    interval_of.insert(r, intervals.len());
+                    intervals.push(Interval {
+                        bytes: b,
+                        start: chunk_start[&chunk],
+                        end: pos,
+                    });
+                    bridge_in.entry(chunk).or_default().push((r, at));
                 } else if spec.consts[r].is_some() {
                     weight_list.push(r);
                     locs.insert(
@@ -183,7 +206,6 @@ impl GpuLayout {
                     });
                 }
             }
-            let _ = chunk;
         }
         // Exported values live until their chunk's copy-out at its end.
         let producer_chunk: BTreeMap<ValueId, usize> = on
@@ -197,11 +219,19 @@ impl GpuLayout {
             })
             .collect();
         let mut exports: BTreeMap<usize, Vec<(ValueId, u64)>> = BTreeMap::new();
+        let mut bridge_out: BTreeMap<usize, Vec<(ValueId, u64)>> = BTreeMap::new();
         let mut readback_size = 0;
         let mut direct: BTreeMap<ValueId, u64> = BTreeMap::new();
         for &v in &on.exported {
             let r = *root.get(&v).unwrap_or(&v);
             let c = producer_chunk[&v];
+            if let Some(&at) = on.bridge.get(&v) {
+                bridge_out.entry(c).or_default().push((v, at));
+                if let Some(&i) = interval_of.get(&r) {
+                    intervals[i].end = intervals[i].end.max(chunk_end[&c]);
+                }
+                continue;
+            }
             let at = readback_size;
             readback_size += bytes(v).div_ceil(arena::ALIGN).max(1) * arena::ALIGN;
             exports.entry(c).or_default().push((v, at));
@@ -276,6 +306,8 @@ impl GpuLayout {
             import_size,
             arena_size,
             exports,
+            bridge_in,
+            bridge_out,
             readback_size,
             faults,
             scratch,
@@ -335,9 +367,10 @@ impl GpuLayout {
         spec: &Specialized,
         on: &GpuOps<'_>,
         armable: Option<usize>,
-        state: Option<&GpuBuffer>,
+        outside: Outside<'_>,
         timed: bool,
     ) -> Result<GpuContext> {
+        let Outside { state, bridge } = outside;
         let g = &self.gpu;
         // A GPU without timestamps runs its chunks untimed: its ops stay out of the profile.
         let timed = timed && g.info().timestamp_period.is_some();
@@ -350,6 +383,16 @@ impl GpuLayout {
             }
             // No value lives in the State region: any buffer serves as its name.
             None => &self.weights,
+        };
+        let bridge_buf = bridge;
+        let bridge = match &bridge_buf {
+            Some(b) => b,
+            None if self.bridge_in.is_empty() && self.bridge_out.is_empty() => &self.weights,
+            None => {
+                return Err(Error::Device(
+                    "a plan passing values between GPUs runs only with its bridge".into(),
+                ));
+            }
         };
         let arena = g
             .create_buffer(self.arena_size.max(4), MemoryUse::Device, "arena")
@@ -383,6 +426,21 @@ impl GpuLayout {
                 Region::Shared(i) => &self.shared[i],
             };
             let mut steps: Vec<Step<'_>> = Vec::new();
+            if let Some(values) = self.bridge_in.get(&c) {
+                for &(v, at) in values {
+                    let l = self.locs[&v];
+                    if l.bytes > 0 {
+                        steps.push(Step::Copy {
+                            src: bridge,
+                            src_offset: at,
+                            dst: &arena,
+                            dst_offset: l.offset,
+                            bytes: l.bytes,
+                        });
+                    }
+                }
+                steps.push(Step::Barrier);
+            }
             let mut ops_of_dispatches = Vec::new();
             let mut hazards = Hazards::default();
             for pos in positions {
@@ -479,23 +537,30 @@ impl GpuLayout {
             }
             // Values already in readback memory need no copy; the list's final barrier makes
             // them visible to the host.
-            let copies: Vec<(ValueId, u64)> = self
+            let copies: Vec<(ValueId, u64, &GpuBuffer)> = self
                 .exports
                 .get(&c)
                 .into_iter()
                 .flatten()
-                .copied()
                 .filter(|(v, _)| self.locs[v].region != Region::Readback)
+                .map(|&(v, off)| (v, off, &readback))
+                .chain(
+                    self.bridge_out
+                        .get(&c)
+                        .into_iter()
+                        .flatten()
+                        .map(|&(v, off)| (v, off, bridge)),
+                )
                 .collect();
             if !copies.is_empty() {
                 steps.push(Step::Barrier);
-                for (v, off) in copies {
+                for (v, off, dst) in copies {
                     let l = self.locs[&v];
                     if l.bytes > 0 {
                         steps.push(Step::Copy {
                             src: buf(l.region),
                             src_offset: l.offset,
-                            dst: &readback,
+                            dst,
                             dst_offset: off,
                             bytes: l.bytes,
                         });
@@ -544,6 +609,7 @@ impl GpuLayout {
             dispatch_ops,
             import,
             readback,
+            _bridge: bridge_buf,
             _arena: arena,
             _tables: tables,
             _counters: counters,
@@ -693,6 +759,15 @@ fn arm(list: &Arc<CommandList>, after: u64) -> Option<Armed> {
     })
 }
 
+/// The buffers a context uses that others own or share.
+pub struct Outside<'a> {
+    /// The caller's state buffer, for a plan with bound values (exec/bound.rs).
+    pub state: Option<&'a GpuBuffer>,
+    /// This context's import of the host block its GPUs share (exec/bridge.rs), for a plan
+    /// that passes values between them.
+    pub bridge: Option<GpuBuffer>,
+}
+
 /// One context's buffers and recorded chunks: a run holds it exclusively.
 pub struct GpuContext {
     /// Declared first so that it is dropped (released and waited for) before the lists.
@@ -703,6 +778,7 @@ pub struct GpuContext {
     pub dispatch_ops: BTreeMap<usize, Vec<(usize, &'static str)>>,
     pub import: GpuBuffer,
     pub readback: GpuBuffer,
+    _bridge: Option<GpuBuffer>,
     _arena: GpuBuffer,
     _tables: Vec<GpuBuffer>,
     _counters: GpuBuffer,

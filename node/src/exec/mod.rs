@@ -4,6 +4,7 @@
 
 mod arena;
 pub mod bound;
+mod bridge;
 pub mod busy;
 mod completion;
 mod gpu;
@@ -50,6 +51,15 @@ type GpuShare = (
 /// 30 µs on an H100), and the fixed cost arming saves matters only for small runs.
 const ARM_MAX_FLOPS: u64 = 1 << 30;
 
+/// How a plan's runs are launched: the part of the `Tuning` the executor itself reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Launch {
+    /// A short single-GPU chunk may be queued ahead of its inputs (`Tuning::arm`).
+    pub arm: bool,
+    /// Values between this process's GPUs go through shared host memory (`Tuning::bridge`).
+    pub bridge: bool,
+}
+
 /// A model specialised to input shapes, planned and ready to run many times.
 pub struct Executable {
     graph: Arc<Graph>,
@@ -72,6 +82,8 @@ pub struct Executable {
     profile: profile::Profile,
     /// Whether a short single-GPU chunk may be queued ahead of its inputs (`Tuning::arm`).
     arm: bool,
+    /// The values passed between this process's GPUs through shared host memory.
+    bridge: bridge::Bridge,
     /// Per device (as `devices`): the meter its chunks charge (see busy.rs); none for the
     /// device probe's executables, whose runs are not the node's load.
     meters: Vec<Option<Arc<busy::BusyMeter>>>,
@@ -324,7 +336,7 @@ impl Executable {
             plan,
             kernels,
             LOCAL_NODE,
-            tuning.arm,
+            tuning.launch(),
             state,
             sharing.as_ref(),
         )?;
@@ -352,13 +364,13 @@ impl Executable {
         plan: Plan,
         kernels: Kernels,
         local: &str,
-        arm: bool,
+        launch: Launch,
         pairs: &[(ValueId, ValueId)],
         sharing: Option<&shared::Sharing>,
     ) -> Result<Executable> {
         let state = fragment_state(&graph, &spec, &devices, &plan, local, pairs);
         Executable::build(
-            graph, spec, devices, plan, kernels, local, arm, state, sharing,
+            graph, spec, devices, plan, kernels, local, launch, state, sharing,
         )
     }
 
@@ -370,7 +382,7 @@ impl Executable {
         plan: Plan,
         kernels: Kernels,
         local: &str,
-        arm: bool,
+        launch: Launch,
         state: Option<bound::StateLayout>,
         sharing: Option<&shared::Sharing>,
     ) -> Result<Executable> {
@@ -404,6 +416,7 @@ impl Executable {
         };
         tracing::debug!(?summary, hash = plan.hash, "planned");
 
+        let bridge = bridge::Bridge::new(&graph, &plan, &topo, &devices, launch.bridge);
         let mut layouts = BTreeMap::new();
         for (d, dev) in devices.iter().enumerate() {
             let Device::Gpu(g) = dev else { continue };
@@ -445,6 +458,7 @@ impl Executable {
                 kernels: &mine,
                 state: state.as_ref().filter(|s| s.device == d),
                 shared: sharing.map(|s| (s, d)),
+                bridge: &bridge.offsets,
             };
             let layout = GpuLayout::new(g.clone(), &graph, &spec, &on)?;
             layouts.insert(d, (layout, ops, exported, mine));
@@ -495,7 +509,8 @@ impl Executable {
             summary,
             cpu_out_types,
             profile: profile::Profile::default(),
-            arm,
+            arm: launch.arm,
+            bridge,
             meters,
             state,
             short,
@@ -507,6 +522,14 @@ impl Executable {
             exe.pool.lock().expect("pool").push(ctx);
         }
         Ok(exe)
+    }
+
+    /// The devices (indices) the plan puts ops on, and how many values it passes between
+    /// GPUs through shared host memory (tests).
+    #[cfg(test)]
+    pub(crate) fn devices_and_bridged(&self) -> (std::collections::BTreeSet<usize>, usize) {
+        let used = self.plan.placement.iter().map(|d| d.index).collect();
+        (used, self.bridge.offsets.len())
     }
 
     /// Its runs are left out of the load `status` reports (runs and busy time): the device
@@ -588,6 +611,7 @@ impl Executable {
 
     fn new_context(&self, state: Option<&GpuBuffer>) -> Result<run::Contexts> {
         let mut m = BTreeMap::new();
+        let mut bridges = self.bridge.import(&self.devices)?;
         for (d, (layout, ops, exported, kernels)) in &self.layouts {
             let on = GpuOps {
                 ops: ops.clone(),
@@ -596,6 +620,7 @@ impl Executable {
                 state: self.state.as_ref().filter(|s| s.device == *d),
                 // Only the layout reads it, and the layout is made.
                 shared: None,
+                bridge: &self.bridge.offsets,
             };
             let timed = self.profile.is_on();
             // A state buffer's runs follow one another: nothing to queue ahead; a timed
@@ -608,7 +633,17 @@ impl Executable {
             let state = state.filter(|_| on.state.is_some());
             m.insert(
                 *d,
-                layout.context(&self.graph, &self.spec, &on, armable, state, timed)?,
+                layout.context(
+                    &self.graph,
+                    &self.spec,
+                    &on,
+                    armable,
+                    gpu::Outside {
+                        state,
+                        bridge: bridges.remove(d),
+                    },
+                    timed,
+                )?,
             );
         }
         Ok(Arc::new(m))

@@ -419,3 +419,94 @@ fn a_new_sequence_takes_an_ended_one_s_gpu_state_and_starts_from_its_own_values(
     drop(b);
     assert_eq!(session.idle_homes.len(), 1);
 }
+
+/// y = Relu(x @ w1) @ w2 with 64 x 64 weights: under a cap that holds one weight per device,
+/// each product goes to a device of its own.
+fn two_products() -> GraphProto {
+    let w = |seed: usize| -> Vec<f32> {
+        (0..64 * 64)
+            .map(|i| ((i * 7 + seed) % 17) as f32 * 0.0625 - 0.5)
+            .collect()
+    };
+    GraphProto {
+        name: "g".into(),
+        node: vec![
+            node("MatMul", "mm1", &["x", "w1"], &["h"]),
+            node("Relu", "relu", &["h"], &["r"]),
+            node("MatMul", "mm2", &["r", "w2"], &["y"]),
+        ],
+        initializer: vec![
+            raw_tensor(
+                "w1",
+                FLOAT,
+                &[64, 64],
+                &crate::onnx::tests::f32_bytes(&w(1)),
+            ),
+            raw_tensor(
+                "w2",
+                FLOAT,
+                &[64, 64],
+                &crate::onnx::tests::f32_bytes(&w(5)),
+            ),
+        ],
+        input: vec![tensor_value("x", FLOAT, Some(&[D::V(4), D::V(64)]))],
+        output: vec![tensor_value("y", FLOAT, None)],
+        ..Default::default()
+    }
+}
+
+/// A model split over two GPUs of one process (here the test GPU passed twice) computes the
+/// same products, with the value between them passed through host memory both GPUs import
+/// (exec/bridge.rs), and with `Tuning::bridge` off through the host's copies.
+#[test]
+fn two_gpus_pass_a_cut_edge_through_shared_host_memory() {
+    let Some(gpu) = vkml_testkit::test_gpu() else {
+        return;
+    };
+    let dir = TempDir::new("session-two-gpus");
+    let path = write_model(&dir, "m.onnx", &model_with(two_products()));
+    let w = |seed: usize, i: usize| ((i * 7 + seed) % 17) as f64 * 0.0625 - 0.5;
+    let x: Vec<f32> = (0..4 * 64)
+        .map(|i| ((i * 5) % 11) as f32 * 0.125 - 0.6)
+        .collect();
+    let product = |a: &[f64], seed: usize| -> Vec<f64> {
+        (0..4 * 64)
+            .map(|o| {
+                (0..64)
+                    .map(|k| a[o / 64 * 64 + k] * w(seed, k * 64 + o % 64))
+                    .sum()
+            })
+            .collect()
+    };
+    let h = product(&x.iter().map(|&v| v as f64).collect::<Vec<_>>(), 1);
+    let want = product(&h.iter().map(|&v| v.max(0.0)).collect::<Vec<_>>(), 5);
+    let bridges = gpu.info().host_import_alignment.is_some();
+    for bridge in [true, false] {
+        let mut opts = SessionOptions {
+            devices: DeviceSelection::Vulkan,
+            device_memory_limit: Some(24 << 10),
+            ..Default::default()
+        };
+        opts.tuning.bridge = bridge;
+        let g = crate::exec::Device::Gpu(gpu.arc());
+        let session = Session::load(&path, opts).unwrap().on_devices(vec![
+            g.clone(),
+            g,
+            crate::exec::Device::CpuFallback,
+        ]);
+        let input = Tensor::from_vec(vec![4, 64], x.clone());
+        let (used, bridged) = session.executable(&[&input]).unwrap().devices_and_bridged();
+        assert_eq!(used, [0, 1].into(), "one product per GPU (bridge {bridge})");
+        assert_eq!(bridged, usize::from(bridge && bridges), "bridge {bridge}");
+        for _ in 0..3 {
+            let y = session.run(&[("x", input.clone())]).unwrap();
+            let got = y[0].1.view::<f32>().unwrap();
+            for (i, (&g, &e)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g as f64 - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                    "y[{i}] = {g}, want {e}"
+                );
+            }
+        }
+    }
+}

@@ -43,8 +43,10 @@ pub struct Gpu {
     pub(crate) me: Weak<Gpu>,
     /// The gate of armed command lists, and the one armed now (gate.rs).
     pub(crate) arming: Arming,
+    /// The property flags of each memory type, by index (for imported host memory).
+    pub(crate) memory_types: Vec<vk::MemoryPropertyFlags>,
     /// Declared last so that the instance is released after the device.
-    _instance: Arc<Instance>,
+    instance: Arc<Instance>,
 }
 
 pub(crate) struct QueueState {
@@ -97,6 +99,16 @@ impl Gpu {
         .map_err(|e| VulkanError::invalid(format!("cannot create the GPU allocator: {e}")))?;
 
         let pipelines = Pipelines::new(device, c.info.max_push_constants)?;
+        // SAFETY: the physical device belongs to this live instance.
+        let memory = unsafe {
+            instance
+                .instance
+                .get_physical_device_memory_properties(c.physical)
+        };
+        let memory_types = memory.memory_types[..memory.memory_type_count as usize]
+            .iter()
+            .map(|t| t.property_flags)
+            .collect();
         let spin_default = if c.info.is_cpu {
             // A CPU device runs on the host's cores: spinning only steals them from it.
             Duration::ZERO
@@ -129,7 +141,8 @@ impl Gpu {
             spin_default,
             me: me.clone(),
             arming: Arming::new(gate),
-            _instance: instance,
+            memory_types,
+            instance,
         }))
     }
 
@@ -144,6 +157,10 @@ impl Gpu {
     }
 
     /// An owning handle to this GPU (it is always owned by an `Arc`).
+    pub(crate) fn instance(&self) -> &Instance {
+        &self.instance
+    }
+
     pub fn arc(&self) -> Arc<Gpu> {
         self.me
             .upgrade()

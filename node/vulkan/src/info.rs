@@ -65,6 +65,10 @@ pub struct GpuInfo {
     /// Nanoseconds per timestamp tick, when the queue VKML submits to writes timestamps
     /// ([`super::Gpu::record_timed`]); `None` when it does not.
     pub timestamp_period: Option<f32>,
+    /// VK_EXT_external_memory_host (enabled when present): the alignment, in bytes, of host
+    /// memory it imports ([`super::Gpu::import_host`]). Two such GPUs share a [`super::HostBlock`]
+    /// and pass tensors through it by DMA alone, with no copy by the CPU.
+    pub host_import_alignment: Option<u64>,
 }
 
 /// A device that meets the requirements, with what to enable when opening it.
@@ -193,6 +197,7 @@ pub(crate) fn inspect(
     let has_coop2 = has_ext(coop::COOPMAT2_NAME);
     let has_bf16 = has_ext(coop::BFLOAT16_NAME);
     let has_budget = has_ext(ash::ext::memory_budget::NAME);
+    let has_host_import = has_ext(ash::ext::external_memory_host::NAME);
     let is_13 = props.api_version >= vk::API_VERSION_1_3;
 
     let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
@@ -258,13 +263,18 @@ pub(crate) fn inspect(
     let mut p11 = vk::PhysicalDeviceVulkan11Properties::default();
     let mut p12 = vk::PhysicalDeviceVulkan12Properties::default();
     let mut p13 = vk::PhysicalDeviceVulkan13Properties::default();
+    let mut phost = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
     let mut p2 = vk::PhysicalDeviceProperties2::default()
         .push_next(&mut p11)
         .push_next(&mut p12);
     if is_13 {
         p2 = p2.push_next(&mut p13);
     }
-    // SAFETY: core structs of the device's version, outliving the call.
+    if has_host_import {
+        p2 = p2.push_next(&mut phost);
+    }
+    // SAFETY: core structs of the device's version and of extensions it lists, outliving the
+    // call.
     unsafe { instance.get_physical_device_properties2(pd, &mut p2) };
     let limits = props.limits;
 
@@ -337,6 +347,11 @@ pub(crate) fn inspect(
         p11.subgroup_size == 32
     };
     let wide32 = fixed32 && limits.max_compute_shared_memory_size >= 45_056;
+    let host_import_alignment = (has_host_import && phost.min_imported_host_pointer_alignment > 0)
+        .then_some(phost.min_imported_host_pointer_alignment);
+    if host_import_alignment.is_some() {
+        extensions_to_enable.push(ash::ext::external_memory_host::NAME);
+    }
     // The spec requires enabling the portability subset wherever a device lists it.
     if has_ext(ash::khr::portability_subset::NAME) {
         extensions_to_enable.push(ash::khr::portability_subset::NAME);
@@ -413,6 +428,7 @@ pub(crate) fn inspect(
         timestamp_period: (families[queue_family as usize].timestamp_valid_bits > 0
             && limits.timestamp_period > 0.0)
             .then_some(limits.timestamp_period),
+        host_import_alignment,
     };
     Ok(Candidate {
         physical: pd,

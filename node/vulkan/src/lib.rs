@@ -29,7 +29,7 @@ mod pipeline;
 mod record;
 mod submit;
 
-pub use buffer::{GpuBuffer, MemoryUse};
+pub use buffer::{GpuBuffer, HostBlock, MemoryUse};
 pub use error::VulkanError;
 pub use gate::Armed;
 pub use gpu::Gpu;

@@ -534,3 +534,53 @@ fn every_kernel_the_gpu_supports_builds_a_pipeline() {
     }
     assert!(built > 200, "only {built} kernels checked");
 }
+
+#[test]
+fn imported_host_memory_is_shared_by_its_buffers() {
+    let Some(gpu) = gpu() else { return };
+    let Some(align) = gpu.info().host_import_alignment else {
+        return;
+    };
+    let block = vkml_vulkan::HostBlock::new(3000, align).unwrap();
+    assert_eq!(block.size() % align, 0);
+    assert!(block.size() >= 3000);
+    // Two imports of one block stand for the two GPUs of a transfer: what one writes by a
+    // GPU copy, the other (and the host) sees.
+    let a = gpu.import_host(&block, "bridge a").unwrap();
+    let b = gpu.import_host(&block, "bridge b").unwrap();
+    assert_eq!(a.usage(), MemoryUse::Host);
+    let data: Vec<u8> = (0..1024u32).map(|i| (i * 13 % 251) as u8).collect();
+    a.write(0, &data).unwrap();
+    let dev = gpu.create_buffer(1024, MemoryUse::Device, "dev").unwrap();
+    run(
+        gpu,
+        &[
+            Step::Copy {
+                src: &b,
+                src_offset: 0,
+                dst: &dev,
+                dst_offset: 0,
+                bytes: 1024,
+            },
+            Step::Barrier,
+            Step::Copy {
+                src: &dev,
+                src_offset: 0,
+                dst: &a,
+                dst_offset: 2048,
+                bytes: 1024,
+            },
+        ],
+    );
+    let mut back = vec![0u8; 1024];
+    b.read(2048, &mut back).unwrap();
+    assert_eq!(back, data);
+    drop(a);
+    // The block outlives the first import: the second still reads it.
+    b.read(0, &mut back).unwrap();
+    assert_eq!(back, data);
+    assert!(matches!(
+        gpu.create_buffer(16, MemoryUse::Host, "x"),
+        Err(VulkanError::Invalid(_))
+    ));
+}
