@@ -134,10 +134,13 @@ impl TfIdf {
     /// longer n-grams once per skip distance 1 ..= max_skip + 1 between their items.
     fn count(&self, row: &[i64], freq: &mut [u32]) {
         let mut shortest = self.min_gram;
-        let mut gram = Vec::with_capacity(self.max_gram);
-        for skip in 1..=self.max_skip + 1 {
+        // No n-gram is longer than the row, nor skips past it: attributes far larger (a fuzzed
+        // max_gram_length of 2^31) must cost nothing.
+        let mut gram = Vec::with_capacity(self.max_gram.min(row.len()));
+        let skips = self.max_skip.saturating_add(1).min(row.len().max(1));
+        for skip in 1..=skips {
             for start in 0..row.len() {
-                if start + skip * (shortest - 1) >= row.len() {
+                if start.saturating_add(skip.saturating_mul(shortest - 1)) >= row.len() {
                     break;
                 }
                 gram.clear();
@@ -214,6 +217,14 @@ impl Op for TfIdf {
             _ => tokens.len(),
         };
         let rows = if x.rank() == 2 { x.shape()[0] } else { 1 };
+        // The output's size was checked when planning, the counts' only through it: with no
+        // rows, ngram_indexes may name a column far past any memory.
+        if rows == 0 {
+            return Ok(vec![Tensor::from_vec(
+                outputs[0].shape.clone(),
+                Vec::<f32>::new(),
+            )]);
+        }
         let mut y = vec![0.0f32; rows * self.columns];
         let mut freq = vec![0u32; self.columns];
         for r in 0..rows {
@@ -229,7 +240,9 @@ impl Op for TfIdf {
 
     fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
         let n = inputs.first().copied().flatten().map_or(0, |x| x.numel());
-        (n * self.max_gram * (self.max_skip + 1)) as u64
+        let longest = self.max_gram.min(n);
+        let skips = self.max_skip.saturating_add(1).min(n.max(1));
+        n.saturating_mul(longest).saturating_mul(skips) as u64
     }
 }
 
@@ -290,6 +303,48 @@ mod tests {
         assert_eq!(y(&*op, &x), [0.0, 1.0, 2.0, 0.0, 4.0, 5.0, 6.0]);
         let op = vectorizer("TFIDF", 1, 2, 5, &w);
         assert_eq!(y(&*op, &x), [0.0, 3.0, 2.0, 0.0, 4.0, 15.0, 6.0]);
+    }
+
+    /// A fuzz finding: a column index far past memory with no rows to count allocated its
+    /// counts anyway (16 GiB) and aborted the process.
+    #[test]
+    fn no_rows_allocate_nothing_per_column() {
+        let attrs = vec![
+            ("mode", AttrValue::String("TF".into())),
+            ("min_gram_length", AttrValue::Int(1)),
+            ("max_gram_length", AttrValue::Int(1)),
+            ("max_skip_count", AttrValue::Int(0)),
+            ("ngram_counts", AttrValue::Ints(vec![0])),
+            ("ngram_indexes", AttrValue::Ints(vec![1 << 32])),
+            ("pool_int64s", AttrValue::Ints(vec![2])),
+        ];
+        let op = node("TfIdfVectorizer", 9, attrs, 1, 1).unwrap();
+        let empty = Tensor::from_vec(vec![0, 3], Vec::<i64>::new());
+        let y = run1(&*op, &[&empty]).unwrap();
+        assert_eq!(y.shape(), [0, (1 << 32) + 1]);
+    }
+
+    /// Another: n-grams up to 2^31 items long, with skips up to 2^31, allocated and looped by
+    /// those lengths rather than the row's. They count as the row allows: the bigrams of ONNX's
+    /// pool, each once per skip distance that still fits in the row.
+    #[test]
+    fn huge_gram_and_skip_lengths_are_bounded_by_the_row() {
+        let mut attrs = vec![
+            ("mode", AttrValue::String("TF".into())),
+            ("min_gram_length", AttrValue::Int(2)),
+            ("max_gram_length", AttrValue::Int(i32::MAX as i64)),
+            ("max_skip_count", AttrValue::Int(i32::MAX as i64)),
+            ("ngram_counts", AttrValue::Ints(vec![0, 4])),
+            ("ngram_indexes", AttrValue::Ints((0..7).collect())),
+        ];
+        attrs.push((
+            "pool_int64s",
+            AttrValue::Ints(vec![2, 3, 5, 4, 5, 6, 7, 8, 6, 7]),
+        ));
+        let op = node("TfIdfVectorizer", 9, attrs, 1, 1).unwrap();
+        // Bigrams (5, 6) and (7, 8) at distance 1; (6, 7) at distance 1 and 3 (6 7 8 7).
+        let x = Tensor::from_vec(vec![5], vec![5i64, 6, 7, 8, 7]);
+        assert_eq!(y(&*op, &x), [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 2.0]);
     }
 
     #[test]
