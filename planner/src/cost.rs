@@ -10,6 +10,9 @@ pub struct LinkCosts {
     /// boundary means one more submit and wait.
     pub local_latency_ns: u64,
     pub local_bytes_per_us: u64,
+    /// Between two GPUs of one machine: their copy engines move the bytes through host memory
+    /// both import, with no copy by the CPU (the node's exec/bridge.rs).
+    pub local_gpu_bytes_per_us: u64,
     /// Between machines (a QUIC stream).
     pub remote_latency_ns: u64,
     pub remote_bytes_per_us: u64,
@@ -31,6 +34,9 @@ impl Default for LinkCosts {
         LinkCosts {
             local_latency_ns: 30_000,
             local_bytes_per_us: 8_000,
+            // Measured on an H200: 24-26 GB/s from 64 MiB up (node/vulkan/benches/transfer.rs,
+            // BENCHMARKS.md), where the host's copies managed 1.2.
+            local_gpu_bytes_per_us: 24_000,
             remote_latency_ns: 200_000,
             remote_bytes_per_us: 1_000,
             upload_latency_ns: 10_000,
@@ -69,4 +75,15 @@ pub fn move_ns(bytes: u64, latency_ns: u64, bytes_per_us: u64) -> u64 {
 
 pub fn is_gpu(dev: &DeviceInventory) -> bool {
     dev.kind == DeviceKind::Gpu
+}
+
+/// Nanoseconds to move `bytes` between two devices of one machine: through the GPUs' copy
+/// engines when both are GPUs, else through the host.
+pub fn local_move_ns(links: &LinkCosts, bytes: u64, both_gpus: bool) -> u64 {
+    let rate = if both_gpus {
+        links.local_gpu_bytes_per_us
+    } else {
+        links.local_bytes_per_us
+    };
+    move_ns(bytes, links.local_latency_ns, rate)
 }

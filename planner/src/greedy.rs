@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cost::{LinkCosts, compute_ns, is_gpu, move_ns};
+use crate::cost::{LinkCosts, compute_ns, is_gpu, local_move_ns, move_ns};
 use crate::memory::Ledger;
 use crate::types::{CostGraph, DeviceInventory, DeviceRef, OpCost, PlanError, Snapshot, ValueKind};
 
@@ -41,7 +41,7 @@ pub fn place(
             if after > dev.memory_budget {
                 continue;
             }
-            let cost = op_cost(graph, &ledger, links, op, dref, dev);
+            let cost = op_cost(graph, snapshot, &ledger, links, op, dref, dev);
             // Strictly lower cost wins; on a tie the earlier device in the snapshot's order.
             if best.is_none_or(|(c, _)| cost < c) {
                 best = Some((cost, dref));
@@ -81,6 +81,7 @@ pub fn can_run(op: &OpCost, dev: &DeviceInventory) -> bool {
 /// values it reads that were made on other devices.
 fn op_cost(
     graph: &CostGraph,
+    snapshot: &Snapshot,
     ledger: &Ledger<'_>,
     links: &LinkCosts,
     op: &OpCost,
@@ -107,7 +108,8 @@ fn op_cost(
                 let from = ledger.location(v).expect("validated: produced before use");
                 if from != dref {
                     cost = cost.saturating_add(if from.node == dref.node {
-                        move_ns(val.bytes, links.local_latency_ns, links.local_bytes_per_us)
+                        let gpus = is_gpu(dev) && snapshot.device(from).is_some_and(is_gpu);
+                        local_move_ns(links, val.bytes, gpus)
                     } else {
                         move_ns(
                             val.bytes,

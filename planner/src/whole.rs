@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cost::{LinkCosts, compute_ns, is_gpu, move_ns};
+use crate::cost::{LinkCosts, compute_ns, is_gpu, local_move_ns, move_ns};
 use crate::greedy::can_run;
 use crate::memory::charge_placement;
 use crate::types::{Chunk, CostGraph, DeviceRef, Snapshot, Transfer, ValueKind};
@@ -48,7 +48,8 @@ pub fn estimate_ns(
         total = total.saturating_add(if t.cross_host {
             move_ns(t.bytes, links.remote_latency_ns, links.remote_bytes_per_us)
         } else {
-            move_ns(t.bytes, links.local_latency_ns, links.local_bytes_per_us)
+            let gpu = |c: usize| snapshot.device(&chunks[c].device).is_some_and(is_gpu);
+            local_move_ns(links, t.bytes, gpu(t.from_chunk) && gpu(t.to_chunk))
         });
     }
     for c in chunks {
