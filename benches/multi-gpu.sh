@@ -19,24 +19,19 @@ checks() {
   .gpu/vkml-node devices | tee "$out/devices.txt"
   # Every fixture and exported model against onnxruntime's outputs on each GPU (the tests that
   # ask for `vulkan` take VKML_TEST_VULKAN's GPU), then the exported models split over both
-  # GPUs by a cap of 60% of each model's bytes per device (VKML_TEST_SPLIT).
+  # GPUs by the smallest cap per device that plans (VKML_TEST_SPLIT, tests/common/mod.rs).
   printf 'check\tresult\n' > "$out/checks.tsv"
   for sel in vulkan:0 vulkan:1; do
     for t in fixtures models; do
-      VKML_TEST_VULKAN=$sel timeout 300 ".gpu/$t" --test-threads 8 vulkan > "$out/check_${t}_$sel.txt" 2>&1
-      printf '%s on %s\t%s\n' "$t" "$sel" "$(grep -E '^test result' "$out/check_${t}_$sel.txt" | tail -1)" | tee -a "$out/checks.tsv"
+      log="$out/check_${t}_${sel/:/}.txt"
+      VKML_TEST_VULKAN=$sel timeout 300 ".gpu/$t" --test-threads 8 vulkan > "$log" 2>&1
+      printf '%s on %s\t%s\n' "$t" "$sel" "$(grep -E '^test result' "$log" | tail -1)" | tee -a "$out/checks.tsv"
     done
   done
-  VKML_TEST_SPLIT=0.6 timeout 300 .gpu/models --test-threads 4 vulkan > "$out/check_models_split.txt" 2>&1
+  VKML_TEST_SPLIT=1 timeout 300 .gpu/models --test-threads 1 --nocapture vulkan > "$out/check_models_split.txt" 2>&1
   printf 'models split over both\t%s\n' "$(grep -E '^test result' "$out/check_models_split.txt" | tail -1)" | tee -a "$out/checks.tsv"
-  # What those splits were: each model's plan under the same cap.
-  for m in tests/models/*/; do
-    [ -f "$m/model.onnx" ] || continue
-    bytes=$(find "$m" -maxdepth 1 -type f -printf '%s\n' | awk '{s+=$1} END {print int(s*0.6)}')
-    plan=$(timeout 120 .gpu/vkml-node run "$m/model.onnx" --test-data "$m/test_data_set_0" --device vulkan \
-      --device-memory-limit "$bytes" --output-dir /tmp/o 2>>"$out/split_plans.log" | grep '^plan:')
-    printf '%s\t%s\n' "$(basename "$m")" "$plan" | tee -a "$out/split_plans.tsv"
-  done
+  # What those splits were: each model's cap and plan.
+  grep '^split ' "$out/check_models_split.txt" | sed 's|^split .*/tests/models/||' | tee "$out/split_plans.txt"
   # The Vulkan layer's tests and the library's (two GPUs of one process among them) once more.
   for t in vulkan lib; do
     timeout 300 ".gpu/$t" --test-threads 8 > "$out/check_$t.txt" 2>&1
@@ -78,8 +73,15 @@ llm() {
     set -- $setup
     limit=()
     [ -n "${2:-}" ] && limit=(--device-memory-limit "$2")
+    # Each GPU's memory in use, sampled through the run: where the weights went.
+    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 \
+      > "$out/gpu-memory.csv" 2>/dev/null &
+    smi=$!
     timeout 300 .gpu/bench-generation "$dir" --device "$1" "${limit[@]}" --prompt 128 --decode 32 --runs 2 \
       2>> "$out/generation.log" | tee -a "$out/generation.jsonl"
+    kill "$smi" 2>/dev/null
+    awk -F', ' '{ if ($2 > m[$1]) m[$1] = $2 } END { for (g in m) printf "  GPU %s: at most %s MiB in use\n", g, m[g] }' \
+      "$out/gpu-memory.csv" | sort
   done
   VKML_BENCH_LLM="$dir" VKML_BENCH_LLM_NODES=2 VKML_BENCH_LLM_PERCENT=60 VKML_BENCH_DEVICE='vulkan:{i}' \
     VKML_BENCH_LLM_PROMPT=128 VKML_BENCH_LLM_DECODE=32 timeout 400 .gpu/bench-cluster --bench \

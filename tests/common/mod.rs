@@ -182,21 +182,40 @@ pub fn check_dir(dir: &Path, devices: DeviceSelection) {
     }
 }
 
-/// VKML_TEST_SPLIT=F (a fraction, e.g. 0.6) caps each device of the `vulkan` tests at F times
-/// the bytes of the model's folder (its data sets left out), so that on a machine with several
-/// GPUs the model is split over them (benches/multi-gpu.sh).
+/// VKML_TEST_SPLIT=1, on a machine with several GPUs (benches/multi-gpu.sh): the `vulkan` tests
+/// cap each device at the smallest of a quarter of the model's folder and each step a quarter
+/// larger under which its first data set plans, and that plan must use two GPUs or more
+/// (printed, for the record).
 fn test_split_limit(dir: &Path, devices: DeviceSelection) -> Option<u64> {
-    let fraction: f64 = std::env::var("VKML_TEST_SPLIT").ok()?.parse().ok()?;
-    if devices != DeviceSelection::Vulkan {
+    if std::env::var("VKML_TEST_SPLIT").ok()? != "1" || devices != DeviceSelection::Vulkan {
         return None;
     }
+    let path = dir.join("model.onnx");
     let bytes: u64 = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok()?.metadata().ok())
         .filter(|m| m.is_file())
         .map(|m| m.len())
         .sum();
-    Some((bytes as f64 * fraction) as u64)
+    let set = &data_sets_in(dir)[0];
+    let mut cap = (bytes / 4).max(1);
+    for _ in 0..60 {
+        let planned = Session::load(&path, options(devices, Some(cap)))
+            .and_then(|s| s.plan_summary(&set.feeds()));
+        if let Ok(summary) = planned {
+            let gpus = summary.ops_per_device.keys();
+            let gpus = gpus.filter(|d| d.starts_with("vulkan:")).count();
+            assert!(
+                gpus >= 2,
+                "{}: the smallest cap that plans, {cap} bytes, uses {summary:?}",
+                dir.display()
+            );
+            eprintln!("split {}: cap {cap} bytes: {summary:?}", dir.display());
+            return Some(cap);
+        }
+        cap += cap / 4;
+    }
+    panic!("{}: no cap up to {cap} bytes plans", dir.display())
 }
 
 /// tests/models/: the PyTorch-exported models of tests/generate/generate_models.py.
