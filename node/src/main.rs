@@ -256,7 +256,7 @@ fn devices() -> Result<()> {
             for g in v.gpus() {
                 let i = g.info();
                 println!(
-                    "vulkan:{}: {} [{}, {}] Vulkan {}, driver {}\n  memory budget {} MiB, shared memory {} KiB, subgroup {}, push constants {} B, fp16 {}, int64 {}, cooperative matrix {} (NV2 {}, bf16 {})",
+                    "vulkan:{}: {} [{}, {}] Vulkan {}, driver {}\n  memory budget {} MiB, shared memory {} KiB, subgroup {}, push constants {} B, fp16 {}, int64 {}, cooperative matrix {} (NV2 {}, bf16 {}), host memory import {}",
                     i.index,
                     i.name,
                     i.vendor,
@@ -271,7 +271,10 @@ fn devices() -> Result<()> {
                     i.int64,
                     i.cooperative_matrix,
                     i.cooperative_matrix2,
-                    i.bf16
+                    i.bf16,
+                    // Whether values reach this GPU from the process's others by their copy
+                    // engines alone (exec/bridge.rs).
+                    i.host_import_alignment.is_some()
                 );
             }
         }
