@@ -15,14 +15,15 @@
 //! only the copy engines move them (BENCHMARKS.md, the two-GPU run).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-use vkml_planner::Plan;
+use vkml_planner::{LinkCosts, Plan};
 
 use super::Device;
 use super::gpu::dev_err;
 use super::topology::Topology;
-use crate::device::vulkan::{GpuBuffer, HostBlock};
+use crate::device::vulkan::{Gpu, GpuBuffer, HostBlock, MemoryUse, Step, VulkanError};
 use crate::error::Result;
 use crate::graph::{Graph, ValueId};
 
@@ -112,4 +113,92 @@ impl Bridge {
         }
         Ok(out)
     }
+}
+
+/// The planner's costs for one machine's plan over `devices`: the defaults, with the rate
+/// between two GPUs measured on this machine's first pair that bridges (once per process and
+/// pair), so that a split between GPUs is weighed by what the bridge moves here.
+pub fn local_links(devices: &[Device]) -> LinkCosts {
+    let mut links = LinkCosts::default();
+    let gpus: Vec<&Arc<Gpu>> = devices
+        .iter()
+        .filter_map(|d| match d {
+            Device::Gpu(g) if g.info().host_import_alignment.is_some() => Some(g),
+            _ => None,
+        })
+        .collect();
+    let [a, b, ..] = gpus[..] else {
+        return links;
+    };
+    type Rates = Mutex<BTreeMap<(usize, usize), Option<u64>>>;
+    static MEASURED: OnceLock<Rates> = OnceLock::new();
+    let key = (a.info().index, b.info().index);
+    let rate = *MEASURED
+        .get_or_init(Rates::default)
+        .lock()
+        .expect("measured rates")
+        .entry(key)
+        .or_insert_with(|| match bytes_per_us(a, b) {
+            Ok(r) => {
+                tracing::info!(
+                    "vulkan:{} to vulkan:{}: {} MB/s through host memory",
+                    key.0,
+                    key.1,
+                    r
+                );
+                Some(r)
+            }
+            Err(e) => {
+                tracing::warn!("cannot measure the bridge between two GPUs: {e}");
+                None
+            }
+        });
+    if let Some(r) = rate {
+        links.local_gpu_bytes_per_us = r;
+    }
+    links
+}
+
+/// What the bridge moves from `a`'s device memory to `b`'s, in bytes per microsecond: the
+/// best of three 16 MiB transfers after one untimed (a few milliseconds in all).
+fn bytes_per_us(a: &Gpu, b: &Gpu) -> std::result::Result<u64, VulkanError> {
+    const BYTES: u64 = 16 << 20;
+    const LONG: Duration = Duration::from_secs(30);
+    let align = [a, b]
+        .iter()
+        .filter_map(|g| g.info().host_import_alignment)
+        .max()
+        .unwrap_or(4096);
+    let block = HostBlock::new(BYTES, align)?;
+    let (src, dst) = (
+        a.create_buffer(BYTES, MemoryUse::Device, "bridge probe")?,
+        b.create_buffer(BYTES, MemoryUse::Device, "bridge probe")?,
+    );
+    let (on_a, on_b) = (
+        a.import_host(&block, "bridge probe")?,
+        b.import_host(&block, "bridge probe")?,
+    );
+    let copy = |src, dst| Step::Copy {
+        src,
+        src_offset: 0,
+        dst,
+        dst_offset: 0,
+        bytes: BYTES,
+    };
+    let out = a.record(&[copy(&src, &on_a)])?;
+    let inn = b.record(&[copy(&on_b, &dst)])?;
+    let mut best = Duration::MAX;
+    for _ in 0..4 {
+        let t = Instant::now();
+        for (g, list) in [(a, &out), (b, &inn)] {
+            let v = g.submit(list)?;
+            if !g.wait(v, LONG)? {
+                return Err(VulkanError::Invalid(
+                    "a probe copy did not finish in 30 s".into(),
+                ));
+            }
+        }
+        best = best.min(t.elapsed());
+    }
+    Ok((BYTES as u128 / best.as_micros().max(1)) as u64)
 }

@@ -27,7 +27,7 @@ pub use plan::{
 pub use profile::{KernelTime, NodeTime};
 pub use run::{Done, RemoteHooks, RunLink};
 use topology::Topology;
-use vkml_planner::{LinkCosts, Plan, PlanError};
+use vkml_planner::{Plan, PlanError};
 
 use crate::device::vulkan::GpuBuffer;
 use crate::error::{Error, Result};
@@ -326,8 +326,8 @@ impl Executable {
                 })
                 .collect();
         }
-        let plan =
-            vkml_planner::plan(&cost, &snapshot, &LinkCosts::default()).map_err(plan_error)?;
+        let links = bridge::local_links(&devices);
+        let plan = vkml_planner::plan(&cost, &snapshot, &links).map_err(plan_error)?;
         let state = bound_state(&graph, &spec, &devices, &plan, pairs);
         let exe = Executable::build(
             graph,
