@@ -14,9 +14,10 @@
 use crate::numeric::float::Float;
 use crate::window::geometry::Axis;
 
-/// Whether [`conv`] serves these axes: 1-D or 2-D (a 3-D one keeps the generic loop).
+/// Whether [`conv`] serves these axes: 1-D or 2-D (a 3-D one keeps the generic loop), with a
+/// non-empty input plane (padding alone can give an empty one outputs: the loop serves that).
 pub fn applies(axes: &[Axis; 3]) -> bool {
-    axes[0] == Axis::UNIT
+    axes[0] == Axis::UNIT && axes[1].input > 0 && axes[2].input > 0
 }
 
 /// Every group of a depthwise convolution: `y` (N x groups x ocg x OH x OW) from `x` (N x
@@ -118,7 +119,16 @@ impl Phases {
 
     /// Where padded (row, column) lives in the buffer.
     fn at(&self, r: usize, c: usize) -> usize {
-        (((r % self.sh) * self.sw + c % self.sw) * self.rq + r / self.sh) * self.wq + c / self.sw
+        self.row_at(r) + self.col_at(c)
+    }
+
+    /// The row's and the column's parts of [`Phases::at`], which add up.
+    fn row_at(&self, r: usize) -> usize {
+        ((r % self.sh) * self.sw * self.rq + r / self.sh) * self.wq
+    }
+
+    fn col_at(&self, c: usize) -> usize {
+        (c % self.sw) * self.rq * self.wq + c / self.sw
     }
 }
 
@@ -147,6 +157,8 @@ impl<T: Float> Job<'_, T> {
         let taps: Vec<usize> = (0..kvol)
             .map(|t| ph.at((t / aw.kernel) * ah.dilation, (t % aw.kernel) * aw.dilation))
             .collect();
+        // Where each input column goes, worked out once for every row of every channel.
+        let cols: Vec<usize> = (0..aw.input).map(|c| ph.col_at(c + aw.pad_begin)).collect();
         // Zeroed once: every channel then writes the same interior, the padding stays 0.
         buf.resize(ph.len() + len, T::default());
         let (planes, acc) = buf.split_at_mut(ph.len());
@@ -156,7 +168,7 @@ impl<T: Float> Job<'_, T> {
             .enumerate()
         {
             let g = (t0 + t) % groups;
-            scatter(ah, aw, &ph, xc, planes);
+            scatter(ah, &ph, &cols, xc, planes);
             let wg = &w[g * ocg * kvol..][..ocg * kvol];
             for (oc, (wk, yp)) in wg
                 .chunks_exact(kvol)
@@ -187,25 +199,20 @@ impl<T: Float> Job<'_, T> {
     }
 }
 
-/// Copies the plane `xc` to its padded, phase-split place in `planes`, a row and a column
-/// phase at a time (a division per element cost more than the copy).
+/// Copies the plane `xc` to its padded, phase-split place in `planes`, input column `c` of
+/// each row going to `cols[c]` past the row's start (a division per element, or a strided
+/// copy per row and phase, had cost more than the channel's multiply-adds).
 #[inline(always)]
-fn scatter<T: Float>(ah: &Axis, aw: &Axis, ph: &Phases, xc: &[T], planes: &mut [T]) {
-    let (iw, pb, sw) = (aw.input, aw.pad_begin, ph.sw);
+fn scatter<T: Float>(ah: &Axis, ph: &Phases, cols: &[usize], xc: &[T], planes: &mut [T]) {
+    let iw = cols.len();
     for (r, xr) in xc.chunks_exact(iw).take(ah.input).enumerate() {
-        let pr = r + ah.pad_begin;
-        for p in 0..sw {
-            // The first phase column j0 at or past the left padding, and its input column i0.
-            let j0 = pb.saturating_sub(p).div_ceil(sw);
-            let i0 = j0 * sw + p - pb;
-            let row = &mut planes[ph.at(pr, p)..][..ph.wq];
-            if sw == 1 {
-                row[j0..j0 + iw].copy_from_slice(xr);
-                continue;
-            }
-            for (dst, &v) in row[j0..].iter_mut().zip(xr.iter().skip(i0).step_by(sw)) {
-                *dst = v;
-            }
+        let base = ph.row_at(r + ah.pad_begin);
+        if ph.sw == 1 {
+            planes[base + cols[0]..][..iw].copy_from_slice(xr);
+            continue;
+        }
+        for (&c, &v) in cols.iter().zip(xr) {
+            planes[base + c] = v;
         }
     }
 }

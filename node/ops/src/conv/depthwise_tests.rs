@@ -80,6 +80,11 @@ fn depthwise_convolutions_match_the_reference() {
             auto_pad: "SAME_UPPER",
             ..depthwise(3, 1, &[7, 6], &[3, 3])
         },
+        // An empty input row that padding alone turns into outputs (the bias): the loop.
+        Case {
+            pads: vec![1, 1, 1, 1],
+            ..depthwise(2, 1, &[0, 3], &[1, 3])
+        },
         // 3-D keeps the generic loop.
         Case {
             strides: vec![1, 2, 1],
