@@ -1,17 +1,27 @@
-//! The CPU convolution: for each (batch, group), im2col then one GEMM, or a direct loop when
-//! each group reads a single input channel (depthwise), where im2col would only copy, or the
+//! The CPU convolution: for each (batch, group), im2col then one GEMM, or when each group
+//! reads a single input channel (depthwise), where im2col would only copy, the whole-plane
+//! kernel of depthwise.rs (a direct loop for 3-D), or the
 //! direct vector kernel of direct.rs for small f32 ones. Small convolutions run inline on the
 //! calling thread (see par.rs).
 
 use super::ConvShape;
 use crate::numeric::float::Float;
+use crate::simd::direct::PackCache;
 use crate::window::geometry::Axis;
 
 /// Caps the im2col buffer (elements) of one task; larger outputs are done in row blocks.
 pub(super) const COL_CAP: usize = 1 << 20;
 
 /// `x` is N x C x spatial, `w` is OC x C/group x kernel, `b` is OC; returns N x OC x out.
-pub fn conv<T: Float>(s: &ConvShape, x: &[T], w: &[T], b: Option<&[T]>) -> Vec<T> {
+/// `cache` keeps the direct kernel's packed weights between runs (one group's: it serves
+/// convolutions of one group, the usual case).
+pub fn conv<T: Float>(
+    s: &ConvShape,
+    x: &[T],
+    w: &[T],
+    b: Option<&[T]>,
+    cache: &PackCache,
+) -> Vec<T> {
     let (p, ocg) = (s.out_plane(), s.ocg());
     let mut y = vec![T::default(); s.n * s.oc * p];
     if y.is_empty() {
@@ -20,15 +30,21 @@ pub fn conv<T: Float>(s: &ConvShape, x: &[T], w: &[T], b: Option<&[T]>) -> Vec<T
     let (cg, k) = (s.cg(), s.cg() * s.kernel_volume());
     let xg_len = cg * s.in_plane();
     let axes = s.axes3();
+    let cache = (s.group == 1).then_some(cache);
+    if cg == 1 && s.group > 1 && super::depthwise::applies(&axes) {
+        super::depthwise::conv(&axes, s.group, ocg, x, w, b, &mut y);
+        return y;
+    }
     // One task per (batch, group): its output channels are one contiguous block of y. A single
     // large group (the usual case) is parallel inside its GEMM instead.
     crate::window::par::for_each_chunk(&mut y, ocg * p, ocg * p * k, |task, yb| {
         let (ni, g) = (task / s.group, task % s.group);
         let xg = &x[(ni * s.group + g) * xg_len..][..xg_len];
         let wg = &w[g * ocg * k..][..ocg * k];
+        let bg = b.map(|b| &b[g * ocg..][..ocg]);
         if cg == 1 && s.group > 1 {
             depthwise(&axes, xg, wg, yb);
-        } else if T::direct_conv(&axes, cg, ocg, xg, wg, b.map(|b| &b[g * ocg..][..ocg]), yb) {
+        } else if T::direct_conv(&axes, cg, ocg, xg, wg, bg, yb, cache) {
             // The bias is in already.
             return;
         } else {
@@ -167,7 +183,7 @@ pub(super) fn fill_row<T: Float>(dst: &mut [T], src: &[T], base: i64, stride: us
     dst.copy_from_slice(&row);
 }
 
-/// One group of a depthwise convolution (one input channel, `ocg` output channels).
+/// One group of a 3-D depthwise convolution (one input channel, `ocg` output channels).
 fn depthwise<T: Float>(axes: &[Axis; 3], xc: &[T], wg: &[T], yb: &mut [T]) {
     let [ad, ah, aw] = axes;
     let kvol = ad.kernel * ah.kernel * aw.kernel;

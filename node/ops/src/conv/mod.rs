@@ -10,6 +10,9 @@
 //! with ConvTranspose, the pools and BatchNormalization.
 
 mod cpu;
+mod depthwise;
+#[cfg(test)]
+mod depthwise_tests;
 #[cfg(test)]
 mod fast_tests;
 mod gpu;
@@ -26,6 +29,7 @@ mod wide;
 
 use super::util::{opt, req};
 use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::simd::direct::PackCache;
 use crate::size::{self, Size};
 use crate::splitk::SplitK;
 use crate::tensor::{DType, Tensor};
@@ -65,6 +69,7 @@ pub(crate) fn parse(spec: &NodeSpec<'_>) -> Result<Conv, OpError> {
     Ok(Conv {
         window: WindowAttrs::parse("Conv", spec.attrs)?,
         group: Size::from_i64(group, "Conv: group")?.get(),
+        pack: PackCache::default(),
     })
 }
 
@@ -72,6 +77,8 @@ pub(crate) fn parse(spec: &NodeSpec<'_>) -> Result<Conv, OpError> {
 pub struct Conv {
     window: WindowAttrs,
     group: usize,
+    /// The CPU kernel's weights as it last packed them (see simd/direct.rs).
+    pack: PackCache,
 }
 
 /// A convolution resolved against concrete shapes.
@@ -196,6 +203,7 @@ impl Conv {
 }
 
 fn run_typed<T: Float>(
+    pack: &PackCache,
     s: &ConvShape,
     x: &Tensor,
     w: &Tensor,
@@ -207,7 +215,7 @@ fn run_typed<T: Float>(
     }
     let (xv, wv) = (view::<T>(x)?, view::<T>(w)?);
     let bv = b.map(view::<T>).transpose()?;
-    let y = cpu::conv(s, &xv, &wv, bv.as_deref());
+    let y = cpu::conv(s, &xv, &wv, bv.as_deref(), pack);
     Ok(Tensor::from_vec(s.output_shape(), y))
 }
 
@@ -230,8 +238,8 @@ impl Op for Conv {
         self.check_dtypes(x.dtype(), w.dtype(), b.map(|b| b.dtype()))?;
         let s = self.shape(x.shape(), w.shape(), b.map(|b| b.shape()))?;
         let y = match x.dtype() {
-            DType::F32 => run_typed::<f32>(&s, x, w, b)?,
-            _ => run_typed::<f64>(&s, x, w, b)?,
+            DType::F32 => run_typed::<f32>(&self.pack, &s, x, w, b)?,
+            _ => run_typed::<f64>(&self.pack, &s, x, w, b)?,
         };
         Ok(vec![y])
     }

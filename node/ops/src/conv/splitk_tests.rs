@@ -33,6 +33,7 @@ fn shape_of(case: &Case) -> ConvShape {
     let conv = Conv {
         window: WindowAttrs::parse("Conv", &attrs).unwrap(),
         group: case.group,
+        pack: Default::default(),
     };
     conv.shape(&case.x_shape(), &case.w_shape(), None).unwrap()
 }

@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
 
+use crate::simd::direct::PackCache;
 use crate::tensor::{DType, Element};
 use crate::window::geometry::Axis;
 
@@ -35,7 +36,8 @@ pub trait Float:
 
     /// One group of a small 1-D or 2-D convolution, bias included, by the direct kernel of
     /// direct.rs; false, with `yb` untouched, where that kernel does not serve it (always, for
-    /// the types it does not cover).
+    /// the types it does not cover). `cache` keeps the op's packed weights between runs.
+    #[allow(clippy::too_many_arguments)]
     fn direct_conv(
         _axes: &[Axis; 3],
         _cg: usize,
@@ -44,6 +46,7 @@ pub trait Float:
         _wg: &[Self],
         _b: Option<&[Self]>,
         _yb: &mut [Self],
+        _cache: Option<&PackCache>,
     ) -> bool {
         false
     }
@@ -140,8 +143,9 @@ macro_rules! float {
                     wg: &[Self],
                     b: Option<&[Self]>,
                     yb: &mut [Self],
+                    cache: Option<&PackCache>,
                 ) -> bool {
-                    $direct(axes, cg, ocg, xg, wg, b, yb)
+                    $direct(axes, cg, ocg, xg, wg, b, yb, cache)
                 }
                 fn max_pairs(
                     rows: &[(usize, usize)],

@@ -4,7 +4,7 @@
 //! last tile overlaps the one before, strides, dilations, asymmetric pads, 1-D; then through
 //! the operator with batches and groups, against the reference in tests.rs.
 
-use super::direct::{Variant, applies, conv, conv_as};
+use super::direct::{PackCache, Variant, applies, conv, conv_as};
 use crate::conv::tests::{Case, data, reference_check};
 use crate::testkit::Rng;
 use crate::window::geometry::Axis;
@@ -107,16 +107,29 @@ fn direct_kernel_matches_the_definition() {
         let b: Vec<f32> = rng.values(ocg).iter().map(|&v| v as f32).collect();
         // The variant the cost model picks, then each one forced (by columns only where a
         // row holds a whole vector).
+        // Each variant, with and without a bias, without a cache and twice through one cache
+        // shared by the whole case (a hit on the second pass, a repack whenever the variant,
+        // the bias or the weights change: all of them, then only the last one).
         let variants = [None, Some(Variant::Channels), Some(Variant::Columns)];
-        for (bias, variant) in [None, Some(&b[..])]
+        let negated: Vec<f32> = w.iter().map(|v| -v).collect();
+        let mut tweaked = negated.clone();
+        *tweaked.last_mut().unwrap() += 1.0;
+        let cache = PackCache::default();
+        let runs = [None, Some(&b[..])]
             .into_iter()
             .flat_map(|b| variants.map(|v| (b, v)))
-        {
-            let want = naive(&ah, &aw, cg, ocg, &x, &w, bias);
+            .flat_map(|(b, v)| [(b, v, None), (b, v, Some(&cache)), (b, v, Some(&cache))])
+            .map(|(b, v, c)| (&w[..], b, v, c))
+            .chain(
+                [None, Some(&cache), Some(&cache)].map(|c| (&negated[..], Some(&b[..]), None, c)),
+            )
+            .chain([Some(&cache), Some(&cache)].map(|c| (&tweaked[..], Some(&b[..]), None, c)));
+        for (w, bias, variant, cache) in runs {
+            let want = naive(&ah, &aw, cg, ocg, &x, w, bias);
             let mut y = vec![f32::NAN; want.len()];
             let serves = avx2 && (variant != Some(Variant::Columns) || aw.output >= 8);
             assert_eq!(
-                conv_as(&axes, cg, ocg, &x, &w, bias, &mut y, variant),
+                conv_as(&axes, cg, ocg, &x, w, bias, &mut y, variant, cache),
                 serves
             );
             if !serves {
@@ -130,9 +143,10 @@ fn direct_kernel_matches_the_definition() {
             for (i, (&got, &want)) in y.iter().zip(&want).enumerate() {
                 assert!(
                     (got as f64 - want).abs() <= 1e-6 * (1.0 + taps),
-                    "cg {cg} ocg {ocg} {ah:?} {aw:?} bias {} {variant:?}: y[{i}] = {got}, \
-                     want {want}",
-                    bias.is_some()
+                    "cg {cg} ocg {ocg} {ah:?} {aw:?} bias {} {variant:?} cached {}: y[{i}] = \
+                     {got}, want {want}",
+                    bias.is_some(),
+                    cache.is_some()
                 );
             }
         }
@@ -150,7 +164,7 @@ fn direct_kernel_declines_what_it_does_not_serve() {
     let mut y = vec![1.0f32; 7 * 64];
     let x = vec![0.5f32; 4 * 64];
     let w = vec![0.5f32; 7 * 4 * 9];
-    assert!(!conv(&[Axis::UNIT, a, a], 4, 7, &x, &w, None, &mut y));
+    assert!(!conv(&[Axis::UNIT, a, a], 4, 7, &x, &w, None, &mut y, None));
     assert!(
         y.iter().all(|&v| v == 1.0),
         "a declined call leaves y alone"

@@ -204,8 +204,11 @@ impl WindowAttrs {
                 "{op}: kernel size 0 on spatial axis {i}"
             )));
         }
-        let what = |name: &str| format!("{op}: the {name} of spatial axis {i}");
-        let size = |v: usize, name: &str| Size::new(v, what(name));
+        // Lazy: the message is only written when a check fails. Formatting it eagerly, a
+        // dozen strings per axis, was 15% of a small ResNet's CPU time (Conv and the pools
+        // resolve their windows on every run).
+        let what = |name| AxisWhat { op, name, axis: i };
+        let size = |v: usize, name| Size::new(v, what(name));
         let (s, n) = (size(a.stride, "stride")?, size(a.input, "input size")?);
         // (kernel - 1) * dilation + 1, checked: the kernel and dilation come from the model.
         let extent = size(a.kernel - 1, "kernel")?
@@ -270,6 +273,24 @@ impl WindowAttrs {
             .mul(s, what("last window's start"))?
             .add(extent, what("last window's end"))?;
         Ok(a)
+    }
+}
+
+/// "{op}: the {name} of spatial axis {axis}", for a size check's error.
+#[derive(Clone, Copy)]
+struct AxisWhat<'a> {
+    op: &'a str,
+    name: &'static str,
+    axis: usize,
+}
+
+impl std::fmt::Display for AxisWhat<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: the {} of spatial axis {}",
+            self.op, self.name, self.axis
+        )
     }
 }
 
