@@ -197,16 +197,21 @@ fn test_split_limit(dir: &Path, devices: DeviceSelection) -> Option<u64> {
         .filter(|m| m.is_file())
         .map(|m| m.len())
         .sum();
-    let set = &data_sets_in(dir)[0];
+    let sets = data_sets_in(dir);
     let mut cap = (bytes / 4).max(1);
     for _ in 0..60 {
-        let planned = Session::load(&path, options(devices, Some(cap)))
-            .and_then(|s| s.plan_summary(&set.feeds()));
-        if let Ok(summary) = planned {
+        // Every data set must plan under the cap (a dynamic model's sets differ in size); the
+        // largest plan is the one reported.
+        let planned: Result<Vec<_>, _> = Session::load(&path, options(devices, Some(cap)))
+            .and_then(|s| sets.iter().map(|set| s.plan_summary(&set.feeds())).collect());
+        if let Ok(summaries) = planned {
+            let summary = summaries.into_iter().max_by_key(|s| s.chunks).expect("a data set");
             let gpus = summary.ops_per_device.keys();
             let gpus = gpus.filter(|d| d.starts_with("vulkan:")).count();
+            // A model of sequences or optionals is planned per input structure and reports no
+            // tensor plan here: nothing to assert of it.
             assert!(
-                gpus >= 2,
+                gpus >= 2 || summary.ops_per_device.is_empty(),
                 "{}: the smallest cap that plans, {cap} bytes, uses {summary:?}",
                 dir.display()
             );
