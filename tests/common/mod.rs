@@ -203,9 +203,16 @@ fn test_split_limit(dir: &Path, devices: DeviceSelection) -> Option<u64> {
         // Every data set must plan under the cap (a dynamic model's sets differ in size); the
         // largest plan is the one reported.
         let planned: Result<Vec<_>, _> = Session::load(&path, options(devices, Some(cap)))
-            .and_then(|s| sets.iter().map(|set| s.plan_summary(&set.feeds())).collect());
+            .and_then(|s| {
+                sets.iter()
+                    .map(|set| s.plan_summary(&set.feeds()))
+                    .collect()
+            });
         if let Ok(summaries) = planned {
-            let summary = summaries.into_iter().max_by_key(|s| s.chunks).expect("a data set");
+            let summary = summaries
+                .into_iter()
+                .max_by_key(|s| s.chunks)
+                .expect("a data set");
             let gpus = summary.ops_per_device.keys();
             let gpus = gpus.filter(|d| d.starts_with("vulkan:")).count();
             // A model of sequences or optionals is planned per input structure and reports no
