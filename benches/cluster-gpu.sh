@@ -22,15 +22,6 @@ scaling() {
   m=/tmp/chain-scaling-${BLOCKS:-8}-${DIM:-1024}-${BATCH:-256}
   python3 benches/big/make_chain.py --out "$m" --blocks "${BLOCKS:-8}" --dim "${DIM:-1024}" \
     --batch "${BATCH:-256}" --no-check > "$out/make_chain.txt" 2>&1
-  python3 - "$m" <<'PY' >> "$out/make_chain.txt" 2>&1
-import os, sys
-import numpy as np
-from onnx import numpy_helper
-d = sys.argv[1]
-os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
-t = numpy_helper.from_array(np.load(os.path.join(d, "x.npy")), "x")
-open(os.path.join(d, "test_data_set_0", "input_0.pb"), "wb").write(t.SerializeToString())
-PY
   # NODE_LOGS=1: the nodes' trace logs (a run's life hop by hop), their first 3000 lines each.
   logs=""
   if [ -n "${NODE_LOGS:-}" ]; then logs=$out/logs; mkdir -p "$logs"; fi

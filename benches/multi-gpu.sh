@@ -49,15 +49,6 @@ split() {
   m=/tmp/chain-multi-${BLOCKS:-8}-${DIM:-4096}-${BATCH:-256}
   python3 benches/big/make_chain.py --out "$m" --blocks "${BLOCKS:-8}" --dim "${DIM:-4096}" \
     --batch "${BATCH:-256}" --no-check > "$out/make_chain.txt" 2>&1
-  python3 - "$m" <<'PY' >> "$out/make_chain.txt" 2>&1
-import os, sys
-import numpy as np
-from onnx import numpy_helper
-d = sys.argv[1]
-os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
-t = numpy_helper.from_array(np.load(os.path.join(d, "x.npy")), "x")
-open(os.path.join(d, "test_data_set_0", "input_0.pb"), "wb").write(t.SerializeToString())
-PY
   VKML_BENCH_MULTI_GPU="$m/chain.onnx" VKML_BENCH_SECS=${SECS:-3} timeout 420 .gpu/bench-cluster --bench \
     > "$out/split.txt" 2> "$out/split.log"
   tail -8 "$out/split.txt"

@@ -21,7 +21,7 @@ entries (location, offset, length), never through onnx's helpers that load every
                                                     # against the float64 reference
 
 DIR gets chain.onnx, its weight file(s) (chain.onnx.data, or chain.block<i>.bin with
---files-per-block), x.npy (seeded input), ref.npy with --reference (the output computed in
+--files-per-block), x.npy (seeded input, also as test_data_set_0/input_0.pb), ref.npy with --reference (the output computed in
 float64 with numpy, block by block from the weight files through np.memmap, so memory stays
 one block), and meta.json (dims, dtype, blocks, weight bytes: read by big_submit.py).
 """
@@ -163,6 +163,12 @@ def make(out, blocks, dim, batch, dtype, seed, files_per_block, with_ref, align=
         f.write(model.SerializeToString())
     x = make_input(seed, batch, dim, dtype)
     np.save(os.path.join(out, "x.npy"), x)
+    # The same input in ONNX's test-data layout, which `vkml-node run --test-data` and the
+    # benches read.
+    from onnx import numpy_helper
+    os.makedirs(os.path.join(out, "test_data_set_0"), exist_ok=True)
+    with open(os.path.join(out, "test_data_set_0", "input_0.pb"), "wb") as f:
+        f.write(numpy_helper.from_array(x, "x").SerializeToString())
     weight_bytes = sum(e[3] for e in entries)
     files = sorted({e[1] for e in entries})
     file_bytes = sum(os.path.getsize(os.path.join(out, f)) for f in files)
