@@ -16,14 +16,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vkml_planner::{LinkCosts, Plan};
 
 use super::Device;
 use super::gpu::dev_err;
 use super::topology::Topology;
-use crate::device::vulkan::{Gpu, GpuBuffer, HostBlock, MemoryUse, Step, VulkanError};
+use crate::device::vulkan::{BridgeProbe, Gpu, GpuBuffer, HostBlock, VulkanError};
 use crate::error::Result;
 use crate::graph::{Graph, ValueId};
 
@@ -163,42 +163,10 @@ pub fn local_links(devices: &[Device]) -> LinkCosts {
 /// best of three 16 MiB transfers after one untimed (a few milliseconds in all).
 fn bytes_per_us(a: &Gpu, b: &Gpu) -> std::result::Result<u64, VulkanError> {
     const BYTES: u64 = 16 << 20;
-    const LONG: Duration = Duration::from_secs(30);
-    let align = [a, b]
-        .iter()
-        .filter_map(|g| g.info().host_import_alignment)
-        .max()
-        .unwrap_or(4096);
-    let block = HostBlock::new(BYTES, align)?;
-    let (src, dst) = (
-        a.create_buffer(BYTES, MemoryUse::Device, "bridge probe")?,
-        b.create_buffer(BYTES, MemoryUse::Device, "bridge probe")?,
-    );
-    let (on_a, on_b) = (
-        a.import_host(&block, "bridge probe")?,
-        b.import_host(&block, "bridge probe")?,
-    );
-    let copy = |src, dst| Step::Copy {
-        src,
-        src_offset: 0,
-        dst,
-        dst_offset: 0,
-        bytes: BYTES,
-    };
-    let out = a.record(&[copy(&src, &on_a)])?;
-    let inn = b.record(&[copy(&on_b, &dst)])?;
+    let probe = BridgeProbe::new(a, b, BYTES)?;
     let mut best = Duration::MAX;
     for _ in 0..4 {
-        let t = Instant::now();
-        for (g, list) in [(a, &out), (b, &inn)] {
-            let v = g.submit(list)?;
-            if !g.wait(v, LONG)? {
-                return Err(VulkanError::Invalid(
-                    "a probe copy did not finish in 30 s".into(),
-                ));
-            }
-        }
-        best = best.min(t.elapsed());
+        best = best.min(probe.run(Duration::from_secs(30))?);
     }
     Ok((BYTES as u128 / best.as_micros().max(1)) as u64)
 }

@@ -15,7 +15,7 @@ mod common;
 use std::time::Instant;
 
 use common::LONG;
-use vkml_vulkan::{Gpu, GpuBuffer, HostBlock, MemoryUse, Step};
+use vkml_vulkan::{BridgeProbe, Gpu, GpuBuffer, MemoryUse, Step};
 
 fn main() {
     let Some(_) = common::gpu() else {
@@ -94,26 +94,8 @@ fn submit_and_wait(gpu: &Gpu, list: &vkml_vulkan::CommandList) {
 
 /// Device memory of `src` to device memory of `dst` through a host block both import.
 fn bridge_once(src: &Gpu, dst: &Gpu, bytes: u64) -> Box<dyn FnMut() -> f64> {
-    let align = [src, dst]
-        .iter()
-        .map(|g| g.info().host_import_alignment.expect("host import"))
-        .max()
-        .unwrap_or(4096);
-    let block = HostBlock::new(bytes, align).expect("host block");
-    let (a, b) = (device(src, bytes, "a"), device(dst, bytes, "b"));
-    let (on_src, on_dst) = (
-        src.import_host(&block, "bridge").expect("import"),
-        dst.import_host(&block, "bridge").expect("import"),
-    );
-    let out = src.record(&[copy(&a, &on_src, bytes)]).expect("record");
-    let inn = dst.record(&[copy(&on_dst, &b, bytes)]).expect("record");
-    let (src, dst) = (src.arc(), dst.arc());
-    Box::new(move || {
-        let t = Instant::now();
-        submit_and_wait(&src, &out);
-        submit_and_wait(&dst, &inn);
-        t.elapsed().as_secs_f64()
-    })
+    let probe = BridgeProbe::new(src, dst, bytes).expect("bridge");
+    Box::new(move || probe.run(LONG).expect("transfer").as_secs_f64())
 }
 
 /// Device memory of `src` to `dst`'s upload buffer through readback memory and a tensor.

@@ -18,6 +18,7 @@
 //! a command list keep their `Gpu` alive, a command list keeps alive every buffer its steps
 //! touch, and dropping a command list waits for its last submission first.
 
+mod bridge;
 mod buffer;
 mod coop;
 mod error;
@@ -29,6 +30,7 @@ mod pipeline;
 mod record;
 mod submit;
 
+pub use bridge::BridgeProbe;
 pub use buffer::{GpuBuffer, HostBlock, MemoryUse};
 pub use error::VulkanError;
 pub use gate::Armed;
