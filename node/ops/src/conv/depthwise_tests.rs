@@ -10,21 +10,7 @@ use crate::window::geometry::Axis;
 
 /// `group` channels of depthwise convolution with `mult` outputs each, stride 1, no padding.
 fn depthwise(group: usize, mult: usize, input: &[usize], kernel: &[usize]) -> Case {
-    let rank = input.len();
-    Case {
-        n: 1,
-        group,
-        cg: 1,
-        ocg: mult,
-        input: input.to_vec(),
-        kernel: kernel.to_vec(),
-        strides: vec![1; rank],
-        dilations: vec![1; rank],
-        pads: vec![0; 2 * rank],
-        auto_pad: "NOTSET",
-        kernel_attr: true,
-        bias: true,
-    }
+    Case::plain(group, 1, mult, input, kernel)
 }
 
 #[test]

@@ -35,21 +35,7 @@ fn im2col_rows_match_the_definition() {
 }
 
 fn case(cg: usize, ocg: usize, input: &[usize], kernel: &[usize]) -> Case {
-    let rank = input.len();
-    Case {
-        n: 1,
-        group: 1,
-        cg,
-        ocg,
-        input: input.to_vec(),
-        kernel: kernel.to_vec(),
-        strides: vec![1; rank],
-        dilations: vec![1; rank],
-        pads: vec![0; 2 * rank],
-        auto_pad: "NOTSET",
-        kernel_attr: true,
-        bias: true,
-    }
+    Case::plain(1, cg, ocg, input, kernel)
 }
 
 #[test]

@@ -24,6 +24,26 @@ pub struct Case {
 }
 
 impl Case {
+    /// `group` groups of `cg` input and `ocg` output channels, one image, stride 1, no padding,
+    /// with a bias; tests change what they need with struct update syntax.
+    pub fn plain(group: usize, cg: usize, ocg: usize, input: &[usize], kernel: &[usize]) -> Case {
+        let rank = input.len();
+        Case {
+            n: 1,
+            group,
+            cg,
+            ocg,
+            input: input.to_vec(),
+            kernel: kernel.to_vec(),
+            strides: vec![1; rank],
+            dilations: vec![1; rank],
+            pads: vec![0; 2 * rank],
+            auto_pad: "NOTSET",
+            kernel_attr: true,
+            bias: true,
+        }
+    }
+
     pub fn random(rng: &mut Rng, rank: usize) -> Case {
         let auto_pad = match rng.range(0, 9) {
             0 => "SAME_UPPER",
