@@ -293,24 +293,11 @@ mod tests {
     fn gpu_matches_cpu() {
         let mut rng = crate::testkit::Rng::new(8);
         for (axis, largest, k) in [(-1i64, 1i64, 3i64), (1, 0, 5), (0, 1, 2), (2, 0, 0)] {
-            let attrs = Attrs(
-                [
-                    ("axis", AttrValue::Int(axis)),
-                    ("largest", AttrValue::Int(largest)),
-                ]
-                .into_iter()
-                .map(|(n, v)| (n.to_string(), v))
-                .collect(),
-            );
-            let spec = NodeSpec {
-                name: "t",
-                op_type: "TopK",
-                attrs: &attrs,
-                opset: 11,
-                num_inputs: 2,
-                num_outputs: 2,
-            };
-            let op = crate::build(&spec).unwrap();
+            let attrs = vec![
+                ("axis", AttrValue::Int(axis)),
+                ("largest", AttrValue::Int(largest)),
+            ];
+            let op = crate::testkit::node("TopK", 11, attrs, 2, 2).unwrap();
             let kt = Tensor::from_vec(vec![1], vec![k]);
             // Few distinct values: ties must keep index order on both sides.
             let v: Vec<f32> = rng
@@ -330,24 +317,11 @@ mod tests {
         }
         // Long rows: the per-row shader, ties and a NaN included.
         for (axis, largest, k) in [(1i64, 1i64, 10i64), (0, 0, 7)] {
-            let attrs = Attrs(
-                [
-                    ("axis", AttrValue::Int(axis)),
-                    ("largest", AttrValue::Int(largest)),
-                ]
-                .into_iter()
-                .map(|(n, v)| (n.to_string(), v))
-                .collect(),
-            );
-            let spec = NodeSpec {
-                name: "t",
-                op_type: "TopK",
-                attrs: &attrs,
-                opset: 11,
-                num_inputs: 2,
-                num_outputs: 2,
-            };
-            let op = crate::build(&spec).unwrap();
+            let attrs = vec![
+                ("axis", AttrValue::Int(axis)),
+                ("largest", AttrValue::Int(largest)),
+            ];
+            let op = crate::testkit::node("TopK", 11, attrs, 2, 2).unwrap();
             let kt = Tensor::from_vec(vec![1], vec![k]);
             let shape = if axis == 1 {
                 vec![2, 5000]
@@ -379,20 +353,8 @@ mod tests {
         use crate::testkit::gpu::run_op;
         let mut rng = crate::testkit::Rng::new(9);
         for (rows, len, k, largest) in [(3, 7, 3, true), (5, 13, 13, false), (2, 5001, 9, true)] {
-            let attrs = Attrs(
-                [("largest".to_string(), AttrValue::Int(i64::from(largest)))]
-                    .into_iter()
-                    .collect(),
-            );
-            let spec = NodeSpec {
-                name: "t",
-                op_type: "TopK",
-                attrs: &attrs,
-                opset: 11,
-                num_inputs: 2,
-                num_outputs: 2,
-            };
-            let op = crate::build(&spec).unwrap();
+            let attrs = vec![("largest", AttrValue::Int(i64::from(largest)))];
+            let op = crate::testkit::node("TopK", 11, attrs, 2, 2).unwrap();
             let kt = Tensor::from_vec(vec![1], vec![k as i64]);
             // Few distinct values (ties keep index order), about half of them from 2^63 up; 5001 is past GPU_MAX_LEN, for the per-row shader.
             let v64: Vec<u64> = (0..rows * len)
