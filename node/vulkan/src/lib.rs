@@ -10,6 +10,8 @@
 //!   descriptor update per run;
 //! - completion is one timeline semaphore per GPU: [`Gpu::submit`] returns the value that
 //!   signals the list's completion, [`Gpu::wait`] / [`Gpu::wait_spin`] wait for it;
+//! - [`Gpu::import_host`] maps a [`HostBlock`] into a GPU, so that two GPUs of a process share
+//!   it and pass values by their copy engines alone ([`BridgeProbe`] times one such transfer);
 //! - [`Gpu::arm`] queues a list recorded by [`Gpu::record_gated`] behind a gate before its
 //!   inputs exist, and [`Armed::fire`] opens the gate: the submission's latency leaves the
 //!   run's critical path. Anything else submitted meanwhile disarms it (gate.rs).
