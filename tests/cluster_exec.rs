@@ -178,6 +178,14 @@ fn squeezenet_fits_three_nodes_capped_at_140_percent_of_its_file() {
     split_under_caps("exec-squeezenet", &m.join("model.onnx"), &m, &[cap; 3], 2);
 }
 
+/// Scan, Loop and If over three nodes: each control-flow op travels with its bodies in its
+/// fragment and runs on one device there, the outer weights its bodies read sent with it.
+#[test]
+fn control_flow_split_over_three_nodes_matches_a_single_node() {
+    let m = common::fixture("control_flow");
+    split_matches_single_node("exec-control", &m.join("model.onnx"), &m);
+}
+
 #[test]
 fn a_transformer_split_over_three_nodes_matches_a_single_node() {
     let m = common::real_model_dir("bert_static");

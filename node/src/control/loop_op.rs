@@ -3,7 +3,7 @@
 
 use super::body::{Body, Infer};
 use super::slices::stack;
-use crate::model::{ModelDef, NodeDef};
+use crate::model::{GraphDef, ModelDef, NodeDef};
 use crate::ops::util::opt;
 use crate::ops::{InferInput, Op, OpError, ValueType};
 use crate::tensor::{DType, Tensor};
@@ -48,13 +48,32 @@ pub fn build(
             "Loop without a trip count or a condition never ends",
         ));
     }
-    let cond_passes_through = g.outputs[0].name == g.inputs[1].name;
+    let cond_passes_through = passes_through(g, &g.outputs[0].name, &g.inputs[1].name);
     Ok(Box::new(Loop {
         body,
         carried,
         scans,
         cond_passes_through,
     }))
+}
+
+/// Whether `output` of body `g` is its input `input`, directly or through Identity nodes (the
+/// exporters' `cond_out = Identity(cond_in)`).
+fn passes_through(g: &GraphDef, output: &str, input: &str) -> bool {
+    let mut name = output;
+    // Each step moves to an earlier node; a graph of n nodes has no longer chain.
+    for _ in 0..=g.nodes.len() {
+        if name == input {
+            return true;
+        }
+        match g.nodes.iter().find(|n| n.outputs.iter().any(|o| o == name)) {
+            Some(n) if n.op_type == "Identity" && n.domain.is_empty() && n.inputs.len() == 1 => {
+                name = &n.inputs[0];
+            }
+            _ => return false,
+        }
+    }
+    false
 }
 
 fn scalar_of(t: &Tensor, what: &str) -> Result<i64, OpError> {

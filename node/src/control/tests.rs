@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::model::{Dim, GraphDef, ValueDef};
-use crate::ops::Attrs;
+use crate::ops::{Attrs, ValueType};
 use crate::session::{DeviceSelection, Session, SessionOptions};
 use crate::tensor::{DType, Tensor};
 
@@ -164,6 +164,20 @@ fn loop_carries_scans_and_reads_outer_values() {
             }
         }
     }
+}
+
+/// A trip count known while planning and a condition the body hands back through Identity
+/// (as exporters write it): the scan output's length is the trip count, found from types
+/// alone, so a cluster can plan the loop without the inputs' values.
+#[test]
+fn a_known_trip_count_plans_a_loop_from_types_alone() {
+    let mut g = loop_model(true);
+    g.inputs.retain(|i| i.name != "m");
+    g.initializers.push(("m".into(), Tensor::scalar(3i64)));
+    let s = session(g, 13, DeviceSelection::Cpu);
+    let f = |d: &[usize]| ValueType::new(DType::F32, d.to_vec());
+    let types = s.output_types(&[f(&[2]), f(&[2])], &[]).unwrap();
+    assert_eq!(types, [f(&[2]), f(&[3])]);
 }
 
 #[test]

@@ -317,6 +317,97 @@ fn checked_type(
     Ok(ValueType::new(dtype, dims))
 }
 
+/// A fragment node's op. If, Loop and Scan are built with their bodies, as a model's graph
+/// builds them: the outer values their bodies read are the node's last inputs, in the order
+/// [`crate::control::build`] appends them, which the fragment must match.
+fn rebuild_op(
+    def: &crate::model::NodeDef,
+    fnode: &pb::FragmentNode,
+    f: &pb::Fragment,
+) -> Result<Box<dyn ops::Op>, DistError> {
+    let unsupported = |e: ops::OpError| {
+        DistError::Unsupported(format!("node '{}' ({}): {e}", def.name, def.op_type))
+    };
+    let bodies: Vec<&crate::model::GraphDef> = def
+        .attrs
+        .0
+        .values()
+        .filter_map(|v| match v {
+            ops::AttrValue::Graph(g) => Some(&**g),
+            _ => None,
+        })
+        .collect();
+    if bodies.is_empty() {
+        return ops::build_in(
+            &def.domain,
+            &NodeSpec {
+                name: &def.name,
+                op_type: &def.op_type,
+                attrs: &def.attrs,
+                opset: f.opset,
+                num_inputs: fnode.inputs.len(),
+                num_outputs: fnode.outputs.len(),
+            },
+        )
+        .map_err(unsupported);
+    }
+    let captured: BTreeSet<String> = bodies
+        .into_iter()
+        .flat_map(crate::control::captured)
+        .collect();
+    let name = |v: i64| -> Result<String, DistError> {
+        match usize::try_from(v) {
+            Err(_) => Ok(String::new()),
+            Ok(v) => f
+                .value_names
+                .get(v)
+                .cloned()
+                .ok_or_else(|| bad(&format!("value id {v} out of range"))),
+        }
+    };
+    let Some(formal) = fnode.inputs.len().checked_sub(captured.len()) else {
+        return Err(bad(&format!(
+            "node '{}' ({}) has fewer inputs than its bodies read outer values",
+            def.name, def.op_type
+        )));
+    };
+    let inputs: Vec<String> = fnode
+        .inputs
+        .iter()
+        .map(|&v| name(v))
+        .collect::<Result<_, _>>()?;
+    if !inputs[formal..].iter().eq(captured.iter()) {
+        return Err(bad(&format!(
+            "node '{}' ({}): its last inputs are not the outer values its bodies read",
+            def.name, def.op_type
+        )));
+    }
+    let node = crate::model::NodeDef {
+        inputs: inputs[..formal].to_vec(),
+        outputs: fnode
+            .outputs
+            .iter()
+            .map(|&v| name(v as i64))
+            .collect::<Result<_, _>>()?,
+        ..def.clone()
+    };
+    // Bodies are rebuilt at the fragment's opset; a fragment carries no IR version, and the
+    // runtime reads it only when loading files.
+    let model = crate::model::ModelDef {
+        ir_version: 8,
+        opset: f.opset,
+        producer: String::new(),
+        graph: Default::default(),
+    };
+    match crate::control::build(&node, &model) {
+        Some(built) => built.map(|(op, _)| op).map_err(unsupported),
+        None => Err(bad(&format!(
+            "node '{}' ({}) has a graph attribute but is not If, Loop or Scan",
+            def.name, def.op_type
+        ))),
+    }
+}
+
 fn bad(what: &str) -> DistError {
     DistError::Protocol(format!("malformed fragment: {what}"))
 }
@@ -349,20 +440,7 @@ pub fn rebuild(
     for fnode in &f.nodes {
         let def = crate::onnx::decode_node(Bytes::clone(&fnode.onnx_node))
             .map_err(|e| bad(&e.to_string()))?;
-        let op = ops::build_in(
-            &def.domain,
-            &NodeSpec {
-                name: &def.name,
-                op_type: &def.op_type,
-                attrs: &def.attrs,
-                opset: f.opset,
-                num_inputs: fnode.inputs.len(),
-                num_outputs: fnode.outputs.len(),
-            },
-        )
-        .map_err(|e| {
-            DistError::Unsupported(format!("node '{}' ({}): {e}", def.name, def.op_type))
-        })?;
+        let op = rebuild_op(&def, fnode, f)?;
         let inputs: Vec<Option<ValueId>> = fnode
             .inputs
             .iter()

@@ -1,5 +1,7 @@
 //! NodeDef -> NodeProto bytes and back: how a cluster fragment ships the ops of a plan to the
-//! nodes that run them (the op is rebuilt there from its type and attributes).
+//! nodes that run them (the op is rebuilt there from its type and attributes). Control flow's
+//! bodies travel inside their node as GraphProtos, so a participant rebuilds an If, Loop or
+//! Scan with its subgraphs and runs it on one of its devices.
 
 use bytes::Bytes;
 use prost::Message;
@@ -7,75 +9,157 @@ use prost::Message;
 use super::LoadError;
 use super::external::ExternalFiles;
 use super::proto::attribute_proto::AttributeType;
-use super::proto::{AttributeProto, NodeProto, TensorProto};
-use crate::model::NodeDef;
+use super::proto::tensor_shape_proto::{Dimension, dimension::Value as DimValue};
+use super::proto::type_proto::{self, Value as TypeValue};
+use super::proto::{
+    AttributeProto, GraphProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use crate::model::{Dim, GraphDef, Kind, NodeDef, ValueDef};
 use crate::ops::AttrValue;
 use crate::tensor::Tensor;
 
-/// Encodes a node (without its input and output names: fragments refer to values by id).
-/// Graph-valued attributes (control flow bodies) are refused: no op that has them runs on a
-/// cluster today.
+/// Encodes a node: its type, domain, attributes (subgraphs included) and whatever input and
+/// output names it has (a fragment's nodes have none: fragments refer to values by id).
 pub fn encode_node(node: &NodeDef) -> Result<Vec<u8>, LoadError> {
-    let mut attribute = Vec::with_capacity(node.attrs.0.len());
-    for (name, value) in &node.attrs.0 {
-        let mut a = AttributeProto {
-            name: name.clone(),
-            ..Default::default()
-        };
-        match value {
-            AttrValue::Int(i) => {
-                a.r#type = AttributeType::Int as i32;
-                a.i = *i;
-            }
-            AttrValue::Float(f) => {
-                a.r#type = AttributeType::Float as i32;
-                a.f = *f;
-            }
-            AttrValue::String(s) => {
-                a.r#type = AttributeType::String as i32;
-                a.s = Bytes::from(s.clone().into_bytes());
-            }
-            AttrValue::Tensor(t) => {
-                a.r#type = AttributeType::Tensor as i32;
-                a.t = Some(tensor_proto(t));
-            }
-            AttrValue::Ints(v) => {
-                a.r#type = AttributeType::Ints as i32;
-                a.ints = v.clone();
-            }
-            AttrValue::Floats(v) => {
-                a.r#type = AttributeType::Floats as i32;
-                a.floats = v.clone();
-            }
-            AttrValue::Strings(v) => {
-                a.r#type = AttributeType::Strings as i32;
-                a.strings = v
-                    .iter()
-                    .map(|s| Bytes::from(s.clone().into_bytes()))
-                    .collect();
-            }
-            AttrValue::Tensors(v) => {
-                a.r#type = AttributeType::Tensors as i32;
-                a.tensors = v.iter().map(tensor_proto).collect();
-            }
-            AttrValue::Graph(_) => {
-                return Err(LoadError::Unsupported(format!(
-                    "node '{}' ({}) has a graph attribute '{name}': ops with subgraphs do not \
-                     run on a cluster",
-                    node.name, node.op_type
-                )));
-            }
-        }
-        attribute.push(a);
-    }
+    Ok(node_proto(node)?.encode_to_vec())
+}
+
+fn node_proto(node: &NodeDef) -> Result<NodeProto, LoadError> {
+    let attribute = node
+        .attrs
+        .0
+        .iter()
+        .map(|(name, value)| attribute(name, value))
+        .collect::<Result<_, _>>()?;
     Ok(NodeProto {
         name: node.name.clone(),
         op_type: node.op_type.clone(),
         domain: node.domain.clone(),
+        input: node.inputs.clone(),
+        output: node.outputs.clone(),
         attribute,
         ..Default::default()
+    })
+}
+
+fn attribute(name: &str, value: &AttrValue) -> Result<AttributeProto, LoadError> {
+    let mut a = AttributeProto {
+        name: name.to_string(),
+        ..Default::default()
+    };
+    let kind = match value {
+        AttrValue::Int(i) => {
+            a.i = *i;
+            AttributeType::Int
+        }
+        AttrValue::Float(f) => {
+            a.f = *f;
+            AttributeType::Float
+        }
+        AttrValue::String(s) => {
+            a.s = Bytes::from(s.clone().into_bytes());
+            AttributeType::String
+        }
+        AttrValue::Tensor(t) => {
+            a.t = Some(tensor_proto(t));
+            AttributeType::Tensor
+        }
+        AttrValue::Ints(v) => {
+            a.ints = v.clone();
+            AttributeType::Ints
+        }
+        AttrValue::Floats(v) => {
+            a.floats = v.clone();
+            AttributeType::Floats
+        }
+        AttrValue::Strings(v) => {
+            a.strings = v
+                .iter()
+                .map(|s| Bytes::from(s.clone().into_bytes()))
+                .collect();
+            AttributeType::Strings
+        }
+        AttrValue::Tensors(v) => {
+            a.tensors = v.iter().map(tensor_proto).collect();
+            AttributeType::Tensors
+        }
+        AttrValue::Graph(g) => {
+            a.g = Some(graph_proto(g)?);
+            AttributeType::Graph
+        }
+    };
+    a.r#type = kind as i32;
+    Ok(a)
+}
+
+/// A subgraph as ONNX wrote it: nodes, initializers and declared values. Only a model's main
+/// graph defers weights, and a fragment never ships that one.
+fn graph_proto(g: &GraphDef) -> Result<GraphProto, LoadError> {
+    if let Some(d) = g.deferred.first() {
+        return Err(LoadError::Unsupported(format!(
+            "graph '{}' has external weight '{}' not loaded yet; only a model's main graph \
+             may defer its weights",
+            g.name, d.name
+        )));
     }
-    .encode_to_vec())
+    Ok(GraphProto {
+        name: g.name.clone(),
+        node: g.nodes.iter().map(node_proto).collect::<Result<_, _>>()?,
+        initializer: g
+            .initializers
+            .iter()
+            .map(|(name, t)| TensorProto {
+                name: name.clone(),
+                ..tensor_proto(t)
+            })
+            .collect(),
+        input: g.inputs.iter().map(value_info).collect(),
+        output: g.outputs.iter().map(value_info).collect(),
+        value_info: g.value_info.iter().map(value_info).collect(),
+        ..Default::default()
+    })
+}
+
+fn value_info(v: &ValueDef) -> ValueInfoProto {
+    let tensor = TypeValue::TensorType(type_proto::Tensor {
+        elem_type: v.dtype.map_or(0, |d| d.onnx_code()),
+        shape: v.dims.as_ref().map(|dims| TensorShapeProto {
+            dim: dims
+                .iter()
+                .map(|d| Dimension {
+                    value: Some(match d {
+                        Dim::Fixed(n) => DimValue::DimValue(*n as i64),
+                        Dim::Sym(s) => DimValue::DimParam(s.clone()),
+                    }),
+                    denotation: String::new(),
+                })
+                .collect(),
+        }),
+    });
+    let untyped = v.dtype.is_none() && v.dims.is_none() && v.kind.is_tensor();
+    ValueInfoProto {
+        name: v.name.clone(),
+        r#type: (!untyped).then(|| type_of(&v.kind, tensor)),
+        ..Default::default()
+    }
+}
+
+/// `kind` wrapped around the innermost tensor type.
+fn type_of(kind: &Kind, tensor: TypeValue) -> TypeProto {
+    let elem = |k: &Kind| Some(Box::new(type_of(k, tensor.clone())));
+    let value = match kind {
+        Kind::Tensor => tensor.clone(),
+        Kind::Sequence(k) => {
+            TypeValue::SequenceType(Box::new(type_proto::Sequence { elem_type: elem(k) }))
+        }
+        Kind::Optional(k) => {
+            TypeValue::OptionalType(Box::new(type_proto::Optional { elem_type: elem(k) }))
+        }
+    };
+    TypeProto {
+        value: Some(value),
+        denotation: String::new(),
+    }
 }
 
 /// Decodes what [`encode_node`] wrote. Input and output names are left empty.
@@ -150,6 +234,95 @@ mod tests {
         assert!(matches!(back.attrs.get("axis"), Some(AttrValue::Int(-1))));
         assert!(matches!(back.attrs.get("mode"), Some(AttrValue::String(s)) if s == "nearest"));
         assert!(matches!(back.attrs.get("pads"), Some(AttrValue::Ints(v)) if v == &[1, 2, 3, 4]));
+    }
+
+    /// A Loop's body survives the trip: nodes with their names, its own weights, and declared
+    /// values of every kind (symbolic sizes, sequences, an untyped value).
+    #[test]
+    fn bodies_survive_the_round_trip() {
+        use crate::model::{DeferredWeight, Dim, GraphDef, Kind, ValueDef};
+        use crate::tensor::DType;
+        let value = |name: &str, dtype, dims: Option<Vec<Dim>>, kind| ValueDef {
+            name: name.into(),
+            dtype,
+            dims,
+            kind,
+        };
+        let inputs = vec![
+            value("i", Some(DType::I64), Some(vec![]), Kind::Tensor),
+            value("cond", Some(DType::Bool), None, Kind::Tensor),
+            value(
+                "y",
+                Some(DType::F32),
+                Some(vec![Dim::Sym("batch".into()), Dim::Fixed(3)]),
+                Kind::Tensor,
+            ),
+            value(
+                "s",
+                Some(DType::F16),
+                None,
+                Kind::Sequence(Box::new(Kind::Optional(Box::new(Kind::Tensor)))),
+            ),
+            value("free", None, None, Kind::Tensor),
+        ];
+        let mut body = GraphDef {
+            name: "step".into(),
+            nodes: vec![NodeDef {
+                name: "add".into(),
+                op_type: "Add".into(),
+                domain: String::new(),
+                inputs: vec!["y".into(), "w".into()],
+                outputs: vec!["y_out".into()],
+                attrs: Attrs::default(),
+            }],
+            initializers: vec![(
+                "w".into(),
+                Tensor::from_vec(vec![3], vec![1.0f32, 2.0, 3.0]),
+            )],
+            inputs: inputs.clone(),
+            outputs: vec![value("y_out", Some(DType::F32), None, Kind::Tensor)],
+            ..Default::default()
+        };
+        let node = NodeDef {
+            name: "loop".into(),
+            op_type: "Loop".into(),
+            domain: String::new(),
+            inputs: vec![],
+            outputs: vec![],
+            attrs: Attrs(BTreeMap::from([(
+                "body".to_string(),
+                AttrValue::Graph(Box::new(body.clone())),
+            )])),
+        };
+        let back = decode_node(Bytes::from(encode_node(&node).unwrap())).unwrap();
+        let Some(AttrValue::Graph(g)) = back.attrs.get("body") else {
+            panic!("body came back as {:?}", back.attrs.get("body"));
+        };
+        assert_eq!(g.name, "step");
+        assert_eq!(g.inputs, inputs);
+        assert_eq!(g.outputs, body.outputs);
+        assert_eq!(g.nodes[0].inputs, ["y", "w"]);
+        assert_eq!(g.nodes[0].outputs, ["y_out"]);
+        assert_eq!(g.initializers[0].0, "w");
+        assert_eq!(g.initializers[0].1.to_f64_vec().unwrap(), [1.0, 2.0, 3.0]);
+
+        // Weights not read yet cannot travel inside a node.
+        body.deferred.push(DeferredWeight {
+            name: "big".into(),
+            dtype: DType::F32,
+            shape: vec![4],
+            location: "w.bin".into(),
+            offset: 0,
+        });
+        let node = NodeDef {
+            attrs: Attrs(BTreeMap::from([(
+                "body".to_string(),
+                AttrValue::Graph(Box::new(body)),
+            )])),
+            ..node
+        };
+        let e = encode_node(&node).unwrap_err().to_string();
+        assert!(e.contains("'big'"), "{e}");
     }
 
     #[test]
