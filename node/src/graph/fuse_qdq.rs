@@ -11,6 +11,9 @@
 //! - An elementwise op of one quantized value (activations, Clip, arithmetic with a one-value
 //!   constant) -> Lookup8 (ops/lookup8.rs), a table of 256 entries computed by the three ops'
 //!   CPU kernels: the float graph's results in one pass over bytes.
+//! - GlobalAveragePool (and a ReduceMean over the spatial axes) -> com.microsoft
+//!   QLinearGlobalAveragePool (ops/pool/qlinear.rs): integers summed, requantized once, as
+//!   ONNX Runtime's MLAS kernel does.
 //! - An op that only moves or picks values (MaxPool, Reshape, Flatten, Transpose, Slice, ...)
 //!   between a DequantizeLinear and a QuantizeLinear of one scale and zero point runs on the
 //!   integers themselves: the same bytes.
@@ -378,6 +381,20 @@ impl Qdq<'_> {
                 )?;
                 Some((made, vec![dq]))
             }
+            // A ReduceMean whose output has GlobalAveragePool's shape averages the same
+            // values: the shape check of product_node_in decides.
+            "GlobalAveragePool" | "ReduceMean" => {
+                let (inputs, dq) = self.qdq_average_parts(node, q)?;
+                let made = self.g.product_node_in(
+                    self.spec,
+                    crate::ops::MS_DOMAIN,
+                    "QLinearGlobalAveragePool",
+                    Attrs::default(),
+                    name,
+                    (inputs, q.outputs.clone()),
+                )?;
+                Some((made, vec![dq]))
+            }
             _ if ELEMENTWISE.contains(&op) => self.lookup_node((node, q), name),
             _ if MOVES_VALUES.contains(&op) => {
                 let (inputs, dq) = self.qdq_same_scale_input(node, q)?;
@@ -442,6 +459,20 @@ impl Qdq<'_> {
         }
         inputs.extend([Some(ys), yz]);
         Some((inputs, dq))
+    }
+
+    /// QLinearGlobalAveragePool's inputs for the average `node` of a live DequantizeLinear's
+    /// 8-bit values read only by the QuantizeLinear `q` giving that type, and the
+    /// DequantizeLinear's index.
+    fn qdq_average_parts(&self, node: &Node, q: &Node) -> Option<(Vec<Option<ValueId>>, usize)> {
+        let (dq, [xq, xs, xz]) = self.live_dequantize((*node.inputs.first()?)?)?;
+        let (ys, yz) = self.one_value_qparams(q)?;
+        let dtype = |v: ValueId| self.spec.types.get(v)?.as_ref().map(|t| t.dtype);
+        let t = dtype(xq?)?;
+        if !matches!(t, DType::U8 | DType::I8) || dtype(*q.outputs.first()?)? != t {
+            return None;
+        }
+        Some((vec![xq, xs, xz, Some(ys), yz], dq))
     }
 
     /// Q's scale and zero point when both are one-value constants (the scale f32).

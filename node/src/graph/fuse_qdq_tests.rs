@@ -253,3 +253,83 @@ fn elementwise_ops_between_qdq_pairs_become_tables_with_the_same_results() {
         .collect();
     assert!(distinct.len() > 20, "{} distinct outputs", distinct.len());
 }
+
+/// x [2, 3, 5, 5] -> Q/DQ -> GlobalAveragePool -> Q/DQ -> a, and x's DQ -> ReduceMean over
+/// the spatial axes (keepdims) -> Q/DQ -> b; a ReduceMean that drops the axes stays float.
+fn averages() -> Graph {
+    let scalar = |n: &str, v: f32| raw_tensor(n, FLOAT, &[], &f32_bytes(&[v]));
+    let inits = vec![
+        scalar("sx", 0.04),
+        raw_tensor("zx", UINT8, &[], &[128]),
+        scalar("sa", 0.01),
+        raw_tensor("za", UINT8, &[], &[120]),
+    ];
+    let axes = |keep: i64| {
+        vec![
+            AttributeProto {
+                name: "axes".into(),
+                r#type: AttributeType::Ints as i32,
+                ints: vec![2, 3],
+                ..Default::default()
+            },
+            attr("keepdims", keep, None),
+        ]
+    };
+    let mut nodes = vec![];
+    nodes.extend(qdq("x", "sx", "zx"));
+    nodes.push(node("GlobalAveragePool", "gap", &["x_d"], &["a"]));
+    nodes.extend(qdq("a", "sa", "za"));
+    nodes.push(with(node("ReduceMean", "rm", &["x_d"], &["b"]), axes(1)));
+    nodes.extend(qdq("b", "sa", "za"));
+    nodes.push(with(node("ReduceMean", "flat", &["x_d"], &["c"]), axes(0)));
+    nodes.extend(qdq("c", "sa", "za"));
+    let out = |n: &str| tensor_value(n, FLOAT, None);
+    let g = GraphProto {
+        name: "g".into(),
+        node: nodes,
+        initializer: inits,
+        input: vec![tensor_value(
+            "x",
+            FLOAT,
+            Some(&[D::V(2), D::V(3), D::V(5), D::V(5)]),
+        )],
+        output: vec![out("a_d"), out("b_d"), out("c_d")],
+        ..Default::default()
+    };
+    let dir = TempDir::new("fuse_qdq_avg");
+    let path = write_model(&dir, "m.onnx", &model_with(g));
+    Graph::from_model(&crate::onnx::load(&path).unwrap()).unwrap()
+}
+
+#[test]
+fn averages_between_qdq_pairs_become_integer_pools() {
+    let g = averages();
+    let types = [ValueType::new(DType::F32, vec![2, 3, 5, 5])];
+    let plain = g.specialize_unfused(&types, &[]).unwrap();
+    let mut fused = g.specialize_unfused(&types, &[]).unwrap();
+    g.fuse_qdq(&mut fused);
+    let ops = ops(&g, &fused);
+    let count = |t: &str| ops.iter().filter(|o| *o == t).count();
+    assert_eq!(count("QLinearGlobalAveragePool"), 2, "{ops:?}");
+    assert_eq!(count("GlobalAveragePool"), 0, "{ops:?}");
+    assert_eq!(
+        count("ReduceMean"),
+        1,
+        "the one without keepdims stays: {ops:?}"
+    );
+    let x = Tensor::from_vec(
+        vec![2, 3, 5, 5],
+        (0..150)
+            .map(|i| ((i * 67) % 41) as f32 * 0.11 - 1.7)
+            .collect::<Vec<f32>>(),
+    );
+    let (want, got) = (run(&g, &plain, &x), run(&g, &fused, &x));
+    for (w, g) in want.iter().zip(&got) {
+        let (w, g) = (w.view::<f32>().unwrap(), g.view::<f32>().unwrap());
+        assert_eq!(w.len(), 6);
+        // Within one quantum of the output's scale.
+        for (a, b) in w.iter().zip(g.iter()) {
+            assert!((a - b).abs() <= 0.01 + 1e-6, "{a} vs {b}");
+        }
+    }
+}

@@ -423,7 +423,7 @@ fn a_fused_session_matches_the_unfused_graph() {
 
 /// The QDQ pass on the statically quantized ResNet (tests/models/resnet_qdq): every Conv with
 /// its QuantizeLinear becomes QLinearConv, every residual sum QLinearAdd, the classifier's
-/// Gemm QGemm, the MaxPool and Flatten between Q/DQ pairs of one scale run on the integers,
+/// Gemm QGemm, its GlobalAveragePool QLinearGlobalAveragePool, the MaxPool and Flatten between Q/DQ pairs of one scale run on the integers,
 /// and the DequantizeLinear nodes that fed only them go.
 #[test]
 fn qdq_convolutions_and_sums_become_integer_ops_in_the_quantized_resnet() {
@@ -445,6 +445,9 @@ fn qdq_convolutions_and_sums_become_integer_ops_in_the_quantized_resnet() {
     assert_eq!(count(&fused, "QLinearAdd"), adds);
     assert_eq!((count(&plain, "Gemm"), count(&fused, "Gemm")), (1, 0));
     assert_eq!(count(&fused, "QGemm"), 1);
+    let pools = count(&plain, "GlobalAveragePool");
+    assert_eq!((pools, count(&fused, "GlobalAveragePool")), (1, 0));
+    assert_eq!(count(&fused, "QLinearGlobalAveragePool"), 1);
     // MaxPool and Flatten now read 8-bit values.
     for op in ["MaxPool", "Flatten"] {
         let on_bytes = fused.live.iter().any(|&i| {

@@ -13,6 +13,9 @@ mod fast_tests;
 mod gpu;
 #[cfg(test)]
 mod gpu_tests;
+mod qlinear;
+#[cfg(test)]
+mod qlinear_tests;
 #[cfg(test)]
 mod tests;
 
@@ -34,6 +37,7 @@ pub fn register(r: &mut Registry) {
         Ok(ViaF32::half(build_global_avg(s)?))
     });
     r.add("GlobalMaxPool", |s| Ok(ViaF32::half(build_global_max(s)?)));
+    qlinear::register(r);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
