@@ -13,7 +13,7 @@
 //!   CPU kernels: the float graph's results in one pass over bytes.
 //! - GlobalAveragePool (and a ReduceMean over the spatial axes) -> com.microsoft
 //!   QLinearGlobalAveragePool (ops/pool/qlinear.rs): integers summed, requantized once, as
-//!   ONNX Runtime's MLAS kernel does.
+//!   ONNX Runtime's MLAS kernel does; AveragePool -> com.microsoft QLinearAveragePool.
 //! - An op that only moves or picks values (MaxPool, Reshape, Flatten, Transpose, Slice, ...)
 //!   between a DequantizeLinear and a QuantizeLinear of one scale and zero point runs on the
 //!   integers themselves: the same bytes.
@@ -390,6 +390,18 @@ impl Qdq<'_> {
                     crate::ops::MS_DOMAIN,
                     "QLinearGlobalAveragePool",
                     Attrs::default(),
+                    name,
+                    (inputs, q.outputs.clone()),
+                )?;
+                Some((made, vec![dq]))
+            }
+            "AveragePool" => {
+                let (inputs, dq) = self.qdq_average_parts(node, q)?;
+                let made = self.g.product_node_in(
+                    self.spec,
+                    crate::ops::MS_DOMAIN,
+                    "QLinearAveragePool",
+                    node.attrs.clone(),
                     name,
                     (inputs, q.outputs.clone()),
                 )?;

@@ -10,16 +10,18 @@
 //! - windowed: the window's dequantized values (`x_scale * (x - x_zero)`, f32) averaged as
 //!   AveragePool averages, then quantized as QuantizeLinear does.
 //!
-//! GPU: the global pool (shaders/qlinear_pool_global.comp); the windowed one runs on the CPU.
+//! GPU: shaders/qlinear_pool_global.comp (a workgroup per plane) and shaders/qlinear_pool.comp
+//! (a thread per output, windows without dilations).
 
 use super::{GlobalPool, Pool, PoolKind, cpu, flag};
 use crate::tensor::{DType, Tensor};
 use crate::util::{groups_1d, opt, req};
+use crate::window::geometry::Axis;
 use crate::window::geometry::WindowAttrs;
 use crate::{
     BufRef, Dispatch, GpuKernel, InferInput, MS_DOMAIN, NodeSpec, Op, OpError, Registry, ValueType,
 };
-use vkml_shaders::qlinear_pool_global;
+use vkml_shaders::{op, qlinear_pool, qlinear_pool_global};
 
 pub fn register(r: &mut Registry) {
     r.add_in(MS_DOMAIN, "QLinearGlobalAveragePool", |s| {
@@ -179,8 +181,8 @@ impl Op for QAvgPool {
     }
 
     fn gpu(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> Option<GpuKernel> {
-        if self.window.is_some() {
-            return None;
+        if let Some(pool) = &self.window {
+            return windowed_gpu(pool, inputs, outputs);
         }
         let x = opt(inputs, 0)?;
         let planes = outputs.first()?.numel();
@@ -194,10 +196,6 @@ impl Op for QAvgPool {
             DType::I8 => qlinear_pool_global::Variant::I8,
             _ => return None,
         };
-        let zero = |i: usize| match opt(inputs, i) {
-            Some(_) => BufRef::Input(i),
-            None => BufRef::Table(vec![0]),
-        };
         Some(GpuKernel {
             scratch: vec![],
             dispatches: vec![Dispatch::new(
@@ -205,9 +203,9 @@ impl Op for QAvgPool {
                 qlinear_pool_global::Buffers {
                     x: BufRef::Input(0),
                     xs: BufRef::Input(1),
-                    xz: zero(2),
+                    xz: zero(inputs, 2),
                     ys: BufRef::Input(3),
-                    yz: zero(4),
+                    yz: zero(inputs, 4),
                     y: BufRef::Output(0),
                 },
                 qlinear_pool_global::Params {
@@ -220,7 +218,75 @@ impl Op for QAvgPool {
         })
     }
 
-    fn flops(&self, inputs: &[Option<&ValueType>], _outputs: &[ValueType]) -> u64 {
+    fn flops(&self, inputs: &[Option<&ValueType>], outputs: &[ValueType]) -> u64 {
+        if let Some(pool) = &self.window {
+            return pool.flops(inputs, outputs);
+        }
         opt(inputs, 0).map_or(0, |x| x.numel() as u64)
+    }
+}
+
+/// QLinearAveragePool's dispatch (shaders/qlinear_pool.comp), for windows without dilations.
+fn windowed_gpu(
+    pool: &Pool,
+    inputs: &[Option<&ValueType>],
+    outputs: &[ValueType],
+) -> Option<GpuKernel> {
+    let x = opt(inputs, 0)?;
+    let s = pool.shape(&x.shape).ok()?;
+    let y_len = outputs.first()?.numel();
+    if x.numel() > i32::MAX as usize || y_len == 0 || y_len > i32::MAX as usize {
+        return None;
+    }
+    let a = s.axes3();
+    if a.iter().any(|a| a.dilation != 1) {
+        return None;
+    }
+    let each = |f: fn(&Axis) -> usize| -> [u32; 3] { std::array::from_fn(|i| f(&a[i]) as u32) };
+    let variant = match x.dtype {
+        DType::U8 => qlinear_pool::Variant::U8,
+        DType::I8 => qlinear_pool::Variant::I8,
+        _ => return None,
+    };
+    let PoolKind::Avg { count_include_pad } = pool.kind else {
+        return None;
+    };
+    let mode = if count_include_pad {
+        op::Pool::AvgIncludePad
+    } else {
+        op::Pool::Avg
+    };
+    Some(GpuKernel {
+        scratch: vec![],
+        dispatches: vec![Dispatch::new(
+            variant,
+            qlinear_pool::Buffers {
+                x: BufRef::Input(0),
+                y: BufRef::Output(0),
+                xs: BufRef::Input(1),
+                xz: zero(inputs, 2),
+                ys: BufRef::Input(3),
+                yz: zero(inputs, 4),
+            },
+            qlinear_pool::Params {
+                planes: (s.n * s.c) as u32,
+                in_size: each(|a| a.input),
+                out_size: each(|a| a.output),
+                kernel: each(|a| a.kernel),
+                stride: each(|a| a.stride),
+                pad: each(|a| a.pad_begin),
+                lim: each(|a| a.input + a.pad_end),
+                mode: mode.code(),
+            },
+            groups_1d(y_len, 256),
+        )],
+    })
+}
+
+/// A zero point's buffer: the input, or a zero when it is left out.
+fn zero(inputs: &[Option<&ValueType>], i: usize) -> BufRef {
+    match opt(inputs, i) {
+        Some(_) => BufRef::Input(i),
+        None => BufRef::Table(vec![0]),
     }
 }

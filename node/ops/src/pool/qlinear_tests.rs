@@ -177,3 +177,46 @@ fn gpu_global_pool_matches_cpu_bytes() {
         }
     }
 }
+
+#[test]
+fn gpu_windowed_pool_matches_cpu_bytes() {
+    let mut rng = Rng::new(8);
+    let cases: Vec<(Vec<usize>, Vec<(&str, AttrValue)>)> = vec![
+        (
+            vec![2, 3, 9, 7],
+            vec![
+                ("kernel_shape", ints(&[3, 3])),
+                ("strides", ints(&[2, 2])),
+                ("pads", ints(&[1, 1, 1, 1])),
+                ("count_include_pad", AttrValue::Int(1)),
+            ],
+        ),
+        (
+            vec![1, 4, 11, 6],
+            vec![
+                ("kernel_shape", ints(&[2, 4])),
+                ("strides", ints(&[3, 1])),
+                ("pads", ints(&[0, 2, 1, 1])),
+                ("ceil_mode", AttrValue::Int(1)),
+            ],
+        ),
+        (vec![1, 2, 13], vec![("kernel_shape", ints(&[5]))]),
+        (
+            vec![1, 2, 4, 5, 6],
+            vec![
+                ("kernel_shape", ints(&[2, 3, 2])),
+                ("strides", ints(&[1, 2, 2])),
+            ],
+        ),
+    ];
+    for dt in [DType::U8, DType::I8] {
+        for (shape, attrs) in &cases {
+            let x = bytes(dt, shape, &mut rng);
+            let (xs, ys) = (Tensor::scalar(0.027f32), Tensor::scalar(0.019f32));
+            let (xz, yz) = (zero(dt, 7), zero(dt, 140));
+            let ins = [Some(&x), Some(&xs), Some(&xz), Some(&ys), Some(&yz)];
+            let op = qop("QLinearAveragePool", attrs.clone(), 5);
+            gpu_same_bytes(&*op, &ins, &format!("{dt} {shape:?} {attrs:?}"));
+        }
+    }
+}
