@@ -103,30 +103,51 @@ pub fn conv_as(
     let (x, offsets) = arrange(ah, aw, cg, xg);
     let variant = forced.unwrap_or_else(|| Variant::cheaper(&g));
     let packed = Packed::get(cache, variant, ocg, g.taps, wg, b);
-    match &packed.w {
-        PackedW::Channels(w, bias) => {
-            let k = Kernel {
-                simd,
-                g: &g,
-                x: &x,
-                offsets: &offsets,
-                w,
-                bias,
+    let out_plane = g.oh * g.ow;
+    // Pairs of channel blocks (a tile of two blocks shares its broadcasts) are independent,
+    // and their outputs contiguous: large layers spread them over rayon, in tasks of at
+    // least TASK_MIN_WORK (par.rs).
+    let n = match &packed.w {
+        PackedW::Channels(..) => LANES,
+        PackedW::Columns(..) => COL_CHANNELS,
+    };
+    let channels = 2 * n;
+    crate::window::par::for_each_chunk(
+        &mut yb[..ocg * out_plane],
+        channels * out_plane,
+        channels * g.taps * out_plane,
+        |task, y| {
+            let first = task * 2;
+            let g = Geom {
+                ocg: (ocg - first * n).min(channels),
+                ..g
             };
-            simd.vectorize(Run { k, y: yb });
-        }
-        PackedW::Columns(w, bias) => {
-            let k = Kernel {
-                simd,
-                g: &g,
-                x: &x,
-                offsets: &offsets,
-                w,
-                bias,
-            };
-            simd.vectorize(ColRun { k, y: yb });
-        }
-    }
+            match &packed.w {
+                PackedW::Channels(w, bias) => {
+                    let k = Kernel {
+                        simd,
+                        g: &g,
+                        x: &x,
+                        offsets: &offsets,
+                        w: &w[first * g.taps..],
+                        bias: &bias[first..],
+                    };
+                    simd.vectorize(Run { k, y });
+                }
+                PackedW::Columns(w, bias) => {
+                    let k = Kernel {
+                        simd,
+                        g: &g,
+                        x: &x,
+                        offsets: &offsets,
+                        w: &w[first * g.taps..],
+                        bias: &bias[first..],
+                    };
+                    simd.vectorize(ColRun { k, y });
+                }
+            }
+        },
+    );
     true
 }
 
@@ -309,6 +330,7 @@ pub fn conv(
 }
 
 /// The sizes the tile loops use, in the layout [`arrange`] makes.
+#[derive(Clone, Copy)]
 struct Geom {
     ocg: usize,
     /// Taps per output channel (cg x KH x KW), the packed weights' stride between blocks.

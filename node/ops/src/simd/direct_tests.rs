@@ -88,6 +88,10 @@ fn direct_kernel_matches_the_definition() {
         // channels; stride 2 along the row.
         (2, 10, (6, 3, 1, 1, 1, 1), (12, 3, 1, 1, 1, 1)),
         (1, 9, (5, 3, 1, 1, 0, 0), (33, 3, 2, 1, 1, 1)),
+        // Work for several rayon tasks (par.rs): pairs of channel blocks split between
+        // threads, the last pair partial (44 = 5.5 blocks of eight, 11 of four).
+        (8, 44, (32, 3, 1, 1, 1, 1), (32, 3, 1, 1, 1, 1)),
+        (16, 36, (20, 3, 1, 1, 1, 1), (19, 3, 2, 1, 0, 1)),
     ];
     let mut rng = Rng::new(7);
     for &(cg, ocg, h, wspec) in cases {
