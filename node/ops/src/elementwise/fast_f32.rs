@@ -16,10 +16,18 @@ use rayon::prelude::*;
 /// Elements per rayon task on large tensors.
 const TASK_ELEMS: usize = 16 * 1024;
 
-/// A kind with an f32 loop here, with the attribute values it reads.
+/// An op with an f32 loop here: a unary kind, or Clip.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Unary(UnKind),
+    Clip,
+}
+
+/// An op with an f32 loop here, with the attribute values it reads (Clip's bounds as alpha
+/// and beta).
 #[derive(Debug, Clone, Copy)]
 pub struct Fast {
-    kind: UnKind,
+    kind: Kind,
     alpha: f32,
     beta: f32,
 }
@@ -53,39 +61,51 @@ impl Fast {
         );
         // The attributes were f32 in the model, so these conversions are exact.
         covered.then_some(Fast {
-            kind,
+            kind: Kind::Unary(kind),
             alpha: p[0] as f32,
             beta: p[1] as f32,
         })
     }
 
+    /// Clip to `[lo, hi]` as `clip_typed` does it: max with lo, then min with hi (so hi wins
+    /// when lo > hi), NaN passing through; an absent bound is an infinity.
+    pub fn clip(lo: f32, hi: f32) -> Fast {
+        Fast {
+            kind: Kind::Clip,
+            alpha: lo,
+            beta: hi,
+        }
+    }
+
     /// The op over `x`, in parallel for large tensors.
     pub fn map(&self, x: &[f32]) -> Vec<f32> {
-        let mut y = vec![0.0f32; x.len()];
         if x.len() >= PARALLEL_MIN {
+            let mut y = vec![0.0f32; x.len()];
             y.par_chunks_mut(TASK_ELEMS)
                 .zip(x.par_chunks(TASK_ELEMS))
-                .for_each(|(y, x)| self.fill(x, y));
-        } else {
-            self.fill(x, &mut y);
+                .for_each(|(y, x)| self.run(x, Dest::Slice(y)));
+            return y;
         }
+        // Extended in place rather than zeroed and overwritten: the memset cost a small
+        // tensor as much as the sigmoid itself.
+        let mut y = Vec::with_capacity(x.len());
+        self.run(x, Dest::Vec(&mut y));
         y
     }
 
-    /// `y[i] = op(x[i])`; the slices have one length.
-    pub fn fill(&self, x: &[f32], y: &mut [f32]) {
+    fn run(&self, x: &[f32], mut y: Dest<'_>) {
         let job = Job {
             op: *self,
             x,
-            y: &mut *y,
+            y: y.reborrow(),
         };
         #[cfg(target_arch = "x86_64")]
         if let Some(simd) = pulp::x86::V3::try_new() {
             simd.vectorize(job);
-            return self.fix_tail(x, y);
+            return self.fix_tail(x, y.slice());
         }
         pulp::NullaryFnOnce::call(job);
-        self.fix_tail(x, y);
+        self.fix_tail(x, y.slice());
     }
 
     /// Gelu of x < -1 is x/2 times 1 + erf(x/sqrt 2) (or 1 + tanh(...)), where the sum
@@ -93,8 +113,10 @@ impl Fast {
     /// elements, rare in activations, are recomputed in f64.
     fn fix_tail(&self, x: &[f32], y: &mut [f32]) {
         let exact: fn(f64) -> f64 = match self.kind {
-            UnKind::Gelu => |x| 0.5 * x * (1.0 + erf_f64(x * std::f64::consts::FRAC_1_SQRT_2)),
-            UnKind::GeluTanh => |x| {
+            Kind::Unary(UnKind::Gelu) => {
+                |x| 0.5 * x * (1.0 + erf_f64(x * std::f64::consts::FRAC_1_SQRT_2))
+            }
+            Kind::Unary(UnKind::GeluTanh) => |x| {
                 let c = (2.0 / std::f64::consts::PI).sqrt();
                 0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
             },
@@ -108,11 +130,33 @@ impl Fast {
     }
 }
 
+/// Where a loop writes: a slice as long as its input, or the end of an empty vector.
+enum Dest<'a> {
+    Slice(&'a mut [f32]),
+    Vec(&'a mut Vec<f32>),
+}
+
+impl Dest<'_> {
+    fn reborrow(&mut self) -> Dest<'_> {
+        match self {
+            Dest::Slice(y) => Dest::Slice(y),
+            Dest::Vec(y) => Dest::Vec(y),
+        }
+    }
+
+    fn slice(&mut self) -> &mut [f32] {
+        match self {
+            Dest::Slice(y) => y,
+            Dest::Vec(y) => y,
+        }
+    }
+}
+
 /// One slice's loop, a struct so that pulp can compile it inside its AVX2 context.
 struct Job<'a> {
     op: Fast,
     x: &'a [f32],
-    y: &'a mut [f32],
+    y: Dest<'a>,
 }
 
 impl pulp::NullaryFnOnce for Job<'_> {
@@ -122,8 +166,14 @@ impl pulp::NullaryFnOnce for Job<'_> {
     fn call(self) {
         let Job { op, x, y } = self;
         let (a, b) = (op.alpha, op.beta);
+        let Kind::Unary(kind) = op.kind else {
+            return each(x, y, |v| {
+                let v = if v < a { a } else { v };
+                if v > b { b } else { v }
+            });
+        };
         // One loop per kind: a match inside the loop would keep it from vectorising.
-        match op.kind {
+        match kind {
             UnKind::Relu => each(x, y, |v| if v < 0.0 { 0.0 } else { v }),
             UnKind::Sigmoid => each(x, y, sigmoid),
             UnKind::Tanh => each(x, y, tanh),
@@ -158,9 +208,14 @@ impl pulp::NullaryFnOnce for Job<'_> {
 const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
 
 #[inline(always)]
-fn each(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32) {
-    for (o, &v) in y.iter_mut().zip(x) {
-        *o = f(v);
+fn each(x: &[f32], y: Dest<'_>, f: impl Fn(f32) -> f32) {
+    match y {
+        Dest::Slice(y) => {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = f(v);
+            }
+        }
+        Dest::Vec(y) => y.extend(x.iter().map(|&v| f(v))),
     }
 }
 

@@ -205,3 +205,39 @@ fn edge_values_are_exact() {
         assert!(one(k, f32::NAN).is_nan(), "{k:?}");
     }
 }
+
+#[test]
+fn clip_matches_the_generic_kernel() {
+    let mut rng = Rng::new(6);
+    let mut x = specials();
+    x.extend(randoms(&mut rng, 1001));
+    let want = |v: f32, lo: f32, hi: f32| {
+        let v = if v < lo { lo } else { v };
+        if v > hi { hi } else { v }
+    };
+    let bounds = [
+        (0.0, 6.0),
+        (-1.0, 1.0),
+        (f32::NEG_INFINITY, 0.5),
+        (-0.5, f32::INFINITY),
+        (2.0, 1.0),
+    ];
+    for (lo, hi) in bounds {
+        let got = Fast::clip(lo, hi).map(&x);
+        for (&v, &g) in x.iter().zip(&got) {
+            let w = want(v, lo, hi);
+            assert!(
+                g.to_bits() == w.to_bits(),
+                "clip({v}, {lo}, {hi}) = {g}, want {w}"
+            );
+        }
+    }
+    // Through the op, bounds as inputs (opset 11+), one of them absent.
+    let t = Tensor::from_vec(vec![4], vec![-3.0f32, 0.5, 9.0, f32::NAN]);
+    let clip = crate::testkit::op("Clip", 13, vec![], 3).unwrap();
+    let lo = Tensor::scalar(0.0f32);
+    let y = crate::testkit::run(&*clip, &[Some(&t), Some(&lo), None]).unwrap();
+    let y = y[0].view::<f32>().unwrap().to_vec();
+    assert_eq!(&y[..3], &[0.0, 0.5, 9.0]);
+    assert!(y[3].is_nan());
+}

@@ -547,6 +547,15 @@ impl Op for Clip {
             (crate::util::opt(inputs, 1), crate::util::opt(inputs, 2))
         };
         let a = self.attr_bounds;
+        if x.dtype() == DType::F32 {
+            let (lo, hi) = match a {
+                Some((l, h)) => (Some(l), Some(h)),
+                None => (scalar_of::<f32>(lo, "min")?, scalar_of::<f32>(hi, "max")?),
+            };
+            let fast = Fast::clip(lo.unwrap_or(f32::NEG_INFINITY), hi.unwrap_or(f32::INFINITY));
+            let y = fast.map(&view::<f32>(x)?);
+            return Ok(vec![Tensor::from_vec(x.shape().to_vec(), y)]);
+        }
         let y = dispatch_num!(
             x.dtype(),
             clip_typed(x, lo, hi, a),
