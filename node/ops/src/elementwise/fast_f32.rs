@@ -79,33 +79,33 @@ impl Fast {
 
     /// The op over `x`, in parallel for large tensors.
     pub fn map(&self, x: &[f32]) -> Vec<f32> {
+        // Zeroed, then overwritten: extending an empty vector through the loop instead
+        // measured slower (a 32K-element Sigmoid 3.6 us -> 6.6 us), its writes not vectorised.
+        let mut y = vec![0.0f32; x.len()];
         if x.len() >= PARALLEL_MIN {
-            let mut y = vec![0.0f32; x.len()];
             y.par_chunks_mut(TASK_ELEMS)
                 .zip(x.par_chunks(TASK_ELEMS))
-                .for_each(|(y, x)| self.run(x, Dest::Slice(y)));
-            return y;
+                .for_each(|(y, x)| self.run(x, y));
+        } else {
+            self.run(x, &mut y);
         }
-        // Extended in place rather than zeroed and overwritten: the memset cost a small
-        // tensor as much as the sigmoid itself.
-        let mut y = Vec::with_capacity(x.len());
-        self.run(x, Dest::Vec(&mut y));
         y
     }
 
-    fn run(&self, x: &[f32], mut y: Dest<'_>) {
+    /// `y[i] = op(x[i])`; the slices have one length.
+    fn run(&self, x: &[f32], y: &mut [f32]) {
         let job = Job {
             op: *self,
             x,
-            y: y.reborrow(),
+            y: &mut *y,
         };
         #[cfg(target_arch = "x86_64")]
         if let Some(simd) = pulp::x86::V3::try_new() {
             simd.vectorize(job);
-            return self.fix_tail(x, y.slice());
+            return self.fix_tail(x, y);
         }
         pulp::NullaryFnOnce::call(job);
-        self.fix_tail(x, y.slice());
+        self.fix_tail(x, y);
     }
 
     /// Gelu of x < -1 is x/2 times 1 + erf(x/sqrt 2) (or 1 + tanh(...)), where the sum
@@ -130,33 +130,11 @@ impl Fast {
     }
 }
 
-/// Where a loop writes: a slice as long as its input, or the end of an empty vector.
-enum Dest<'a> {
-    Slice(&'a mut [f32]),
-    Vec(&'a mut Vec<f32>),
-}
-
-impl Dest<'_> {
-    fn reborrow(&mut self) -> Dest<'_> {
-        match self {
-            Dest::Slice(y) => Dest::Slice(y),
-            Dest::Vec(y) => Dest::Vec(y),
-        }
-    }
-
-    fn slice(&mut self) -> &mut [f32] {
-        match self {
-            Dest::Slice(y) => y,
-            Dest::Vec(y) => y,
-        }
-    }
-}
-
 /// One slice's loop, a struct so that pulp can compile it inside its AVX2 context.
 struct Job<'a> {
     op: Fast,
     x: &'a [f32],
-    y: Dest<'a>,
+    y: &'a mut [f32],
 }
 
 impl pulp::NullaryFnOnce for Job<'_> {
@@ -208,14 +186,9 @@ impl pulp::NullaryFnOnce for Job<'_> {
 const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
 
 #[inline(always)]
-fn each(x: &[f32], y: Dest<'_>, f: impl Fn(f32) -> f32) {
-    match y {
-        Dest::Slice(y) => {
-            for (o, &v) in y.iter_mut().zip(x) {
-                *o = f(v);
-            }
-        }
-        Dest::Vec(y) => y.extend(x.iter().map(|&v| f(v))),
+fn each(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32) {
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = f(v);
     }
 }
 
