@@ -201,7 +201,8 @@ fn clamp01(v: f64) -> f64 {
 
 /// e^x within 2 ulp over the normal range; overflow gives inf, e^-inf 0, subnormal results are
 /// rounded once. Cephes' expf: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two so that
-/// n ln2's high part is exact), e^r by a degree-7 polynomial, times 2^n.
+/// n ln2's high part is exact: 0.693359375, nine bits, which the literal 0.693_359_4 rounds
+/// to), e^r by a degree-7 polynomial, times 2^n.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     // Past these bounds e^x is inf or rounds to 0; clamping keeps n's scale factors finite.
@@ -214,15 +215,15 @@ pub fn exp(x: f32) -> f32 {
     let t = x * std::f32::consts::LOG2_E + MAGIC;
     let n = t - MAGIC;
     let ni = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
-    let r = x - n * 0.693_359_375;
-    let r = r - n * -2.121_944_40e-4;
-    let mut p = 1.987_569_150_0e-4;
+    let r = x - n * 0.693_359_4;
+    let r = r - n * -2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4;
     for c in [
-        1.398_199_950_7e-3,
-        8.333_451_907_3e-3,
-        4.166_579_589_4e-2,
-        1.666_666_545_9e-1,
-        5.000_000_120_1e-1,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_6e-1,
+        0.5,
     ] {
         p = p * r + c;
     }
@@ -250,12 +251,12 @@ pub fn sigmoid(x: f32) -> f32 {
 pub fn tanh(x: f32) -> f32 {
     let a = x.abs();
     let z = a * a;
-    let mut p = -5.704_988_727_45e-3;
+    let mut p = -5.704_988_7e-3;
     for c in [
-        2.063_908_879_54e-2,
-        -5.373_971_555_31e-2,
-        1.333_144_220_36e-1,
-        -3.333_328_194_22e-1,
+        2.063_908_8e-2,
+        -5.373_971_5e-2,
+        1.333_144_2e-1,
+        -3.333_328e-1,
     ] {
         p = p * z + c;
     }
@@ -271,23 +272,23 @@ pub fn erf(x: f32) -> f32 {
     let x = if x > 4.0 { 4.0 } else { x };
     let x = if x < -4.0 { -4.0 } else { x };
     let z = x * x;
-    let mut p = -2.726_142_258_013_06e-10;
+    let mut p = -2.726_142_4e-10;
     for c in [
-        2.770_681_424_959_02e-8,
-        -2.101_024_020_825_08e-6,
-        -5.692_506_394_623_46e-5,
-        -7.349_906_303_268_55e-4,
-        -2.954_599_808_540_25e-3,
-        -1.609_603_332_624_15e-2,
+        2.770_681_5e-8,
+        -2.101_024e-6,
+        -5.692_506_2e-5,
+        -7.349_906_4e-4,
+        -2.954_6e-3,
+        -1.609_603_3e-2,
     ] {
         p = p * z + c;
     }
-    let mut q = -1.456_607_184_649_96e-5;
+    let mut q = -1.456_607_15e-5;
     for c in [
-        -2.133_740_552_789_05e-4,
-        -1.682_826_974_382_03e-3,
-        -7.373_329_167_204_68e-3,
-        -1.426_473_905_141_89e-2,
+        -2.133_740_5e-4,
+        -1.682_827e-3,
+        -7.373_329_3e-3,
+        -1.426_473_9e-2,
     ] {
         q = q * z + c;
     }
@@ -297,6 +298,6 @@ pub fn erf(x: f32) -> f32 {
 #[inline(always)]
 fn gelu_tanh(x: f32) -> f32 {
     // sqrt(2 / pi)
-    const C: f32 = 0.797_884_560_802_865_4;
+    const C: f32 = 0.797_884_6;
     0.5 * x * (1.0 + tanh(C * (x + 0.044_715 * x * x * x)))
 }
