@@ -3,19 +3,23 @@
 //! - `num`: scalar arithmetic for every numeric type (integer division, Mod, shifts, NaN rules);
 //! - `broadcast`: the CPU loops (fast paths for equal shapes and scalars, a collapsed strided
 //!   walk otherwise, rayon past 64K elements) and the axis collapsing the GPU parameters share;
-//! - `unary`: the one-input ops, table-driven (and Clip); `binary`: two-input ops (arithmetic,
-//!   bitwise, logic, comparisons); `variadic`: Min Max Sum Mean; `select`: Where, Dropout;
+//! - `unary`: the one-input ops, table-driven (and Clip), with `fast_f32`'s vectorised f32
+//!   loops for the common ones; `binary`: two-input ops (arithmetic, bitwise, logic,
+//!   comparisons); `variadic`: Min Max Sum Mean; `select`: Where, Dropout;
 //! - `fused`: FusedElementwise, a chain of float elementwise ops in one kernel (graph/fuse.rs);
 //! - `tests` (CPU against hand-derived and naive references) and `gpu_tests` (shaders against
 //!   the CPU kernels), on the crate's op test kit (`testkit`).
 
 mod binary;
 pub(crate) mod broadcast;
+mod fast_f32;
 pub mod fused;
 mod select;
 mod unary;
 mod variadic;
 
+#[cfg(test)]
+mod fast_f32_tests;
 #[cfg(test)]
 mod fused_tests;
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 use super::binary::view;
 use super::broadcast;
+use super::fast_f32::Fast;
 use crate::numeric::num::{FLOATS, INTS, Int, NUMERIC, Num, dispatch_int, dispatch_num, erf};
 use crate::tensor::{DType, Tensor};
 use crate::util::{expect_dtype, groups_1d, req};
@@ -90,7 +91,7 @@ fn out_dtype(k: UnKind, x: DType) -> DType {
 }
 
 /// Attribute values a formula reads: alpha, beta/gamma/bias, and a third spare.
-type P = [f64; 3];
+pub(super) type P = [f64; 3];
 
 fn sigmoid(x: f64) -> f64 {
     // Neither branch's exp can overflow.
@@ -112,7 +113,7 @@ fn softplus(x: f64) -> f64 {
 }
 
 /// The formula of a float kind, evaluated in f64 and rounded once to the element type.
-fn float_fn(k: UnKind) -> fn(f64, &P) -> f64 {
+pub(super) fn float_fn(k: UnKind) -> fn(f64, &P) -> f64 {
     match k {
         UnKind::Relu => |x, _| if x < 0.0 { 0.0 } else { x },
         UnKind::Sigmoid => |x, _| sigmoid(x),
@@ -343,6 +344,14 @@ impl Op for Unary {
                 Ok(Tensor::from_bools(x.shape().to_vec(), v))
             }
             UnKind::IsNaN | UnKind::IsInf => dispatch_num!(d, classify(x, k, p), bad()),
+            _ if d == DType::F32
+                && let Some(fast) = Fast::new(k, p) =>
+            {
+                Ok(Tensor::from_vec(
+                    x.shape().to_vec(),
+                    fast.map(&view::<f32>(x)?),
+                ))
+            }
             _ if d.is_float() || k == UnKind::Shrink => dispatch_num!(d, via_f64(x, k, p), bad()),
             _ => dispatch_int!(d, via_i128(x, k), bad()),
         }?;
@@ -538,6 +547,15 @@ impl Op for Clip {
             (crate::util::opt(inputs, 1), crate::util::opt(inputs, 2))
         };
         let a = self.attr_bounds;
+        if x.dtype() == DType::F32 {
+            let (lo, hi) = match a {
+                Some((l, h)) => (Some(l), Some(h)),
+                None => (scalar_of::<f32>(lo, "min")?, scalar_of::<f32>(hi, "max")?),
+            };
+            let fast = Fast::clip(lo.unwrap_or(f32::NEG_INFINITY), hi.unwrap_or(f32::INFINITY));
+            let y = fast.map(&view::<f32>(x)?);
+            return Ok(vec![Tensor::from_vec(x.shape().to_vec(), y)]);
+        }
         let y = dispatch_num!(
             x.dtype(),
             clip_typed(x, lo, hi, a),
