@@ -181,7 +181,8 @@ fn gpu_global_pool_matches_cpu_bytes() {
 #[test]
 fn gpu_windowed_pool_matches_cpu_bytes() {
     let mut rng = Rng::new(8);
-    let cases: Vec<(Vec<usize>, Vec<(&str, AttrValue)>)> = vec![
+    type Case = (Vec<usize>, Vec<(&'static str, AttrValue)>);
+    let cases: Vec<Case> = vec![
         (
             vec![2, 3, 9, 7],
             vec![
