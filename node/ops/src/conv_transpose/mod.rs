@@ -7,6 +7,7 @@
 //! auto_pad asks for `in * stride`. Pads are signed: a negative total (an `output_shape`
 //! larger than the input covers) leaves outputs that only get the bias.
 
+mod cpu;
 mod gpu;
 #[cfg(test)]
 mod tests;
@@ -245,8 +246,10 @@ fn f64s(t: &Tensor) -> Result<Vec<f64>, OpError> {
     t.to_f64_vec().map_err(|e| OpError::invalid(e.to_string()))
 }
 
-/// The scatter form, in f64.
-fn run(g: &Geometry, x: &[f64], w: &[f64], b: Option<&[f64]>) -> Vec<f64> {
+/// The definition as a scatter, in f64: the tests' reference for the GEMM and col2im kernel
+/// of cpu.rs.
+#[cfg(test)]
+fn reference(g: &Geometry, x: &[f64], w: &[f64], b: Option<&[f64]>) -> Vec<f64> {
     let sp = g.input.len();
     let in_vol: usize = g.input.iter().product();
     let out_vol: usize = g.output.iter().product();
@@ -331,8 +334,15 @@ impl Op for ConvTranspose {
         let w = req(inputs, 1)?;
         let b = opt(inputs, 2);
         let g = self.geometry(x.shape(), w.shape(), b.map(Tensor::shape))?;
+        let err = |e| OpError::invalid(format!("ConvTranspose: {e}"));
+        if x.dtype() == DType::F32 && w.dtype() == DType::F32 {
+            let bv = b.map(|b| b.view::<f32>().map_err(err)).transpose()?;
+            let (xv, wv) = (x.view::<f32>().map_err(err)?, w.view::<f32>().map_err(err)?);
+            let y = cpu::conv_transpose(&g, &xv, &wv, bv.as_deref());
+            return Ok(vec![Tensor::from_vec(g.out_shape(), y)]);
+        }
         let bv = b.map(f64s).transpose()?;
-        let y = run(&g, &f64s(x)?, &f64s(w)?, bv.as_deref());
+        let y = cpu::conv_transpose(&g, &f64s(x)?, &f64s(w)?, bv.as_deref());
         Ok(vec![from_f64(x.dtype(), g.out_shape(), y)?])
     }
 

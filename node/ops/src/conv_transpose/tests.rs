@@ -121,3 +121,91 @@ fn gpu_matches_cpu_on_random_configurations() {
         gpu_matches_cpu(&*op, &[Some(&h(&x)), Some(&h(&w)), Some(&h(&b))], 2e-2);
     }
 }
+
+/// The GEMM + col2im kernel (cpu.rs) against the scatter definition (`reference`) in f32 and
+/// f64: groups, strides, dilations, signed pads, output_padding, 1-D to 3-D, and a layer with
+/// enough planes for rayon.
+#[test]
+fn fast_kernel_matches_the_scatter_definition() {
+    use super::{AutoPad, ConvTranspose, reference};
+    use crate::Op;
+    use crate::tensor::DType;
+    type Case = (Vec<usize>, Vec<usize>, usize, [Vec<i64>; 4]);
+    let cases: Vec<Case> = vec![
+        (
+            vec![2, 4, 5, 6],
+            vec![4, 3, 3, 3],
+            1,
+            [vec![2, 1], vec![1, 1], vec![0, 0, 0, 0], vec![0, 0]],
+        ),
+        (
+            vec![1, 6, 5, 7],
+            vec![6, 2, 2, 3],
+            3,
+            [vec![1, 2], vec![2, 1], vec![1, 0, 1, 2], vec![0, 1]],
+        ),
+        (
+            vec![1, 2, 7],
+            vec![2, 3, 4],
+            1,
+            [vec![3], vec![1], vec![0, 0], vec![2]],
+        ),
+        (
+            vec![1, 2, 3, 4, 5],
+            vec![2, 2, 3, 2, 3],
+            2,
+            [vec![1, 2, 1], vec![1, 1, 2], vec![0; 6], vec![0; 3]],
+        ),
+        (
+            vec![1, 3, 4, 4],
+            vec![3, 2, 3, 3],
+            1,
+            [vec![2, 2], vec![1, 1], vec![1, 0, 2, 1], vec![1, 0]],
+        ),
+        (
+            vec![1, 4, 64, 64],
+            vec![4, 16, 2, 2],
+            1,
+            [vec![2, 2], vec![1, 1], vec![0; 4], vec![0, 0]],
+        ),
+    ];
+    let mut rng = Rng::new(29);
+    for (xs, ws, group, [strides, dilations, pads, output_padding]) in cases {
+        // output_shape 11 x 10 past the 9 x 9 span: negative pads, outputs of the bias alone.
+        let output_shape = (xs == [1, 3, 4, 4]).then(|| vec![11, 10]);
+        let op = ConvTranspose {
+            auto_pad: AutoPad::NotSet,
+            group,
+            kernel_shape: None,
+            strides: Some(strides),
+            dilations: Some(dilations),
+            pads: Some(pads),
+            output_padding: Some(output_padding),
+            output_shape,
+        };
+        let x = rng.tensor_f32(&xs);
+        let w = rng.tensor_f32(&ws);
+        let b = rng.tensor_f32(&[ws[1] * group]);
+        let g = op.geometry(&xs, &ws, Some(b.shape())).unwrap();
+        for bias in [None, Some(&b)] {
+            let want = reference(&g, &f64s(&x), &f64s(&w), bias.map(f64s).as_deref());
+            for dt in [DType::F32, DType::F64] {
+                let cast =
+                    |t: &Tensor| crate::testkit::tensor(t.shape(), &f64s(t), dt == DType::F64);
+                let (xd, wd, bd) = (cast(&x), cast(&w), bias.map(cast));
+                let ins = [Some(&xd), Some(&wd), bd.as_ref()];
+                let types = crate::testkit::infer_known(&op, &ins).unwrap();
+                let got = f64s(&op.run_cpu(&ins, &types).unwrap()[0]);
+                assert_eq!(got.len(), want.len(), "{xs:?} {ws:?}");
+                let tol = if dt == DType::F32 { 1e-4 } else { 1e-12 };
+                for (i, (a, e)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - e).abs() <= tol * (1.0 + e.abs()),
+                        "{xs:?} {ws:?} {dt} bias {}: y[{i}] = {a}, want {e}",
+                        bias.is_some()
+                    );
+                }
+            }
+        }
+    }
+}
