@@ -8,6 +8,7 @@ use super::ConvShape;
 use crate::numeric::float::Float;
 use crate::simd::direct::PackCache;
 use crate::window::geometry::Axis;
+use rayon::prelude::*;
 
 /// Caps the im2col buffer (elements) of one task; larger outputs are done in row blocks.
 pub(super) const COL_CAP: usize = 1 << 20;
@@ -89,51 +90,106 @@ fn im2col_gemm<T: Float>(
     let rows = ad.output * ah.output;
     let ow = aw.output;
     let rows_per_block = (COL_CAP / (k * ow).max(1)).clamp(1, rows);
-    let (ih_len, iw_len) = (ah.input, aw.input);
-    let in_plane = ad.input * ih_len * iw_len;
-    // Filled by appending, row after row, so no element is written twice (no zeroing first).
+    let tasks = row_tasks(ocg * k * p, rows);
+    if tasks >= 2 {
+        // Blocks of output rows on rayon, each with its own im2col and GEMM into a buffer of
+        // its own (C's columns of one block are strided in yb), copied in afterwards: a copy
+        // K times smaller than the product.
+        let per = rows.div_ceil(tasks).min(rows_per_block);
+        let blocks: Vec<(usize, usize)> = (0..rows)
+            .step_by(per)
+            .map(|r0| (r0, (r0 + per).min(rows)))
+            .collect();
+        let outs: Vec<Vec<T>> = blocks
+            .par_iter()
+            .map(|&(r0, r1)| {
+                let pc = (r1 - r0) * ow;
+                let mut out = vec![T::default(); ocg * pc];
+                T::with_scratch(|col| {
+                    fill_col(axes, cg, xg, (r0, r1), col);
+                    T::gemm(ocg, k, pc, wg, col, &mut out, pc);
+                });
+                out
+            })
+            .collect();
+        for (&(r0, r1), out) in blocks.iter().zip(&outs) {
+            let pc = (r1 - r0) * ow;
+            for (oc, src) in out.chunks_exact(pc).enumerate() {
+                yb[oc * p + r0 * ow..][..pc].copy_from_slice(src);
+            }
+        }
+        return;
+    }
     T::with_scratch(|col| {
         for r0 in (0..rows).step_by(rows_per_block) {
             let r1 = (r0 + rows_per_block).min(rows);
-            let (od_r0, oh_r0) = (r0 / ah.output, r0 % ah.output);
-            col.clear();
-            for xc in (0..cg).map(|c| &xg[c * in_plane..][..in_plane]) {
-                for kd in 0..ad.kernel {
-                    // Which outputs of a tap read the input rather than padding, per axis: worked
-                    // out once per tap so the row loop below has no bounds tests or divisions.
-                    let d_base = ad.start(0) + (kd * ad.dilation) as i64;
-                    let (d0, d1) = valid_outputs(d_base, ad.stride, ad.input, ad.output);
-                    for kh in 0..ah.kernel {
-                        let h_base = ah.start(0) + (kh * ah.dilation) as i64;
-                        let (h0, h1) = valid_outputs(h_base, ah.stride, ih_len, ah.output);
-                        for kw in 0..aw.kernel {
-                            let w_base = aw.start(0) + (kw * aw.dilation) as i64;
-                            let (w0, w1) = valid_outputs(w_base, aw.stride, iw_len, ow);
-                            let first = (w_base + (w0 * aw.stride) as i64).max(0) as usize;
-                            let (mut od, mut oh) = (od_r0, oh_r0);
-                            for _ in r0..r1 {
-                                if (d0..d1).contains(&od) && (h0..h1).contains(&oh) && w0 < w1 {
-                                    let id = (d_base + (od * ad.stride) as i64) as usize;
-                                    let ih = (h_base + (oh * ah.stride) as i64) as usize;
-                                    let src = &xc[(id * ih_len + ih) * iw_len..][..iw_len];
-                                    push_run(col, ow, (w0, w1), &src[first..], aw.stride);
-                                } else {
-                                    col.resize(col.len() + ow, T::default());
-                                }
-                                oh += 1;
-                                if oh == ah.output {
-                                    (od, oh) = (od + 1, 0);
-                                }
-                            }
+            fill_col(axes, cg, xg, (r0, r1), col);
+            let pc = (r1 - r0) * ow;
+            T::gemm(ocg, k, pc, wg, col, &mut yb[r0 * ow..], p);
+        }
+    });
+}
+
+/// How many blocks of output rows one group's im2col + GEMM should be cut into for rayon: one
+/// per thread, each at least 8 x TASK_MIN_WORK multiply-adds (a GEMM block narrower than
+/// that loses more to packing its operands than a thread gains), or 1 (run inline).
+fn row_tasks(work: usize, rows: usize) -> usize {
+    let threads = rayon::current_num_threads();
+    let by_work = work / (8 * crate::window::par::TASK_MIN_WORK);
+    threads.min(rows).min(by_work).max(1)
+}
+
+/// The im2col rows of output rows `r0..r1` (K x (r1 - r0) * OW) into `col`, cleared first.
+/// Filled by appending, row after row, so no element is written twice (no zeroing first).
+fn fill_col<T: Float>(
+    axes: &[Axis; 3],
+    cg: usize,
+    xg: &[T],
+    (r0, r1): (usize, usize),
+    col: &mut Vec<T>,
+) {
+    let [ad, ah, aw] = axes;
+    let ow = aw.output;
+    let (ih_len, iw_len) = (ah.input, aw.input);
+    let in_plane = ad.input * ih_len * iw_len;
+    let (od_r0, oh_r0) = (r0 / ah.output, r0 % ah.output);
+    col.clear();
+    for xc in (0..cg).map(|c| &xg[c * in_plane..][..in_plane]) {
+        for kd in 0..ad.kernel {
+            // Which outputs of a tap read the input rather than padding, per axis: worked
+            // out once per tap so the row loop below has no bounds tests or divisions.
+            let d_base = ad.start(0) + (kd * ad.dilation) as i64;
+            let (d0, d1) = valid_outputs(d_base, ad.stride, ad.input, ad.output);
+            for kh in 0..ah.kernel {
+                let h_base = ah.start(0) + (kh * ah.dilation) as i64;
+                let (h0, h1) = valid_outputs(h_base, ah.stride, ih_len, ah.output);
+                for kw in 0..aw.kernel {
+                    let w_base = aw.start(0) + (kw * aw.dilation) as i64;
+                    let (w0, w1) = valid_outputs(w_base, aw.stride, iw_len, ow);
+                    let first = (w_base + (w0 * aw.stride) as i64).max(0) as usize;
+                    let (mut od, mut oh) = (od_r0, oh_r0);
+                    for _ in r0..r1 {
+                        if (d0..d1).contains(&od) && (h0..h1).contains(&oh) && w0 < w1 {
+                            let id = (d_base + (od * ad.stride) as i64) as usize;
+                            let ih = (h_base + (oh * ah.stride) as i64) as usize;
+                            let src = &xc[(id * ih_len + ih) * iw_len..][..iw_len];
+                            push_run(col, ow, (w0, w1), &src[first..], aw.stride);
+                        } else {
+                            col.resize(col.len() + ow, T::default());
+                        }
+                        oh += 1;
+                        if oh == ah.output {
+                            (od, oh) = (od + 1, 0);
                         }
                     }
                 }
             }
-            let pc = (r1 - r0) * ow;
-            debug_assert_eq!(col.len(), k * pc);
-            T::gemm(ocg, k, pc, wg, col, &mut yb[r0 * ow..], p);
         }
-    });
+    }
+    debug_assert_eq!(
+        col.len(),
+        cg * ad.kernel * ah.kernel * aw.kernel * (r1 - r0) * ow
+    );
 }
 
 /// The outputs `o` of one im2col row whose input `base + o * stride` lies inside `0..len`,

@@ -98,6 +98,17 @@ fn windows_over_every_border_match_the_reference() {
             pads: vec![2, 1],
             ..case(2, 2, &[8], &[3])
         },
+        // One group of ~7.4M multiply-adds (past the direct kernel's size): blocks of output
+        // rows on rayon, each its own im2col and GEMM (cpu.rs row_tasks).
+        Case {
+            pads: vec![1, 0, 2, 1],
+            ..case(16, 32, &[40, 41], &[3, 3])
+        },
+        Case {
+            strides: vec![2, 1],
+            pads: vec![1; 4],
+            ..case(24, 40, &[61, 30], &[3, 3])
+        },
         // Four (batch, group) tasks of ~590K multiply-adds each: the parallel path.
         Case {
             n: 2,
