@@ -47,8 +47,20 @@ fn mm_one(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     #[allow(unsafe_code)]
     unsafe {
         matrixmultiply::sgemm(
-            m, k, n, 1.0, a.as_ptr(), k as isize, 1, b.as_ptr(), n as isize, 1, 0.0,
-            c.as_mut_ptr(), n as isize, 1,
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            k as isize,
+            1,
+            b.as_ptr(),
+            n as isize,
+            1,
+            0.0,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
         );
     }
 }
@@ -68,7 +80,9 @@ fn mm_split(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
             .into_par_iter()
             .map(|j| {
                 let w = cols.min(n - j * cols);
-                let bj: Vec<f32> = (0..k).flat_map(|p| b[p * n + j * cols..][..w].to_vec()).collect();
+                let bj: Vec<f32> = (0..k)
+                    .flat_map(|p| b[p * n + j * cols..][..w].to_vec())
+                    .collect();
                 let mut cj = vec![0.0; m * w];
                 mm_one(m, k, w, a, &bj, &mut cj);
                 (j, cj)
@@ -91,7 +105,10 @@ fn faer_mm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32], pa
 }
 
 fn main() {
-    let repeat: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(20);
+    let repeat: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
     let threads = rayon::current_num_threads();
     println!("threads {threads}, repeat {repeat}, GFLOP/s (medians)");
     println!(
@@ -99,15 +116,23 @@ fn main() {
         "shape", "M", "K", "N", "mm 1t", "mm split", "faer 1t", "faer all"
     );
     for &(name, m, k, n) in SHAPES {
-        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 13.0).collect();
-        let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 11.0).collect();
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 13.0)
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 5 % 11) as f32 - 5.0) / 11.0)
+            .collect();
         let mut want = vec![0.0; m * n];
         mm_one(m, k, n, &a, &b, &mut want);
         let flop = 2.0 * (m * k * n) as f64 / 1e9;
         let mut c = vec![0.0; m * n];
         let mut rate = |f: &mut dyn FnMut(&mut [f32])| {
             let t = time(repeat, || f(&mut c));
-            let worst = c.iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+            let worst = c
+                .iter()
+                .zip(&want)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
             assert!(worst <= 1e-2, "{name}: off by {worst}");
             flop / t
         };
