@@ -131,11 +131,11 @@ fn im2col_gemm<T: Float>(
 }
 
 /// How many blocks of output rows one group's im2col + GEMM should be cut into for rayon: one
-/// per thread, each at least 8 x TASK_MIN_WORK multiply-adds (a GEMM block narrower than
-/// that loses more to packing its operands than a thread gains), or 1 (run inline).
+/// per thread, each at least 16 x TASK_MIN_WORK (2M) multiply-adds (a GEMM block narrower
+/// than that loses more to packing and the hand-off than a thread gains), or 1 (inline).
 fn row_tasks(work: usize, rows: usize) -> usize {
     let threads = rayon::current_num_threads();
-    let by_work = work / (8 * crate::window::par::TASK_MIN_WORK);
+    let by_work = work / (16 * crate::window::par::TASK_MIN_WORK);
     threads.min(rows).min(by_work).max(1)
 }
 

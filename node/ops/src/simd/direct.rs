@@ -25,6 +25,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::window::geometry::Axis;
 
+/// How many of par.rs's scalar multiply-adds one of this kernel's costs, for sizing tasks.
+const VECTOR_SPEEDUP: usize = 8;
+
 /// Output channels (by channels) or columns (by columns) per vector.
 const LANES: usize = 8;
 
@@ -105,8 +108,10 @@ pub fn conv_as(
     let packed = Packed::get(cache, variant, ocg, g.taps, wg, b);
     let out_plane = g.oh * g.ow;
     // Pairs of channel blocks (a tile of two blocks shares its broadcasts) are independent,
-    // and their outputs contiguous: large layers spread them over rayon, in tasks of at
-    // least TASK_MIN_WORK (par.rs).
+    // and their outputs contiguous: large layers spread them over rayon. par.rs sizes tasks
+    // for scalar loops; this kernel does about VECTOR_SPEEDUP of their multiply-adds in the
+    // same time, so its work is declared that much smaller (tasks of 2 x 128K taps cost less
+    // than the hand-off: the small YOLO's convolutions were 1.5x slower split so).
     let n = match &packed.w {
         PackedW::Channels(..) => LANES,
         PackedW::Columns(..) => COL_CHANNELS,
@@ -115,7 +120,7 @@ pub fn conv_as(
     crate::window::par::for_each_chunk(
         &mut yb[..ocg * out_plane],
         channels * out_plane,
-        channels * g.taps * out_plane,
+        channels * g.taps * out_plane / VECTOR_SPEEDUP,
         |task, y| {
             let first = task * 2;
             let g = Geom {
