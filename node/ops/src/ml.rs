@@ -196,19 +196,7 @@ mod tests {
     use crate::testkit::{Rng, gpu_matches_cpu, gpu_same_bytes, run_one};
 
     fn op(op_type: &str, attrs: Vec<(&str, AttrValue)>, inputs: usize) -> Box<dyn Op> {
-        let attrs = crate::Attrs(attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
-        crate::build_in(
-            ML_DOMAIN,
-            &NodeSpec {
-                name: "t",
-                op_type,
-                attrs: &attrs,
-                opset: 1,
-                num_inputs: inputs,
-                num_outputs: 1,
-            },
-        )
-        .unwrap()
+        crate::testkit::node_in(ML_DOMAIN, op_type, 1, attrs, (inputs, 1)).unwrap()
     }
 
     #[test]

@@ -3,23 +3,11 @@
 //! byte for byte against the CPU.
 
 use crate::tensor::{DType, Tensor};
-use crate::testkit::{Rng, gpu_same_bytes, ints, run, run_node};
-use crate::{AttrValue, Attrs, MS_DOMAIN, NodeSpec, Op};
+use crate::testkit::{Rng, gpu_same_bytes, ints, node_in, run, run_node};
+use crate::{AttrValue, MS_DOMAIN, Op};
 
 fn qop(op_type: &str, attrs: Vec<(&str, AttrValue)>, inputs: usize) -> Box<dyn Op> {
-    let attrs = Attrs(attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
-    crate::build_in(
-        MS_DOMAIN,
-        &NodeSpec {
-            name: "t",
-            op_type,
-            attrs: &attrs,
-            opset: 1,
-            num_inputs: inputs,
-            num_outputs: 1,
-        },
-    )
-    .unwrap()
+    node_in(MS_DOMAIN, op_type, 1, attrs, (inputs, 1)).unwrap()
 }
 
 fn bytes(dt: DType, shape: &[usize], rng: &mut Rng) -> Tensor {
@@ -125,32 +113,10 @@ fn pools_follow_the_float_graph_within_one_step() {
 
 #[test]
 fn bad_inputs_are_refused_by_name() {
-    let e = crate::build_in(
-        MS_DOMAIN,
-        &NodeSpec {
-            name: "t",
-            op_type: "QLinearAveragePool",
-            attrs: &Attrs::default(),
-            opset: 1,
-            num_inputs: 5,
-            num_outputs: 1,
-        },
-    )
-    .unwrap_err();
+    let e = node_in(MS_DOMAIN, "QLinearAveragePool", 1, vec![], (5, 1)).unwrap_err();
     assert!(e.to_string().contains("kernel_shape"), "{e}");
-    let attrs = Attrs([("channels_last".to_string(), AttrValue::Int(1))].into());
-    let e = crate::build_in(
-        MS_DOMAIN,
-        &NodeSpec {
-            name: "t",
-            op_type: "QLinearGlobalAveragePool",
-            attrs: &attrs,
-            opset: 1,
-            num_inputs: 5,
-            num_outputs: 1,
-        },
-    )
-    .unwrap_err();
+    let last = vec![("channels_last", AttrValue::Int(1))];
+    let e = node_in(MS_DOMAIN, "QLinearGlobalAveragePool", 1, last, (5, 1)).unwrap_err();
     assert!(e.to_string().contains("channels_last"), "{e}");
     // Float input: refused by its shape rule, naming the type.
     let x = Tensor::from_vec(vec![1, 1, 2], vec![1.0f32, 2.0]);

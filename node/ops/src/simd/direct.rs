@@ -127,27 +127,14 @@ pub fn conv_as(
                 ocg: (ocg - first * n).min(channels),
                 ..g
             };
+            let input = (&x[..], &offsets[..]);
             match &packed.w {
-                PackedW::Channels(w, bias) => {
-                    let k = Kernel {
-                        simd,
-                        g: &g,
-                        x: &x,
-                        offsets: &offsets,
-                        w: &w[first * g.taps..],
-                        bias: &bias[first..],
-                    };
+                PackedW::Channels(w, b) => {
+                    let k = Kernel::part(simd, &g, input, (w, b), first);
                     simd.vectorize(Run { k, y });
                 }
-                PackedW::Columns(w, bias) => {
-                    let k = Kernel {
-                        simd,
-                        g: &g,
-                        x: &x,
-                        offsets: &offsets,
-                        w: &w[first * g.taps..],
-                        bias: &bias[first..],
-                    };
+                PackedW::Columns(w, b) => {
+                    let k = Kernel::part(simd, &g, input, (w, b), first);
                     simd.vectorize(ColRun { k, y });
                 }
             }
@@ -437,6 +424,27 @@ struct Kernel<'a, const N: usize> {
     offsets: &'a [usize],
     w: &'a [[f32; N]],
     bias: &'a [[f32; N]],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a, const N: usize> Kernel<'a, N> {
+    /// The kernel over the channel blocks from `first` on, with `g` saying how many.
+    fn part(
+        simd: pulp::x86::V3,
+        g: &'a Geom,
+        (x, offsets): (&'a [f32], &'a [usize]),
+        (w, bias): (&'a [[f32; N]], &'a [[f32; N]]),
+        first: usize,
+    ) -> Self {
+        Kernel {
+            simd,
+            g,
+            x,
+            offsets,
+            w: &w[first * g.taps..],
+            bias: &bias[first..],
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

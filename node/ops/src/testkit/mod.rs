@@ -17,15 +17,29 @@ pub fn node(
     num_inputs: usize,
     num_outputs: usize,
 ) -> Result<Box<dyn Op>, OpError> {
+    node_in("", op_type, opset, attrs, (num_inputs, num_outputs))
+}
+
+/// [`node`] for an op of `domain` (com.microsoft's, ai.onnx.ml's...).
+pub fn node_in(
+    domain: &str,
+    op_type: &str,
+    opset: i64,
+    attrs: Vec<(&str, AttrValue)>,
+    (num_inputs, num_outputs): (usize, usize),
+) -> Result<Box<dyn Op>, OpError> {
     let attrs = Attrs(attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
-    crate::build(&NodeSpec {
-        name: "test",
-        op_type,
-        attrs: &attrs,
-        opset,
-        num_inputs,
-        num_outputs,
-    })
+    crate::build_in(
+        domain,
+        &NodeSpec {
+            name: "test",
+            op_type,
+            attrs: &attrs,
+            opset,
+            num_inputs,
+            num_outputs,
+        },
+    )
 }
 
 /// [`node`] with two inputs and one output (elementwise ops, products).
