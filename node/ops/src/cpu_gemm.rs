@@ -1,21 +1,21 @@
-//! The CPU backend's GEMM: ndarray's `general_mat_mul`, which runs matrixmultiply's packed
-//! kernels behind a safe, bounds-checked API (so no `unsafe` here), and a plain
-//! matrix-vector loop for products with a single row or column.
+//! The CPU backend's GEMM: faer's `matmul` on one thread per call (its packed kernels, AVX-512
+//! where the CPU has it, behind a safe API, so no `unsafe` here), and a plain matrix-vector
+//! loop for products with a single row or column.
 //!
-//! Each matrixmultiply call is single-threaded. matrixmultiply's own `threading` (a fixed tree
-//! of four threads that every concurrent caller queues for) cost a node pinned to 5 cores
-//! 2.6x its throughput with many runs in flight (40.6 runs/s of an 8-block [256, 1024] x
-//! [1024, 1024] chain against 105.2 with it off: BENCHMARKS.md, session 26), while a run
-//! alone needs the spare cores (29.9 ms against 52.7). So a large product is cut into blocks
-//! of C's rows or columns for rayon's pool only while fewer products are in progress than the
-//! pool has threads, into as many blocks as each product's share of the threads; once runs
-//! fill the pool each product runs whole on its calling thread, as blocks would then only add
-//! the packing of the operand they share (below) and hand-offs to a pool with no idle thread.
+//! Threads are ours, not faer's. A large product is cut into blocks of C's rows or columns
+//! for rayon's pool only while fewer products are in progress than the pool has threads, into
+//! as many blocks as each product's share of the threads; once runs fill the pool each product
+//! runs whole on its calling thread, as blocks would then only add the packing of the operand
+//! they share (below) and hand-offs to a pool with no idle thread. A library's own pool of
+//! threads that every concurrent caller queues for (matrixmultiply's `threading`, a fixed tree
+//! of four) cost a node pinned to 5 cores 2.6x its throughput with many runs in flight
+//! (BENCHMARKS.md, session 26), and faer's (spindle's barriers on rayon's pool) would wait on
+//! threads that the other runs' tasks hold.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ndarray::linalg::general_mat_mul;
-use ndarray::{ArrayView2, ArrayViewMut2, Axis, LinalgScalar, ShapeBuilder, s};
+use faer::linalg::matmul::matmul;
+use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
 /// Products of at least [`BLOCK_MIN_WORK`] in progress in this process.
@@ -42,9 +42,9 @@ impl Drop for InProgress {
 /// again (below) stay small beside it.
 const BLOCK_MIN_WORK: usize = 1 << 21;
 
-/// The fewest rows or columns of C in a block: matrixmultiply's kernels work in panels of
-/// up to 64 wide, and a narrower block would waste them.
-const BLOCK_MIN_SIDE: usize = 64;
+/// The fewest rows or columns of C in a block: faer's AVX-512 kernels work on 16 rows at a
+/// time, and a narrower block would waste them.
+const BLOCK_MIN_SIDE: usize = 16;
 
 /// One operand of [`gemm`]: element (i, j) is at `slice[off + i * rs + j * cs]`.
 type Mat<'a, T> = (&'a [T], usize, usize, usize);
@@ -55,7 +55,7 @@ type Mat<'a, T> = (&'a [T], usize, usize, usize);
 /// does not leak). The callers have checked the bounds; a violation is a bug and panics.
 /// `T::default()` must be zero (it is for the floats this serves).
 #[allow(clippy::too_many_arguments)]
-pub fn gemm<T: Dot + PartialEq + Send + Sync>(
+pub fn gemm<T: Dot>(
     (m, k, n): (usize, usize, usize),
     alpha: T,
     a: Mat<'_, T>,
@@ -64,10 +64,13 @@ pub fn gemm<T: Dot + PartialEq + Send + Sync>(
     c: &mut [T],
     ldc: usize,
 ) {
-    if (m == 1 || n == 1) && m * n > 0 && k > 0 {
-        // A matrix-vector product: matrixmultiply would first pack the whole matrix into its
-        // panel layout, a copy that costs as much as the product (a 1x400 by 400x64 Gemm spent
-        // more time packing than multiplying), and it is memory-bound either way.
+    if m == 0 || n == 0 {
+        return;
+    }
+    if (m == 1 || n == 1) && k > 0 {
+        // A matrix-vector product: a GEMM would first pack the whole matrix into its panel
+        // layout, a copy that costs as much as the product (a 1x400 by 400x64 Gemm spent more
+        // time packing than multiplying), and it is memory-bound either way.
         let acc = if m == 1 {
             // c^T = B^T a^T: the rows of B^T are B's columns, the vector is A's only row.
             let (bs, b_off, b_rs, b_cs) = b;
@@ -88,32 +91,69 @@ pub fn gemm<T: Dot + PartialEq + Send + Sync>(
         }
         return;
     }
-    let (a, a_off, a_rs, a_cs) = a;
-    let (b, b_off, b_rs, b_cs) = b;
-    let a = ArrayView2::from_shape((m, k).strides((a_rs, a_cs)), &a[a_off..])
-        .expect("gemm: A's strides reach past its data");
-    let b = ArrayView2::from_shape((k, n).strides((b_rs, b_cs)), &b[b_off..])
-        .expect("gemm: B's strides reach past its data");
-    let rows = if m == 0 { 0 } else { (m - 1) * ldc + n };
-    let c = ArrayViewMut2::from_shape((m, n).strides((ldc, 1)), &mut c[..rows])
-        .expect("gemm: C is smaller than M x N");
-    blocked(alpha, a, b, beta, c);
+    let (a_own, b_own);
+    let a = match view(a, (m, k)) {
+        Some(v) => v,
+        None => {
+            a_own = dense(a, (m, k));
+            MatRef::from_row_major_slice(&a_own, m, k)
+        }
+    };
+    let b = match view(b, (k, n)) {
+        Some(v) => v,
+        None => {
+            b_own = dense(b, (k, n));
+            MatRef::from_row_major_slice(&b_own, k, n)
+        }
+    };
+    let rows = (m - 1) * ldc + n;
+    let accum = if beta == T::default() {
+        Accum::Replace
+    } else {
+        if beta != T::one() {
+            for row in c[..rows].chunks_mut(ldc) {
+                for v in &mut row[..n] {
+                    *v = beta * *v;
+                }
+            }
+        }
+        Accum::Add
+    };
+    // C as the transpose of a column-major N x M matrix: faer 0.23.2's
+    // `from_row_major_slice_with_stride_mut` builds a column-major view (row stride 1) after
+    // checking the row-major bounds, so products through it wrote past C.
+    let c =
+        MatMut::from_column_major_slice_with_stride_mut(&mut c[..rows], n, m, ldc).transpose_mut();
+    blocked(alpha, a, b, accum, c);
 }
 
-/// `c = alpha * a b + beta * c`, in blocks on rayon's pool when large enough (see the
-/// module's comment). Each block packs its own copy of the operand it shares with the others
-/// (all of B for a block of rows, all of A for one of columns), so C is cut along its longer
-/// side, where that copy is the smaller one.
-fn blocked<T: LinalgScalar + Send + Sync>(
-    alpha: T,
-    a: ArrayView2<'_, T>,
-    b: ArrayView2<'_, T>,
-    beta: T,
-    c: ArrayViewMut2<'_, T>,
-) {
+/// A faer view of `mat` (`shape` rows and columns) where one of its strides is 1, the layouts
+/// faer's safe constructors take; `None` for any other.
+fn view<T>((s, off, rs, cs): Mat<'_, T>, (rows, cols): (usize, usize)) -> Option<MatRef<'_, T>> {
+    let s = &s[off..];
+    if cs == 1 {
+        Some(MatRef::from_row_major_slice_with_stride(s, rows, cols, rs))
+    } else if rs == 1 {
+        Some(MatRef::from_column_major_slice_with_stride(
+            s, rows, cols, cs,
+        ))
+    } else {
+        None
+    }
+}
+
+/// `mat` copied into a row-major matrix: for the layouts [`view`] cannot show (no exporter's
+/// graph gives them to a product; a strided einsum operand could).
+fn dense<T: Copy>((s, off, rs, cs): Mat<'_, T>, (rows, cols): (usize, usize)) -> Vec<T> {
+    (0..rows)
+        .flat_map(|i| (0..cols).map(move |j| s[off + i * rs + j * cs]))
+        .collect()
+}
+
+/// `c = alpha * a b (+ c)`, in blocks on rayon's pool when large enough (see the module's
+/// comment), laid out by [`grid`].
+fn blocked<T: Dot>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, accum: Accum, c: MatMut<'_, T>) {
     let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
-    let axis = if m >= n { Axis(0) } else { Axis(1) };
-    let side = m.max(n);
     let work = m * k * n;
     let (_counted, in_progress) = if work >= BLOCK_MIN_WORK {
         let (guard, n) = InProgress::enter();
@@ -121,32 +161,92 @@ fn blocked<T: LinalgScalar + Send + Sync>(
     } else {
         (None, 1)
     };
-    let blocks = (work / BLOCK_MIN_WORK)
-        .min(side / BLOCK_MIN_SIDE)
-        .min(rayon::current_num_threads() / in_progress);
-    if blocks < 2 {
-        let mut c = c;
-        general_mat_mul(alpha, &a, &b, beta, &mut c);
+    let blocks = (work / BLOCK_MIN_WORK).min(rayon::current_num_threads() / in_progress);
+    let (br, bc) = grid(m, n, blocks);
+    if br * bc < 2 {
+        matmul(c, accum, a, b, alpha, Par::Seq);
+        clear_upper();
         return;
     }
-    let mut parts = Vec::with_capacity(blocks);
+    let mut parts = Vec::with_capacity(br * bc);
     let mut rest = c;
-    let mut start = 0;
-    for i in 0..blocks {
-        let len = side * (i + 1) / blocks - start;
-        let (part, tail) = rest.split_at(axis, len);
-        parts.push((start, part));
+    let mut r0 = 0;
+    for i in 0..br {
+        let rows = m * (i + 1) / br - r0;
+        let (stripe, tail) = rest.split_at_row_mut(rows);
         rest = tail;
-        start += len;
-    }
-    parts.into_par_iter().for_each(|(at, mut part)| {
-        let len = part.len_of(axis);
-        if axis == Axis(0) {
-            general_mat_mul(alpha, &a.slice(s![at..at + len, ..]), &b, beta, &mut part);
-        } else {
-            general_mat_mul(alpha, &a, &b.slice(s![.., at..at + len]), beta, &mut part);
+        let mut stripe = stripe;
+        let mut c0 = 0;
+        for j in 0..bc {
+            let cols = n * (j + 1) / bc - c0;
+            let (part, right) = stripe.split_at_col_mut(cols);
+            stripe = right;
+            parts.push(((r0, rows), (c0, cols), part));
+            c0 += cols;
         }
-    });
+        r0 += rows;
+    }
+    parts
+        .into_par_iter()
+        .for_each(|((r0, rows), (c0, cols), part)| {
+            let (a, b) = (a.subrows(r0, rows), b.subcols(c0, cols));
+            matmul(part, accum, a, b, alpha, Par::Seq);
+            clear_upper();
+        });
+}
+
+/// How to cut an M x N product into at most `blocks` blocks: `(row stripes, column stripes)`,
+/// each block at least [`BLOCK_MIN_SIDE`] on both sides. The most blocks win; among grids of
+/// as many, the one that copies least, as each block packs its own copy of its rows of A
+/// (M/br x K) and its columns of B (K x N/bc), K * (bc * M + br * N) in all; then the one
+/// with fewer row stripes. A
+/// 512 x 4608 x 49 product (ResNet-50's last 3x3 convolutions) is cut into 16 x 1, a
+/// 256 x 2304 x 196 one into 4 x 4.
+fn grid(m: usize, n: usize, blocks: usize) -> (usize, usize) {
+    let mut best = (1, 1);
+    let mut best_key = (usize::MAX, 0);
+    for br in 1..=blocks.min(m / BLOCK_MIN_SIDE).max(1) {
+        let bc = (blocks / br).min(n / BLOCK_MIN_SIDE).max(1);
+        if br * bc < 2 {
+            continue;
+        }
+        // Fewer row stripes through the loop's order: ties keep the earlier.
+        let key = (usize::MAX - br * bc, bc * m + br * n);
+        if key < best_key {
+            best_key = key;
+            best = (br, bc);
+        }
+    }
+    best
+}
+
+/// Clears the upper halves of the vector registers. faer's x86 kernels (private-gemm-x86's
+/// assembly) return without `vzeroupper`, and every SSE instruction of the baseline-compiled
+/// code after them then pays the AVX-to-SSE transition: BERT-tiny's Softmax and Div ran
+/// 2-3x slower (one thread, 2-core VM) after its first MatMul. A tiny AVX function does it, as
+/// LLVM ends every function that dirtied them with `vzeroupper`; no `unsafe` needed.
+fn clear_upper() {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = pulp::x86::V3::try_new() {
+        simd.vectorize(ClearUpper { simd });
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+struct ClearUpper {
+    simd: pulp::x86::V3,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl pulp::NullaryFnOnce for ClearUpper {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        // Through black_box so that the 256-bit add is emitted (and the registers dirtied).
+        let v = self.simd.splat_f32x8(std::hint::black_box(1.0));
+        std::hint::black_box(self.simd.add_f32x8(v, v));
+    }
 }
 
 /// Lanes of the dot product: independent partial sums the compiler keeps in vector registers
@@ -159,8 +259,8 @@ const MATVEC_ROWS: usize = 64;
 
 /// `out[i] = sum_p A(i, p) * v[off + p * step]` for an `rows x k` matrix A; split across rayon
 /// by blocks of rows when large enough (see ops/conv/par.rs), as a large product that would
-/// have gone to matrixmultiply's threads is still memory-bound on one core.
-fn matvec<T: Dot + Send + Sync>(
+/// have gone to a GEMM's threads is still memory-bound on one core.
+fn matvec<T: Dot>(
     (rows, k): (usize, usize),
     (a, a_off, a_rs, a_cs): Mat<'_, T>,
     (v, v_off, v_step): (&[T], usize, usize),
@@ -198,15 +298,35 @@ fn matvec<T: Dot + Send + Sync>(
 
 /// The dot product [`matvec`] takes per row: a generic loop the compiler vectorises for the
 /// baseline target (SSE2, no FMA), and for f32 an AVX2 + FMA kernel chosen at run time.
-pub trait Dot: LinalgScalar + Default {
+pub trait Dot:
+    faer::traits::ComplexField
+    + Copy
+    + Default
+    + PartialEq
+    + Send
+    + Sync
+    + std::ops::Add<Output = Self>
+    + std::ops::Mul<Output = Self>
+{
+    /// The multiplicative identity (`beta == 1` needs no scaling pass).
+    fn one() -> Self;
+
     fn dot(x: &[Self], y: &[Self]) -> Self {
         dot_lanes(x, y)
     }
 }
 
-impl Dot for f64 {}
+impl Dot for f64 {
+    fn one() -> f64 {
+        1.0
+    }
+}
 
 impl Dot for f32 {
+    fn one() -> f32 {
+        1.0
+    }
+
     fn dot(x: &[f32], y: &[f32]) -> f32 {
         #[cfg(target_arch = "x86_64")]
         if let Some(simd) = pulp::x86::V3::try_new() {
@@ -216,7 +336,7 @@ impl Dot for f32 {
     }
 }
 
-fn dot_lanes<T: LinalgScalar + Default>(x: &[T], y: &[T]) -> T {
+fn dot_lanes<T: Dot>(x: &[T], y: &[T]) -> T {
     let zero = T::default();
     let mut acc = [zero; LANES];
     let (xc, yc) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
@@ -381,21 +501,42 @@ mod tests {
         }
     }
 
-    /// Products large enough to be cut into blocks on rayon (of C's rows where M >= N, of its
-    /// columns otherwise; sizes that do not divide evenly), in both layouts of A and B, with
-    /// beta 0 (C's NaN never read) and not, against the definition. Run in a pool of three
-    /// threads so that the cut happens on a machine of any size.
+    #[test]
+    fn the_grid_uses_the_blocks_and_copies_least() {
+        assert_eq!(grid(512, 49, 16), (16, 1));
+        assert_eq!(grid(256, 196, 16), (4, 4));
+        assert_eq!(grid(64, 12544, 16), (1, 16));
+        assert_eq!(grid(200, 200, 4), (2, 2));
+        // Sides below BLOCK_MIN_SIDE are not cut; too little to cut at all gives one block.
+        assert_eq!(grid(20, 5000, 8), (1, 8));
+        assert_eq!(grid(20, 20, 8), (1, 1));
+        assert_eq!(grid(1000, 1000, 1), (1, 1));
+    }
+
+    /// Products large enough to be cut into blocks on rayon (stripes of C's rows, of its
+    /// columns, and both; sizes that do not divide evenly), in both layouts of A and B, with
+    /// beta 0 (C's NaN never read) and not, against the definition. Run in pools of three and
+    /// four threads so that the cuts happen on a machine of any size.
     #[test]
     fn products_cut_into_blocks_match_the_definition() {
         let data: Vec<f64> = (0..200_000)
             .map(|i| ((i * 53 % 29) as f64 - 14.0) / 16.0)
             .collect();
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(3)
-            .build()
-            .unwrap();
-        for (m, k, n) in [(389, 97, 131), (130, 150, 257), (200, 60, 400)] {
-            assert!(m * k * n >= 2 * BLOCK_MIN_WORK && m.max(n) >= 2 * BLOCK_MIN_SIDE);
+        let cases = [
+            (3, (389, 97, 131)),
+            (3, (130, 150, 257)),
+            (3, (200, 60, 400)),
+            // 2 x 2 blocks.
+            (4, (201, 220, 199)),
+        ];
+        for (threads, (m, k, n)) in cases {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let blocks = (m * k * n / BLOCK_MIN_WORK).min(threads);
+            let (br, bc) = grid(m, n, blocks);
+            assert!(br * bc >= 2 && (threads < 4 || br == 2 && bc == 2));
             for (a_t, b_t) in [(false, false), (true, true)] {
                 let am = if a_t { (7, 1, m) } else { (7, k, 1) };
                 let bm = if b_t { (2, 1, k) } else { (2, n, 1) };

@@ -90,7 +90,7 @@ fn im2col_gemm<T: Float>(
     let rows = ad.output * ah.output;
     let ow = aw.output;
     let rows_per_block = (COL_CAP / (k * ow).max(1)).clamp(1, rows);
-    let tasks = row_tasks(ocg * k * p, rows);
+    let tasks = row_tasks(ocg * k * p, rows, ow);
     if tasks >= 2 {
         // Blocks of output rows on rayon, each with its own im2col and GEMM into a buffer of
         // its own (C's columns of one block are strided in yb), copied in afterwards: a copy
@@ -131,13 +131,21 @@ fn im2col_gemm<T: Float>(
 }
 
 /// How many blocks of output rows one group's im2col + GEMM should be cut into for rayon: one
-/// per thread, each at least 16 x TASK_MIN_WORK (2M) multiply-adds (a GEMM block narrower
-/// than that loses more to packing and the hand-off than a thread gains), or 1 (inline).
-fn row_tasks(work: usize, rows: usize) -> usize {
+/// per thread, each at least 16 x TASK_MIN_WORK (2M) multiply-adds and [`TASK_MIN_COLS`]
+/// output positions wide (a GEMM block narrower than that loses more to packing and the
+/// hand-off than a thread gains), or 1: one im2col and one GEMM, which cuts itself into
+/// blocks of output channels and positions (cpu_gemm.rs). ResNet-50's last 3x3 layers (7 x 7
+/// outputs) ran 7 blocks of one row each, 512 x 4608 x 7 products, at a tenth of the speed of
+/// the whole 512 x 4608 x 49 product cut by output channels.
+fn row_tasks(work: usize, rows: usize, row_len: usize) -> usize {
     let threads = rayon::current_num_threads();
     let by_work = work / (16 * crate::window::par::TASK_MIN_WORK);
-    threads.min(rows).min(by_work).max(1)
+    let by_width = rows * row_len / TASK_MIN_COLS;
+    threads.min(rows).min(by_work).min(by_width).max(1)
 }
+
+/// The fewest output positions (GEMM columns) in a block of [`row_tasks`].
+const TASK_MIN_COLS: usize = 128;
 
 /// The im2col rows of output rows `r0..r1` (K x (r1 - r0) * OW) into `col`, cleared first.
 /// Filled by appending, row after row, so no element is written twice (no zeroing first).

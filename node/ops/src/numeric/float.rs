@@ -75,7 +75,7 @@ const SCRATCH_KEEP: usize = 1 << 18;
 /// The dtypes [`Float`] covers, for shape rules' error messages.
 pub const FLOAT_DTYPES: [DType; 2] = [DType::F32, DType::F64];
 
-/// The sizes the GEMM below relies on (ndarray checks them too; this names the culprit).
+/// The sizes the GEMM below relies on (faer checks them too; this names the culprit).
 fn check_gemm(m: usize, k: usize, n: usize, a: usize, b: usize, c: usize, ldc: usize) {
     assert!(ldc >= n, "gemm: ldc {ldc} < n {n}");
     assert!(a >= m * k, "gemm: a holds {a} < {m}x{k}");
