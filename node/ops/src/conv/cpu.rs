@@ -106,7 +106,8 @@ fn im2col_gemm<T: Float>(
                 let pc = (r1 - r0) * ow;
                 let mut out = vec![T::default(); ocg * pc];
                 T::with_scratch(|col| {
-                    fill_col(axes, cg, xg, (r0, r1), col);
+                    col.resize(k * pc, T::default());
+                    fill_col(axes, xg, (r0, r1), col);
                     T::gemm(ocg, k, pc, wg, col, &mut out, pc);
                 });
                 out
@@ -123,8 +124,9 @@ fn im2col_gemm<T: Float>(
     T::with_scratch(|col| {
         for r0 in (0..rows).step_by(rows_per_block) {
             let r1 = (r0 + rows_per_block).min(rows);
-            fill_col(axes, cg, xg, (r0, r1), col);
             let pc = (r1 - r0) * ow;
+            col.resize(k * pc, T::default());
+            fill_col(axes, xg, (r0, r1), &mut col[..k * pc]);
             T::gemm(ocg, k, pc, wg, col, &mut yb[r0 * ow..], p);
         }
     });
@@ -147,57 +149,57 @@ fn row_tasks(work: usize, rows: usize, row_len: usize) -> usize {
 /// The fewest output positions (GEMM columns) in a block of [`row_tasks`].
 const TASK_MIN_COLS: usize = 128;
 
-/// The im2col rows of output rows `r0..r1` (K x (r1 - r0) * OW) into `col`, cleared first.
-/// Filled by appending, row after row, so no element is written twice (no zeroing first).
-fn fill_col<T: Float>(
-    axes: &[Axis; 3],
-    cg: usize,
-    xg: &[T],
-    (r0, r1): (usize, usize),
-    col: &mut Vec<T>,
-) {
+/// The im2col rows of output rows `r0..r1` (K x (r1 - r0) * OW) into `col`, which holds
+/// exactly that many elements; every element is written. The channels' blocks of rows go to
+/// rayon when large enough (ResNet-50's last layers are one task of a 4608 x 49 im2col).
+fn fill_col<T: Float>(axes: &[Axis; 3], xg: &[T], (r0, r1): (usize, usize), col: &mut [T]) {
+    let [ad, ah, aw] = axes;
+    let block = ad.kernel * ah.kernel * aw.kernel * (r1 - r0) * aw.output;
+    let in_plane = ad.input * ah.input * aw.input;
+    crate::window::par::for_each_chunk(col, block, block, |c, dst| {
+        fill_channel(axes, &xg[c * in_plane..][..in_plane], (r0, r1), dst);
+    });
+}
+
+/// [`fill_col`]'s rows of one input channel `xc`.
+fn fill_channel<T: Float>(axes: &[Axis; 3], xc: &[T], (r0, r1): (usize, usize), dst: &mut [T]) {
     let [ad, ah, aw] = axes;
     let ow = aw.output;
     let (ih_len, iw_len) = (ah.input, aw.input);
-    let in_plane = ad.input * ih_len * iw_len;
     let (od_r0, oh_r0) = (r0 / ah.output, r0 % ah.output);
-    col.clear();
-    for xc in (0..cg).map(|c| &xg[c * in_plane..][..in_plane]) {
-        for kd in 0..ad.kernel {
-            // Which outputs of a tap read the input rather than padding, per axis: worked
-            // out once per tap so the row loop below has no bounds tests or divisions.
-            let d_base = ad.start(0) + (kd * ad.dilation) as i64;
-            let (d0, d1) = valid_outputs(d_base, ad.stride, ad.input, ad.output);
-            for kh in 0..ah.kernel {
-                let h_base = ah.start(0) + (kh * ah.dilation) as i64;
-                let (h0, h1) = valid_outputs(h_base, ah.stride, ih_len, ah.output);
-                for kw in 0..aw.kernel {
-                    let w_base = aw.start(0) + (kw * aw.dilation) as i64;
-                    let (w0, w1) = valid_outputs(w_base, aw.stride, iw_len, ow);
-                    let first = (w_base + (w0 * aw.stride) as i64).max(0) as usize;
-                    let (mut od, mut oh) = (od_r0, oh_r0);
-                    for _ in r0..r1 {
-                        if (d0..d1).contains(&od) && (h0..h1).contains(&oh) && w0 < w1 {
-                            let id = (d_base + (od * ad.stride) as i64) as usize;
-                            let ih = (h_base + (oh * ah.stride) as i64) as usize;
-                            let src = &xc[(id * ih_len + ih) * iw_len..][..iw_len];
-                            push_run(col, ow, (w0, w1), &src[first..], aw.stride);
-                        } else {
-                            col.resize(col.len() + ow, T::default());
-                        }
-                        oh += 1;
-                        if oh == ah.output {
-                            (od, oh) = (od + 1, 0);
-                        }
+    let mut rows = dst.chunks_exact_mut(ow);
+    for kd in 0..ad.kernel {
+        // Which outputs of a tap read the input rather than padding, per axis: worked out
+        // once per tap so the row loop below has no bounds tests or divisions.
+        let d_base = ad.start(0) + (kd * ad.dilation) as i64;
+        let (d0, d1) = valid_outputs(d_base, ad.stride, ad.input, ad.output);
+        for kh in 0..ah.kernel {
+            let h_base = ah.start(0) + (kh * ah.dilation) as i64;
+            let (h0, h1) = valid_outputs(h_base, ah.stride, ih_len, ah.output);
+            for kw in 0..aw.kernel {
+                let w_base = aw.start(0) + (kw * aw.dilation) as i64;
+                let (w0, w1) = valid_outputs(w_base, aw.stride, iw_len, ow);
+                let first = (w_base + (w0 * aw.stride) as i64).max(0) as usize;
+                let (mut od, mut oh) = (od_r0, oh_r0);
+                for _ in r0..r1 {
+                    let row = rows.next().expect("fill_col: col is K x rows x OW");
+                    if (d0..d1).contains(&od) && (h0..h1).contains(&oh) && w0 < w1 {
+                        let id = (d_base + (od * ad.stride) as i64) as usize;
+                        let ih = (h_base + (oh * ah.stride) as i64) as usize;
+                        let src = &xc[(id * ih_len + ih) * iw_len..][..iw_len];
+                        write_run(row, (w0, w1), &src[first..], aw.stride);
+                    } else {
+                        row.fill(T::default());
+                    }
+                    oh += 1;
+                    if oh == ah.output {
+                        (od, oh) = (od + 1, 0);
                     }
                 }
             }
         }
     }
-    debug_assert_eq!(
-        col.len(),
-        cg * ad.kernel * ah.kernel * aw.kernel * (r1 - r0) * ow
-    );
+    debug_assert!(rows.next().is_none());
 }
 
 /// The outputs `o` of one im2col row whose input `base + o * stride` lies inside `0..len`,
@@ -214,22 +216,20 @@ fn valid_outputs(base: i64, stride: usize, len: usize, outputs: usize) -> (usize
     ((first_at(0) as usize).min(o1), o1)
 }
 
-/// Appends one im2col row of `len` outputs: `src[(o - o0) * stride]` for `o` in `o0..o1`,
-/// zero elsewhere (the padding); a slice copy at stride 1, with no per-element bounds test.
-fn push_run<T: Float>(
-    col: &mut Vec<T>,
-    len: usize,
-    (o0, o1): (usize, usize),
-    src: &[T],
-    stride: usize,
-) {
-    col.resize(col.len() + o0, T::default());
+/// One im2col row: `src[(o - o0) * stride]` for `o` in `o0..o1`, zero elsewhere (the
+/// padding); a slice copy at stride 1, with no per-element bounds test.
+fn write_run<T: Float>(row: &mut [T], (o0, o1): (usize, usize), src: &[T], stride: usize) {
+    let (pad, rest) = row.split_at_mut(o0);
+    pad.fill(T::default());
+    let (run, pad) = rest.split_at_mut(o1 - o0);
     if stride == 1 {
-        col.extend_from_slice(&src[..o1 - o0]);
+        run.copy_from_slice(&src[..o1 - o0]);
     } else {
-        col.extend(src.iter().step_by(stride).take(o1 - o0));
+        for (d, &s) in run.iter_mut().zip(src.iter().step_by(stride)) {
+            *d = s;
+        }
     }
-    col.resize(col.len() + len - o1, T::default());
+    pad.fill(T::default());
 }
 
 /// `dst[o] = src[base + o * stride]`, or zero where that falls outside `src`: one row of
@@ -237,14 +237,12 @@ fn push_run<T: Float>(
 #[cfg(test)]
 pub(super) fn fill_row<T: Float>(dst: &mut [T], src: &[T], base: i64, stride: usize) {
     let (o0, o1) = valid_outputs(base, stride, src.len(), dst.len());
-    let mut row = Vec::new();
     if o0 < o1 {
         let first = (base + (o0 * stride) as i64) as usize;
-        push_run(&mut row, dst.len(), (o0, o1), &src[first..], stride);
+        write_run(dst, (o0, o1), &src[first..], stride);
     } else {
-        row.resize(dst.len(), T::default());
+        dst.fill(T::default());
     }
-    dst.copy_from_slice(&row);
 }
 
 /// One group of a 3-D depthwise convolution (one input channel, `ocg` output channels).

@@ -109,6 +109,18 @@ fn windows_over_every_border_match_the_reference() {
             pads: vec![1; 4],
             ..case(24, 40, &[61, 30], &[3, 3])
         },
+        // The padded-width im2col large enough to copy its 1,440 rows on rayon (wide.rs).
+        Case {
+            pads: vec![1; 4],
+            ..case(160, 8, &[14, 14], &[3, 3])
+        },
+        // Too few output positions (8 x 8) for blocks of rows: one im2col, its 512
+        // channels' rows filled on rayon (cpu.rs fill_col), one product.
+        Case {
+            strides: vec![2, 2],
+            pads: vec![1, 0, 1, 1],
+            ..case(512, 8, &[15, 16], &[3, 3])
+        },
         // Four (batch, group) tasks of ~590K multiply-adds each: the parallel path.
         Case {
             n: 2,

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use super::cpu::COL_CAP;
 use crate::numeric::float::Float;
 use crate::window::geometry::Axis;
+use crate::window::par;
 
 /// Output rows at most this wide take this path: past that, one copy per row costs little
 /// next to the row itself.
@@ -65,29 +66,56 @@ pub fn conv<T: Float>(
     let (oh, ow) = (ah.output, aw.output);
     // The last output row needs only OW columns: the run then ends inside the padded plane.
     let len = (oh - 1) * wp + ow;
-    let k = cg * ah.kernel * aw.kernel;
+    let taps = ah.kernel * aw.kernel;
+    let k = cg * taps;
+    let row = |r: usize, dst: &mut [T]| {
+        let (c, t) = (r / taps, r % taps);
+        let at = c * plane + (t / aw.kernel) * ah.dilation * wp + (t % aw.kernel) * aw.dilation;
+        dst.copy_from_slice(&padded[at..][..len]);
+    };
+    let geometry = (oh, ow, wp);
+    if par::grain(k, len).is_some() {
+        // Large (ResNet-50's 14 x 14 and 7 x 7 layers: 0.3-0.5 M elements): the rows are
+        // copied on rayon into a fresh buffer, whose zeroed pages come from the allocator
+        // without a pass over them; one thread copying them took as long as the GEMM.
+        let mut col = vec![T::default(); k * len];
+        par::for_each_chunk(&mut col, len, len, row);
+        let mut wide = vec![T::default(); if wp == ow { 0 } else { ocg * len }];
+        product((ocg, k, len), geometry, wg, &col, &mut wide, yb);
+        return;
+    }
     T::with_scratch(|col| {
-        for c in 0..cg {
-            for kh in 0..ah.kernel {
-                for kw in 0..aw.kernel {
-                    let at = c * plane + kh * ah.dilation * wp + kw * aw.dilation;
-                    col.extend_from_slice(&padded[at..][..len]);
-                }
-            }
-        }
-        if wp == ow {
-            // No wasted columns (a 1-D convolution, or no width beyond the window): C is yb.
-            T::gemm(ocg, k, len, wg, col, yb, len);
-            return;
-        }
-        // The wide result goes after col in the same scratch buffer.
-        col.resize(k * len + ocg * len, T::default());
+        let wide_len = if wp == ow { 0 } else { ocg * len };
+        col.resize(k * len + wide_len, T::default());
         let (col, wide) = col.split_at_mut(k * len);
-        T::gemm(ocg, k, len, wg, col, wide, len);
-        for (yo, wo) in yb.chunks_mut(oh * ow).zip(wide.chunks(len)) {
-            for (r, yr) in yo.chunks_mut(ow).enumerate() {
-                yr.copy_from_slice(&wo[r * wp..][..ow]);
-            }
+        for (r, dst) in col.chunks_mut(len).enumerate() {
+            row(r, dst);
+        }
+        product((ocg, k, len), geometry, wg, col, wide, yb);
+    });
+}
+
+/// `yb` = `wg` x `col` (ocg x K x len), through `wide` (ocg x len) where the padded width
+/// `wp` exceeds the output width, whose extra columns are dropped in the copy out.
+fn product<T: Float>(
+    (ocg, k, len): (usize, usize, usize),
+    (oh, ow, wp): (usize, usize, usize),
+    wg: &[T],
+    col: &[T],
+    wide: &mut [T],
+    yb: &mut [T],
+) {
+    if wp == ow {
+        // No wasted columns (a 1-D convolution, or no width beyond the window): C is yb.
+        T::gemm(ocg, k, len, wg, col, yb, len);
+        return;
+    }
+    T::gemm(ocg, k, len, wg, col, wide, len);
+    let wide = &*wide;
+    par::for_each_chunk(yb, oh * ow, oh * ow, |o, yo| {
+        let wo = &wide[o * len..][..len];
+        for (r, yr) in yo.chunks_mut(ow).enumerate() {
+            yr.copy_from_slice(&wo[r * wp..][..ow]);
         }
     });
 }
