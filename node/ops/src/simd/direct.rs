@@ -1,7 +1,8 @@
 //! Small 1-D and 2-D f32 convolutions computed directly, eight outputs to a vector.
 //!
-//! im2col + matrixmultiply pays three copies of the input per call before its first
-//! multiply-add (the im2col rows, matrixmultiply's packing of them, and of the weights), and
+//! im2col + GEMM pays three copies of the input per call before its first multiply-add (the
+//! im2col rows, the GEMM's packing of them, and of the weights; measured with matrixmultiply,
+//! the GEMM before faer, which packs likewise), and
 //! for the MNIST CNN those copies, the allocations behind them and the padded-width path's
 //! wasted columns cost as much as the arithmetic. Here every input is read straight from the
 //! (padded) image, at any stride or dilation, in one of two layouts ([`Variant`]):
@@ -16,7 +17,7 @@
 //! A cost model picks the cheaper for each shape.
 //!
 //! A baseline x86-64 build vectorises only to SSE2 without FMA, half the width of the AVX2
-//! kernels matrixmultiply picks at run time, which would lose to it; pulp's V3 token gives the
+//! kernels a GEMM picks at run time, which would lose to it; pulp's V3 token gives the
 //! same run-time choice without `unsafe` here. Without AVX2 + FMA (or off x86-64) the caller
 //! keeps im2col + GEMM.
 
