@@ -2,11 +2,12 @@
 //! where the CPU has it, behind a safe API, so no `unsafe` here), and a plain matrix-vector
 //! loop for products with a single row or column.
 //!
-//! Threads are ours, not faer's. A large product is cut into blocks of C's rows or columns
-//! for rayon's pool only while fewer products are in progress than the pool has threads, into
-//! as many blocks as each product's share of the threads; once runs fill the pool each product
-//! runs whole on its calling thread, as blocks would then only add the packing of the operand
-//! they share (below) and hand-offs to a pool with no idle thread. A library's own pool of
+//! Threads are ours, not faer's. A large product is cut into a grid of blocks of C (stripes
+//! of its rows and of its columns, [`grid`]) for rayon's pool only while fewer products are in
+//! progress than the pool has threads, into as many blocks as each product's share of the
+//! threads; once runs fill the pool each product runs whole on its calling thread, as blocks
+//! would then only add the packing of the operands they share and hand-offs to a pool with no
+//! idle thread. A library's own pool of
 //! threads that every concurrent caller queues for (matrixmultiply's `threading`, a fixed tree
 //! of four) cost a node pinned to 5 cores 2.6x its throughput with many runs in flight
 //! (BENCHMARKS.md, session 26), and faer's (spindle's barriers on rayon's pool) would wait on
@@ -164,8 +165,7 @@ fn blocked<T: Dot>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, accum: Accum, c
     let blocks = (work / BLOCK_MIN_WORK).min(rayon::current_num_threads() / in_progress);
     let (br, bc) = grid(m, n, blocks);
     if br * bc < 2 {
-        matmul(c, accum, a, b, alpha, Par::Seq);
-        clear_upper();
+        product(alpha, a, b, accum, c);
         return;
     }
     let mut parts = Vec::with_capacity(br * bc);
@@ -173,9 +173,8 @@ fn blocked<T: Dot>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, accum: Accum, c
     let mut r0 = 0;
     for i in 0..br {
         let rows = m * (i + 1) / br - r0;
-        let (stripe, tail) = rest.split_at_row_mut(rows);
+        let (mut stripe, tail) = rest.split_at_row_mut(rows);
         rest = tail;
-        let mut stripe = stripe;
         let mut c0 = 0;
         for j in 0..bc {
             let cols = n * (j + 1) / bc - c0;
@@ -189,19 +188,22 @@ fn blocked<T: Dot>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, accum: Accum, c
     parts
         .into_par_iter()
         .for_each(|((r0, rows), (c0, cols), part)| {
-            let (a, b) = (a.subrows(r0, rows), b.subcols(c0, cols));
-            matmul(part, accum, a, b, alpha, Par::Seq);
-            clear_upper();
+            product(alpha, a.subrows(r0, rows), b.subcols(c0, cols), accum, part);
         });
+}
+
+/// One faer product on this thread, the registers' upper halves cleared after it.
+fn product<T: Dot>(alpha: T, a: MatRef<'_, T>, b: MatRef<'_, T>, accum: Accum, c: MatMut<'_, T>) {
+    matmul(c, accum, a, b, alpha, Par::Seq);
+    clear_upper();
 }
 
 /// How to cut an M x N product into at most `blocks` blocks: `(row stripes, column stripes)`,
 /// each block at least [`BLOCK_MIN_SIDE`] on both sides. The most blocks win; among grids of
 /// as many, the one that copies least, as each block packs its own copy of its rows of A
 /// (M/br x K) and its columns of B (K x N/bc), K * (bc * M + br * N) in all; then the one
-/// with fewer row stripes. A
-/// 512 x 4608 x 49 product (ResNet-50's last 3x3 convolutions) is cut into 16 x 1, a
-/// 256 x 2304 x 196 one into 4 x 4.
+/// with fewer row stripes. A 512 x 4608 x 49 product (ResNet-50's last 3x3 convolutions) is
+/// cut into 16 x 1, a 256 x 2304 x 196 one into 4 x 4.
 fn grid(m: usize, n: usize, blocks: usize) -> (usize, usize) {
     let mut best = (1, 1);
     let mut best_key = (usize::MAX, 0);

@@ -76,8 +76,9 @@ pub fn conv<T: Float>(
     let geometry = (oh, ow, wp);
     if par::grain(k, len).is_some() {
         // Large (ResNet-50's 14 x 14 and 7 x 7 layers: 0.3-0.5 M elements): the rows are
-        // copied on rayon into a fresh buffer, whose zeroed pages come from the allocator
-        // without a pass over them; one thread copying them took as long as the GEMM.
+        // copied on rayon, as one thread copying them took as long as the GEMM, into a
+        // buffer of their own (the scratch keeps at most 1 MiB, so it would be allocated anew
+        // anyway) asked zeroed of the allocator, which skips the pass where its pages are new.
         let mut col = vec![T::default(); k * len];
         par::for_each_chunk(&mut col, len, len, row);
         let mut wide = vec![T::default(); if wp == ow { 0 } else { ocg * len }];

@@ -11,7 +11,7 @@ use crate::cpu_gemm::{Dot, gemm};
 /// Y (N x M x out_vol) for X (N x C x in_vol), W (C x M/g x kernel) and an optional bias.
 pub fn conv_transpose<T>(g: &Geometry, x: &[T], w: &[T], b: Option<&[T]>) -> Vec<T>
 where
-    T: Dot + PartialEq + Send + Sync + std::ops::AddAssign + From<f32>,
+    T: Dot + std::ops::AddAssign + From<f32>,
 {
     let in_vol: usize = g.input.iter().product();
     let out_vol: usize = g.output.iter().product();

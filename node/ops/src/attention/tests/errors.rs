@@ -1,8 +1,7 @@
 //! What the ops refuse, and how they say it.
 
-use super::node;
 use crate::tensor::{DType, Tensor};
-use crate::testkit::{assert_err, infer_partly};
+use crate::testkit::{assert_err, infer_partly, node_in};
 use crate::{AttrValue, MS_DOMAIN, ValueType};
 
 fn zeros(shape: &[usize]) -> Tensor {
@@ -20,18 +19,18 @@ fn gqa_refuses_what_it_does_not_implement() {
     let mut attrs = heads();
     attrs.push(("smooth_softmax", AttrValue::Int(1)));
     assert_err(
-        node(MS_DOMAIN, "GroupQueryAttention", 1, attrs, 7, 3),
+        node_in(MS_DOMAIN, "GroupQueryAttention", 1, attrs, (7, 3)),
         true,
         "smooth_softmax",
     );
     let mut attrs = heads();
     attrs.push(("k_quant_type", AttrValue::String("PER_TENSOR".into())));
     assert_err(
-        node(MS_DOMAIN, "GroupQueryAttention", 1, attrs, 7, 3),
+        node_in(MS_DOMAIN, "GroupQueryAttention", 1, attrs, (7, 3)),
         true,
         "quantized",
     );
-    let op = node(MS_DOMAIN, "GroupQueryAttention", 1, heads(), 11, 3).unwrap();
+    let op = node_in(MS_DOMAIN, "GroupQueryAttention", 1, heads(), (11, 3)).unwrap();
     let (q, k) = (zeros(&[1, 2, 16]), zeros(&[1, 2, 8]));
     let lens = Tensor::from_vec(vec![1], vec![1i32]);
     let total = Tensor::from_vec(vec![], vec![2i32]);
@@ -66,13 +65,12 @@ fn gqa_refuses_what_it_does_not_implement() {
 
 #[test]
 fn mha_refuses_beam_search_and_odd_masks() {
-    let op = node(
+    let op = node_in(
         MS_DOMAIN,
         "MultiHeadAttention",
         1,
         vec![("num_heads", AttrValue::Int(2))],
-        10,
-        1,
+        (10, 1),
     )
     .unwrap();
     let x = zeros(&[1, 2, 8]);
@@ -100,7 +98,7 @@ fn mha_refuses_beam_search_and_odd_masks() {
 
 #[test]
 fn onnx_attention_checks_shapes() {
-    let op = node("", "Attention", 23, vec![], 3, 1).unwrap();
+    let op = node_in("", "Attention", 23, vec![], (3, 1)).unwrap();
     let (q, k) = (zeros(&[1, 4, 3, 8]), zeros(&[1, 3, 5, 8]));
     assert_err(
         infer_partly(&*op, &[Some(&q), Some(&k), Some(&k)], &[]),
@@ -121,5 +119,5 @@ fn onnx_attention_checks_shapes() {
         "broadcast",
     );
     let attrs = vec![("left_window_size", AttrValue::Int(4))];
-    assert_err(node("", "Attention", 23, attrs, 3, 1), true, "sliding");
+    assert_err(node_in("", "Attention", 23, attrs, (3, 1)), true, "sliding");
 }

@@ -3,9 +3,9 @@
 //! embedding, local windows, softcap, packed QKV.
 
 use super::reference::{A4, GqaCase, gqa};
-use super::{check, held, i32s_tensor, node, random, tensor};
+use super::{check, held, i32s_tensor, random, tensor};
 use crate::tensor::{DType, Tensor};
-use crate::testkit::{Rng, run};
+use crate::testkit::{Rng, node_in, run};
 use crate::{AttrValue, MS_DOMAIN};
 
 #[derive(Clone)]
@@ -138,8 +138,14 @@ pub fn case(c: &Cfg, seed: u64) -> super::Case {
     if c.scale != 0.0 {
         attrs.push(("scale", AttrValue::Float(c.scale)));
     }
-    let op =
-        node(MS_DOMAIN, "GroupQueryAttention", 1, attrs, inputs.len(), 3).expect("the node builds");
+    let op = node_in(
+        MS_DOMAIN,
+        "GroupQueryAttention",
+        1,
+        attrs,
+        (inputs.len(), 3),
+    )
+    .expect("the node builds");
     (op, inputs, vec![y, pk.v, pv.v])
 }
 

@@ -2,9 +2,9 @@
 //! against the same attention given as plain 3-D inputs.
 
 use super::reference::{A4, MhaCase, mha, split_heads};
-use super::{check, i32s_tensor, node, random, tensor};
+use super::{check, i32s_tensor, random, tensor};
 use crate::tensor::{DType, Tensor};
-use crate::testkit::{Rng, f64s, run};
+use crate::testkit::{Rng, f64s, node_in, run};
 use crate::{AttrValue, MS_DOMAIN};
 
 #[derive(Clone, Default)]
@@ -127,13 +127,12 @@ pub fn case(c: &Cfg, seed: u64) -> super::Case {
     } else {
         1
     };
-    let op = node(
+    let op = node_in(
         MS_DOMAIN,
         "MultiHeadAttention",
         1,
         attrs,
-        inputs.len(),
-        outs,
+        (inputs.len(), outs),
     )
     .expect("the node builds");
     let want = [y, pk.v, pv.v, qk.v];
@@ -290,13 +289,12 @@ fn packed_and_bnsh_forms_match_plain_ones() {
     let v = rng.f64s(b * s * n * h);
     let f = |shape: &[usize], x: &[f64]| tensor(DType::F32, shape, x);
     let op = |outs| {
-        node(
+        node_in(
             MS_DOMAIN,
             "MultiHeadAttention",
             1,
             vec![("num_heads", AttrValue::Int(n as i64))],
-            3,
-            outs,
+            (3, outs),
         )
         .unwrap()
     };

@@ -8,35 +8,12 @@ mod mha;
 mod onnx;
 mod reference;
 
+use crate::Op;
 use crate::tensor::{DType, Tensor};
 use crate::testkit::{Rng, f64s};
-use crate::{AttrValue, Attrs, NodeSpec, Op, OpError};
 
 /// A test case: the op, its inputs, and the reference's outputs.
 type Case = (Box<dyn Op>, Vec<Option<Tensor>>, Vec<Vec<f64>>);
-
-/// Builds an op of `domain` as the graph layer does.
-fn node(
-    domain: &str,
-    op_type: &str,
-    opset: i64,
-    attrs: Vec<(&str, AttrValue)>,
-    num_inputs: usize,
-    num_outputs: usize,
-) -> Result<Box<dyn Op>, OpError> {
-    let attrs = Attrs(attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
-    crate::build_in(
-        domain,
-        &NodeSpec {
-            name: "test",
-            op_type,
-            attrs: &attrs,
-            opset,
-            num_inputs,
-            num_outputs,
-        },
-    )
-}
 
 /// A float tensor of `dtype` from f64 values.
 fn tensor(dtype: DType, shape: &[usize], v: &[f64]) -> Tensor {

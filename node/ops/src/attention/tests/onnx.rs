@@ -1,10 +1,10 @@
 //! ONNX Attention on the CPU against the f64 reference, over the spec's features.
 
 use super::reference::{A4, Keep, OnnxCase, merge_heads, onnx};
-use super::{check, held, i64s_tensor, node, random, tensor};
+use super::{check, held, i64s_tensor, random, tensor};
 use crate::AttrValue;
 use crate::tensor::{DType, Tensor};
-use crate::testkit::{Rng, run};
+use crate::testkit::{Rng, node_in, run};
 
 /// One configuration of ONNX Attention.
 #[derive(Clone)]
@@ -143,7 +143,7 @@ pub fn case(c: &Cfg, seed: u64) -> super::Case {
         attrs.push(("qk_matmul_output_mode", AttrValue::Int(m)));
         outs = 4;
     }
-    let op = node("", "Attention", opset, attrs, inputs.len(), outs).expect("the node builds");
+    let op = node_in("", "Attention", opset, attrs, (inputs.len(), outs)).expect("the node builds");
     let want = [y, pk.v, pv.v, qk.v];
     (op, inputs, want[..outs].to_vec())
 }
