@@ -11,7 +11,6 @@
 
 use bytes::Bytes;
 use half::{bf16, f16};
-use rayon::prelude::*;
 
 use super::util::{groups_1d, req};
 use super::{BufRef, Dispatch, GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
@@ -320,12 +319,12 @@ trait Src: Copy + Send + Sync {
     fn wide(self) -> Wide;
 }
 
-trait Dst: Copy + Send {
+trait Dst: Copy + Send + Default {
     fn from_wide(w: Wide) -> Self;
 }
 
 /// A bool as ONNX stores it: one byte, non-zero meaning true.
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(transparent)]
 struct BoolByte(u8);
 
@@ -400,14 +399,8 @@ impl Dst for BoolByte {
     }
 }
 
-const PARALLEL_MIN: usize = 64 * 1024;
-
 fn convert<S: Src, D: Dst>(src: &[S]) -> Vec<D> {
-    if src.len() >= PARALLEL_MIN {
-        src.par_iter().map(|&s| D::from_wide(s.wide())).collect()
-    } else {
-        src.iter().map(|&s| D::from_wide(s.wide())).collect()
-    }
+    crate::elementwise::broadcast::unary(src, |s| D::from_wide(s.wide()))
 }
 
 fn typed<T: Element>(t: &Tensor) -> Result<std::borrow::Cow<'_, [T]>, OpError> {

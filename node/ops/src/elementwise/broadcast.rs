@@ -80,30 +80,28 @@ where
     // Broadcasting only repeats elements, so an operand as large as the output is the output's
     // own row-major order.
     if a.len() == n && b.len() == n {
-        return if par {
-            a.par_iter()
-                .zip(b.par_iter())
-                .map(|(&x, &y)| f(x, y))
-                .collect()
-        } else {
-            a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
-        };
+        return map_into(n, par, &|start, ys| {
+            let (xa, xb) = (&a[start..start + ys.len()], &b[start..start + ys.len()]);
+            for ((o, &x), &y) in ys.iter_mut().zip(xa).zip(xb) {
+                *o = f(x, y);
+            }
+        });
     }
     if a.len() == n && b.len() == 1 {
         let y = b[0];
-        return if par {
-            a.par_iter().map(|&x| f(x, y)).collect()
-        } else {
-            a.iter().map(|&x| f(x, y)).collect()
-        };
+        return map_into(n, par, &|start, ys| {
+            for (o, &x) in ys.iter_mut().zip(&a[start..]) {
+                *o = f(x, y);
+            }
+        });
     }
     if a.len() == 1 && b.len() == n {
         let x = a[0];
-        return if par {
-            b.par_iter().map(|&y| f(x, y)).collect()
-        } else {
-            b.iter().map(|&y| f(x, y)).collect()
-        };
+        return map_into(n, par, &|start, ys| {
+            for (o, &y) in ys.iter_mut().zip(&b[start..]) {
+                *o = f(x, y);
+            }
+        });
     }
 
     let sa = super::super::util::broadcast_strides(a_shape, out);
@@ -111,24 +109,47 @@ where
     let lay = collapse(out, &[sa, sb]);
     // n > 1 here (n == 1 took a fast path), so at least one axis survived.
     let inner = *lay.dims.last().unwrap_or(&1);
-    let mut y = Vec::with_capacity(n);
-    // Every row is written exactly once below.
-    y.resize(n, U::default());
     let walk = Walk {
         lay: &lay,
         a,
         b,
         f: &f,
     };
-    if par {
-        let rows_per_task = (TASK_ELEMS / inner).max(1);
-        y.par_chunks_mut(rows_per_task * inner)
-            .enumerate()
-            .for_each(|(t, chunk)| walk.fill(chunk, t * rows_per_task));
-    } else {
-        walk.fill(&mut y, 0);
-    }
+    // Whole rows per task, so each task starts its odometer once.
+    let rows_per_task = (TASK_ELEMS / inner).max(1);
+    let mut y = vec![U::default(); n];
+    chunks(&mut y, rows_per_task * inner, par, &|t, ys| {
+        walk.fill(ys, t * rows_per_task)
+    });
     y
+}
+
+/// A fresh output of `n` elements, `fill(start, part)` writing each part (on rayon, in
+/// [`TASK_ELEMS`]-sized parts, when `par`).
+fn map_into<U: Copy + Default + Send>(
+    n: usize,
+    par: bool,
+    fill: &(dyn Fn(usize, &mut [U]) + Sync),
+) -> Vec<U> {
+    let mut y = vec![U::default(); n];
+    chunks(&mut y, TASK_ELEMS, par, &|t, ys| fill(t * TASK_ELEMS, ys));
+    y
+}
+
+/// `f(i, part)` for the `chunk`-sized parts of `y`, on rayon when `par`, else as one part.
+///
+/// The closure is a trait object on purpose: rayon's splitting and joining is then compiled
+/// once per element type rather than once per kernel (every op and type pair's closure), which
+/// had made rayon's generic code most of this crate's compile time.
+fn chunks<U: Send>(y: &mut [U], chunk: usize, par: bool, f: &(dyn Fn(usize, &mut [U]) + Sync)) {
+    if par {
+        y.par_chunks_mut(chunk.max(1))
+            .enumerate()
+            .for_each(|(i, c)| f(i, c));
+    } else if !y.is_empty() {
+        let chunk = chunk.max(1);
+        y.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
+    }
 }
 
 /// The general strided loop: rows along the innermost collapsed axis, an odometer over the rest.
@@ -213,14 +234,14 @@ impl<TA: Copy, TB: Copy, F> Walk<'_, TA, TB, F> {
 pub fn unary<T, U, F>(x: &[T], f: F) -> Vec<U>
 where
     T: Copy + Send + Sync,
-    U: Send,
+    U: Copy + Default + Send,
     F: Fn(T) -> U + Sync + Send,
 {
-    if x.len() >= PARALLEL_MIN {
-        x.par_iter().map(|&v| f(v)).collect()
-    } else {
-        x.iter().map(|&v| f(v)).collect()
-    }
+    map_into(x.len(), x.len() >= PARALLEL_MIN, &|start, ys| {
+        for (o, &v) in ys.iter_mut().zip(&x[start..]) {
+            *o = f(v);
+        }
+    })
 }
 
 /// Where's three-way broadcast: `f(c, x, y)` over the broadcast of the three shapes to `out`.

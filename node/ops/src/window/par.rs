@@ -31,6 +31,17 @@ pub fn for_each_chunk<T: Send>(
     work_per_chunk: usize,
     f: impl Fn(usize, &mut [T]) + Sync + Send,
 ) {
+    chunks(y, chunk, work_per_chunk, &f);
+}
+
+/// [`for_each_chunk`] with the closure as a trait object, so that rayon's generic machinery is
+/// compiled once per element type, not once per caller's closure.
+fn chunks<T: Send>(
+    y: &mut [T],
+    chunk: usize,
+    work_per_chunk: usize,
+    f: &(dyn Fn(usize, &mut [T]) + Sync),
+) {
     let chunk = chunk.max(1);
     match grain(y.len().div_ceil(chunk), work_per_chunk) {
         Some(min) => y
