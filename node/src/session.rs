@@ -367,14 +367,12 @@ impl Session {
             .specialize_with(types, known, fuse, self.max_value_bytes)
     }
 
-    /// Whether plans fuse elementwise chains: only where a GPU may run them (the CPU backend
-    /// runs a chain's steps one by one anyway, and measured slower fused), and as tuned.
+    /// Which fusions plans make: elementwise chains and the rest only where a GPU may run them
+    /// (the CPU backend runs a chain's steps one by one anyway, and measured slower fused), the
+    /// CPU backend's own (a Conv with its activation) where none may, and as tuned.
     fn fuse(&self) -> Fusion {
-        if self.devices.iter().any(|d| matches!(d, Device::Gpu(_))) {
-            self.tuning.fusion
-        } else {
-            Fusion::Off
-        }
+        let gpu = self.devices.iter().any(|d| matches!(d, Device::Gpu(_)));
+        self.tuning.fusion.for_plan(gpu)
     }
 
     /// Inputs the caller must feed, as declared by the model.

@@ -159,6 +159,7 @@ impl Tuning {
                 Fusion::All => "on",
                 Fusion::Chains => "chains",
                 Fusion::Off => "off",
+                Fusion::Cpu => "cpu",
             },
             split_text(k.conv_splitk),
             split_text(k.gemm_splitk),

@@ -182,6 +182,44 @@ FIXTURES["op_conv_auto_pad_valid"] = conv((1, 2, 8, 7), (3, 2, 3, 3), auto_pad="
 FIXTURES["op_conv_large"] = conv((1, 16, 20, 20), (32, 16, 3, 3), pads=[1, 1, 1, 1])
 
 
+def fused_conv(x_shape, w_shape, activation=None, params=None, bias=True, z=False, **attrs):
+    """com.microsoft FusedConv (onnxruntime's Conv + activation, and + Z before it)."""
+
+    def make(rng):
+        spec = conv(x_shape, w_shape, bias=bias, **attrs)(rng)
+        ins = ["x", "w", "bias" if bias else ""]
+        if z:
+            # Z has the output's shape: onnxruntime's own run of the plain Conv says which.
+            draft = make_model("z", [node("Conv", ins[:2], **attrs)], [value_info("x", F32, list(x_shape))],
+                               [helper.make_tensor_value_info("y", NP_TO_ONNX[np.dtype(F32)], None)],
+                               [init("w", spec.inits["w"])], spec.opset, check=False)
+            y_shape = dict(run_reference(draft, {"x": spec.feeds["x"]}))["y"].shape
+            spec.feeds["z"] = randn(rng, *y_shape)
+            ins.append("z")
+        while ins[-1] == "":
+            ins.pop()
+        act = {} if activation is None else {"activation": activation}
+        if params is not None:
+            act["activation_params"] = params
+        n = helper.make_node("FusedConv", ins, ["y"], name="fusedconv_node", domain=MS_DOMAIN, **attrs, **act)
+        return Spec(n, spec.feeds, spec.inits, check=False)
+
+    return make
+
+
+FIXTURES["op_fusedconv_relu"] = fused_conv((1, 3, 7, 7), (4, 3, 3, 3), "Relu", pads=[1, 1, 1, 1])
+FIXTURES["op_fusedconv_leakyrelu_z"] = fused_conv((2, 4, 6, 5), (5, 4, 3, 3), "LeakyRelu", [0.1], z=True,
+                                                  pads=[1, 1, 1, 1])
+FIXTURES["op_fusedconv_clip_strided_no_bias"] = fused_conv((1, 3, 9, 8), (4, 3, 3, 3), "Clip", [-0.5, 0.4],
+                                                           bias=False, strides=[2, 2], pads=[1, 0, 1, 1])
+FIXTURES["op_fusedconv_sigmoid_groups"] = fused_conv((1, 4, 6, 6), (6, 2, 3, 3), "Sigmoid", group=2)
+FIXTURES["op_fusedconv_hardsigmoid_depthwise"] = fused_conv((1, 4, 6, 6), (4, 1, 3, 3), "HardSigmoid", [0.3, 0.4],
+                                                            group=4, pads=[1, 1, 1, 1])
+FIXTURES["op_fusedconv_tanh_z_no_bias"] = fused_conv((1, 8, 5, 5), (6, 8, 1, 1), "Tanh", bias=False, z=True)
+FIXTURES["op_fusedconv_relu_z_large"] = fused_conv((1, 16, 20, 20), (32, 16, 3, 3), "Relu", z=True, pads=[1, 1, 1, 1])
+FIXTURES["op_fusedconv_z_only"] = fused_conv((1, 3, 7, 7), (4, 3, 3, 3), z=True, pads=[1, 1, 1, 1])
+
+
 # ---- pooling ----
 
 def pool(op, x_shape, negative=False, **attrs):

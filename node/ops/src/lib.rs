@@ -19,6 +19,8 @@ pub mod lowp;
 pub mod model;
 pub mod tensor;
 
+pub use conv::FUSED as FUSED_CONV;
+pub use elementwise::activation::Activation;
 pub use size::{Size, SizeError};
 pub use tensor::{DType, Tensor, TensorError};
 

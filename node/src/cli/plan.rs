@@ -11,7 +11,7 @@ use vkml::cluster::client::Client;
 use vkml::cluster::inventory::to_planner;
 use vkml::distributed::offline::{PlanReport, placed_ops, plan_model};
 use vkml::distributed::placement::{describe, plan_for};
-use vkml::graph::{Fusion, Graph};
+use vkml::graph::Graph;
 use vkml_planner::Snapshot;
 use vkml_protocol::pb;
 
@@ -147,7 +147,7 @@ fn plan_given(
     let gpu = snapshot
         .devices()
         .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
-    let fuse = if gpu { tuning.fusion } else { Fusion::Off };
+    let fuse = tuning.fusion.for_plan(gpu);
     let largest = snapshot.devices().map(|(_, d)| d.memory_budget).max();
     let limit = tuning.max_value_bytes.or(largest).unwrap_or(0);
     let refs: Vec<&vkml::Tensor> = inputs.iter().collect();

@@ -14,7 +14,7 @@ use super::DistError;
 use super::fragment::Skeleton;
 use super::placement::describe;
 use crate::cluster::Cluster;
-use crate::graph::{Fusion, Graph, SpecializeError, Specialized, ValueId};
+use crate::graph::{Graph, SpecializeError, Specialized, ValueId};
 use crate::ops::ValueType;
 use crate::tensor::Tensor;
 use crate::tuning::Tuning;
@@ -133,7 +133,7 @@ pub async fn make(
     let gpu = snapshot
         .devices()
         .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
-    let fuse = if gpu { tuning.fusion } else { Fusion::Off };
+    let fuse = tuning.fusion.for_plan(gpu);
     for node in avoid {
         snapshot.nodes.remove(node);
         gross.nodes.remove(node);

@@ -8,7 +8,7 @@ use vkml_planner::Snapshot;
 use vkml_protocol::pb;
 
 use super::DistError;
-use crate::graph::{Fusion, Graph, SpecializeError};
+use crate::graph::{Graph, SpecializeError};
 use crate::model::Dim;
 use crate::ops::ValueType;
 use crate::tensor::Tensor;
@@ -82,7 +82,7 @@ pub fn plan_model(
     let gpu = snapshot
         .devices()
         .any(|(_, d)| d.kind == vkml_planner::DeviceKind::Gpu);
-    let fuse = if gpu { tuning.fusion } else { Fusion::Off };
+    let fuse = tuning.fusion.for_plan(gpu);
     let limit = super::placement::value_limit(snapshot, tuning);
     let spec = match graph.specialize_with(&types, &known, fuse, limit) {
         Ok(s) => s,

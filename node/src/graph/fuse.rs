@@ -77,7 +77,7 @@ impl Chain {
 }
 
 /// The single value of a one-element constant, as f32 (exact for f32 and f16 data).
-fn scalar_value(spec: &Specialized, v: ValueId) -> Option<f32> {
+pub(super) fn scalar_value(spec: &Specialized, v: ValueId) -> Option<f32> {
     let t = spec.consts[v].as_ref()?;
     (t.numel() == 1)
         .then(|| t.to_f64_vec().ok())

@@ -125,7 +125,22 @@ impl Graph {
         op_type: &str,
         attrs: Attrs,
         name: String,
+        io: (Vec<Option<ValueId>>, Vec<ValueId>),
+    ) -> Option<(Node, Attrs)> {
+        self.made_node(spec, (domain, op_type), attrs, name, io, true)
+    }
+
+    /// A node made by a fusion pass, built from its attributes as any node is; `None` when its
+    /// rule refuses the types or gives others than the nodes it replaces had, or, with
+    /// `gpu`, when it has no GPU kernel for them.
+    pub(super) fn made_node(
+        &self,
+        spec: &Specialized,
+        (domain, op_type): (&str, &str),
+        attrs: Attrs,
+        name: String,
         (inputs, outputs): (Vec<Option<ValueId>>, Vec<ValueId>),
+        gpu: bool,
     ) -> Option<(Node, Attrs)> {
         let op = crate::ops::build_in(
             domain,
@@ -161,7 +176,9 @@ impl Graph {
         if op.infer(&infer).ok()? != want {
             return None;
         }
-        op.gpu(&types, &want)?;
+        if gpu {
+            op.gpu(&types, &want)?;
+        }
         let node = Node {
             name,
             op_type: op_type.to_string(),

@@ -14,7 +14,7 @@ use crate::tensor::{DType, Tensor};
 
 const FLOAT: i32 = 1;
 
-fn graph_of(g: GraphProto) -> Graph {
+pub(super) fn graph_of(g: GraphProto) -> Graph {
     let dir = TempDir::new("fuse");
     let path = write_model(&dir, "m.onnx", &model_with(g));
     Graph::from_model(&crate::onnx::load(&path).unwrap()).unwrap()

@@ -5,6 +5,9 @@
 
 mod expand;
 mod fuse;
+mod fuse_conv;
+#[cfg(test)]
+mod fuse_conv_tests;
 mod fuse_norm;
 #[cfg(test)]
 mod fuse_norm_tests;
@@ -71,6 +74,21 @@ pub enum Fusion {
     /// (graph/fuse_qdq.rs).
     #[default]
     All,
+    /// The CPU backend's: convolutions with the Add and activation reading them
+    /// (graph/fuse_conv.rs), whose fused op has no GPU kernel.
+    Cpu,
+}
+
+impl Fusion {
+    /// The passes for a plan as tuned (`self`): the CPU backend's where no GPU may run it,
+    /// none where fusion is off.
+    pub fn for_plan(self, gpu: bool) -> Fusion {
+        match (self, gpu) {
+            (Fusion::Off, _) => Fusion::Off,
+            (tuned, true) => tuned,
+            (_, false) => Fusion::Cpu,
+        }
+    }
 }
 
 pub struct Specialized {

@@ -122,6 +122,10 @@ impl Graph {
         if fusion == Fusion::All {
             self.fuse_qdq(&mut spec);
         }
+        if fusion == Fusion::Cpu {
+            self.fuse_convs(&mut spec);
+            return Ok(spec);
+        }
         if fusion != Fusion::Off {
             self.fuse_chains(&mut spec);
         }

@@ -5,6 +5,7 @@
 //! calling thread (see par.rs).
 
 use super::ConvShape;
+use crate::elementwise::activation::Activation;
 use crate::numeric::float::Float;
 use crate::simd::direct::PackCache;
 use crate::window::geometry::Axis;
@@ -21,6 +22,7 @@ pub fn conv<T: Float>(
     x: &[T],
     w: &[T],
     b: Option<&[T]>,
+    post: Post<'_, T>,
     cache: &PackCache,
 ) -> Vec<T> {
     let (p, ocg) = (s.out_plane(), s.ocg());
@@ -34,6 +36,7 @@ pub fn conv<T: Float>(
     let cache = (s.group == 1).then_some(cache);
     if cg == 1 && s.group > 1 && super::depthwise::applies(&axes) {
         super::depthwise::conv(&axes, s.group, ocg, x, w, b, &mut y);
+        finish(&mut y, p, None, post.z, post.act.as_ref());
         return y;
     }
     // One task per (batch, group): its output channels are one contiguous block of y. A single
@@ -42,22 +45,62 @@ pub fn conv<T: Float>(
         let (ni, g) = (task / s.group, task % s.group);
         let xg = &x[(ni * s.group + g) * xg_len..][..xg_len];
         let wg = &w[g * ocg * k..][..ocg * k];
-        let bg = b.map(|b| &b[g * ocg..][..ocg]);
+        let mut bg = b.map(|b| &b[g * ocg..][..ocg]);
         if cg == 1 && s.group > 1 {
             depthwise(&axes, xg, wg, yb);
         } else if T::direct_conv(&axes, cg, ocg, xg, wg, bg, yb, cache) {
             // The bias is in already.
-            return;
+            bg = None;
         } else {
             im2col_gemm(&axes, cg, ocg, xg, wg, yb);
         }
-        if let Some(b) = b {
-            for (plane, &bias) in yb.chunks_mut(p).zip(&b[g * ocg..]) {
-                plane.iter_mut().for_each(|v| *v += bias);
-            }
-        }
+        let zb = post.z.map(|z| &z[task * ocg * p..][..ocg * p]);
+        finish(yb, p, bg, zb, post.act.as_ref());
     });
     y
+}
+
+/// What FusedConv adds to a convolution, after the bias: its input Z (the output's shape),
+/// then its activation.
+#[derive(Clone, Copy)]
+pub struct Post<'a, T> {
+    pub z: Option<&'a [T]>,
+    pub act: Option<Activation>,
+}
+
+impl<T> Default for Post<'_, T> {
+    fn default() -> Self {
+        Post { z: None, act: None }
+    }
+}
+
+/// The bias, Z's block and the activation over output planes `yb` of `p` elements each (`bias`
+/// and `z` for those planes), planes in parallel when there are enough of them: in the single
+/// task of a one-image convolution this is all of the output.
+fn finish<T: Float>(
+    yb: &mut [T],
+    p: usize,
+    bias: Option<&[T]>,
+    z: Option<&[T]>,
+    act: Option<&Activation>,
+) {
+    if bias.is_none() && z.is_none() && act.is_none() {
+        return;
+    }
+    crate::window::par::for_each_chunk(yb, p, p, |c, plane| {
+        if let Some(b) = bias {
+            let v = b[c];
+            plane.iter_mut().for_each(|y| *y += v);
+        }
+        if let Some(z) = z {
+            for (y, &zv) in plane.iter_mut().zip(&z[c * p..]) {
+                *y += zv;
+            }
+        }
+        if let Some(act) = act {
+            T::activate(plane, act);
+        }
+    });
 }
 
 fn is_pointwise(axes: &[Axis; 3]) -> bool {

@@ -28,7 +28,8 @@ pub(crate) mod tests;
 mod wide;
 
 use super::util::{opt, req};
-use super::{GpuKernel, InferInput, NodeSpec, Op, OpError, Registry, ValueType};
+use super::{GpuKernel, InferInput, MS_DOMAIN, NodeSpec, Op, OpError, Registry, ValueType};
+use crate::elementwise::activation::Activation;
 use crate::simd::direct::PackCache;
 use crate::size::{self, Size};
 use crate::splitk::SplitK;
@@ -40,10 +41,40 @@ use crate::window::geometry::{Axis, WindowAttrs};
 pub fn register(r: &mut Registry) {
     // f16 / bf16 run through f32 on the CPU.
     r.add("Conv", |s| Ok(super::via_f32::ViaF32::half(build(s)?)));
+    r.add_in(MS_DOMAIN, FUSED, |s| {
+        Ok(super::via_f32::ViaF32::half(Box::new(parse_fused(s)?)))
+    });
 }
+
+/// com.microsoft's Conv with an activation and an optional fourth input Z added before it
+/// (onnxruntime's CPU provider makes these of Conv + activation and Conv + Add + activation);
+/// graph/fuse_conv.rs makes them for the CPU backend.
+pub const FUSED: &str = "FusedConv";
 
 fn build(spec: &NodeSpec<'_>) -> Result<Box<dyn Op>, OpError> {
     Ok(Box::new(parse(spec)?))
+}
+
+fn parse_fused(spec: &NodeSpec<'_>) -> Result<Conv, OpError> {
+    if !(2..=4).contains(&spec.num_inputs) {
+        return Err(OpError::invalid(format!(
+            "{FUSED} takes 2 to 4 inputs (X, W, optional B, optional Z), got {}",
+            spec.num_inputs
+        )));
+    }
+    let mut conv = parse(&NodeSpec {
+        num_inputs: spec.num_inputs.min(3),
+        ..*spec
+    })?;
+    conv.fused = true;
+    conv.act = match spec.attrs.string_opt("activation")? {
+        None => None,
+        Some(name) => {
+            let params = spec.attrs.floats_opt("activation_params")?.unwrap_or(&[]);
+            Some(Activation::parse(FUSED, name, params)?)
+        }
+    };
+    Ok(conv)
 }
 
 /// The Conv a node describes (also QLinearConv's and ConvInteger's geometry).
@@ -70,6 +101,8 @@ pub(crate) fn parse(spec: &NodeSpec<'_>) -> Result<Conv, OpError> {
         window: WindowAttrs::parse("Conv", spec.attrs)?,
         group: Size::from_i64(group, "Conv: group")?.get(),
         pack: PackCache::default(),
+        fused: false,
+        act: None,
     })
 }
 
@@ -79,6 +112,10 @@ pub struct Conv {
     group: usize,
     /// The CPU kernel's weights as it last packed them (see simd/direct.rs).
     pack: PackCache,
+    /// FusedConv: a fourth input Z may follow B.
+    fused: bool,
+    /// FusedConv's activation, after the bias and Z.
+    act: Option<Activation>,
 }
 
 /// A convolution resolved against concrete shapes.
@@ -186,6 +223,19 @@ impl Conv {
         Ok(s)
     }
 
+    /// FusedConv's Z: the output's type; Conv has no fourth input.
+    fn check_z(&self, z: Option<&ValueType>, y: &ValueType) -> Result<(), OpError> {
+        match z {
+            Some(_) if !self.fused => Err(OpError::invalid(
+                "Conv takes 2 or 3 inputs (X, W, optional B), got a fourth",
+            )),
+            Some(z) if z != y => Err(OpError::invalid(format!(
+                "{FUSED}: Z must be the output's type {y}, got {z}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     fn check_dtypes(&self, x: DType, w: DType, b: Option<DType>) -> Result<(), OpError> {
         if !FLOAT_DTYPES.contains(&x) {
             return Err(OpError::unsupported(format!(
@@ -203,11 +253,12 @@ impl Conv {
 }
 
 fn run_typed<T: Float>(
-    pack: &PackCache,
+    conv: &Conv,
     s: &ConvShape,
     x: &Tensor,
     w: &Tensor,
     b: Option<&Tensor>,
+    z: Option<&Tensor>,
 ) -> Result<Tensor, OpError> {
     fn view<T: Float>(t: &Tensor) -> Result<std::borrow::Cow<'_, [T]>, OpError> {
         t.view::<T>()
@@ -215,7 +266,12 @@ fn run_typed<T: Float>(
     }
     let (xv, wv) = (view::<T>(x)?, view::<T>(w)?);
     let bv = b.map(view::<T>).transpose()?;
-    let y = cpu::conv(s, &xv, &wv, bv.as_deref(), pack);
+    let zv = z.map(view::<T>).transpose()?;
+    let post = cpu::Post {
+        z: zv.as_deref(),
+        act: conv.act,
+    };
+    let y = cpu::conv(s, &xv, &wv, bv.as_deref(), post, &conv.pack);
     Ok(Tensor::from_vec(s.output_shape(), y))
 }
 
@@ -225,7 +281,9 @@ impl Op for Conv {
         let b = opt(inputs, 2).map(|b| b.ty);
         self.check_dtypes(x.dtype, w.dtype, b.map(|b| b.dtype))?;
         let s = self.shape(&x.shape, &w.shape, b.map(|b| b.shape.as_slice()))?;
-        Ok(vec![ValueType::new(x.dtype, s.output_shape())])
+        let y = ValueType::new(x.dtype, s.output_shape());
+        self.check_z(opt(inputs, 3).map(|z| z.ty), &y)?;
+        Ok(vec![y])
     }
 
     fn run_cpu(
@@ -237,9 +295,12 @@ impl Op for Conv {
         let b = opt(inputs, 2);
         self.check_dtypes(x.dtype(), w.dtype(), b.map(|b| b.dtype()))?;
         let s = self.shape(x.shape(), w.shape(), b.map(|b| b.shape()))?;
+        let z = opt(inputs, 3);
+        let y = ValueType::new(x.dtype(), s.output_shape());
+        self.check_z(z.map(ValueType::of).as_ref(), &y)?;
         let y = match x.dtype() {
-            DType::F32 => run_typed::<f32>(&self.pack, &s, x, w, b)?,
-            _ => run_typed::<f64>(&self.pack, &s, x, w, b)?,
+            DType::F32 => run_typed::<f32>(self, &s, x, w, b, z)?,
+            _ => run_typed::<f64>(self, &s, x, w, b, z)?,
         };
         Ok(vec![y])
     }
@@ -280,6 +341,10 @@ impl Conv {
     ) -> Option<GpuKernel> {
         let (x, w) = (opt(inputs, 0)?, opt(inputs, 1)?);
         let b = opt(inputs, 2);
+        // FusedConv's additions are not in the shaders: such a node runs on the CPU.
+        if self.act.is_some() || opt(inputs, 3).is_some() {
+            return None;
+        }
         // f32, or f16 (which the CPU side runs through f32, see via_f32.rs).
         if !matches!(x.dtype, DType::F32 | DType::F16)
             || w.dtype != x.dtype

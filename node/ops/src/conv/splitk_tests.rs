@@ -34,6 +34,8 @@ fn shape_of(case: &Case) -> ConvShape {
         window: WindowAttrs::parse("Conv", &attrs).unwrap(),
         group: case.group,
         pack: Default::default(),
+        fused: false,
+        act: None,
     };
     conv.shape(&case.x_shape(), &case.w_shape(), None).unwrap()
 }

@@ -7,9 +7,11 @@
 //!   loops for the common ones; `binary`: two-input ops (arithmetic, bitwise, logic,
 //!   comparisons); `variadic`: Min Max Sum Mean; `select`: Where, Dropout;
 //! - `fused`: FusedElementwise, a chain of float elementwise ops in one kernel (graph/fuse.rs);
+//!   `activation`: the activation a fused op (FusedConv) applies to its output in place;
 //! - `tests` (CPU against hand-derived and naive references) and `gpu_tests` (shaders against
 //!   the CPU kernels), on the crate's op test kit (`testkit`).
 
+pub(crate) mod activation;
 mod binary;
 pub(crate) mod broadcast;
 mod fast_f32;

@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
 
+use crate::elementwise::activation::Activation;
 use crate::simd::direct::PackCache;
 use crate::tensor::{DType, Element};
 use crate::window::geometry::Axis;
@@ -51,6 +52,11 @@ pub trait Float:
         false
     }
 
+    /// `y[i] = act(y[i])`: for f32 the unary ops' vector loops, else their f64 formula.
+    fn activate(y: &mut [Self], act: &Activation) {
+        act.apply_f64(y, Self::to_f64, Self::from_f64);
+    }
+
     /// The interior columns `cols` of every output row of one plane of a 2-D max pool whose
     /// windows are two columns wide at column stride 2, by the vector kernel of pool/pairs.rs
     /// (which documents the arguments). False, with `yp` untouched, where that kernel does not
@@ -87,7 +93,7 @@ fn check_gemm(m: usize, k: usize, n: usize, a: usize, b: usize, c: usize, ldc: u
 }
 
 macro_rules! float {
-    ($t:ty $(, $direct:path, $pairs:path)?) => {
+    ($t:ty $(, $direct:path, $pairs:path, $activate:path)?) => {
         impl Float for $t {
             const LOWEST: Self = <$t>::MIN;
             fn from_f64(v: f64) -> Self {
@@ -158,6 +164,9 @@ macro_rules! float {
                 ) -> bool {
                     $pairs(rows, xp, iw, yp, width, cols, c0)
                 }
+                fn activate(y: &mut [Self], act: &Activation) {
+                    $activate(act, y)
+                }
             )?
         }
     };
@@ -166,7 +175,8 @@ macro_rules! float {
 float!(
     f32,
     crate::simd::direct::conv,
-    crate::simd::pairs::max_pairs
+    crate::simd::pairs::max_pairs,
+    Activation::apply_f32
 );
 float!(f64);
 
