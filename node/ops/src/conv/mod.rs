@@ -15,6 +15,8 @@ mod depthwise;
 mod depthwise_tests;
 #[cfg(test)]
 mod fast_tests;
+#[cfg(test)]
+mod fused_tests;
 mod gpu;
 #[cfg(test)]
 pub(crate) mod gpu_tests;
