@@ -290,6 +290,9 @@ impl Resize {
         if p.out.contains(&0) {
             return from_f64(x.dtype(), p.out.clone(), &[]);
         }
+        if let Some(y) = self.nearest_gather(x, p) {
+            return Ok(y);
+        }
         let mut shape = x.shape().to_vec();
         let mut data = x
             .to_f64_vec()
@@ -338,6 +341,84 @@ impl Resize {
         }
         from_f64(x.dtype(), p.out.clone(), &data)
     }
+}
+
+impl Resize {
+    /// The nearest modes read one input element per output element: the resize is then a
+    /// gather of the elements as stored (no f64 round trip), rows of the output in parallel.
+    /// None for the other modes, and where a coordinate reads the extrapolation value.
+    fn nearest_gather(&self, x: &Tensor, p: &Plan) -> Option<Tensor> {
+        if !matches!(self.sampling.mode, Mode::Nearest(_)) || x.shape().is_empty() {
+            return None;
+        }
+        let shape = x.shape();
+        let mut maps = Vec::with_capacity(shape.len());
+        for (a, &in_w) in shape.iter().enumerate() {
+            let out_w = p.out[a];
+            if !p.axes.contains(&a) && out_w == in_w {
+                maps.push((0..in_w).collect());
+                continue;
+            }
+            if in_w == 0 {
+                return None;
+            }
+            let taps = axis_taps(&self.sampling, in_w, out_w, p.scales[a], p.roi[a]);
+            let map: Option<Vec<usize>> = (taps.taps.iter())
+                .map(|t| {
+                    // Both neighbours are listed, the one not read with weight 0.
+                    let mut read = t.as_ref()?.iter().filter(|(_, w)| *w != 0.0);
+                    match (read.next(), read.next()) {
+                        (Some(&(i, 1.0)), None) => Some(i),
+                        _ => None,
+                    }
+                })
+                .collect();
+            maps.push(map?);
+        }
+        macro_rules! typed {
+            ($($d:ident => $t:ty),*) => {
+                match x.dtype() {
+                    $(DType::$d => {
+                        let v = x.view::<$t>().ok()?;
+                        Tensor::from_vec(p.out.clone(), gather(&v, shape, &p.out, &maps))
+                    })*
+                    _ => return None,
+                }
+            };
+        }
+        Some(typed!(
+            F32 => f32, F16 => half::f16, BF16 => half::bf16, F64 => f64, I8 => i8, U8 => u8,
+            I16 => i16, U16 => u16, I32 => i32, U32 => u32, I64 => i64, U64 => u64
+        ))
+    }
+}
+
+/// `y[o] = x[maps[0][o_0], ..., maps[r-1][o_r-1]]` over the output `out` (every map indexes
+/// its axis of `shape`), a row of the last axis at a time.
+fn gather<T: Copy + Default + Send + Sync>(
+    x: &[T],
+    shape: &[usize],
+    out: &[usize],
+    maps: &[Vec<usize>],
+) -> Vec<T> {
+    let r = shape.len();
+    let mut stride = vec![1usize; r];
+    for a in (0..r - 1).rev() {
+        stride[a] = stride[a + 1] * shape[a + 1];
+    }
+    let last = out[r - 1].max(1);
+    let mut y = vec![T::default(); out.iter().product()];
+    crate::window::par::for_each_chunk(&mut y, last, last, |row, dst| {
+        let (mut rem, mut off) = (row, 0);
+        for a in (0..r - 1).rev() {
+            off += maps[a][rem % out[a]] * stride[a];
+            rem /= out[a];
+        }
+        for (d, &i) in dst.iter_mut().zip(&maps[r - 1]) {
+            *d = x[off + i];
+        }
+    });
+    y
 }
 
 /// f64 values back into `dtype`: floats rounded to nearest, integers rounded half to even and
