@@ -16,7 +16,8 @@ use crate::ops::tuning::{CoopKernels, GemmTiles, Gemv, SplitK};
 pub struct Tuning {
     /// Where a GPU runs the plan: fuse chains of float elementwise ops into one dispatch
     /// (graph/fuse.rs), and row norms and SwiGLU activations into the few-row products that
-    /// read them (graph/fuse_norm.rs).
+    /// read them (graph/fuse_norm.rs); where none does, a Conv with the Add and activation
+    /// reading it (graph/fuse_conv.rs). Off turns both off ([`Fusion::for_plan`]).
     pub fusion: Fusion,
     /// Choices among GPU kernels computing the same thing (split-K, tensor cores, tiles).
     pub kernels: KernelTuning,

@@ -56,13 +56,66 @@ impl ViaF32 {
 }
 
 fn to_f32(t: &Tensor) -> Result<Tensor, OpError> {
-    let v = t
-        .to_f64_vec()
-        .map_err(|e| OpError::invalid(e.to_string()))?;
-    Ok(Tensor::from_vec(
-        t.shape().to_vec(),
-        v.into_iter().map(|x| x as f32).collect(),
-    ))
+    use half::slice::HalfFloatSliceExt;
+    let invalid = |e: crate::tensor::TensorError| OpError::invalid(e.to_string());
+    let v = match t.dtype() {
+        // half's slice conversions use the CPU's F16C instructions where it has them.
+        DType::F16 => convert(
+            &t.view::<half::f16>().map_err(invalid)?,
+            |s: &[half::f16], d: &mut [f32]| s.convert_to_f32_slice(d),
+        ),
+        DType::BF16 => convert(
+            &t.view::<half::bf16>().map_err(invalid)?,
+            |s: &[half::bf16], d: &mut [f32]| s.convert_to_f32_slice(d),
+        ),
+        _ => t
+            .to_f64_vec()
+            .map_err(invalid)?
+            .into_iter()
+            .map(|x| x as f32)
+            .collect(),
+    };
+    Ok(Tensor::from_vec(t.shape().to_vec(), v))
+}
+
+/// An f32 output rounded once to `dtype` (f16 and bf16 by half's slice conversions).
+fn narrow(y: Tensor, o: &ValueType) -> Result<Tensor, OpError> {
+    use half::slice::HalfFloatSliceExt;
+    let invalid = |e: crate::tensor::TensorError| OpError::invalid(e.to_string());
+    let shape = o.shape.clone();
+    match (y.dtype(), o.dtype) {
+        (DType::F32, DType::F16) => {
+            let v = y.view::<f32>().map_err(invalid)?;
+            Ok(Tensor::from_vec(
+                shape,
+                convert(&v, |s, d: &mut [half::f16]| d.convert_from_f32_slice(s)),
+            ))
+        }
+        (DType::F32, DType::BF16) => {
+            let v = y.view::<f32>().map_err(invalid)?;
+            Ok(Tensor::from_vec(
+                shape,
+                convert(&v, |s, d: &mut [half::bf16]| d.convert_from_f32_slice(s)),
+            ))
+        }
+        _ => from_f64(o.dtype, shape, y.to_f64_vec().map_err(invalid)?),
+    }
+}
+
+/// Elements converted per task: the conversions run at memory speed, so only tensors of
+/// millions of elements are worth splitting.
+const CONVERT_CHUNK: usize = 1 << 16;
+
+/// `f(part of src, part of the result)` over `src`, in parallel for large tensors.
+fn convert<S: Sync, D: Copy + Default + Send>(
+    src: &[S],
+    f: impl Fn(&[S], &mut [D]) + Sync + Send,
+) -> Vec<D> {
+    let mut y = vec![D::default(); src.len()];
+    crate::window::par::for_each_chunk(&mut y, CONVERT_CHUNK, CONVERT_CHUNK / 16, |i, d| {
+        f(&src[i * CONVERT_CHUNK..][..d.len()], d)
+    });
+    y
 }
 
 impl Op for ViaF32 {
@@ -156,10 +209,7 @@ impl Op for ViaF32 {
                 if y.dtype() == o.dtype {
                     Ok(y)
                 } else {
-                    let v = y
-                        .to_f64_vec()
-                        .map_err(|e| OpError::invalid(e.to_string()))?;
-                    from_f64(o.dtype, o.shape.clone(), v)
+                    narrow(y, o)
                 }
             })
             .collect()
