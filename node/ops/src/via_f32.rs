@@ -6,6 +6,7 @@
 use super::numeric::from_f64;
 use super::{GpuKernel, InferInput, Op, OpError, ValueType};
 use crate::tensor::{DType, Tensor};
+use half::slice::HalfFloatSliceExt;
 
 #[derive(Debug)]
 pub struct ViaF32 {
@@ -56,18 +57,9 @@ impl ViaF32 {
 }
 
 fn to_f32(t: &Tensor) -> Result<Tensor, OpError> {
-    use half::slice::HalfFloatSliceExt;
-    let invalid = |e: crate::tensor::TensorError| OpError::invalid(e.to_string());
     let v = match t.dtype() {
-        // half's slice conversions use the CPU's F16C instructions where it has them.
-        DType::F16 => convert(
-            &t.view::<half::f16>().map_err(invalid)?,
-            |s: &[half::f16], d: &mut [f32]| s.convert_to_f32_slice(d),
-        ),
-        DType::BF16 => convert(
-            &t.view::<half::bf16>().map_err(invalid)?,
-            |s: &[half::bf16], d: &mut [f32]| s.convert_to_f32_slice(d),
-        ),
+        DType::F16 => widen(&t.view::<half::f16>().map_err(invalid)?),
+        DType::BF16 => widen(&t.view::<half::bf16>().map_err(invalid)?),
         _ => t
             .to_f64_vec()
             .map_err(invalid)?
@@ -78,28 +70,40 @@ fn to_f32(t: &Tensor) -> Result<Tensor, OpError> {
     Ok(Tensor::from_vec(t.shape().to_vec(), v))
 }
 
-/// An f32 output rounded once to `dtype` (f16 and bf16 by half's slice conversions).
+/// An f32 output rounded once to `dtype`.
 fn narrow(y: Tensor, o: &ValueType) -> Result<Tensor, OpError> {
-    use half::slice::HalfFloatSliceExt;
-    let invalid = |e: crate::tensor::TensorError| OpError::invalid(e.to_string());
     let shape = o.shape.clone();
     match (y.dtype(), o.dtype) {
         (DType::F32, DType::F16) => {
             let v = y.view::<f32>().map_err(invalid)?;
-            Ok(Tensor::from_vec(
-                shape,
-                convert(&v, |s, d: &mut [half::f16]| d.convert_from_f32_slice(s)),
-            ))
+            Ok(Tensor::from_vec(shape, round_to::<half::f16>(&v)))
         }
         (DType::F32, DType::BF16) => {
             let v = y.view::<f32>().map_err(invalid)?;
-            Ok(Tensor::from_vec(
-                shape,
-                convert(&v, |s, d: &mut [half::bf16]| d.convert_from_f32_slice(s)),
-            ))
+            Ok(Tensor::from_vec(shape, round_to::<half::bf16>(&v)))
         }
         _ => from_f64(o.dtype, shape, y.to_f64_vec().map_err(invalid)?),
     }
+}
+
+fn invalid(e: crate::tensor::TensorError) -> OpError {
+    OpError::invalid(e.to_string())
+}
+
+// half's slice conversions use the CPU's F16C instructions where it has them.
+
+fn widen<H: Sync>(src: &[H]) -> Vec<f32>
+where
+    [H]: HalfFloatSliceExt,
+{
+    convert(src, |s: &[H], d: &mut [f32]| s.convert_to_f32_slice(d))
+}
+
+fn round_to<H: Copy + Default + Send>(src: &[f32]) -> Vec<H>
+where
+    [H]: HalfFloatSliceExt,
+{
+    convert(src, |s: &[f32], d: &mut [H]| d.convert_from_f32_slice(s))
 }
 
 /// Elements converted per task: the conversions run at memory speed, so only tensors of
