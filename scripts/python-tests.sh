@@ -23,8 +23,11 @@ vkml_python_tests() {
         -m python/Cargo.toml -o target/wheels -i "$venv/bin/python") || return 1
     "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps \
         "$repo"/target/wheels/vkml-*.whl || return 1
-    # The cluster tests start vkml-node processes (built already by the test step).
-    (cd "$repo" && cargo build --quiet --release --locked --bin vkml-node) || return 1
+    # The cluster tests start vkml-node processes (built already by the test step). Built as
+    # part of the whole workspace, as the test step builds it: `--bin vkml-node` alone selects
+    # fewer packages, so Cargo unifies other features of shared dependencies (syn's through
+    # pyo3's macros, serde's through criterion) and rebuilt 56 crates, ~250 s of a cold run.
+    (cd "$repo" && cargo build --quiet --release --locked --workspace --bins) || return 1
     # From the tests' folder, so that `import vkml` is the installed wheel, not python/vkml.
     # Bounded, as every test of the suite is: the cluster tests start processes.
     (cd "$repo/python/tests" && VKML_NODE_BIN="$repo/target/release/vkml-node" \
