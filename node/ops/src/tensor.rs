@@ -502,6 +502,19 @@ impl Tensor {
         Ok(t)
     }
 
+    /// Makes now the aligned copy that [`Tensor::view`] would make on its first call (a
+    /// session's CPU weights, before their first run). True when this tensor has such a
+    /// copy: its views no longer read the original bytes.
+    pub fn realign(&self) -> bool {
+        match &self.aligned.0 {
+            Some(copy) => {
+                copy.get_or_init(|| aligned_bytes(&self.data));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The elements as `T`, borrowed when the bytes are aligned for `T`, else from the
     /// tensor's aligned copy (an initializer inside the model file may sit at any offset; see
     /// `Realigned`), made on the first call.
@@ -637,7 +650,13 @@ mod tests {
         assert_eq!(ptr(t.clone().view::<f32>().unwrap()), first);
         let r = t.reshaped(vec![2, 2]).unwrap();
         assert_eq!(ptr(r.view::<f32>().unwrap()), first);
-        assert_eq!(bytemuck::cast_slice::<f32, u8>(&r.view::<f32>().unwrap()), &b[..]);
+        assert!(t.realign() && r.realign());
+        assert_eq!(ptr(t.view::<f32>().unwrap()), first);
+        assert!(!Tensor::from_vec(vec![2], vec![1.0f32, 2.0]).realign());
+        assert_eq!(
+            bytemuck::cast_slice::<f32, u8>(&r.view::<f32>().unwrap()),
+            &b[..]
+        );
         // The copy is no part of the value: a tensor equals one never viewed.
         assert_eq!(t, Tensor::from_bytes(DType::F32, vec![4], b).unwrap());
     }

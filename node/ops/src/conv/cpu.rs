@@ -194,15 +194,25 @@ const TASK_MIN_COLS: usize = 128;
 
 /// The im2col rows of output rows `r0..r1` (K x (r1 - r0) * OW) into `col`, which holds
 /// exactly that many elements; every element is written. The channels' blocks of rows go to
-/// rayon when large enough (ResNet-50's last layers are one task of a 4608 x 49 im2col).
+/// rayon when large enough, each row counted as [`ROW_COST`] elements more than it holds:
+/// ResNet-50's last 3x3 at stride 2 fills 512 channels of 63 rows of 7 elements each, work
+/// that counted by elements alone stayed on one thread, and took there about as long as its
+/// product on 16.
 fn fill_col<T: Float>(axes: &[Axis; 3], xg: &[T], (r0, r1): (usize, usize), col: &mut [T]) {
     let [ad, ah, aw] = axes;
-    let block = ad.kernel * ah.kernel * aw.kernel * (r1 - r0) * aw.output;
+    let rows = ad.kernel * ah.kernel * aw.kernel * (r1 - r0);
+    let block = rows * aw.output;
     let in_plane = ad.input * ah.input * aw.input;
-    crate::window::par::for_each_chunk(col, block, block, |c, dst| {
+    let work = block + rows * ROW_COST;
+    crate::window::par::for_each_chunk(col, block, work, |c, dst| {
         fill_channel(axes, &xg[c * in_plane..][..in_plane], (r0, r1), dst);
     });
 }
+
+/// What one im2col row costs beyond its elements, in elements: the tap's and row's bounds
+/// and offsets, and a copy call, for rows of a few elements (a 7-wide row: about as much as
+/// its copy).
+const ROW_COST: usize = 32;
 
 /// [`fill_col`]'s rows of one input channel `xc`.
 fn fill_channel<T: Float>(axes: &[Axis; 3], xc: &[T], (r0, r1): (usize, usize), dst: &mut [T]) {
