@@ -268,8 +268,9 @@ pub struct Tensor {
 }
 
 /// For bytes misaligned for their type (an initializer at an odd offset of the model file,
-/// which is mapped, or copied whole): an aligned copy, made by the first [`Tensor::view`] and
-/// shared by every clone, so that a CPU kernel does not copy its weights on every run.
+/// which is mapped, or copied whole): an aligned copy, made by [`Tensor::realign`] when a plan
+/// puts the tensor's readers on the CPU, or else by the first [`Tensor::view`], and shared by
+/// every clone, so that a CPU kernel does not copy its weights on every run.
 /// ResNet-50's misaligned weights, about three quarters of its 98 MB, were copied (and their
 /// pages faulted in) on each run: 40% of one of its 3x3 convolutions' time on one core.
 /// GPU sessions, which upload the bytes as they are, never make it.
@@ -528,15 +529,14 @@ impl Tensor {
         if let Ok(s) = bytemuck::try_cast_slice::<u8, T>(&self.data) {
             return Ok(Cow::Borrowed(s));
         }
-        Ok(match &self.aligned.0 {
-            Some(copy) => {
-                let copy = copy.get_or_init(|| aligned_bytes(&self.data));
-                match bytemuck::try_cast_slice::<u8, T>(copy) {
-                    Ok(s) => Cow::Borrowed(s),
-                    Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(&self.data)),
-                }
-            }
-            None => Cow::Owned(bytemuck::pod_collect_to_vec(&self.data)),
+        let copy = self
+            .aligned
+            .0
+            .as_ref()
+            .map(|c| c.get_or_init(|| aligned_bytes(&self.data)));
+        Ok(match copy.map(|c| bytemuck::try_cast_slice::<u8, T>(c)) {
+            Some(Ok(s)) => Cow::Borrowed(s),
+            _ => Cow::Owned(bytemuck::pod_collect_to_vec(&self.data)),
         })
     }
 

@@ -172,8 +172,9 @@ pub(crate) fn convert_tensor(
         }
         // A slice of the decoded buffer: when that buffer is the file's mapping, no copy,
         // unless protobuf put a small tensor at an offset misaligned for its type (the MNIST
-        // CNN's conv weights): then one aligned copy now rather than one per view, on every
-        // run. Large ones stay in the mapping, which the kernel can page out.
+        // CNN's conv weights): then one aligned copy now, so that no reader needs one. Large
+        // ones stay in the mapping, which the kernel can page out; the CPU kernels read those
+        // through the tensor's own aligned copy (`Tensor::realign`, made when a plan is built).
         let mut data = t.raw_data.clone();
         if data.as_ptr().align_offset(dtype.size()) != 0 && data.len() <= ALIGN_COPY_MAX {
             data = crate::tensor::aligned_bytes(&data);
