@@ -13,6 +13,7 @@
 
 use crate::numeric::float::Float;
 use crate::window::geometry::Axis;
+use crate::window::phases::scatter_row;
 
 /// Whether [`conv`] serves these axes: 1-D or 2-D (a 3-D one keeps the generic loop), with a
 /// non-empty input plane (padding alone can give an empty one outputs: the loop serves that).
@@ -157,8 +158,6 @@ impl<T: Float> Job<'_, T> {
         let taps: Vec<usize> = (0..kvol)
             .map(|t| ph.at((t / aw.kernel) * ah.dilation, (t % aw.kernel) * aw.dilation))
             .collect();
-        // Where each input column goes, worked out once for every row of every channel.
-        let cols: Vec<usize> = (0..aw.input).map(|c| ph.col_at(c + aw.pad_begin)).collect();
         // Zeroed once: every channel then writes the same interior, the padding stays 0.
         buf.resize(ph.len() + len, T::default());
         let (planes, acc) = buf.split_at_mut(ph.len());
@@ -168,7 +167,7 @@ impl<T: Float> Job<'_, T> {
             .enumerate()
         {
             let g = (t0 + t) % groups;
-            scatter(ah, &ph, &cols, xc, planes);
+            scatter(ah, aw, &ph, xc, planes);
             let wg = &w[g * ocg * kvol..][..ocg * kvol];
             for (oc, (wk, yp)) in wg
                 .chunks_exact(kvol)
@@ -199,20 +198,13 @@ impl<T: Float> Job<'_, T> {
     }
 }
 
-/// Copies the plane `xc` to its padded, phase-split place in `planes`, input column `c` of
-/// each row going to `cols[c]` past the row's start (a division per element, or a strided
-/// copy per row and phase, had cost more than the channel's multiply-adds).
+/// Copies the plane `xc` to its padded, phase-split place in `planes` (a strided copy per row
+/// and phase, or a division per element, had cost more than the channel's multiply-adds on
+/// small planes; window/phases.rs splits a row in one pass).
 #[inline(always)]
-fn scatter<T: Float>(ah: &Axis, ph: &Phases, cols: &[usize], xc: &[T], planes: &mut [T]) {
-    let iw = cols.len();
-    for (r, xr) in xc.chunks_exact(iw).take(ah.input).enumerate() {
+fn scatter<T: Float>(ah: &Axis, aw: &Axis, ph: &Phases, xc: &[T], planes: &mut [T]) {
+    for (r, xr) in xc.chunks_exact(aw.input).take(ah.input).enumerate() {
         let base = ph.row_at(r + ah.pad_begin);
-        if ph.sw == 1 {
-            planes[base + cols[0]..][..iw].copy_from_slice(xr);
-            continue;
-        }
-        for (&c, &v) in cols.iter().zip(xr) {
-            planes[base + c] = v;
-        }
+        scatter_row(&mut planes[base..], xr, aw.pad_begin, ph.sw, ph.rq * ph.wq);
     }
 }

@@ -23,6 +23,7 @@ pub trait Float:
     + Div<Output = Self>
 {
     const LOWEST: Self;
+    const NEG_INFINITY: Self;
     fn from_f64(v: f64) -> Self;
     fn to_f64(self) -> f64;
 
@@ -96,6 +97,7 @@ macro_rules! float {
     ($t:ty $(, $direct:path, $pairs:path, $activate:path)?) => {
         impl Float for $t {
             const LOWEST: Self = <$t>::MIN;
+            const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
             fn from_f64(v: f64) -> Self {
                 v as $t
             }

@@ -4,6 +4,7 @@
 use rayon::prelude::*;
 
 use super::PoolShape;
+use super::padded::Padded;
 use crate::numeric::float::Float;
 use crate::window::geometry::Axis;
 use crate::window::par::{for_each_chunk, grain};
@@ -90,10 +91,18 @@ pub fn max_pool<T: Float>(
         }
         (y, Some(idx))
     } else if a[0] == Axis::UNIT && a[1].dilation == 1 && a[2].dilation == 1 {
-        let win = Window2d::new(&a[1], &a[2]);
-        for_each_chunk(&mut y, op, work_per_plane, |plane, yp| {
-            max_plane_2d(&win, &x[plane * ip..][..ip], yp)
-        });
+        if (a[2].kernel, a[2].stride) == (2, 2) {
+            // The 2x2 windows at stride 2 have a vector kernel of their own (pairs.rs).
+            let win = Window2d::new(&a[1], &a[2]);
+            for_each_chunk(&mut y, op, work_per_plane, |plane, yp| {
+                max_plane_pairs(&win, &x[plane * ip..][..ip], yp)
+            });
+        } else {
+            let padded = Padded::new(&a[1], &a[2]);
+            for_each_chunk(&mut y, op, work_per_plane, |plane, yp| {
+                T::with_scratch(|buf| padded.plane(&x[plane * ip..][..ip], yp, buf))
+            });
+        }
         (y, None)
     } else {
         for_each_chunk(&mut y, op, work_per_plane, |plane, yp| {
@@ -105,7 +114,7 @@ pub fn max_pool<T: Float>(
 
 /// The input positions output `o`'s window covers inside the input on one axis (dilation 1),
 /// as a half-open range, empty when the window lies wholly in the padding.
-fn inside(a: &Axis, o: usize) -> (usize, usize) {
+pub(super) fn inside(a: &Axis, o: usize) -> (usize, usize) {
     let start = a.start(o);
     let (c0, c1) = (start.max(0), (start + a.kernel as i64).min(a.input as i64));
     if c0 < c1 {
@@ -117,10 +126,8 @@ fn inside(a: &Axis, o: usize) -> (usize, usize) {
 
 /// The clipped windows of a 1-D or 2-D pool without dilation, worked out once for all planes.
 struct Window2d {
-    /// Input row length, kernel width, stride along the row.
+    /// Input row length.
     iw: usize,
-    kw: usize,
-    stride: usize,
     /// Per output row, and per output column, the input range its windows cover.
     rows: Vec<(usize, usize)>,
     cols: Vec<(usize, usize)>,
@@ -136,8 +143,6 @@ impl Window2d {
         let hi = cols.iter().rposition(full).map_or(lo, |i| i + 1);
         Window2d {
             iw: aw.input,
-            kw: aw.kernel,
-            stride: aw.stride,
             rows: (0..ah.output).map(|o| inside(ah, o)).collect(),
             cols,
             interior: (lo, hi),
@@ -145,17 +150,16 @@ impl Window2d {
     }
 }
 
-/// One plane of a 1-D or 2-D max pool without dilation (for 1-D the row axis is the unit
-/// axis). Each window is a rectangle of the input, and its taps are visited in the general
-/// path's order (rows, then columns) so that ties and NaN resolve the same way: the first tap
-/// starts the maximum and only a strictly greater value replaces it.
-fn max_plane_2d<T: Float>(win: &Window2d, xp: &[T], yp: &mut [T]) {
-    let (iw, kw, cols) = (win.iw, win.kw, &win.cols);
+/// One plane of a 1-D or 2-D max pool of windows two columns wide at column stride 2, without
+/// dilation (for 1-D the row axis is the unit axis). Each window is a rectangle of the input,
+/// and its taps are visited in the general path's order (rows, then columns) so that ties and
+/// NaN resolve the same way: the first tap starts the maximum and only a strictly greater
+/// value replaces it.
+fn max_plane_pairs<T: Float>(win: &Window2d, xp: &[T], yp: &mut [T]) {
+    let (iw, cols) = (win.iw, &win.cols);
     let (lo, hi) = win.interior;
     let width = cols.len().max(1);
-    let interior_done = (kw, win.stride) == (2, 2)
-        && lo < hi
-        && T::max_pairs(&win.rows, xp, iw, yp, width, lo..hi, cols[lo].0);
+    let interior_done = lo < hi && T::max_pairs(&win.rows, xp, iw, yp, width, lo..hi, cols[lo].0);
     for (yrow, &(r0, r1)) in yp.chunks_mut(width).zip(&win.rows) {
         if r0 >= r1 {
             yrow.fill(T::LOWEST);
@@ -176,34 +180,12 @@ fn max_plane_2d<T: Float>(win: &Window2d, xp: &[T], yp: &mut [T]) {
                 T::LOWEST
             };
         }
-        if lo < hi {
-            // The interior, one tap at a time across all its outputs: independent maxima
-            // the CPU overlaps (and vectorises at stride 1), rather than one short chain of
-            // dependent comparisons per output. `t > best` as a select, not a branch: on
-            // real data it is a coin toss the branch predictor loses half the time.
-            let (s, c0) = (win.stride, cols[lo].0);
-            let mid = &mut yrow[lo..hi];
+        if lo < hi && !interior_done {
+            // The interior without the vector kernel (f64, or no AVX2), one tap at a time
+            // across all its outputs: independent maxima the CPU overlaps rather than one
+            // short chain of dependent comparisons per output.
             let rows = (r0..r1).map(|ih| &xp[ih * iw..][..iw]);
-            match (kw, s) {
-                // Windows side by side along the row (the usual 2x2 / 3x3 at their own
-                // stride): one fixed-size chunk per output, fully unrolled.
-                (2, 2) if interior_done => {}
-                (2, 2) => rows_side_by_side::<T, 2>(mid, rows, c0),
-                (3, 3) => rows_side_by_side::<T, 3>(mid, rows, c0),
-                _ => {
-                    let first = &xp[r0 * iw + c0..];
-                    for (v, &t) in mid.iter_mut().zip(first.iter().step_by(s)) {
-                        *v = t;
-                    }
-                    for row in rows {
-                        for k in 0..kw {
-                            for (v, &t) in mid.iter_mut().zip(row[c0 + k..].iter().step_by(s)) {
-                                *v = if t > *v { t } else { *v };
-                            }
-                        }
-                    }
-                }
-            }
+            rows_side_by_side::<T, 2>(&mut yrow[lo..hi], rows, cols[lo].0);
         }
     }
 }

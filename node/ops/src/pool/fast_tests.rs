@@ -61,7 +61,16 @@ fn direct_2d_path_matches_the_general_path() {
         (&[5, 7], &[3, 3], &[2, 2], &[0, 0, 0, 2], false),
         (&[7, 5], &[3, 2], &[1, 3], &[2, 1, 1, 1], true),
         (&[1, 1], &[3, 3], &[1, 1], &[2, 2, 2, 2], false),
+        // YOLO's SPPF (5x5 at stride 1 on 10x10), strides 3 and 4 (the general phase
+        // split), windows wider than tall, and pads as wide as the kernel (whole windows in
+        // the padding on every side).
+        (&[10, 10], &[5, 5], &[1, 1], &[2, 2, 2, 2], false),
+        (&[11, 13], &[5, 4], &[3, 3], &[2, 1, 2, 3], true),
+        (&[9, 17], &[2, 6], &[4, 4], &[1, 2, 1, 0], true),
+        (&[4, 5], &[2, 2], &[1, 3], &[2, 2, 2, 2], false),
+        (&[3, 4], &[3, 3], &[2, 2], &[3, 3, 3, 3], true),
         // 1-D (the row axis is the unit axis).
+        (&[15], &[3], &[2], &[1, 2], true),
         (&[9], &[4], &[3], &[2, 3], true),
         (&[6], &[1], &[1], &[0, 0], false),
     ];

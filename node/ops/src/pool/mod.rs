@@ -13,6 +13,7 @@ mod fast_tests;
 mod gpu;
 #[cfg(test)]
 mod gpu_tests;
+mod padded;
 mod qlinear;
 #[cfg(test)]
 mod qlinear_tests;

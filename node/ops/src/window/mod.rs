@@ -3,3 +3,4 @@
 
 pub mod geometry;
 pub mod par;
+pub(crate) mod phases;
