@@ -48,7 +48,9 @@ pub fn conv<T: Float>(
         let mut bg = b.map(|b| &b[g * ocg..][..ocg]);
         if cg == 1 && s.group > 1 {
             depthwise(&axes, xg, wg, yb);
-        } else if T::direct_conv(&axes, cg, ocg, xg, wg, bg, yb, cache) {
+        } else if !gemm_first(&axes, ocg * k * p)
+            && T::direct_conv(&axes, cg, ocg, xg, wg, bg, yb, cache)
+        {
             // The bias is in already.
             bg = None;
         } else {
@@ -102,6 +104,19 @@ fn finish<T: Float>(
         }
     });
 }
+
+/// Whether a convolution of `work` multiply-adds per group should skip the direct kernel for
+/// the GEMM: a pointwise one past [`POINTWISE_DIRECT_MAX`], which is a GEMM over the input
+/// as it lies, with no im2col to save (SqueezeNet's 64 -> 256 channels over 13 x 13 took
+/// 3.1x as long by the direct kernel, 16 -> 64 over 55 x 55 2.1x).
+fn gemm_first(axes: &[Axis; 3], work: usize) -> bool {
+    is_pointwise(axes) && work > POINTWISE_DIRECT_MAX
+}
+
+/// The most multiply-adds of a pointwise convolution the direct kernel still takes: below,
+/// the GEMM's packing and set-up cost more than the kernel loses (tests/models' MobileNetV2,
+/// whose 1x1 layers have 6K-66K, was 8% slower through the GEMM).
+const POINTWISE_DIRECT_MAX: usize = 96 * 1024;
 
 fn is_pointwise(axes: &[Axis; 3]) -> bool {
     axes.iter()
