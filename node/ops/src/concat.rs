@@ -152,15 +152,17 @@ impl Op for Concat {
             .collect();
         let l = self.layout(&types)?;
         let row = l.inner() * l.dtype.size();
-        let mut out = Vec::with_capacity(numel(&l.shape) * l.dtype.size());
+        let mut segments = Vec::new();
         for o in 0..l.outer() {
             for (t, part) in inputs.iter().zip(&l.parts) {
                 if let (Some(t), Some(len)) = (t, part) {
                     let block = len * row;
-                    out.extend_from_slice(&t.bytes()[o * block..(o + 1) * block]);
+                    segments.push(&t.bytes()[o * block..(o + 1) * block]);
                 }
             }
         }
+        let out = crate::window::par::concat_bytes(&segments);
+        debug_assert_eq!(out.len(), numel(&l.shape) * l.dtype.size());
         let y = Tensor::from_bytes(l.dtype, l.shape, out.into())
             .map_err(|e| OpError::invalid(e.to_string()))?;
         Ok(vec![y])

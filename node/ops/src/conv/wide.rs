@@ -54,7 +54,7 @@ pub fn conv<T: Float>(
     let padded: Cow<'_, [T]> = if plane == ih * iw {
         Cow::Borrowed(&xg[..cg * plane])
     } else {
-        let mut v = vec![T::default(); cg * plane];
+        let mut v = par::zeroed(cg * plane);
         for c in 0..cg {
             for r in 0..ih {
                 let at = c * plane + (r + ah.pad_begin) * wp + aw.pad_begin;
@@ -78,10 +78,10 @@ pub fn conv<T: Float>(
         // Large (ResNet-50's 14 x 14 and 7 x 7 layers: 0.3-0.5 M elements): the rows are
         // copied on rayon, as one thread copying them took as long as the GEMM, into a
         // buffer of their own (the scratch keeps at most 1 MiB, so it would be allocated anew
-        // anyway) asked zeroed of the allocator, which skips the pass where its pages are new.
-        let mut col = vec![T::default(); k * len];
+        // anyway), zeroed by the pool's threads too.
+        let mut col = par::zeroed(k * len);
         par::for_each_chunk(&mut col, len, len, row);
-        let mut wide = vec![T::default(); if wp == ow { 0 } else { ocg * len }];
+        let mut wide = par::zeroed(if wp == ow { 0 } else { ocg * len });
         product((ocg, k, len), geometry, wg, &col, &mut wide, yb);
         return;
     }

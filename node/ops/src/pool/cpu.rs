@@ -55,7 +55,7 @@ pub fn max_pool<T: Float>(
     let (ip, op) = (s.in_plane(), s.out_plane());
     let a = s.axes3();
     let planes = s.n * s.c;
-    let mut y = vec![T::default(); planes * op];
+    let mut y = crate::window::par::zeroed(planes * op);
     let mut idx = vec![0i64; if want_indices { planes * op } else { 0 }];
     let work = |plane: usize, yp: &mut [T], mut ip_out: Option<&mut [i64]>| {
         let xp = &x[plane * ip..][..ip];
@@ -216,7 +216,7 @@ fn rows_side_by_side<'a, T: Float, const K: usize>(
 pub fn avg_pool<T: Float>(s: &PoolShape, x: &[T], count_include_pad: bool) -> Vec<T> {
     let (ip, op) = (s.in_plane(), s.out_plane());
     let a = s.axes3();
-    let mut y = vec![T::default(); s.n * s.c * op];
+    let mut y = crate::window::par::zeroed(s.n * s.c * op);
     let work = op * a.iter().map(|x| x.kernel).product::<usize>();
     for_each_chunk(&mut y, op, work, |plane, yp| {
         let xp = &x[plane * ip..][..ip];
@@ -254,7 +254,7 @@ pub fn avg_pool<T: Float>(s: &PoolShape, x: &[T], count_include_pad: bool) -> Ve
 pub fn lp_pool<T: Float>(s: &PoolShape, x: &[T], p: u32) -> Vec<T> {
     let (ip, op) = (s.in_plane(), s.out_plane());
     let a = s.axes3();
-    let mut y = vec![T::default(); s.n * s.c * op];
+    let mut y = crate::window::par::zeroed(s.n * s.c * op);
     let work = op * a.iter().map(|x| x.kernel).product::<usize>();
     for_each_chunk(&mut y, op, work, |plane, yp| {
         let xp = &x[plane * ip..][..ip];
