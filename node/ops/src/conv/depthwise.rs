@@ -13,7 +13,7 @@
 
 use crate::numeric::float::Float;
 use crate::window::geometry::Axis;
-use crate::window::phases::scatter_row;
+use crate::window::phases::Phases;
 
 /// Whether [`conv`] serves these axes: 1-D or 2-D (a 3-D one keeps the generic loop), with a
 /// non-empty input plane (padding alone can give an empty one outputs: the loop serves that).
@@ -94,45 +94,6 @@ impl<T: Float> pulp::NullaryFnOnce for Job<'_, T> {
     }
 }
 
-/// The phase-split padded plane's sizes (see the module's comment).
-struct Phases {
-    sh: usize,
-    sw: usize,
-    /// Rows and columns of one phase.
-    rq: usize,
-    wq: usize,
-}
-
-impl Phases {
-    fn of(ah: &Axis, aw: &Axis) -> Phases {
-        let (sh, sw) = (ah.stride, aw.stride);
-        Phases {
-            sh,
-            sw,
-            rq: (ah.input + ah.pad_begin + ah.pad_end).div_ceil(sh),
-            wq: (aw.input + aw.pad_begin + aw.pad_end).div_ceil(sw),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.sh * self.sw * self.rq * self.wq
-    }
-
-    /// Where padded (row, column) lives in the buffer.
-    fn at(&self, r: usize, c: usize) -> usize {
-        self.row_at(r) + self.col_at(c)
-    }
-
-    /// The row's and the column's parts of [`Phases::at`], which add up.
-    fn row_at(&self, r: usize) -> usize {
-        ((r % self.sh) * self.sw * self.rq + r / self.sh) * self.wq
-    }
-
-    fn col_at(&self, c: usize) -> usize {
-        (c % self.sw) * self.rq * self.wq + c / self.sw
-    }
-}
-
 impl<T: Float> Job<'_, T> {
     #[inline(always)]
     fn run(self) {
@@ -148,7 +109,8 @@ impl<T: Float> Job<'_, T> {
             buf,
         } = self;
         let [_, ah, aw] = axes;
-        let ph = Phases::of(ah, aw);
+        let padded = |a: &Axis| a.input + a.pad_begin + a.pad_end;
+        let ph = Phases::new((ah.stride, aw.stride), (padded(ah), padded(aw)));
         let (oh, ow) = (ah.output, aw.output);
         let kvol = ah.kernel * aw.kernel;
         let in_plane = ah.input * aw.input;
@@ -167,7 +129,7 @@ impl<T: Float> Job<'_, T> {
             .enumerate()
         {
             let g = (t0 + t) % groups;
-            scatter(ah, aw, &ph, xc, planes);
+            ph.scatter(ah, aw, xc, planes);
             let wg = &w[g * ocg * kvol..][..ocg * kvol];
             for (oc, (wk, yp)) in wg
                 .chunks_exact(kvol)
@@ -195,16 +157,5 @@ impl<T: Float> Job<'_, T> {
                 }
             }
         }
-    }
-}
-
-/// Copies the plane `xc` to its padded, phase-split place in `planes` (a strided copy per row
-/// and phase, or a division per element, had cost more than the channel's multiply-adds on
-/// small planes; window/phases.rs splits a row in one pass).
-#[inline(always)]
-fn scatter<T: Float>(ah: &Axis, aw: &Axis, ph: &Phases, xc: &[T], planes: &mut [T]) {
-    for (r, xr) in xc.chunks_exact(aw.input).take(ah.input).enumerate() {
-        let base = ph.row_at(r + ah.pad_begin);
-        scatter_row(&mut planes[base..], xr, aw.pad_begin, ph.sw, ph.rq * ph.wq);
     }
 }

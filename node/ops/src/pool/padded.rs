@@ -1,11 +1,10 @@
 //! 1-D and 2-D max pooling without dilation through a padded copy of each plane.
 //!
 //! The plane is copied once into a buffer whose padding holds -inf, split by stride phase as
-//! depthwise convolution's is (conv/depthwise.rs): element `[rp][cp][q][j]` is padded row
-//! `q * sh + rp`, column `j * sw + cp`. Numbering the outputs `oy * wq + ox` over the phase's
-//! width `wq`, tap (ky, kx) of every output of the plane is then ONE contiguous run of that
-//! buffer, whatever the window, stride or padding, and the plane is a few vector maxima over
-//! whole runs (plus `wq - ow` wasted columns a row, dropped when the result is copied out).
+//! depthwise convolution's is (window/phases.rs), where tap (ky, kx) of every output of the
+//! plane is ONE contiguous run, whatever the window, stride or padding: the plane is a few
+//! vector maxima over whole runs (plus `wq - ow` wasted columns a row, dropped when the
+//! result is copied out).
 //! The per-output loops this replaces walked each window tap by tap (3x3 windows at stride 2,
 //! ResNet's and SqueezeNet's, took 17% of SqueezeNet's CPU time that way), and a loop per
 //! output row still lost most of its time to setting up short rows on YOLO's 10x10 planes.
@@ -21,15 +20,15 @@
 use super::cpu::inside;
 use crate::numeric::float::Float;
 use crate::window::geometry::Axis;
-use crate::window::phases::scatter_row;
+use crate::window::phases::Phases;
 
 /// The padded, phase-split layout of one plane, worked out once for all planes.
 pub(super) struct Padded {
     ah: Axis,
     aw: Axis,
-    /// Rows and columns of one phase.
-    rq: usize,
-    wq: usize,
+    ph: Phases,
+    /// Where each tap of output (0, 0) lies in the buffer, in the fold's order.
+    taps: Vec<usize>,
     /// The input range each output row's and column's window covers (empty when the window
     /// lies wholly in the padding).
     rows: Vec<(usize, usize)>,
@@ -45,6 +44,11 @@ impl Padded {
         // Padded rows (columns) the input and every window reach.
         let span =
             |a: &Axis| (a.pad_begin + a.input).max((a.output.max(1) - 1) * a.stride + a.kernel);
+        let ph = Phases::new((ah.stride, aw.stride), (span(ah), span(aw)));
+        let taps = (0..ah.kernel)
+            .flat_map(|ky| (0..aw.kernel).map(move |kx| (ky, kx)))
+            .map(|(ky, kx)| ph.at(ky, kx))
+            .collect();
         let cols: Vec<(usize, usize)> = (0..aw.output).map(|o| inside(aw, o)).collect();
         let patch_cols = (0..aw.output)
             .filter(|&o| aw.start(o) < 0 || cols[o].0 >= cols[o].1)
@@ -52,23 +56,12 @@ impl Padded {
         Padded {
             ah: *ah,
             aw: *aw,
-            rq: span(ah).div_ceil(ah.stride),
-            wq: span(aw).div_ceil(aw.stride),
+            ph,
+            taps,
             rows: (0..ah.output).map(|o| inside(ah, o)).collect(),
             cols,
             patch_cols,
         }
-    }
-
-    /// Elements of the phase-split buffer.
-    fn phases_len(&self) -> usize {
-        self.ah.stride * self.aw.stride * self.rq * self.wq
-    }
-
-    /// Where padded (row, column) lives in the buffer.
-    fn at(&self, r: usize, c: usize) -> usize {
-        let (sh, sw) = (self.ah.stride, self.aw.stride);
-        (((r % sh) * sw + c % sw) * self.rq + r / sh) * self.wq + c / sw
     }
 
     /// Max pools the plane `xp` into `yp` (OH x OW), with `buf` as the padded copy.
@@ -85,7 +78,7 @@ impl Padded {
         if let Some(simd) = pulp::x86::V3::try_new() {
             return simd.vectorize(job);
         }
-        job.run();
+        pulp::NullaryFnOnce::call(job);
     }
 
     #[inline(always)]
@@ -97,23 +90,16 @@ impl Padded {
         }
         // The wide output: rows of wq, the last one cut at ow (its runs then end inside their
         // phase).
-        let len = (oh - 1) * self.wq + ow;
-        let phases = self.phases_len();
+        let wq = self.ph.wq;
+        let len = (oh - 1) * wq + ow;
+        let phases = self.ph.len();
         buf.clear();
         buf.resize(phases + len, T::NEG_INFINITY);
         let (planes, acc) = buf.split_at_mut(phases);
-        let phase = self.rq * self.wq;
-        for (ih, xr) in xp.chunks_exact(aw.input).take(ah.input).enumerate() {
-            let base = self.at(ih + ah.pad_begin, 0);
-            scatter_row(&mut planes[base..], xr, aw.pad_begin, aw.stride, phase);
-        }
-        let taps: Vec<usize> = (0..ah.kernel)
-            .flat_map(|ky| (0..aw.kernel).map(move |kx| (ky, kx)))
-            .map(|(ky, kx)| self.at(ky, kx))
-            .collect();
-        fold(acc, planes, &taps);
+        self.ph.scatter(ah, aw, xp, planes);
+        fold(acc, planes, &self.taps);
         for (oy, yr) in yp.chunks_exact_mut(ow).enumerate() {
-            yr.copy_from_slice(&acc[oy * self.wq..][..ow]);
+            yr.copy_from_slice(&acc[oy * wq..][..ow]);
             self.patch_row(oy, xp, yr);
         }
     }
@@ -191,18 +177,11 @@ struct Job<'a, T> {
     buf: &'a mut Vec<T>,
 }
 
-impl<T: Float> Job<'_, T> {
-    #[inline(always)]
-    fn run(self) {
-        self.padded.plane_inline(self.xp, self.yp, self.buf);
-    }
-}
-
 impl<T: Float> pulp::NullaryFnOnce for Job<'_, T> {
     type Output = ();
 
     #[inline(always)]
     fn call(self) {
-        self.run();
+        self.padded.plane_inline(self.xp, self.yp, self.buf);
     }
 }
