@@ -1,5 +1,6 @@
 //! When the windowed CPU kernels (Conv, the pools, BatchNormalization) go to rayon, and in
-//! what grain.
+//! what grain; and large outputs zeroed or joined by rayon's threads ([`zeroed`],
+//! [`concat_bytes`]).
 //!
 //! Handing work to rayon from a thread outside its pool (the executor's) is not free: the job
 //! is injected, a sleeping worker is woken through a futex, and the caller blocks on a latch
@@ -57,8 +58,8 @@ fn chunks<T: Send>(
 ///
 /// A CPU kernel's output is allocated zeroed and then overwritten, as safe Rust cannot hand a
 /// GEMM uninitialised memory. The allocator zeroes memory it reuses (or the kernel clears fresh
-/// pages as they are first touched) on the calling thread alone: for a convolution's 3 MB
-/// output, a serial pass as long as a tenth of the product on 16 threads. Here each of rayon's
+/// pages as they are first touched) on the calling thread alone: a serial pass over a
+/// convolution's output of several MB while the other threads wait. Here each of rayon's
 /// threads zeroes (and faults in) its own part.
 pub fn zeroed<T: Copy + Default + Send + Sync>(n: usize) -> Vec<T> {
     if n < PAR_ZERO_MIN {
